@@ -1,0 +1,43 @@
+# Everything runs in .venv, built from uv.lock by uv (installed into .tools if missing).
+SHELL := /bin/bash
+PYTHON_VERSION ?= 3.11
+UV := $(or $(shell command -v uv 2>/dev/null),.tools/bin/uv)
+VENV := .venv
+PY := $(VENV)/bin/python
+
+.PHONY: setup run test compile bench lint clean help
+
+help:
+	@echo "make run      - run the pipeline end to end on this machine (kfp.local)"
+	@echo "make test     - run the tests"
+	@echo "make compile  - compile the pipelines into compiled/"
+	@echo "make bench    - training throughput and time-to-accuracy into bench/results/"
+	@echo "make lint     - ruff"
+
+.tools/bin/uv:
+	python3 -m venv .tools
+	.tools/bin/pip install --quiet uv==0.13.8
+
+$(VENV)/.synced: uv.lock pyproject.toml | $(UV)
+	$(UV) sync --frozen --python $(PYTHON_VERSION)
+	touch $@
+
+setup: $(VENV)/.synced
+
+run: setup
+	$(PY) -m fmnist.cli run --local $(RUN_ARGS)
+
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+compile: setup
+	$(PY) -m fmnist.cli compile
+
+bench: setup
+	$(PY) -m bench.training $(BENCH_ARGS)
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf runs bench/results .pytest_cache

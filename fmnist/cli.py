@@ -1,0 +1,133 @@
+"""``fmnist-kfp``: run the Fashion-MNIST pipeline locally, compile it, ingest data."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from dataclasses import fields
+
+from fmnist.errors import DataSourceError, TrainingJobError, UserInputError
+from fmnist.parameters import PipelineParameters
+
+_D = PipelineParameters()
+
+
+def _add_pipeline_parameters(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("pipeline parameters")
+    group.add_argument("--data-source", default=_D.data_source,
+                       help="'tfds', a directory/URI with the four IDX .gz files, or empty for "
+                            "$FASHION_MNIST_DIR (else TFDS)")
+    group.add_argument("--freshness", default=_D.freshness,
+                       help="reuse ingested data this long: 30m, 24h, 7d (default %(default)s)")
+    group.add_argument("--model-types", default=",".join(_D.model_types),
+                       help="comma-separated: basic,dropout,batchnorm (default %(default)s)")
+    for name in ("epochs", "batch_size", "learning_rate", "dropout_rate", "precision",
+                 "train_examples", "num_workers", "max_restarts"):
+        default = getattr(_D, name)
+        group.add_argument("--" + name.replace("_", "-"), type=type(default), default=default,
+                           help=f"default {default}")
+    group.add_argument("--expected-sha256", default="",
+                       help="JSON object of file name → sha256 for derived IDX files")
+
+
+def _parameters(args: argparse.Namespace) -> PipelineParameters:
+    values = {f.name: getattr(args, f.name) for f in fields(PipelineParameters)
+              if hasattr(args, f.name) and f.name not in ("model_types", "expected_sha256")}
+    values["model_types"] = [m.strip() for m in args.model_types.split(",") if m.strip()]
+    try:
+        values["expected_sha256"] = json.loads(args.expected_sha256) if args.expected_sha256 else {}
+    except json.JSONDecodeError as err:
+        raise UserInputError(f"--expected-sha256 is not a JSON object: {err}") from err
+    return PipelineParameters(**values)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    if not args.local:
+        raise UserInputError("say where to run: --local (this machine)")
+    from fmnist.local_run import run_local
+
+    summary = run_local(
+        _parameters(args),
+        pipeline_root=args.pipeline_root,
+        summary_path=args.summary,
+        enable_caching=not args.no_cache,
+    )
+    cached = ", ".join(summary["cache_hits"]) or "none"
+    print(
+        "\n".join([
+            "",
+            f"Best model: {summary['best_model_type']} — test accuracy "
+            f"{summary['best_test_accuracy']:.4f}",
+            *(f"  {name:10s} test accuracy {m['test_accuracy']:.4f}, trained in "
+              f"{m['train_seconds']:.0f} s" for name, m in summary["models"].items()),
+            f"Model:   {summary['best_model_path']}",
+            f"Report:  {summary['report_path']} (HTML), {summary['report_markdown_path']} (Markdown)",
+            f"Summary: {summary['summary_path']}",
+            f"Took {summary['total_seconds']:.0f} s; steps from cache: {cached}",
+        ])
+    )
+    return 0
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from pipelines.compile import compile_all
+
+    for path in compile_all(args.output_dir):
+        print(f"wrote {path}")
+    return 0
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from fmnist.dataset.ingest import ingest
+
+    metadata = ingest(args.data_source, args.output)
+    print(json.dumps({k: metadata[k] for k in ("source", "verification", "sha256")}, indent=2))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fmnist-kfp",
+        description="Fashion-MNIST on Kubeflow Pipelines: ingest, distributed TensorFlow "
+                    "training of three CNNs, model selection.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="run the pipeline end to end")
+    run.add_argument("--local", action="store_true", help="on this machine with kfp.local")
+    run.add_argument("--pipeline-root", default="runs/local",
+                     help="where local runs keep artifacts and the cache (default %(default)s)")
+    run.add_argument("--summary", default=None,
+                     help="where to write summary.json (default: in the pipeline root)")
+    run.add_argument("--no-cache", action="store_true", help="run every step again")
+    _add_pipeline_parameters(run)
+    run.set_defaults(func=cmd_run)
+
+    comp = commands.add_parser("compile", help="compile the pipelines to YAML")
+    comp.add_argument("--output-dir", default="compiled", help="default %(default)s")
+    comp.set_defaults(func=cmd_compile)
+
+    ing = commands.add_parser("ingest", help="ingest Fashion-MNIST into a directory")
+    ing.add_argument("--data-source", default="", help="as for run")
+    ing.add_argument("--output", required=True, help="dataset directory to write")
+    ing.set_defaults(func=cmd_ingest)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    try:
+        return args.func(args)
+    except (UserInputError, DataSourceError, TrainingJobError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except RuntimeError as err:  # kfp.local reports a failed step this way
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

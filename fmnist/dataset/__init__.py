@@ -1,0 +1,1 @@
+"""Fashion-MNIST ingestion: official files, verification and the tf.data input pipeline."""

@@ -1,0 +1,183 @@
+"""Where Fashion-MNIST comes from: TensorFlow Datasets, or the four official IDX files.
+
+A *data source* is one of:
+
+* ``"tfds"``: TensorFlow Datasets downloads and verifies the dataset (needs internet);
+* a local directory, ``file://`` URI, or any URI ``tf.io.gfile`` reads (``gs://``, ``s3://``
+  with tensorflow-io, ``hdfs://``) holding the four official ``.gz`` IDX files;
+* an ``http(s)://`` URL of a mirror holding them.
+
+An empty source means: the ``FASHION_MNIST_DIR`` environment variable if set, else ``"tfds"``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fmnist.dataset.idx import decode_idx_gz
+from fmnist.dataset.official import IMAGE_SIZE, NUM_CLASSES, OFFICIAL_FILES, OfficialFile
+from fmnist.errors import DataSourceError
+
+DATA_DIR_ENV = "FASHION_MNIST_DIR"
+TFDS_SOURCE = "tfds"
+HTTP_TIMEOUT_SECONDS = 60
+
+
+@dataclass
+class RawSplit:
+    images: np.ndarray  # uint8 [N, 28, 28]
+    labels: np.ndarray  # uint8 [N]
+
+
+@dataclass
+class RawDataset:
+    splits: dict[str, RawSplit]
+    source: str
+    source_kind: str  # "idx" or "tfds"
+    checksums: dict[str, str] = field(default_factory=dict)
+    verification: str = ""
+
+
+def resolve_source(source: str | None) -> str:
+    """Applies the defaults: explicit source, then $FASHION_MNIST_DIR, then TFDS."""
+    source = (source or "").strip() or os.environ.get(DATA_DIR_ENV, "").strip()
+    return source or TFDS_SOURCE
+
+
+def describe_source(source: str) -> str:
+    """A loggable name for a source: no local machine path, no credentials."""
+    if source == TFDS_SOURCE:
+        return "tfds:fashion_mnist"
+    if "://" in source:
+        scheme, rest = source.split("://", 1)
+        host_and_path = rest.split("@", 1)[-1]  # drop user:password@ if present
+        return f"{scheme}://{host_and_path}" if scheme != "file" else "local IDX directory"
+    return "local IDX directory"
+
+
+def load(source: str, expected_sha256: dict[str, str] | None = None) -> RawDataset:
+    """Loads and verifies Fashion-MNIST from a resolved source.
+
+    ``expected_sha256`` replaces the official digests, file by file, for IDX files you derived
+    yourself (a subset, a fixture); by default every file must be the official release.
+    """
+    if source == TFDS_SOURCE:
+        return _load_tfds()
+    return _load_idx(source, expected_sha256 or {})
+
+
+def _read_bytes(location: str, name: str) -> bytes:
+    path = f"{location.rstrip('/')}/{name}"
+    if location.startswith(("http://", "https://")):
+        try:
+            with urllib.request.urlopen(path, timeout=HTTP_TIMEOUT_SECONDS) as response:
+                return response.read()
+        except urllib.error.HTTPError as err:
+            raise DataSourceError(
+                f"{name} is missing from {describe_source(location)} (HTTP {err.code})"
+            ) from err
+        except (urllib.error.URLError, OSError) as err:
+            raise DataSourceError(
+                f"could not download {name} from {describe_source(location)}: {err}. "
+                f"On a machine without network, set {DATA_DIR_ENV} (or the data_source "
+                "parameter) to a directory holding the four official IDX .gz files."
+            ) from err
+    import tensorflow as tf  # gfile reads local paths and gs://, s3://, hdfs:// URIs
+
+    if location.startswith("file://"):
+        path = path[len("file://") :]
+    if not tf.io.gfile.exists(path):
+        raise DataSourceError(
+            f"{name} is missing from the Fashion-MNIST directory {describe_source(location)}: "
+            "it must hold the four official files "
+            f"({', '.join(f.name for f in OFFICIAL_FILES)})."
+        )
+    with tf.io.gfile.GFile(path, "rb") as handle:
+        return handle.read()
+
+
+def _verify(official: OfficialFile, data: bytes, expected: str) -> str:
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != expected:
+        which = "official" if expected == official.sha256 else "expected"
+        raise DataSourceError(
+            f"{official.name}: sha256 {digest} does not match the {which} {expected}. "
+            "The file is corrupted or incomplete; download it again from the Fashion-MNIST "
+            "release."
+        )
+    return digest
+
+
+def _load_idx(location: str, expected_sha256: dict[str, str]) -> RawDataset:
+    unknown = set(expected_sha256) - {f.name for f in OFFICIAL_FILES}
+    if unknown:
+        raise DataSourceError(
+            f"expected_sha256 names unknown files {sorted(unknown)}; the files are "
+            f"{[f.name for f in OFFICIAL_FILES]}"
+        )
+    arrays: dict[tuple[str, str], np.ndarray] = {}
+    checksums: dict[str, str] = {}
+    for official in OFFICIAL_FILES:
+        data = _read_bytes(location, official.name)
+        expected = expected_sha256.get(official.name, official.sha256)
+        checksums[official.name] = _verify(official, data, expected)
+        arrays[(official.split, official.kind)] = decode_idx_gz(data, official.name)
+    splits = {
+        split: RawSplit(arrays[(split, "images")], arrays[(split, "labels")])
+        for split in ("train", "test")
+    }
+    for split, raw in splits.items():
+        _check_shapes(split, raw)
+    return RawDataset(
+        splits=splits,
+        source=describe_source(location),
+        source_kind="idx",
+        checksums=checksums,
+        verification="sha256 of each file against "
+        + ("the caller's digests" if expected_sha256 else "the official release"),
+    )
+
+
+def _load_tfds() -> RawDataset:
+    try:
+        import tensorflow_datasets as tfds
+
+        builder = tfds.builder("fashion_mnist")
+        builder.download_and_prepare()
+        loaded = tfds.as_numpy(builder.as_dataset(split=["train", "test"], batch_size=-1))
+    except Exception as err:  # TFDS raises many types for offline/download failures
+        raise DataSourceError(
+            f"TensorFlow Datasets could not provide fashion_mnist: {err}. On a machine without "
+            f"network, set {DATA_DIR_ENV} (or the data_source parameter) to a directory holding "
+            "the four official IDX .gz files."
+        ) from err
+    splits = {}
+    for split, examples in zip(("train", "test"), loaded, strict=True):
+        images = np.asarray(examples["image"], dtype=np.uint8).reshape(-1, IMAGE_SIZE, IMAGE_SIZE)
+        labels = np.asarray(examples["label"], dtype=np.uint8)
+        splits[split] = RawSplit(images, labels)
+        _check_shapes(split, splits[split])
+    return RawDataset(
+        splits=splits,
+        source=f"tfds:fashion_mnist/{builder.version}",
+        source_kind="tfds",
+        checksums={},
+        verification="download checksums registered in TensorFlow Datasets",
+    )
+
+
+def _check_shapes(split: str, raw: RawSplit) -> None:
+    if raw.images.ndim != 3 or raw.images.shape[1:] != (IMAGE_SIZE, IMAGE_SIZE):
+        raise DataSourceError(f"{split} images have shape {raw.images.shape}, expected N×28×28")
+    if raw.labels.shape != (raw.images.shape[0],):
+        raise DataSourceError(
+            f"{split}: {raw.images.shape[0]} images but {raw.labels.shape[0]} labels"
+        )
+    if raw.labels.size and int(raw.labels.max()) >= NUM_CLASSES:
+        raise DataSourceError(f"{split} labels go up to {int(raw.labels.max())}, expected 0-9")

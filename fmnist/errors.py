@@ -1,0 +1,13 @@
+"""Errors that tell the user what went wrong and what to do about it."""
+
+
+class UserInputError(ValueError):
+    """A parameter, file or request is invalid; the message names it and the fix."""
+
+
+class DataSourceError(RuntimeError):
+    """The dataset could not be obtained or failed verification."""
+
+
+class TrainingJobError(RuntimeError):
+    """A training job (local workers or a TFJob) failed."""

@@ -1,0 +1,200 @@
+"""Local backend: worker processes on loopback with the ``TF_CONFIG`` a TFJob would inject.
+
+The launcher behaves like the Kubeflow training operator for one machine: it starts one process
+per replica, streams their logs with a ``[job/worker-i]`` prefix, and when any worker fails it
+stops the others and, if the failure is retryable (killed by a signal, exit code ≥ 128, as the
+operator's ``ExitCode`` restart policy decides), restarts the whole job (up to ``max_restarts``)
+— the workers resume from the chief's last epoch checkpoint. It fails with the failing
+worker's last log lines when the restarts run out, and never leaves a worker behind.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict
+
+from fmnist.errors import TrainingJobError
+from fmnist.launcher.base import TrainingJobResult, TrainingJobSpec
+from fmnist.training.trainer import RESULT_FILE
+
+_TAIL_LINES = 30
+# TensorFlow's C++ start-up chatter (absl INFO/WARNING lines, the CUDA probe on CPU machines)
+# buries the epoch lines; it still reaches the failure tail.
+_NOISE = re.compile(
+    r"^([IW]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+\] |WARNING: All log messages before absl"
+    r"|E\d{4} .*(cuInit|cuda_platform)|To enable the following instructions|.*rebuild TensorFlow"
+    r"|Collective all_reduce tensors|Sharding callback duration|\s*self\.data_adapter = )"
+)
+_STOP_GRACE_SECONDS = 10
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def tf_config_for(replicas: list[tuple[str, int]], ports: list[int], me: int) -> dict:
+    """The ``TF_CONFIG`` of replica ``me``, shaped like the training operator's."""
+    cluster: dict[str, list[str]] = {}
+    for (task_type, _), port in zip(replicas, ports, strict=True):
+        cluster.setdefault(task_type, []).append(f"127.0.0.1:{port}")
+    task_type, index = replicas[me]
+    return {"cluster": cluster, "task": {"type": task_type, "index": index}, "environment": "cloud"}
+
+
+def trainer_command(spec: TrainingJobSpec) -> list[str]:
+    args = [sys.executable, "-m", "fmnist.training.trainer", "--data-dir", spec.data_dir,
+            "--work-dir", spec.work_dir, "--export-dir", spec.export_dir]
+    for key, value in asdict(spec.config).items():
+        args += ["--" + key.replace("_", "-"), str(value)]
+    return args
+
+
+class _Worker:
+    def __init__(self, name: str, process: subprocess.Popen, job: str, out):
+        self.name = name
+        self.process = process
+        self.tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
+        self._thread = threading.Thread(target=self._pump, args=(job, out), daemon=True)
+        self._thread.start()
+
+    def _pump(self, job: str, out) -> None:
+        for raw in self.process.stdout:
+            line = raw.rstrip("\n")
+            self.tail.append(line)
+            if not _NOISE.match(line):
+                print(f"[{job}/{self.name}] {line}", file=out, flush=True)
+
+    def finish_logs(self) -> None:
+        self._thread.join(timeout=5)
+
+
+class LocalProcessLauncher:
+    """Runs a training job as local processes; see the module docstring."""
+
+    def __init__(self, out=None, cpu_count: int | None = None):
+        self.out = out or sys.stdout
+        self.cpu_count = cpu_count or os.cpu_count() or 1
+        self.workers: list[_Worker] = []  # the current attempt's workers (tests kill them)
+        self._lock = threading.Lock()
+
+    def _replicas(self, spec: TrainingJobSpec) -> list[tuple[str, int]]:
+        chief = [("chief", 0)] if spec.use_chief else []
+        return chief + [("worker", i) for i in range(spec.num_workers)]
+
+    def _start(self, spec: TrainingJobSpec) -> None:
+        replicas = self._replicas(spec)
+        ports = free_ports(len(replicas))
+        command = trainer_command(spec)
+        threads = max(1, self.cpu_count // len(replicas))
+        workers = []
+        for i, (task_type, index) in enumerate(replicas):
+            env = dict(os.environ)
+            env.update(
+                TF_CONFIG=json.dumps(tf_config_for(replicas, ports, i)),
+                PYTHONUNBUFFERED="1",
+                TF_CPP_MIN_LOG_LEVEL=env.get("TF_CPP_MIN_LOG_LEVEL", "2"),
+                # Share the cores instead of every worker assuming it owns them all.
+                TF_NUM_INTRAOP_THREADS=str(threads),
+                TF_NUM_INTEROP_THREADS=str(min(2, threads)),
+            )
+            if spec.gpus_per_worker == 0:
+                env["CUDA_VISIBLE_DEVICES"] = ""
+            else:
+                first = i * spec.gpus_per_worker
+                env["CUDA_VISIBLE_DEVICES"] = ",".join(
+                    str(g) for g in range(first, first + spec.gpus_per_worker)
+                )
+            process = subprocess.Popen(
+                command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                bufsize=1,
+            )
+            workers.append(_Worker(f"{task_type}-{index}", process, spec.name, self.out))
+        with self._lock:
+            self.workers = workers
+
+    def _stop_all(self) -> None:
+        with self._lock:
+            workers = list(self.workers)
+        for worker in workers:
+            if worker.process.poll() is None:
+                worker.process.send_signal(signal.SIGTERM)
+        deadline = time.time() + _STOP_GRACE_SECONDS
+        for worker in workers:
+            try:
+                worker.process.wait(timeout=max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                worker.process.kill()
+                worker.process.wait()
+            worker.finish_logs()
+
+    def _wait(self) -> _Worker | None:
+        """Waits until every worker succeeded (returns None) or one failed (returns it)."""
+        while True:
+            with self._lock:
+                workers = list(self.workers)
+            codes = [w.process.poll() for w in workers]
+            for worker, code in zip(workers, codes, strict=True):
+                if code not in (None, 0):
+                    return worker
+            if all(code == 0 for code in codes):
+                for worker in workers:
+                    worker.finish_logs()
+                return None
+            time.sleep(0.2)
+
+    def run(self, spec: TrainingJobSpec) -> TrainingJobResult:
+        spec.validate()
+        started = time.time()
+        restarts = 0
+        try:
+            while True:
+                print(
+                    f"[{spec.name}] starting {spec.replicas} worker process(es)"
+                    + (f" (restart {restarts}/{spec.max_restarts})" if restarts else ""),
+                    file=self.out, flush=True,
+                )
+                self._start(spec)
+                failed = self._wait()
+                if failed is None:
+                    break
+                code = failed.process.returncode
+                self._stop_all()
+                reason = f"signal {-code}" if code < 0 else f"exit code {code}"
+                # The operator's ExitCode policy: 1-127 is a permanent error (bad input, a bug)
+                # that a restart repeats; a signal (killed, preempted, OOM) is worth a retry.
+                retryable = code < 0 or code >= 128
+                if not retryable or restarts >= spec.max_restarts:
+                    tail = "\n".join(failed.tail)
+                    raise TrainingJobError(
+                        f"training job {spec.name}: {failed.name} failed with {reason} after "
+                        f"{restarts} restart(s). Its last log lines:\n{tail}"
+                    )
+                restarts += 1
+                print(
+                    f"[{spec.name}] {failed.name} failed with {reason}; restarting all workers "
+                    "from the last checkpoint",
+                    file=self.out, flush=True,
+                )
+        finally:
+            self._stop_all()
+        with open(os.path.join(spec.work_dir, RESULT_FILE)) as handle:
+            result = json.load(handle)
+        return TrainingJobResult(result, round(time.time() - started, 2), restarts)

@@ -1,0 +1,88 @@
+"""The pipeline's run parameters: defaults in one place, validated before any work starts."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from fmnist.dataset.official import OFFICIAL_FILES
+from fmnist.dataset.sources import DATA_DIR_ENV, TFDS_SOURCE, resolve_source
+from fmnist.durations import parse_duration
+from fmnist.errors import UserInputError
+from fmnist.launcher.base import BACKENDS
+from fmnist.training.config import MODEL_TYPES, TrainingConfig
+
+
+@dataclass
+class PipelineParameters:
+    """Run parameters of the Fashion-MNIST pipeline (see the pipeline docstring)."""
+
+    data_source: str = ""
+    freshness: str = "24h"
+    expected_sha256: dict[str, str] = field(default_factory=dict)
+    model_types: list[str] = field(default_factory=lambda: list(MODEL_TYPES))
+    epochs: int = 12
+    batch_size: int = 64
+    learning_rate: float = 1e-3
+    dropout_rate: float = 0.5
+    precision: str = "auto"
+    train_examples: int = 0
+    num_workers: int = 2
+    backend: str = "local"
+    max_restarts: int = 2
+
+    def validate(self, check_data: bool = True) -> PipelineParameters:
+        """Raises ``UserInputError`` naming every bad parameter; checks that a local data
+        directory exists and holds the four files (their checksums are verified on ingest)."""
+        problems: list[str] = []
+        if not self.model_types:
+            problems.append("model_types is empty; give at least one of " + ", ".join(MODEL_TYPES))
+        if len(set(self.model_types)) != len(self.model_types):
+            problems.append(f"model_types has duplicates: {self.model_types}")
+        for model_type in self.model_types or [MODEL_TYPES[0]]:
+            problems += TrainingConfig(
+                model_type=model_type,
+                epochs=self.epochs,
+                batch_size=self.batch_size,
+                learning_rate=self.learning_rate,
+                dropout_rate=self.dropout_rate,
+                precision=self.precision,
+                train_examples=self.train_examples,
+            ).problems()
+        try:
+            parse_duration(self.freshness)
+        except UserInputError as err:
+            problems.append(str(err))
+        if self.backend not in BACKENDS:
+            problems.append(f"unknown backend {self.backend!r}; choose one of {BACKENDS}")
+        if self.num_workers < 1:
+            problems.append(f"num_workers must be at least 1, got {self.num_workers}")
+        if self.max_restarts < 0:
+            problems.append(f"max_restarts must be 0 or more, got {self.max_restarts}")
+        if check_data:
+            problems += _data_problems(resolve_source(self.data_source))
+        if problems:
+            unique = list(dict.fromkeys(problems))
+            raise UserInputError("invalid pipeline parameters:\n  - " + "\n  - ".join(unique))
+        return self
+
+    def arguments(self) -> dict[str, Any]:
+        """Pipeline arguments, with the data source resolved so it is part of the cache key."""
+        values = asdict(self)
+        values["data_source"] = resolve_source(self.data_source)
+        return values
+
+
+def _data_problems(source: str) -> list[str]:
+    if source == TFDS_SOURCE or "://" in source:
+        return []  # remote sources are checked by the ingestion step itself
+    if not os.path.isdir(source):
+        return [
+            f"data directory {source!r} does not exist (from the data_source parameter or "
+            f"${DATA_DIR_ENV}); point it at a directory holding the four official IDX .gz files"
+        ]
+    missing = [f.name for f in OFFICIAL_FILES if not os.path.isfile(os.path.join(source, f.name))]
+    if missing:
+        return [f"data directory {source!r} lacks {', '.join(missing)}"]
+    return []

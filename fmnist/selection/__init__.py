@@ -1,0 +1,1 @@
+"""Model selection: evaluate candidates on the test split, pick the best, report."""

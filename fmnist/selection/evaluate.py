@@ -1,0 +1,49 @@
+"""Test-split evaluation of an exported model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from fmnist.dataset.official import NUM_CLASSES
+
+
+@dataclass
+class Evaluation:
+    accuracy: float
+    per_class_accuracy: list[float]
+    confusion_matrix: list[list[int]]  # rows: true class, columns: predicted
+    num_examples: int
+
+
+def confusion_matrix(labels: np.ndarray, predictions: np.ndarray) -> np.ndarray:
+    matrix = np.zeros((NUM_CLASSES, NUM_CLASSES), dtype=np.int64)
+    np.add.at(matrix, (labels.astype(int), predictions.astype(int)), 1)
+    return matrix
+
+
+def evaluate_predictions(labels: np.ndarray, predictions: np.ndarray) -> Evaluation:
+    matrix = confusion_matrix(labels, predictions)
+    totals = matrix.sum(axis=1)
+    per_class = np.divide(
+        np.diag(matrix), totals, out=np.zeros(NUM_CLASSES, dtype=float), where=totals > 0
+    )
+    return Evaluation(
+        accuracy=float((labels == predictions).mean()) if len(labels) else 0.0,
+        per_class_accuracy=[round(float(v), 4) for v in per_class],
+        confusion_matrix=matrix.tolist(),
+        num_examples=int(len(labels)),
+    )
+
+
+def predict_classes(saved_model_dir: str, images: np.ndarray, batch_size: int = 2048) -> np.ndarray:
+    """Class indices from the exported model's ``serving_pixels`` signature."""
+    from fmnist.training.export import load_pixels_predictor
+
+    predict = load_pixels_predictor(saved_model_dir)
+    outputs = [
+        predict(images[i : i + batch_size].astype(np.float32))["class_index"].numpy()
+        for i in range(0, len(images), batch_size)
+    ]
+    return np.concatenate(outputs) if outputs else np.zeros((0,), dtype=np.int32)

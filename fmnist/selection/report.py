@@ -1,0 +1,142 @@
+"""The selection report: a per-model table, per-class accuracy, training curves and the
+winner's confusion matrix, as HTML (pictures embedded) and Markdown (tables)."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from typing import Any
+
+from fmnist.dataset.official import CLASS_NAMES
+
+
+def _png(figure) -> str:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def training_curves_png(candidates: list[dict[str, Any]]) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (ax_acc, ax_loss) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for candidate in candidates:
+        history = candidate.get("history", [])
+        epochs = [entry["epoch"] for entry in history]
+        ax_acc.plot(epochs, [e["accuracy"] for e in history], marker="o", ms=3,
+                    label=f"{candidate['model_type']} train")
+        ax_loss.plot(epochs, [e["loss"] for e in history], marker="o", ms=3,
+                     label=candidate["model_type"])
+        if history and "val_accuracy" in history[0]:
+            ax_acc.plot(epochs, [e["val_accuracy"] for e in history], ls="--",
+                        label=f"{candidate['model_type']} validation")
+    ax_acc.set(title="Accuracy per epoch", xlabel="epoch", ylabel="accuracy")
+    ax_loss.set(title="Training loss per epoch", xlabel="epoch", ylabel="loss")
+    for axis in (ax_acc, ax_loss):
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    encoded = _png(figure)
+    plt.close(figure)
+    return encoded
+
+
+def confusion_matrix_png(matrix: list[list[int]], title: str) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    values = np.asarray(matrix)
+    figure, axis = plt.subplots(figsize=(6.4, 5.6))
+    image = axis.imshow(values, cmap="Blues")
+    axis.set_xticks(range(len(CLASS_NAMES)), CLASS_NAMES, rotation=45, ha="right", fontsize=8)
+    axis.set_yticks(range(len(CLASS_NAMES)), CLASS_NAMES, fontsize=8)
+    axis.set(xlabel="predicted", ylabel="true", title=title)
+    threshold = values.max() / 2 if values.size else 0
+    for (row, col), count in np.ndenumerate(values):
+        axis.text(col, row, str(count), ha="center", va="center", fontsize=7,
+                  color="white" if count > threshold else "black")
+    figure.colorbar(image, ax=axis, fraction=0.046)
+    encoded = _png(figure)
+    plt.close(figure)
+    return encoded
+
+
+def _rows(candidates: list[dict[str, Any]], best: str) -> list[list[str]]:
+    rows = []
+    for c in sorted(candidates, key=lambda c: -c["test_accuracy"]):
+        rows.append([
+            ("★ " if c["model_type"] == best else "") + c["model_type"],
+            f"{c['test_accuracy']:.4f}",
+            f"{c['parameters']:,}",
+            str(c["epochs"]),
+            f"{c['train_seconds']:.1f}",
+            f"{c.get('final_metrics', {}).get('accuracy', float('nan')):.4f}",
+        ])
+    return rows
+
+
+HEADER = ["model", "test accuracy", "parameters", "epochs", "train s", "final train accuracy"]
+
+
+def markdown_report(candidates: list[dict[str, Any]], best: str, num_test: int) -> str:
+    lines = [
+        "# Fashion-MNIST model selection",
+        "",
+        f"Winner: **{best}**, chosen by accuracy on the {num_test:,} test images.",
+        "",
+        "| " + " | ".join(HEADER) + " |",
+        "|" + "---|" * len(HEADER),
+    ]
+    lines += ["| " + " | ".join(row) + " |" for row in _rows(candidates, best)]
+    lines += ["", "## Per-class test accuracy", ""]
+    lines.append("| class | " + " | ".join(c["model_type"] for c in candidates) + " |")
+    lines.append("|---|" + "---|" * len(candidates))
+    for i, name in enumerate(CLASS_NAMES):
+        cells = [f"{c['per_class_accuracy'][i]:.3f}" for c in candidates]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def html_report(candidates: list[dict[str, Any]], best: str, num_test: int) -> str:
+    def table(header: list[str], rows: list[list[str]]) -> str:
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>"
+            for row in rows
+        )
+        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+    winner = next(c for c in candidates if c["model_type"] == best)
+    per_class_rows = [
+        [name] + [f"{c['per_class_accuracy'][i]:.3f}" for c in candidates]
+        for i, name in enumerate(CLASS_NAMES)
+    ]
+    curves = training_curves_png(candidates)
+    matrix = confusion_matrix_png(winner["confusion_matrix"], f"{best}: test confusion matrix")
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>Fashion-MNIST model selection</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2em; color: #222; }}
+table {{ border-collapse: collapse; margin: 1em 0; }}
+th, td {{ border: 1px solid #ccc; padding: 4px 10px; text-align: right; }}
+th:first-child, td:first-child {{ text-align: left; }}
+thead {{ background: #f3f3f3; }}
+</style></head><body>
+<h1>Fashion-MNIST model selection</h1>
+<p>Winner: <b>{html.escape(best)}</b> with test accuracy <b>{winner['test_accuracy']:.4f}</b>,
+chosen by accuracy on the {num_test:,} test images.</p>
+{table(HEADER, _rows(candidates, best))}
+<h2>Training curves</h2>
+<img alt="training curves" src="data:image/png;base64,{curves}">
+<h2>Per-class test accuracy</h2>
+{table(["class"] + [c["model_type"] for c in candidates], per_class_rows)}
+<h2>Confusion matrix of the winner</h2>
+<img alt="confusion matrix" src="data:image/png;base64,{matrix}">
+</body></html>
+"""

@@ -1,0 +1,1 @@
+"""The trainer: CNN definitions, hyperparameters, distribution and SavedModel export."""

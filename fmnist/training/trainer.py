@@ -1,0 +1,208 @@
+"""Trains one CNN on an ingested dataset; one process per worker of a multi-worker job.
+
+Run as ``python -m fmnist.training.trainer --data-dir D --work-dir W --export-dir E [hyperparams]``
+in each worker with the ``TF_CONFIG`` the Kubeflow training operator (or the local launcher)
+injects. Every worker trains; the chief alone exports the SavedModel, writes ``result.json`` and
+the per-epoch history, and keeps the checkpoint that a restarted job resumes from.
+
+Each epoch prints one ``key=value`` line (``epoch=3 loss=... accuracy=... val_accuracy=...``):
+readable in logs and parsed as-is by Katib's StdOut metrics collector.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from dataclasses import fields
+from typing import Any
+
+from fmnist.training.config import MODEL_TYPES, TrainingConfig
+
+log = logging.getLogger("fmnist.trainer")
+
+RESULT_FILE = "result.json"
+HISTORY_FILE = "history.jsonl"
+BACKUP_DIR = "backup"
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, TrainingConfig]:
+    parser = argparse.ArgumentParser(
+        prog="python -m fmnist.training.trainer", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--data-dir", required=True, help="ingested dataset directory")
+    parser.add_argument("--work-dir", required=True, help="checkpoints, history, result.json")
+    parser.add_argument("--export-dir", required=True, help="where the chief writes the model")
+    defaults = TrainingConfig()
+    for field in fields(TrainingConfig):
+        flag = "--" + field.name.replace("_", "-")
+        kwargs: dict[str, Any] = {"type": type(getattr(defaults, field.name)), "default": None}
+        if field.name == "model_type":
+            kwargs["choices"] = MODEL_TYPES
+        parser.add_argument(flag, **kwargs, help=f"default {getattr(defaults, field.name)!r}")
+    args = parser.parse_args(argv)
+    overrides = {
+        f.name: getattr(args, f.name) for f in fields(TrainingConfig) if getattr(args, f.name)
+        is not None
+    }
+    return args, TrainingConfig(**{**vars(defaults), **overrides}).validate()
+
+
+def _read_history(path: str) -> list[dict[str, Any]]:
+    import tensorflow as tf
+
+    if not tf.io.gfile.exists(path):
+        return []
+    by_epoch: dict[int, dict[str, Any]] = {}
+    with tf.io.gfile.GFile(path) as handle:
+        for line in handle:
+            if line.strip():
+                entry = json.loads(line)
+                by_epoch[entry["epoch"]] = entry  # a re-run epoch replaces the lost one
+    return [by_epoch[k] for k in sorted(by_epoch)]
+
+
+def train(
+    config: TrainingConfig, data_dir: str, work_dir: str, export_dir: str
+) -> dict[str, Any] | None:
+    """Trains and (on the chief) exports; returns the result on the chief, None elsewhere."""
+    from fmnist.training.distributed import (
+        ClusterRole,
+        choose_precision,
+        gpus_available,
+        make_strategy,
+    )
+
+    role = ClusterRole.from_env()
+    # The strategy must exist before any other TensorFlow op runs in this process.
+    strategy = make_strategy()
+
+    import tensorflow as tf
+    import tf_keras as keras
+
+    from fmnist.dataset.pipeline import training_dataset
+    from fmnist.dataset.records import read_metadata
+    from fmnist.training.distributed import make_backup_callback
+    from fmnist.training.export import export_saved_model
+    from fmnist.training.models import build_model
+
+    precision = choose_precision(config.precision)
+    keras.mixed_precision.set_global_policy(precision)
+    keras.utils.set_random_seed(config.seed)
+
+    available = read_metadata(data_dir)["splits"]["train"]["num_examples"]
+    num_validation = config.validation_examples
+    num_train = config.train_examples or (available - num_validation)
+    if num_train + num_validation > available or num_train < 1:
+        raise ValueError(
+            f"train_examples={config.train_examples} plus validation_examples="
+            f"{num_validation} exceed the {available} training examples"
+        )
+    replicas = strategy.num_replicas_in_sync
+    global_batch = config.batch_size * replicas
+    train_data = training_dataset(
+        data_dir, "train", global_batch, shuffle=True, take=num_train, seed=config.seed
+    )
+    validation_data = (
+        training_dataset(
+            data_dir, "train", global_batch, shuffle=False, skip=available - num_validation
+        )
+        if num_validation
+        else None
+    )
+    with strategy.scope():
+        model = build_model(config)
+        model.compile(
+            optimizer=keras.optimizers.Adam(config.learning_rate),
+            loss=keras.losses.SparseCategoricalCrossentropy(),
+            metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+        )
+    tf.io.gfile.makedirs(work_dir)
+    history_path = f"{work_dir}/{HISTORY_FILE}"
+    if role.num_workers > 1:
+        print(f"{role.name}: MultiWorkerMirroredStrategy over {role.num_workers} workers "
+              f"({'NCCL' if gpus_available() else 'ring'} all-reduce)", flush=True)
+    print(
+        f"{role.name}: training {config.model_type} ({model.count_params():,} parameters) on "
+        f"{num_train:,} images, {replicas} replica(s), global batch {global_batch}, {precision}",
+        flush=True,
+    )
+
+    class EpochReport(keras.callbacks.Callback):
+        """One ``key=value`` line per epoch; the chief appends it to the history file."""
+
+        resumed = False
+
+        def on_epoch_begin(self, epoch, logs=None):
+            if epoch > 0 and not self.resumed:  # BackupAndRestore skipped finished epochs
+                print(f"resumed_from_epoch={epoch}", flush=True)
+            self.resumed = True
+            self.started = time.perf_counter()
+
+        def on_epoch_end(self, epoch, logs=None):
+            seconds = time.perf_counter() - self.started
+            entry = {"epoch": epoch + 1, **{k: float(v) for k, v in (logs or {}).items()}}
+            entry["seconds"] = round(seconds, 3)
+            entry["images_per_second"] = round(num_train / seconds, 1)
+            print(
+                " ".join(
+                    [f"epoch={epoch + 1}", f"epochs={config.epochs}"]
+                    + [f"{k}={v:.4f}" for k, v in entry.items() if k not in ("epoch",)]
+                ),
+                flush=True,
+            )
+            if role.is_chief:
+                with tf.io.gfile.GFile(history_path, "a") as handle:
+                    handle.write(json.dumps(entry) + "\n")
+
+    started = time.time()
+    # EpochReport runs before the backup so a logged epoch is never ahead of the checkpoint.
+    callbacks = [EpochReport(), make_backup_callback(f"{work_dir}/{BACKUP_DIR}")]
+    model.fit(train_data, epochs=config.epochs, validation_data=validation_data, verbose=0,
+              callbacks=callbacks)
+    train_seconds = time.time() - started
+    if not role.is_chief:
+        return None
+
+    # Export a float32 copy: servers without bf16 hardware run it at full speed.
+    weights = model.get_weights()
+    keras.mixed_precision.set_global_policy("float32")
+    serving_model = build_model(config)
+    serving_model.set_weights(weights)  # variables are float32 under mixed precision too
+    export_saved_model(serving_model, export_dir)
+    history = _read_history(history_path)
+    final = {k: v for k, v in history[-1].items() if k not in ("epoch",)} if history else {}
+    result = {
+        "model_type": config.model_type,
+        "hyperparameters": json.loads(config.to_json()),
+        "parameters": int(model.count_params()),
+        "epochs": config.epochs,
+        "replicas": replicas,
+        "global_batch_size": global_batch,
+        "precision": precision,
+        "train_examples": num_train,
+        "validation_examples": num_validation,
+        "train_seconds": round(train_seconds, 2),
+        "final_metrics": final,
+        "history": history,
+    }
+    with tf.io.gfile.GFile(f"{work_dir}/{RESULT_FILE}", "w") as handle:
+        json.dump(result, handle, indent=2)
+    print(f"{role.name}: exported the model ({train_seconds:.1f} s of training)", flush=True)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    logging.getLogger("tensorflow").setLevel(logging.WARNING)  # per-step collective chatter
+    args, config = parse_args(argv)
+    train(config, args.data_dir, args.work_dir, args.export_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

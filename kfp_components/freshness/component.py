@@ -1,0 +1,17 @@
+
+from kfp_components.base import component
+
+
+@component
+def freshness_window(freshness: str) -> str:
+    """Names the freshness window this run falls in (e.g. ``24h#20412``).
+
+    Feeding it to ingestion makes the ingestion cache entry expire with the window: runs inside
+    one window reuse the ingested dataset, the first run after it re-ingests. Never cached.
+
+    Args:
+        freshness: How long ingested data stays fresh: ``30m``, ``24h``, ``7d``, ``P1D``.
+    """
+    from fmnist.dataset.freshness import freshness_window as window
+
+    return window(freshness)

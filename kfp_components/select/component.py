@@ -1,0 +1,62 @@
+
+from kfp.dsl import HTML, ClassificationMetrics, Dataset, Input, Markdown, Metrics, Model, Output
+
+from kfp_components.base import component
+
+
+@component
+def select_best_model(
+    dataset: Input[Dataset],
+    candidates: Input[list[Model]],
+    best_model: Output[Model],
+    metrics: Output[Metrics],
+    confusion_matrix: Output[ClassificationMetrics],
+    report: Output[HTML],
+    report_markdown: Output[Markdown],
+) -> str:
+    """Evaluates every candidate on the test split and outputs the most accurate one.
+
+    Args:
+        dataset: The ingested dataset; its test split decides.
+        candidates: The trained models.
+        best_model: A copy of the winner, its metadata extended with test figures and the
+            leaderboard of all candidates.
+        metrics: Test accuracy of every candidate and of the winner.
+        confusion_matrix: The winner's test confusion matrix.
+        report: Per-model table, per-class accuracy, training curves, confusion matrix.
+        report_markdown: The same tables as Markdown.
+
+    Returns:
+        The winning model type.
+    """
+    import json
+
+    from fmnist.dataset.official import CLASS_NAMES
+    from fmnist.selection.select import leaderboard, select_best
+
+    selection = select_best(dataset.path, [c.path for c in candidates], best_model.path)
+    best = selection.best
+    source = next(c for c in candidates if c.path == best["model_dir"])
+    best_model.metadata.update(
+        {
+            **source.metadata,
+            "test_accuracy": best["test_accuracy"],
+            "per_class_accuracy": dict(zip(CLASS_NAMES, best["per_class_accuracy"], strict=True)),
+            "test_examples": selection.num_test_examples,
+            "leaderboard": leaderboard(selection),
+        }
+    )
+    metrics.log_metric("best_test_accuracy", best["test_accuracy"])
+    for candidate in selection.candidates:
+        metrics.log_metric(f"{candidate['model_type']}_test_accuracy", candidate["test_accuracy"])
+    confusion_matrix.log_confusion_matrix(list(CLASS_NAMES), best["confusion_matrix"])
+    # Files behind every output artifact, so a cached run can reuse them.
+    with open(metrics.path, "w") as handle:
+        json.dump(metrics.metadata, handle)
+    with open(confusion_matrix.path, "w") as handle:
+        json.dump(confusion_matrix.metadata, handle)
+    with open(report.path, "w") as handle:
+        handle.write(selection.html)
+    with open(report_markdown.path, "w") as handle:
+        handle.write(selection.markdown)
+    return best["model_type"]

@@ -1,0 +1,1 @@
+"""KFP pipeline definitions."""

@@ -1,0 +1,107 @@
+"""The Fashion-MNIST training pipeline: ingest → train three CNNs in parallel → select."""
+
+from typing import NamedTuple
+
+from kfp import dsl
+from kfp.dsl import HTML, Markdown, Model
+
+from fmnist.parameters import PipelineParameters
+from kfp_components.freshness import freshness_window
+from kfp_components.ingest import ingest_fashion_mnist
+from kfp_components.select import select_best_model
+from kfp_components.train import train_model
+
+PIPELINE_NAME = "fashion-mnist-training"
+_D = PipelineParameters()
+
+
+class PipelineOutputs(NamedTuple):
+    best_model: Model
+    report: HTML
+    report_markdown: Markdown
+    best_model_type: str
+
+
+def make_pipeline(parallelism: int = 0):
+    """Builds the pipeline; ``parallelism`` caps concurrent training steps (0: no cap).
+
+    On one machine, training one model at a time (parallelism 1) gives each job every core;
+    on a cluster each TFJob brings its own pods, so all models train at once.
+    """
+
+    @dsl.pipeline(name=PIPELINE_NAME)
+    def fashion_mnist_pipeline(
+        data_source: str = _D.data_source,
+        freshness: str = _D.freshness,
+        expected_sha256: dict = _D.expected_sha256,
+        model_types: list = _D.model_types,
+        epochs: int = _D.epochs,
+        batch_size: int = _D.batch_size,
+        learning_rate: float = _D.learning_rate,
+        dropout_rate: float = _D.dropout_rate,
+        precision: str = _D.precision,
+        train_examples: int = _D.train_examples,
+        num_workers: int = _D.num_workers,
+        backend: str = _D.backend,
+        max_restarts: int = _D.max_restarts,
+    ) -> PipelineOutputs:
+        """Trains basic, dropout and batch-norm CNNs on Fashion-MNIST with
+        MultiWorkerMirroredStrategy and keeps the most accurate on the test split.
+
+        Args:
+            data_source: ``tfds``, a directory or URI with the four official IDX .gz files,
+                or empty for $FASHION_MNIST_DIR (else TFDS).
+            freshness: How long ingested data is reused from cache: ``30m``, ``24h``, ``7d``.
+            expected_sha256: Per-file digests replacing the official ones (derived data only).
+            model_types: The CNNs to train: any of ``basic``, ``dropout``, ``batchnorm``.
+            epochs: Passes over the training split per model.
+            batch_size: Per-replica batch size; global batch = batch_size × workers.
+            learning_rate: Adam's learning rate.
+            dropout_rate: Dropout rate of the dropout CNN.
+            precision: ``auto``, ``float32``, ``mixed_bfloat16`` or ``mixed_float16``.
+            train_examples: Train on the first N training examples (0: all 60,000).
+            num_workers: Worker replicas per training job.
+            backend: ``local`` (worker processes) or ``kubernetes`` (TFJobs).
+            max_restarts: Whole-job restarts after a worker is killed; training resumes from
+                the last epoch checkpoint.
+        """
+        window = freshness_window(freshness=freshness)
+        window.set_caching_options(False)  # it reads the clock
+        window.set_display_name("freshness-window")
+        ingest = ingest_fashion_mnist(
+            data_source=data_source,
+            freshness_window=window.output,
+            expected_sha256=expected_sha256,
+        )
+        ingest.set_display_name("ingest")
+        with dsl.ParallelFor(items=model_types, parallelism=parallelism) as model_type:
+            train = train_model(
+                dataset=ingest.outputs["dataset"],
+                model_type=model_type,
+                epochs=epochs,
+                batch_size=batch_size,
+                learning_rate=learning_rate,
+                dropout_rate=dropout_rate,
+                precision=precision,
+                train_examples=train_examples,
+                num_workers=num_workers,
+                backend=backend,
+                max_restarts=max_restarts,
+            )
+            train.set_display_name("train")
+        select = select_best_model(
+            dataset=ingest.outputs["dataset"],
+            candidates=dsl.Collected(train.outputs["model"]),
+        )
+        select.set_display_name("select")
+        return PipelineOutputs(
+            best_model=select.outputs["best_model"],
+            report=select.outputs["report"],
+            report_markdown=select.outputs["report_markdown"],
+            best_model_type=select.outputs["Output"],
+        )
+
+    return fashion_mnist_pipeline
+
+
+fashion_mnist_pipeline = make_pipeline()
