@@ -57,6 +57,13 @@ def to_model_inputs(images, labels):
     return tf.cast(images, tf.float32)[..., tf.newaxis], labels
 
 
+def random_flip(images, labels):
+    """Mirrors each image left-right with probability ½ (garments are symmetric)."""
+    import tensorflow as tf
+
+    return tf.image.random_flip_left_right(images), labels
+
+
 def training_dataset(
     data_dir: str,
     split: str,
@@ -67,6 +74,7 @@ def training_dataset(
     take: int = 0,
     seed: int | None = None,
     cache: bool = True,
+    augment: bool = False,
 ):
     """The dataset ``Model.fit``/``evaluate`` consume: global batches, sharded by DATA."""
     import tensorflow as tf
@@ -76,11 +84,12 @@ def training_dataset(
         dataset = dataset.cache()  # decoded uint8 in memory: later epochs skip file I/O
     if shuffle:
         dataset = dataset.shuffle(60_000, seed=seed, reshuffle_each_iteration=True)
-    dataset = (
-        dataset.batch(global_batch_size)
-        .map(to_model_inputs, num_parallel_calls=tf.data.AUTOTUNE)
-        .prefetch(tf.data.AUTOTUNE)
+    dataset = dataset.batch(global_batch_size).map(
+        to_model_inputs, num_parallel_calls=tf.data.AUTOTUNE
     )
+    if augment:
+        dataset = dataset.map(random_flip, num_parallel_calls=tf.data.AUTOTUNE)
+    dataset = dataset.prefetch(tf.data.AUTOTUNE)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     options.deterministic = seed is not None

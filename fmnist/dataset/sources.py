@@ -150,7 +150,10 @@ def _load_tfds() -> RawDataset:
 
         builder = tfds.builder("fashion_mnist")
         builder.download_and_prepare()
-        loaded = tfds.as_numpy(builder.as_dataset(split=["train", "test"], batch_size=-1))
+        loaded = [
+            next(iter(tfds.as_numpy(builder.as_dataset(split=split).batch(100_000))))
+            for split in ("train", "test")
+        ]
     except Exception as err:  # TFDS raises many types for offline/download failures
         raise DataSourceError(
             f"TensorFlow Datasets could not provide fashion_mnist: {err}. On a machine without "

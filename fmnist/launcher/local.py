@@ -28,13 +28,19 @@ from fmnist.training.trainer import RESULT_FILE
 
 _TAIL_LINES = 30
 # TensorFlow's C++ start-up chatter (absl INFO/WARNING lines, the CUDA probe on CPU machines)
-# buries the epoch lines; it still reaches the failure tail.
+# would bury the epoch lines and the error that matters.
 _NOISE = re.compile(
     r"^([IW]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+\] |WARNING: All log messages before absl"
     r"|E\d{4} .*(cuInit|cuda_platform)|To enable the following instructions|.*rebuild TensorFlow"
     r"|Collective all_reduce tensors|Sharding callback duration|\s*self\.data_adapter = )"
 )
 _STOP_GRACE_SECONDS = 10
+
+
+def _retryable(code: int) -> bool:
+    """The operator's ExitCode policy: 1-127 is a permanent error (bad input, a bug) that a
+    restart repeats; a signal (killed, preempted, out of memory) is worth a retry."""
+    return code < 0 or code >= 128
 
 
 def free_ports(count: int) -> list[int]:
@@ -78,8 +84,8 @@ class _Worker:
     def _pump(self, job: str, out) -> None:
         for raw in self.process.stdout:
             line = raw.rstrip("\n")
-            self.tail.append(line)
-            if not _NOISE.match(line):
+            if line.strip() and not _NOISE.match(line):
+                self.tail.append(line)
                 print(f"[{job}/{self.name}] {line}", file=out, flush=True)
 
     def finish_logs(self) -> None:
@@ -151,9 +157,13 @@ class LocalProcessLauncher:
             with self._lock:
                 workers = list(self.workers)
             codes = [w.process.poll() for w in workers]
-            for worker, code in zip(workers, codes, strict=True):
-                if code not in (None, 0):
-                    return worker
+            failed = [w for w, code in zip(workers, codes, strict=True) if code not in (None, 0)]
+            if failed:
+                # A killed worker takes its peers down with it (their collectives fail with
+                # exit code 1); the killed one is the cause to report and to act on.
+                time.sleep(0.5)
+                failed = [w for w in workers if w.process.poll() not in (None, 0)]
+                return max(failed, key=lambda w: _retryable(w.process.returncode))
             if all(code == 0 for code in codes):
                 for worker in workers:
                     worker.finish_logs()
@@ -178,10 +188,7 @@ class LocalProcessLauncher:
                 code = failed.process.returncode
                 self._stop_all()
                 reason = f"signal {-code}" if code < 0 else f"exit code {code}"
-                # The operator's ExitCode policy: 1-127 is a permanent error (bad input, a bug)
-                # that a restart repeats; a signal (killed, preempted, OOM) is worth a retry.
-                retryable = code < 0 or code >= 128
-                if not retryable or restarts >= spec.max_restarts:
+                if not _retryable(code) or restarts >= spec.max_restarts:
                     tail = "\n".join(failed.tail)
                     raise TrainingJobError(
                         f"training job {spec.name}: {failed.name} failed with {reason} after "

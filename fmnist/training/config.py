@@ -10,6 +10,7 @@ from fmnist.errors import UserInputError
 
 MODEL_TYPES = ("basic", "dropout", "batchnorm")
 PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
+LR_SCHEDULES = ("cosine", "constant")
 
 
 @dataclass
@@ -25,6 +26,8 @@ class TrainingConfig:
     filters: int = 32
     dense_units: int = 64
     precision: str = "auto"
+    lr_schedule: str = "cosine"  # cosine decay to 0 over the run, or constant
+    augment: bool = True  # random horizontal flips: garments are left-right symmetric
     train_examples: int = 0  # 0: the whole training split
     validation_examples: int = 0  # carved from the end of the training split, never the test split
     seed: int = 42
@@ -53,6 +56,10 @@ class TrainingConfig:
         if self.precision not in PRECISIONS:
             problems.append(
                 f"unknown precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}"
+            )
+        if self.lr_schedule not in LR_SCHEDULES:
+            problems.append(
+                f"unknown lr_schedule {self.lr_schedule!r}; choose one of {', '.join(LR_SCHEDULES)}"
             )
         for name in ("train_examples", "validation_examples"):
             if getattr(self, name) < 0:

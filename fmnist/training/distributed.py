@@ -17,11 +17,14 @@ class ClusterRole:
     task_type: str
     task_index: int
     num_workers: int  # every process that trains: chief + workers
+    has_chief: bool = False
 
     @property
     def is_chief(self) -> bool:
         # With an explicit Chief replica the chief is it; otherwise worker 0 plays chief.
-        return self.task_type == "chief" or (self.task_type == "worker" and self.task_index == 0)
+        if self.has_chief:
+            return self.task_type == "chief"
+        return self.task_type == "worker" and self.task_index == 0
 
     @property
     def name(self) -> str:
@@ -40,7 +43,7 @@ class ClusterRole:
         if task_type not in ("chief", "worker"):
             # Evaluator/PS replicas are not part of MultiWorkerMirroredStrategy.
             raise ValueError(f"TF_CONFIG task type {task_type!r} is not a training replica")
-        return cls(task_type, int(task.get("index", 0)), max(num, 1))
+        return cls(task_type, int(task.get("index", 0)), max(num, 1), bool(cluster.get("chief")))
 
 
 def gpus_available() -> bool:

@@ -1,0 +1,42 @@
+"""Shared fixtures: small synthetic IDX files, their ingested dataset, and the real data."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures import make_synthetic_idx_dir
+
+IN_CI = os.environ.get("CI") == "true"
+
+
+@pytest.fixture(scope="session")
+def synthetic_idx(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    """A directory with the four IDX files (2,000 train / 500 test) and their sha256."""
+    directory = tmp_path_factory.mktemp("idx")
+    return directory, make_synthetic_idx_dir(directory)
+
+
+@pytest.fixture(scope="session")
+def synthetic_dataset(synthetic_idx, tmp_path_factory) -> Path:
+    """The synthetic IDX files ingested into TFRecord shards."""
+    from fmnist.dataset.ingest import ingest
+
+    directory, checksums = synthetic_idx
+    out = tmp_path_factory.mktemp("dataset")
+    ingest(str(directory), str(out), expected_sha256=checksums)
+    return out
+
+
+@pytest.fixture(scope="session")
+def real_data_dir() -> Path:
+    """The real Fashion-MNIST (``$FASHION_MNIST_DIR``). Missing data skips locally, fails in CI."""
+    value = os.environ.get("FASHION_MNIST_DIR", "")
+    if value and (Path(value) / "train-images-idx3-ubyte.gz").exists():
+        return Path(value)
+    message = "real Fashion-MNIST not found: set FASHION_MNIST_DIR to the four official IDX files"
+    if IN_CI:
+        pytest.fail(message)
+    pytest.skip(message)

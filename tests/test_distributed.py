@@ -1,0 +1,113 @@
+"""Multi-worker training on loopback: MultiWorkerMirroredStrategy, failure and resume."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import threading
+import time
+
+import psutil
+import pytest
+
+from fmnist.errors import TrainingJobError
+from fmnist.launcher import TrainingJobSpec
+from fmnist.launcher.local import LocalProcessLauncher, tf_config_for
+from fmnist.training.config import TrainingConfig
+from fmnist.training.distributed import ClusterRole
+
+
+def test_tf_config_matches_the_training_operators_shape():
+    replicas = [("chief", 0), ("worker", 0), ("worker", 1)]
+    config = tf_config_for(replicas, [1001, 1002, 1003], 2)
+    assert config["cluster"] == {
+        "chief": ["127.0.0.1:1001"],
+        "worker": ["127.0.0.1:1002", "127.0.0.1:1003"],
+    }
+    assert config["task"] == {"type": "worker", "index": 1}
+
+
+def test_cluster_role_picks_the_chief(monkeypatch):
+    monkeypatch.setenv("TF_CONFIG", json.dumps(tf_config_for([("worker", 0), ("worker", 1)],
+                                                              [1, 2], 0)))
+    assert ClusterRole.from_env().is_chief and ClusterRole.from_env().num_workers == 2
+    monkeypatch.setenv("TF_CONFIG", json.dumps(tf_config_for([("chief", 0), ("worker", 0)],
+                                                              [1, 2], 1)))
+    role = ClusterRole.from_env()
+    assert not role.is_chief and role.num_workers == 2
+    monkeypatch.delenv("TF_CONFIG")
+    assert ClusterRole.from_env() == ClusterRole("worker", 0, 1)
+
+
+def _spec(tmp_path, dataset, **overrides) -> TrainingJobSpec:
+    values = dict(
+        name="test-two-workers",
+        config=TrainingConfig(model_type="basic", epochs=6, batch_size=32),
+        data_dir=str(dataset),
+        export_dir=str(tmp_path / "model" / "1"),
+        work_dir=str(tmp_path / "model"),
+        num_workers=2,
+    )
+    values.update(overrides)
+    return TrainingJobSpec(**values)
+
+
+def _no_trainers_left(launcher: LocalProcessLauncher) -> bool:
+    return all(not psutil.pid_exists(w.process.pid) or
+               psutil.Process(w.process.pid).status() == psutil.STATUS_ZOMBIE
+               for w in launcher.workers)
+
+
+def test_two_workers_train_one_model_and_resume_after_a_worker_is_killed(
+    tmp_path, synthetic_dataset
+):
+    """Worker 1 is SIGKILLed after the first epoch checkpoint; the job restarts, both workers
+    resume after the checkpointed epoch, and the run finishes with every epoch trained once."""
+    log = io.StringIO()
+    launcher = LocalProcessLauncher(out=log)
+    spec = _spec(tmp_path, synthetic_dataset)
+    outcome: dict = {}
+    thread = threading.Thread(target=lambda: outcome.update(result=launcher.run(spec)))
+    thread.start()
+    checkpoint = tmp_path / "model" / "backup" / "chief" / "checkpoint"  # the chief's epoch
+    deadline = time.time() + 240
+    while not checkpoint.exists() and time.time() < deadline:
+        time.sleep(0.1)
+    assert checkpoint.exists(), "no epoch checkpoint appeared:\n" + log.getvalue()
+    victim = launcher.workers[1]
+    os.kill(victim.process.pid, signal.SIGKILL)
+    thread.join(timeout=300)
+    assert not thread.is_alive()
+    output = log.getvalue()
+    result = outcome["result"]
+    assert result.restarts == 1, output
+    assert "worker-1 failed with signal 9; restarting all workers" in output
+    assert "resumed_from_epoch=" in output
+    resumed_at = int(output.split("resumed_from_epoch=")[1].split()[0])
+    assert 1 <= resumed_at < 6
+    # No epoch before the checkpoint was trained twice: at most the epoch in flight is lost.
+    after_restart = output.split("restart 1/2")[1]
+    assert after_restart.count("[test-two-workers/worker-0] epoch=") == 6 - resumed_at
+    assert result.result["replicas"] == 2
+    assert result.result["global_batch_size"] == 64  # per-replica batch × replicas
+    assert [e["epoch"] for e in result.result["history"]] == [1, 2, 3, 4, 5, 6]
+    assert result.result["final_metrics"]["accuracy"] > 0.9
+    assert (tmp_path / "model" / "1" / "saved_model.pb").exists()
+    assert "MultiWorkerMirroredStrategy over 2 workers" in output
+    assert _no_trainers_left(launcher)
+
+
+def test_a_failing_worker_fails_the_job_with_its_error(tmp_path, synthetic_dataset):
+    """A worker that exits with an error (here: a data directory without a dataset) is a
+    permanent failure, as under the operator's ExitCode policy: no restart, the error shown."""
+    (tmp_path / "empty").mkdir()
+    launcher = LocalProcessLauncher(out=io.StringIO())
+    spec = _spec(tmp_path, tmp_path / "empty", max_restarts=3)
+    with pytest.raises(TrainingJobError) as failure:
+        launcher.run(spec)
+    message = str(failure.value)
+    assert "failed with exit code 1 after 0 restart(s)" in message
+    assert "metadata.json is missing" in message
+    assert _no_trainers_left(launcher)

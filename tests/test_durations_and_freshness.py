@@ -1,0 +1,29 @@
+import pytest
+
+from fmnist.dataset.freshness import freshness_window
+from fmnist.durations import parse_duration
+from fmnist.errors import UserInputError
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("30m", 1800), ("24h", 86400), ("7d", 604800), ("1h30m", 5400), ("P1D", 86400),
+     ("PT2H", 7200), ("90s", 90), ("1.5h", 5400)],
+)
+def test_parses_go_and_iso_durations(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "3x", "h", "-1h", "0s", "P", "PT", "24 hours", "1d2"])
+def test_rejects_unparseable_durations_with_the_accepted_forms(text):
+    with pytest.raises(UserInputError, match="'24h'"):
+        parse_duration(text)
+
+
+def test_freshness_window_is_stable_inside_a_window_and_changes_after_it():
+    start = 1_800_000_000 - (1_800_000_000 % 3600)  # the start of an hour
+    inside = {freshness_window("1h", start + offset) for offset in (0, 60, 3599)}
+    assert len(inside) == 1
+    assert freshness_window("1h", start + 3600) not in inside
+    # A different freshness is a different cache key even at the same instant.
+    assert freshness_window("2h", start) != freshness_window("1h", start)
