@@ -63,7 +63,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             *(f"  {name:10s} test accuracy {m['test_accuracy']:.4f}, trained in "
               f"{m['train_seconds']:.0f} s" for name, m in summary["models"].items()),
             f"Model:   {summary['best_model_path']}",
-            f"Report:  {summary['report_path']} (HTML), {summary['report_markdown_path']} (Markdown)",
+            f"Report:  {summary['report_path']} (HTML)",
+            f"         {summary['report_markdown_path']} (Markdown)",
             f"Summary: {summary['summary_path']}",
             f"Took {summary['total_seconds']:.0f} s; steps from cache: {cached}",
         ])

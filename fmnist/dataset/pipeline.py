@@ -75,6 +75,7 @@ def training_dataset(
     seed: int | None = None,
     cache: bool = True,
     augment: bool = False,
+    repeat: bool = False,
 ):
     """The dataset ``Model.fit``/``evaluate`` consume: global batches, sharded by DATA."""
     import tensorflow as tf
@@ -84,6 +85,10 @@ def training_dataset(
         dataset = dataset.cache()  # decoded uint8 in memory: later epochs skip file I/O
     if shuffle:
         dataset = dataset.shuffle(60_000, seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        # One endless iterator: under MultiWorkerMirroredStrategy a new iterator per epoch
+        # (and the workers agreeing where each one ends) costs seconds at every epoch boundary.
+        dataset = dataset.repeat()
     dataset = dataset.batch(global_batch_size).map(
         to_model_inputs, num_parallel_calls=tf.data.AUTOTUNE
     )

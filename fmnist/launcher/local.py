@@ -30,17 +30,28 @@ _TAIL_LINES = 30
 # TensorFlow's C++ start-up chatter (absl INFO/WARNING lines, the CUDA probe on CPU machines)
 # would bury the epoch lines and the error that matters.
 _NOISE = re.compile(
-    r"^([IW]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+\] |WARNING: All log messages before absl"
+    r"^([IW]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ \S+\] |WARNING: All log messages before absl"
     r"|E\d{4} .*(cuInit|cuda_platform)|To enable the following instructions|.*rebuild TensorFlow"
     r"|Collective all_reduce tensors|Sharding callback duration|\s*self\.data_adapter = )"
 )
 _STOP_GRACE_SECONDS = 10
+_PRINT_LOCK = threading.Lock()
 
 
 def _retryable(code: int) -> bool:
     """The operator's ExitCode policy: 1-127 is a permanent error (bad input, a bug) that a
     restart repeats; a signal (killed, preempted, out of memory) is worth a retry."""
     return code < 0 or code >= 128
+
+
+def _die_with_parent() -> None:
+    """Runs in each worker before exec: if the launcher dies (even by SIGKILL), so does it."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:  # not Linux: the launcher's own cleanup still stops the workers
+        pass
 
 
 def free_ports(count: int) -> list[int]:
@@ -70,7 +81,19 @@ def trainer_command(spec: TrainingJobSpec) -> list[str]:
             "--work-dir", spec.work_dir, "--export-dir", spec.export_dir]
     for key, value in asdict(spec.config).items():
         args += ["--" + key.replace("_", "-"), str(value)]
-    return args
+    return args + list(spec.trainer_args)
+
+
+def _stop_on_sigterm():
+    """Turns SIGTERM (a terminated run, a deleted pod) into SystemExit so ``run``'s cleanup
+    stops the workers; returns the previous handler (None off the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def terminate(signum, frame):
+        raise SystemExit(128 + signum)
+
+    return signal.signal(signal.SIGTERM, terminate)
 
 
 class _Worker:
@@ -86,7 +109,8 @@ class _Worker:
             line = raw.rstrip("\n")
             if line.strip() and not _NOISE.match(line):
                 self.tail.append(line)
-                print(f"[{job}/{self.name}] {line}", file=out, flush=True)
+                with _PRINT_LOCK:  # one whole line at a time from each worker
+                    print(f"[{job}/{self.name}] {line}", file=out, flush=True)
 
     def finish_logs(self) -> None:
         self._thread.join(timeout=5)
@@ -130,7 +154,7 @@ class LocalProcessLauncher:
                 )
             process = subprocess.Popen(
                 command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                bufsize=1,
+                bufsize=1, preexec_fn=_die_with_parent,
             )
             workers.append(_Worker(f"{task_type}-{index}", process, spec.name, self.out))
         with self._lock:
@@ -174,6 +198,7 @@ class LocalProcessLauncher:
         spec.validate()
         started = time.time()
         restarts = 0
+        previous = _stop_on_sigterm()
         try:
             while True:
                 print(
@@ -202,6 +227,8 @@ class LocalProcessLauncher:
                 )
         finally:
             self._stop_all()
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
         with open(os.path.join(spec.work_dir, RESULT_FILE)) as handle:
             result = json.load(handle)
         return TrainingJobResult(result, round(time.time() - started, 2), restarts)

@@ -44,6 +44,11 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Train
     parser.add_argument("--data-dir", required=True, help="ingested dataset directory")
     parser.add_argument("--work-dir", required=True, help="checkpoints, history, result.json")
     parser.add_argument("--export-dir", required=True, help="where the chief writes the model")
+    parser.add_argument(
+        "--evaluate-test-split", action="store_true",
+        help="report test accuracy after every epoch (time-to-accuracy benchmarks only: "
+             "the pipeline selects on the test split and never trains with it)",
+    )
     defaults = TrainingConfig()
     for field in fields(TrainingConfig):
         flag = "--" + field.name.replace("_", "-")
@@ -75,7 +80,11 @@ def _read_history(path: str) -> list[dict[str, Any]]:
 
 
 def train(
-    config: TrainingConfig, data_dir: str, work_dir: str, export_dir: str
+    config: TrainingConfig,
+    data_dir: str,
+    work_dir: str,
+    export_dir: str,
+    evaluate_test_split: bool = False,
 ) -> dict[str, Any] | None:
     """Trains and (on the chief) exports; returns the result on the chief, None elsewhere."""
     from fmnist.training.distributed import (
@@ -114,8 +123,9 @@ def train(
     global_batch = config.batch_size * replicas
     train_data = training_dataset(
         data_dir, "train", global_batch, shuffle=True, take=num_train, seed=config.seed,
-        augment=config.augment,
+        augment=config.augment, repeat=True,
     )
+    steps_per_epoch = -(-num_train // global_batch)
     validation_data = (
         training_dataset(
             data_dir, "train", global_batch, shuffle=False, skip=available - num_validation
@@ -123,10 +133,12 @@ def train(
         if num_validation
         else None
     )
+    if evaluate_test_split:
+        validation_data = training_dataset(data_dir, "test", global_batch, shuffle=False)
     learning_rate = config.learning_rate
     if config.lr_schedule == "cosine":
         # Decaying to zero over the run settles the weights: about +1 point of test accuracy.
-        steps = config.epochs * -(-num_train // global_batch)
+        steps = config.epochs * steps_per_epoch
         learning_rate = keras.optimizers.schedules.CosineDecay(config.learning_rate, steps)
     with strategy.scope():
         model = build_model(config)
@@ -161,11 +173,13 @@ def train(
             seconds = time.perf_counter() - self.started
             entry = {"epoch": epoch + 1, **{k: float(v) for k, v in (logs or {}).items()}}
             entry["seconds"] = round(seconds, 3)
+            entry["finished_at"] = round(time.time(), 3)
             entry["images_per_second"] = round(num_train / seconds, 1)
             print(
                 " ".join(
                     [f"epoch={epoch + 1}", f"epochs={config.epochs}"]
-                    + [f"{k}={v:.4f}" for k, v in entry.items() if k not in ("epoch",)]
+                    + [f"{k}={v:.4f}" for k, v in entry.items()
+                       if k not in ("epoch", "finished_at")]
                 ),
                 flush=True,
             )
@@ -176,8 +190,8 @@ def train(
     started = time.time()
     # EpochReport runs before the backup so a logged epoch is never ahead of the checkpoint.
     callbacks = [EpochReport(), make_backup_callback(f"{work_dir}/{BACKUP_DIR}")]
-    model.fit(train_data, epochs=config.epochs, validation_data=validation_data, verbose=0,
-              callbacks=callbacks)
+    model.fit(train_data, epochs=config.epochs, steps_per_epoch=steps_per_epoch,
+              validation_data=validation_data, verbose=0, callbacks=callbacks)
     train_seconds = time.time() - started
     # Every worker reads the weights: batch-norm statistics are sync-on-read variables whose
     # read is an all-reduce, so a chief reading alone would wait for workers that have left.
@@ -194,7 +208,10 @@ def train(
     serving_model.set_weights(weights)  # variables are float32 under mixed precision too
     export_saved_model(serving_model, export_dir)
     history = _read_history(history_path)
-    final = {k: v for k, v in history[-1].items() if k not in ("epoch",)} if history else {}
+    final = (
+        {k: v for k, v in history[-1].items() if k not in ("epoch", "finished_at")}
+        if history else {}
+    )
     result = {
         "model_type": config.model_type,
         "hyperparameters": json.loads(config.to_json()),
@@ -220,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     logging.getLogger("tensorflow").setLevel(logging.WARNING)  # per-step collective chatter
     args, config = parse_args(argv)
-    train(config, args.data_dir, args.work_dir, args.export_dir)
+    train(config, args.data_dir, args.work_dir, args.export_dir, args.evaluate_test_split)
     return 0
 
 

@@ -1,0 +1,1 @@
+"""Benchmarks (``make bench``): JSON results under bench/results/."""

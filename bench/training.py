@@ -1,0 +1,142 @@
+"""Training benchmark: throughput through the real input pipeline vs in-memory tensors, and
+DAWNBench-style time-to-accuracy of the default configuration.
+
+Writes ``bench/results/training.json``. Needs the real Fashion-MNIST: ``$FASHION_MNIST_DIR``
+or ``--data-source``. Throughput is measured in this process (one replica, the default precision,
+global batch = the default per-replica batch × the default workers), each model fed both ways in
+the same run, so the ratio — not the absolute number — is the result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+RESULTS = Path("bench/results")
+TARGET_ACCURACY = 0.91
+
+
+def measure_throughput(model_type: str, data_dir: str, global_batch: int, steps: int,
+                       warmup: int) -> dict:
+    import numpy as np
+    import tensorflow as tf
+    import tf_keras as keras
+
+    from fmnist.dataset.pipeline import load_arrays, training_dataset
+    from fmnist.training.config import TrainingConfig
+    from fmnist.training.distributed import choose_precision
+    from fmnist.training.models import build_model
+
+    config = TrainingConfig(model_type=model_type)
+    precision = choose_precision(config.precision)
+    keras.mixed_precision.set_global_policy(precision)
+    images, labels = load_arrays(data_dir, "train")
+    feeds = {
+        "input_pipeline": lambda: training_dataset(
+            data_dir, "train", global_batch, shuffle=True, seed=1, augment=config.augment
+        ).repeat(),
+        # The same batches with no file reading, parsing or caching: tensors already in memory.
+        "in_memory": lambda: tf.data.Dataset.from_tensor_slices(
+            (images[..., np.newaxis].astype(np.float32), labels)
+        ).repeat().batch(global_batch).prefetch(tf.data.AUTOTUNE),
+    }
+    result = {"model_type": model_type, "precision": precision, "global_batch": global_batch}
+    for feed, make in feeds.items():
+        model = build_model(config)
+        model.compile(optimizer=keras.optimizers.Adam(1e-3),
+                      loss=keras.losses.SparseCategoricalCrossentropy(), metrics=["accuracy"])
+        dataset = make()
+        model.fit(dataset, steps_per_epoch=warmup, epochs=1, verbose=0)  # trace, fill caches
+        started = time.perf_counter()
+        model.fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0)
+        seconds = time.perf_counter() - started
+        result[f"{feed}_images_per_second"] = round(steps * global_batch / seconds, 1)
+    result["input_pipeline_to_in_memory_ratio"] = round(
+        result["input_pipeline_images_per_second"] / result["in_memory_images_per_second"], 3
+    )
+    return result
+
+
+def time_to_accuracy(data_dir: str, work_dir: Path, model_type: str) -> dict:
+    """Runs the default configuration through the local launcher, evaluating on the test split
+    after every epoch; reports when test accuracy first reaches the target."""
+    from fmnist.launcher import TrainingJobSpec, get_launcher
+    from fmnist.parameters import PipelineParameters
+    from fmnist.training.config import TrainingConfig
+
+    defaults = PipelineParameters()
+    config = TrainingConfig(
+        model_type=model_type, epochs=defaults.epochs, batch_size=defaults.batch_size,
+        learning_rate=defaults.learning_rate, precision=defaults.precision,
+    )
+    spec = TrainingJobSpec(
+        name=f"bench-{model_type}", config=config, data_dir=data_dir,
+        export_dir=str(work_dir / "1"), work_dir=str(work_dir),
+        num_workers=defaults.num_workers, trainer_args=["--evaluate-test-split"],
+    )
+    log = io.StringIO()
+    started = time.time()
+    outcome = get_launcher("local", out=log).run(spec)
+    history = outcome.result["history"]
+    reached = next((e for e in history if e["val_accuracy"] >= TARGET_ACCURACY), None)
+    return {
+        "model_type": model_type,
+        "num_workers": defaults.num_workers,
+        "per_replica_batch": defaults.batch_size,
+        "epochs_budget": defaults.epochs,
+        "target_test_accuracy": TARGET_ACCURACY,
+        "reached": reached is not None,
+        "epoch_reached": reached["epoch"] if reached else None,
+        "seconds_to_target": round(reached["finished_at"] - started, 1) if reached else None,
+        "job_seconds": outcome.wall_seconds,
+        "test_accuracy_per_epoch": [round(e["val_accuracy"], 4) for e in history],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data-source", default=os.environ.get("FASHION_MNIST_DIR", ""))
+    parser.add_argument("--model-types", default="basic,dropout,batchnorm")
+    parser.add_argument("--steps", type=int, default=150, help="timed steps per measurement")
+    parser.add_argument("--tta-model", default="batchnorm",
+                        help="model for time-to-accuracy ('' to skip)")
+    parser.add_argument("--output", default=str(RESULTS / "training.json"))
+    args = parser.parse_args(argv)
+    if not args.data_source:
+        print("error: set FASHION_MNIST_DIR (or --data-source) to the real Fashion-MNIST",
+              file=sys.stderr)
+        return 2
+    from fmnist.dataset.ingest import ingest
+    from fmnist.parameters import PipelineParameters
+
+    work = RESULTS / "work"
+    data_dir = work / "dataset"
+    if not (data_dir / "metadata.json").exists():
+        ingest(args.data_source, str(data_dir))
+    defaults = PipelineParameters()
+    global_batch = defaults.batch_size * defaults.num_workers
+    results = {
+        "machine": {"cpus": os.cpu_count(), "arch": platform.machine()},
+        "throughput": [],
+    }
+    for model_type in args.model_types.split(","):
+        entry = measure_throughput(model_type, str(data_dir), global_batch, args.steps, 30)
+        print(json.dumps(entry), flush=True)
+        results["throughput"].append(entry)
+    if args.tta_model:
+        results["time_to_accuracy"] = time_to_accuracy(str(data_dir), work / "tta", args.tta_model)
+        print(json.dumps(results["time_to_accuracy"]), flush=True)
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.output).write_text(json.dumps(results, indent=2))
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

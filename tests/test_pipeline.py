@@ -1,0 +1,130 @@
+"""The pipeline: compiled YAML in sync with the code, and end-to-end kfp.local runs."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fmnist.cli import main as cli_main
+from fmnist.local_run import run_local
+from fmnist.parameters import PipelineParameters
+from pipelines.compile import COMPILED_DIR, compile_all
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_compiled_yaml_matches_a_fresh_compile(tmp_path):
+    """compiled/ is what users upload and releases ship: it must be what the code compiles to.
+    On failure run `make compile` and commit the result."""
+    fresh = compile_all(str(tmp_path))
+    assert fresh, "nothing compiled"
+    for path in fresh:
+        committed = ROOT / COMPILED_DIR / os.path.basename(path)
+        assert committed.exists(), f"{committed.name} is not committed; run `make compile`"
+        assert Path(path).read_text() == committed.read_text(), (
+            f"{committed.name} is stale; run `make compile` and commit it"
+        )
+
+
+def test_compiled_pipeline_documents_parameters_and_caches_the_right_steps():
+    spec = yaml.safe_load((ROOT / COMPILED_DIR / "fashion_mnist_pipeline.yaml").read_text())
+    parameters = spec["root"]["inputDefinitions"]["parameters"]
+    assert {"data_source", "freshness", "model_types", "epochs", "num_workers"} <= set(parameters)
+    assert all(p.get("description") for p in parameters.values()), "undocumented parameter"
+    assert "MultiWorkerMirroredStrategy" in spec["pipelineInfo"]["description"]
+    tasks = spec["root"]["dag"]["tasks"]
+    assert tasks["freshness-window"]["cachingOptions"] == {}  # reads the clock: never cached
+    assert tasks["ingest-fashion-mnist"]["cachingOptions"]["enableCache"] is True
+    assert tasks["select-best-model"]["cachingOptions"]["enableCache"] is True
+    loop = spec["components"]["comp-for-loop-1"]["dag"]["tasks"]["train-model"]
+    assert loop["cachingOptions"]["enableCache"] is True
+    assert "/work/" not in yaml.safe_dump(spec) and "/home/" not in yaml.safe_dump(spec)
+
+
+@pytest.fixture(scope="module")
+def data_parameters(tmp_path_factory) -> dict:
+    """The real data (a subset of it for training) when $FASHION_MNIST_DIR is set — as in CI —
+    else the synthetic fixture."""
+    real = os.environ.get("FASHION_MNIST_DIR", "")
+    if real:
+        return {"data_source": real, "train_examples": 3000}
+    if os.environ.get("CI") == "true":
+        pytest.fail("CI must run the end-to-end pipeline on the real data: set FASHION_MNIST_DIR")
+    from tests.fixtures import make_synthetic_idx_dir
+
+    directory = tmp_path_factory.mktemp("e2e-idx")
+    return {"data_source": str(directory), "expected_sha256": make_synthetic_idx_dir(directory),
+            "train_examples": 1000}
+
+
+def test_local_pipeline_runs_end_to_end_then_from_cache(data_parameters, tmp_path):
+    parameters = PipelineParameters(epochs=1, num_workers=1, batch_size=64, **data_parameters)
+    summary_path = tmp_path / "out" / "summary.json"
+    first = run_local(parameters, pipeline_root=str(tmp_path / "runs"),
+                      summary_path=str(summary_path))
+
+    assert json.loads(summary_path.read_text())["best_model_type"] == first["best_model_type"]
+    assert set(first["models"]) == {"basic", "dropout", "batchnorm"}
+    best = max(first["models"].items(), key=lambda item: item[1]["test_accuracy"])
+    assert first["best_test_accuracy"] == best[1]["test_accuracy"]
+    assert first["best_test_accuracy"] > 0.5  # one epoch on a few thousand images learns
+    assert all(m["train_seconds"] > 0 for m in first["models"].values())
+    steps = [s["step"] for s in first["steps"]]
+    assert steps.count("train-model") == 3
+    assert {"freshness-window", "ingest-fashion-mnist", "select-best-model"} <= set(steps)
+    assert not first["cache_hits"] and all(s["seconds"] >= 0 for s in first["steps"])
+    assert (Path(first["best_model_path"]) / "1" / "saved_model.pb").exists()
+    report = Path(first["report_path"]).read_text()
+    assert "data:image/png;base64," in report and "Per-class test accuracy" in report
+    assert "| model | test accuracy |" in Path(first["report_markdown_path"]).read_text()
+
+    # Inside the freshness window every step but the clock-reading one comes from cache.
+    second = run_local(parameters, pipeline_root=str(tmp_path / "runs"))
+    assert second["all_steps_cached"], second["steps"]
+    assert set(second["cache_hits"]) == {"ingest-fashion-mnist", "train-model",
+                                         "select-best-model"}
+    assert second["best_model_path"] == first["best_model_path"]
+    assert second["best_test_accuracy"] == first["best_test_accuracy"]
+
+    # A window of one second has rolled over by the next run: ingestion runs again.
+    parameters.freshness = "1s"
+    parameters.model_types = ["basic"]
+    third = run_local(parameters, pipeline_root=str(tmp_path / "runs"))
+    assert "ingest-fashion-mnist" not in third["cache_hits"]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--model-types", "basic,vgg"], "unknown model type 'vgg'"),
+        (["--epochs", "0"], "epochs must be a positive integer"),
+        (["--batch-size", "-1"], "batch_size must be a positive integer"),
+        (["--freshness", "soon"], "freshness 'soon' is not a positive duration"),
+        (["--num-workers", "0"], "num_workers must be at least 1"),
+    ],
+)
+def test_bad_parameters_fail_before_any_work(arguments, message, tmp_path, capsys,
+                                             synthetic_idx):
+    directory, _ = synthetic_idx
+    root = tmp_path / "runs"
+    code = cli_main(["run", "--local", "--pipeline-root", str(root),
+                     "--data-source", str(directory), *arguments])
+    assert code == 2
+    assert message in capsys.readouterr().err
+    assert not root.exists()
+
+
+def test_data_directory_missing_a_file_fails_before_any_work(tmp_path, capsys, synthetic_idx):
+    directory, _ = synthetic_idx
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    for name in ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"):
+        (partial / name).write_bytes((directory / name).read_bytes())
+    code = cli_main(["run", "--local", "--pipeline-root", str(tmp_path / "runs"),
+                     "--data-source", str(partial)])
+    assert code == 2
+    assert "lacks t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz" in capsys.readouterr().err
