@@ -66,7 +66,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"Report:  {summary['report_path']} (HTML)",
             f"         {summary['report_markdown_path']} (Markdown)",
             f"Summary: {summary['summary_path']}",
-            f"Took {summary['total_seconds']:.0f} s; steps from cache: {cached}",
+            f"Took {summary['total_seconds']:.1f} s; steps from cache: {cached}",
         ])
     )
     return 0

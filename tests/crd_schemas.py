@@ -1,0 +1,57 @@
+"""Strict validation of manifests against the real upstream CRDs in ``../shared/crds``.
+
+The API server rejects unknown fields under strict field validation; JSON Schema allows them by
+default, so ``additionalProperties: false`` is injected wherever a schema lists ``properties``
+and neither allows extra keys nor preserves unknown fields (see ../shared/crds/SOURCE.md).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from functools import cache
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+CRDS = Path(__file__).resolve().parents[1].parent / "shared" / "crds"
+
+
+def crds_dir() -> Path:
+    if (CRDS / "tfjob.kubeflow.org_v1.yaml").exists():
+        return CRDS
+    message = f"the upstream CRDs are missing from {CRDS}"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def _strict(schema):
+    if isinstance(schema, dict):
+        schema = {k: _strict(v) for k, v in schema.items()}
+        if (
+            "properties" in schema
+            and "additionalProperties" not in schema
+            and not schema.get("x-kubernetes-preserve-unknown-fields")
+        ):
+            schema["additionalProperties"] = False
+        return schema
+    if isinstance(schema, list):
+        return [_strict(item) for item in schema]
+    return schema
+
+
+@cache
+def crd_schema(file_name: str, version: str) -> dict:
+    document = yaml.safe_load((crds_dir() / file_name).read_text())
+    for entry in document["spec"]["versions"]:
+        if entry["name"] == version and entry.get("served"):
+            return _strict(copy.deepcopy(entry["schema"]["openAPIV3Schema"]))
+    raise LookupError(f"{file_name} serves no version {version}")
+
+
+def validate_strict(manifest: dict, file_name: str, version: str) -> None:
+    """Raises ``jsonschema.ValidationError`` naming the first offending field."""
+    jsonschema.validate(manifest, crd_schema(file_name, version))
