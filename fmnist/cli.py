@@ -24,22 +24,31 @@ def _add_pipeline_parameters(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--model-types", default=",".join(_D.model_types),
                        help="comma-separated: basic,dropout,batchnorm (default %(default)s)")
     for name in ("epochs", "batch_size", "learning_rate", "dropout_rate", "precision",
-                 "train_examples", "num_workers", "max_restarts"):
+                 "train_examples", "num_workers", "gpus_per_worker", "max_restarts"):
         default = getattr(_D, name)
         group.add_argument("--" + name.replace("_", "-"), type=type(default), default=default,
                            help=f"default {default}")
     group.add_argument("--expected-sha256", default="",
                        help="JSON object of file name → sha256 for derived IDX files")
+    group.add_argument("--kubernetes", default="",
+                       help='JSON object of TFJob settings, e.g. {"namespace": "team-a", '
+                            '"pvc_name": "fmnist"} (cluster runs)')
 
 
 def _parameters(args: argparse.Namespace) -> PipelineParameters:
+    json_options = ("expected_sha256", "kubernetes")
     values = {f.name: getattr(args, f.name) for f in fields(PipelineParameters)
-              if hasattr(args, f.name) and f.name not in ("model_types", "expected_sha256")}
+              if hasattr(args, f.name) and f.name not in ("model_types", *json_options)}
     values["model_types"] = [m.strip() for m in args.model_types.split(",") if m.strip()]
-    try:
-        values["expected_sha256"] = json.loads(args.expected_sha256) if args.expected_sha256 else {}
-    except json.JSONDecodeError as err:
-        raise UserInputError(f"--expected-sha256 is not a JSON object: {err}") from err
+    for name in json_options:
+        text = getattr(args, name)
+        try:
+            values[name] = json.loads(text) if text else {}
+        except json.JSONDecodeError as err:
+            flag = "--" + name.replace("_", "-")
+            raise UserInputError(f"{flag} is not a JSON object: {err}") from err
+        if not isinstance(values[name], dict):
+            raise UserInputError(f"--{name.replace('_', '-')} must be a JSON object")
     return PipelineParameters(**values)
 
 

@@ -31,10 +31,12 @@ class PipelineParameters:
     # One worker per job on one machine: a second process on the same cores trains 2.4x slower
     # (gRPC ring all-reduce, half the threads each). Clusters raise it: one pod per worker.
     num_workers: int = 1
+    gpus_per_worker: int = 0
     backend: str = "local"
+    kubernetes: dict[str, Any] = field(default_factory=dict)
     max_restarts: int = 2
 
-    def validate(self, check_data: bool = True) -> PipelineParameters:
+    def validate(self, check_data: bool | None = None) -> PipelineParameters:
         """Raises ``UserInputError`` naming every bad parameter; checks that a local data
         directory exists and holds the four files (their checksums are verified on ingest)."""
         problems: list[str] = []
@@ -59,10 +61,16 @@ class PipelineParameters:
         if self.backend not in BACKENDS:
             problems.append(f"unknown backend {self.backend!r}; choose one of {BACKENDS}")
         if self.num_workers < 1:
-            problems.append(f"num_workers must be at least 1, got {self.num_workers}")
+            problems.append(f"num_workers must be at least 1, got {self.num_workers}"
+                            + (" (GPUs were asked for, but no worker would use them)"
+                               if self.gpus_per_worker else ""))
+        if self.gpus_per_worker < 0:
+            problems.append(f"gpus_per_worker must be 0 or more, got {self.gpus_per_worker}")
+        problems += _kubernetes_problems(self.kubernetes, self.backend)
         if self.max_restarts < 0:
             problems.append(f"max_restarts must be 0 or more, got {self.max_restarts}")
-        if check_data:
+        if check_data if check_data is not None else self.backend == "local":
+            # A cluster reads its own storage; this machine's directories mean nothing there.
             problems += _data_problems(resolve_source(self.data_source))
         if problems:
             unique = list(dict.fromkeys(problems))
@@ -74,6 +82,25 @@ class PipelineParameters:
         values = asdict(self)
         values["data_source"] = resolve_source(self.data_source)
         return values
+
+
+def _kubernetes_problems(settings: dict[str, Any], backend: str) -> list[str]:
+    from dataclasses import fields as dataclass_fields
+
+    from fmnist.launcher.tfjob import KubernetesSettings
+    from fmnist.settings import component_image
+
+    known = {f.name for f in dataclass_fields(KubernetesSettings)} - {"image"}
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        return [f"unknown kubernetes settings {unknown}; known: {sorted(known)}"]
+    if backend != "kubernetes":
+        return []
+    try:
+        KubernetesSettings(image=component_image(), **settings).validate()
+    except (UserInputError, TypeError) as err:
+        return [str(err)]
+    return []
 
 
 def _data_problems(source: str) -> list[str]:

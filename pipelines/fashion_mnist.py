@@ -1,10 +1,13 @@
 """The Fashion-MNIST training pipeline: ingest → train three CNNs in parallel → select."""
 
+import dataclasses
+import os
 from typing import NamedTuple
 
-from kfp import dsl
+from kfp import dsl, kubernetes
 from kfp.dsl import HTML, Markdown, Model
 
+from fmnist.launcher.tfjob import KubernetesSettings
 from fmnist.parameters import PipelineParameters
 from kfp_components.freshness import freshness_window
 from kfp_components.ingest import ingest_fashion_mnist
@@ -12,6 +15,7 @@ from kfp_components.select import select_best_model
 from kfp_components.train import train_model
 
 PIPELINE_NAME = "fashion-mnist-training"
+MOUNT_PATH = KubernetesSettings.mount_path
 _D = PipelineParameters()
 
 
@@ -22,12 +26,51 @@ class PipelineOutputs(NamedTuple):
     best_model_type: str
 
 
-def make_pipeline(parallelism: int = 0):
+@dataclasses.dataclass(frozen=True)
+class ClusterPlatform:
+    """Compile-time settings of the Kubeflow variant (``FMNIST_PVC_NAME`` and friends).
+
+    The training step and its TFJob pods share ``pvc_name`` at ``MOUNT_PATH`` (dataset copy,
+    checkpoints, the export); ingestion and training get the object-store credentials of
+    ``credentials_secret`` as environment variables (for s3:// or gs:// data sources).
+    """
+
+    pvc_name: str = "fmnist-data"
+    credentials_secret: str = "fmnist-object-store"
+    credential_keys: tuple[str, ...] = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+
+    @classmethod
+    def from_env(cls) -> "ClusterPlatform":
+        return cls(
+            pvc_name=os.environ.get("FMNIST_PVC_NAME", cls.pvc_name),
+            credentials_secret=os.environ.get("FMNIST_CREDENTIALS_SECRET", cls.credentials_secret),
+        )
+
+    def defaults(self) -> PipelineParameters:
+        return dataclasses.replace(
+            _D, data_source="tfds", backend="kubernetes", num_workers=2,
+            # One key only: protobuf orders a dict's keys by hash, so compiles of a larger
+            # default would differ from process to process.
+            kubernetes={"pvc_name": self.pvc_name},
+        )
+
+    def apply(self, task, *, volume: bool) -> None:
+        kubernetes.use_secret_as_env(
+            task, secret_name=self.credentials_secret,
+            secret_key_to_env={key: key for key in self.credential_keys}, optional=True,
+        )
+        if volume:
+            kubernetes.mount_pvc(task, pvc_name=self.pvc_name, mount_path=MOUNT_PATH)
+
+
+def make_pipeline(parallelism: int = 0, platform: ClusterPlatform | None = None):
     """Builds the pipeline; ``parallelism`` caps concurrent training steps (0: no cap).
 
     On one machine, training one model at a time (parallelism 1) gives each job every core;
-    on a cluster each TFJob brings its own pods, so all models train at once.
+    on a cluster each TFJob brings its own pods, so all models train at once. With a
+    ``platform`` the pipeline defaults to TFJobs and carries the Kubernetes settings.
     """
+    _D = platform.defaults() if platform else PipelineParameters()  # noqa: N806
 
     @dsl.pipeline(name=PIPELINE_NAME)
     def fashion_mnist_pipeline(
@@ -42,7 +85,9 @@ def make_pipeline(parallelism: int = 0):
         precision: str = _D.precision,
         train_examples: int = _D.train_examples,
         num_workers: int = _D.num_workers,
+        gpus_per_worker: int = _D.gpus_per_worker,
         backend: str = _D.backend,
+        kubernetes: dict = _D.kubernetes,
         max_restarts: int = _D.max_restarts,
     ) -> PipelineOutputs:
         """Trains basic, dropout and batch-norm CNNs on Fashion-MNIST with
@@ -61,7 +106,10 @@ def make_pipeline(parallelism: int = 0):
             precision: ``auto``, ``float32``, ``mixed_bfloat16`` or ``mixed_float16``.
             train_examples: Train on the first N training examples (0: all 60,000).
             num_workers: Worker replicas per training job.
+            gpus_per_worker: GPUs per worker; NCCL all-reduce when more than 0.
             backend: ``local`` (worker processes) or ``kubernetes`` (TFJobs).
+            kubernetes: TFJob settings: namespace, pvc_name, mount_path, object_store_secret,
+                cpu, memory, backoff_limit, active_deadline_seconds, ttl_seconds_after_finished.
             max_restarts: Whole-job restarts after a worker is killed; training resumes from
                 the last epoch checkpoint.
         """
@@ -74,6 +122,8 @@ def make_pipeline(parallelism: int = 0):
             expected_sha256=expected_sha256,
         )
         ingest.set_display_name("ingest")
+        if platform:
+            platform.apply(ingest, volume=False)
         with dsl.ParallelFor(items=model_types, parallelism=parallelism) as model_type:
             train = train_model(
                 dataset=ingest.outputs["dataset"],
@@ -85,10 +135,14 @@ def make_pipeline(parallelism: int = 0):
                 precision=precision,
                 train_examples=train_examples,
                 num_workers=num_workers,
+                gpus_per_worker=gpus_per_worker,
                 backend=backend,
+                kubernetes=kubernetes,
                 max_restarts=max_restarts,
             )
             train.set_display_name("train")
+            if platform:
+                platform.apply(train, volume=True)
         select = select_best_model(
             dataset=ingest.outputs["dataset"],
             candidates=dsl.Collected(train.outputs["model"]),
@@ -104,4 +158,5 @@ def make_pipeline(parallelism: int = 0):
     return fashion_mnist_pipeline
 
 
-fashion_mnist_pipeline = make_pipeline()
+# What compiled/ holds and Kubeflow users upload: TFJobs, all models at once.
+fashion_mnist_pipeline = make_pipeline(platform=ClusterPlatform.from_env())

@@ -31,7 +31,9 @@ def test_compiled_yaml_matches_a_fresh_compile(tmp_path):
 
 
 def test_compiled_pipeline_documents_parameters_and_caches_the_right_steps():
-    spec = yaml.safe_load((ROOT / COMPILED_DIR / "fashion_mnist_pipeline.yaml").read_text())
+    spec, platform = yaml.safe_load_all(
+        (ROOT / COMPILED_DIR / "fashion_mnist_pipeline.yaml").read_text()
+    )
     parameters = spec["root"]["inputDefinitions"]["parameters"]
     assert {"data_source", "freshness", "model_types", "epochs", "num_workers"} <= set(parameters)
     assert all(p.get("description") for p in parameters.values()), "undocumented parameter"
@@ -43,6 +45,20 @@ def test_compiled_pipeline_documents_parameters_and_caches_the_right_steps():
     loop = spec["components"]["comp-for-loop-1"]["dag"]["tasks"]["train-model"]
     assert loop["cachingOptions"]["enableCache"] is True
     assert "/work/" not in yaml.safe_dump(spec) and "/home/" not in yaml.safe_dump(spec)
+    # The Kubeflow variant: TFJobs by default, shared volume and credentials from a Secret.
+    defaults = {name: p.get("defaultValue") for name, p in parameters.items()}
+    assert defaults["backend"] == "kubernetes" and defaults["num_workers"] == 2
+    executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    train = executors["exec-train-model"]
+    assert train["pvcMount"][0]["mountPath"] == "/mnt/fmnist"
+    assert train["pvcMount"][0]["constant"] == defaults["kubernetes"]["pvc_name"]
+    for executor in ("exec-train-model", "exec-ingest-fashion-mnist"):
+        secret = executors[executor]["secretAsEnv"][0]
+        assert secret["optional"] is True
+        assert {k["envVar"] for k in secret["keyToEnv"]} == {"AWS_ACCESS_KEY_ID",
+                                                            "AWS_SECRET_ACCESS_KEY"}
+    images = {e["container"]["image"] for e in spec["deploymentSpec"]["executors"].values()}
+    assert len(images) == 1 and images.pop().endswith(":0.1.0")  # one tagged image
 
 
 @pytest.fixture(scope="module")

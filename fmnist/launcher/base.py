@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import signal
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -66,6 +68,18 @@ class TrainingLauncher(Protocol):
     def run(self, spec: TrainingJobSpec) -> TrainingJobResult:
         """Runs the job to completion; raises ``TrainingJobError`` if it fails."""
         ...
+
+
+def sigterm_as_exit():
+    """Turns SIGTERM (a terminated run, a deleted pod) into ``SystemExit`` so a launcher's
+    cleanup runs; returns the previous handler to restore (None off the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def terminate(signum, frame):
+        raise SystemExit(128 + signum)
+
+    return signal.signal(signal.SIGTERM, terminate)
 
 
 def get_launcher(backend: str, **options: Any) -> TrainingLauncher:

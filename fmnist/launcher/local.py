@@ -23,7 +23,7 @@ import time
 from dataclasses import asdict
 
 from fmnist.errors import TrainingJobError
-from fmnist.launcher.base import TrainingJobResult, TrainingJobSpec
+from fmnist.launcher.base import TrainingJobResult, TrainingJobSpec, sigterm_as_exit
 from fmnist.training.trainer import RESULT_FILE
 
 _TAIL_LINES = 30
@@ -82,18 +82,6 @@ def trainer_command(spec: TrainingJobSpec) -> list[str]:
     for key, value in asdict(spec.config).items():
         args += ["--" + key.replace("_", "-"), str(value)]
     return args + list(spec.trainer_args)
-
-
-def _stop_on_sigterm():
-    """Turns SIGTERM (a terminated run, a deleted pod) into SystemExit so ``run``'s cleanup
-    stops the workers; returns the previous handler (None off the main thread)."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-
-    def terminate(signum, frame):
-        raise SystemExit(128 + signum)
-
-    return signal.signal(signal.SIGTERM, terminate)
 
 
 class _Worker:
@@ -198,7 +186,7 @@ class LocalProcessLauncher:
         spec.validate()
         started = time.time()
         restarts = 0
-        previous = _stop_on_sigterm()
+        previous = sigterm_as_exit()
         try:
             while True:
                 print(

@@ -14,7 +14,9 @@ def train_model(
     precision: str,
     train_examples: int,
     num_workers: int,
+    gpus_per_worker: int,
     backend: str,
+    kubernetes: dict,
     max_restarts: int,
     model: Output[Model],
     metrics: Output[Metrics],
@@ -36,7 +38,11 @@ def train_model(
             ``float32``, ``mixed_bfloat16`` or ``mixed_float16``.
         train_examples: Train on the first N examples only (0: all), for quick runs.
         num_workers: Worker replicas (processes locally, pods on Kubernetes).
+        gpus_per_worker: GPUs per worker (``nvidia.com/gpu``; NCCL all-reduce when > 0).
         backend: ``local`` or ``kubernetes``.
+        kubernetes: TFJob settings for the kubernetes backend: ``namespace``, ``pvc_name``,
+            ``mount_path``, ``object_store_secret``, ``cpu``, ``memory``, ``backoff_limit``,
+            ``active_deadline_seconds``, ``ttl_seconds_after_finished`` (see KubernetesSettings).
         max_restarts: Restarts of the whole job after a worker is killed.
         model: SavedModel under ``1/`` with the training history; metadata holds the model
             type, hyperparameters, parameter count, epochs, train time and final metrics.
@@ -62,7 +68,9 @@ def train_model(
         model_dir=model.path,
         backend=backend,
         num_workers=num_workers,
+        gpus_per_worker=gpus_per_worker,
         max_restarts=max_restarts,
+        launcher_options=kubernetes if backend == "kubernetes" else None,
     )
     model.metadata.update(metadata)
     for name, value in values.items():

@@ -1,0 +1,100 @@
+"""A stand-in for the Kubernetes API server: just the TFJob and pod endpoints the launcher
+uses, recording every call. It checks what we send and plays back job states; it is no cluster."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+_TFJOB = re.compile(r"^/apis/kubeflow\.org/v1/namespaces/([^/]+)/tfjobs(?:/([^/?]+))?")
+_PODS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods")
+
+
+class KubernetesStandIn:
+    def __init__(self, states: list[dict] | None = None):
+        self.calls: list[tuple[str, str, dict | None]] = []
+        self.jobs: dict[str, dict] = {}
+        # Conditions played back on successive reads of a job, the last one repeating.
+        self.states = states or [{"type": "Succeeded", "reason": "TFJobSucceeded",
+                                  "message": "TFJob succeeded"}]
+        self._reads = 0
+        standin = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _reply(self, code: int, body: dict) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _body(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                return json.loads(self.rfile.read(length)) if length else None
+
+            def do_POST(self):
+                body = self._body()
+                standin.calls.append(("POST", self.path, body))
+                if _TFJOB.match(self.path):
+                    standin.jobs[body["metadata"]["name"]] = body
+                    return self._reply(201, body)
+                self._reply(404, {"kind": "Status", "code": 404})
+
+            def do_GET(self):
+                standin.calls.append(("GET", self.path, None))
+                if (match := _TFJOB.match(self.path)) and match[2]:
+                    job = standin.jobs.get(match[2])
+                    if job is None:
+                        return self._reply(404, {"kind": "Status", "code": 404,
+                                                 "reason": "NotFound"})
+                    return self._reply(200, standin._with_status(job))
+                if _PODS.match(self.path):
+                    return self._reply(200, {"kind": "PodList", "apiVersion": "v1", "items": []})
+                self._reply(404, {"kind": "Status", "code": 404})
+
+            def do_DELETE(self):
+                standin.calls.append(("DELETE", self.path, None))
+                if (match := _TFJOB.match(self.path)) and match[2] in standin.jobs:
+                    standin.jobs.pop(match[2])
+                    return self._reply(200, {"kind": "Status", "status": "Success"})
+                self._reply(404, {"kind": "Status", "code": 404})
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def _with_status(self, job: dict) -> dict:
+        state = self.states[min(self._reads, len(self.states) - 1)]
+        self._reads += 1
+        condition = {"type": state["type"], "status": "True", "reason": state.get("reason", ""),
+                     "message": state.get("message", "")}
+        return {**job, "status": {"conditions": [condition]}}
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def training_client(self, namespace: str = "kubeflow"):
+        from kubeflow.training import TrainingClient
+        from kubernetes import client
+
+        configuration = client.Configuration()
+        configuration.host = self.url
+        return TrainingClient(client_configuration=configuration, namespace=namespace,
+                              job_kind="TFJob")
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+    def methods(self) -> list[tuple[str, str]]:
+        return [(method, path.split("?")[0]) for method, path, _ in self.calls]
