@@ -52,10 +52,36 @@ def _parameters(args: argparse.Namespace) -> PipelineParameters:
     return PipelineParameters(**values)
 
 
+def _endpoint(args: argparse.Namespace):
+    from fmnist.cluster import Endpoint
+
+    return Endpoint(host=args.host, namespace=args.namespace, token_file=args.token_file).validate()
+
+
+def _cluster_arguments(args: argparse.Namespace) -> dict:
+    """The parameters given on the command line; the rest keep the compiled defaults."""
+    parameters = _parameters(args)
+    parameters.backend = args.backend or "kubernetes"
+    parameters.validate(check_data=False)
+    defaults = PipelineParameters()
+    return {name: value for name, value in vars(parameters).items()
+            if value != getattr(defaults, name) or name == "backend"}
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    if not args.local:
-        raise UserInputError("say where to run: --local (this machine)")
+    if args.local == bool(args.host):
+        raise UserInputError("say where to run: --local (this machine) or --host URL (Kubeflow)")
+    if args.host:
+        from fmnist.cluster import submit_run
+
+        outcome = submit_run(_endpoint(args), _cluster_arguments(args), package=args.package,
+                             experiment=args.experiment, run_name=args.run_name, wait=args.wait)
+        print(json.dumps(outcome, indent=2))
+        return 0
     from fmnist.local_run import run_local
+
+    if args.backend not in (None, "local"):
+        raise UserInputError("--local runs use the local backend; use --host for a cluster")
 
     summary = run_local(
         _parameters(args),
@@ -79,6 +105,53 @@ def cmd_run(args: argparse.Namespace) -> int:
         ])
     )
     return 0
+
+
+def cmd_upload(args: argparse.Namespace) -> int:
+    from fmnist import __version__
+    from fmnist.cluster import upload
+
+    outcome = upload(_endpoint(args), args.name, version=args.version or f"v{__version__}",
+                     package=args.package, description=args.description)
+    print(json.dumps(outcome, indent=2))
+    return 0
+
+
+def cmd_schedule(args: argparse.Namespace) -> int:
+    from fmnist import cluster
+
+    endpoint = _endpoint(args)
+    if args.action == "create":
+        if not args.cron:
+            raise UserInputError("schedule create needs --cron, e.g. --cron '0 3 * * *'")
+        cluster.cron_expression(args.cron)  # a malformed cron fails before any call
+        outcome = cluster.schedule(
+            endpoint, args.name, args.cron, _cluster_arguments(args), package=args.package,
+            experiment=args.experiment, max_concurrency=args.max_concurrency,
+            catchup=args.catchup,
+        )
+    elif args.action == "list":
+        outcome = cluster.list_schedules(endpoint, args.experiment)
+    else:
+        if not args.id:
+            raise UserInputError("schedule disable needs --id RECURRING_RUN_ID")
+        cluster.disable_schedule(endpoint, args.id)
+        outcome = {"disabled": args.id}
+    print(json.dumps(outcome, indent=2))
+    return 0
+
+
+def _add_endpoint_options(parser: argparse.ArgumentParser, required: bool) -> None:
+    from fmnist.cluster import DEFAULT_EXPERIMENT, DEFAULT_PACKAGE, TOKEN_ENV
+
+    group = parser.add_argument_group("Kubeflow Pipelines endpoint")
+    group.add_argument("--host", required=required, default="",
+                       help="KFP API endpoint URL, e.g. https://kubeflow.example.com/pipeline")
+    group.add_argument("--namespace", default="", help="user namespace (multi-user Kubeflow)")
+    group.add_argument("--token-file", default="",
+                       help=f"file holding a bearer token (default: ${TOKEN_ENV})")
+    group.add_argument("--package", default=DEFAULT_PACKAGE, help="default %(default)s")
+    group.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="default %(default)s")
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
@@ -107,6 +180,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="run the pipeline end to end")
     run.add_argument("--local", action="store_true", help="on this machine with kfp.local")
+    _add_endpoint_options(run, required=False)
+    run.add_argument("--run-name", default=None, help="cluster runs: the run's name")
+    run.add_argument("--wait", action="store_true", help="cluster runs: wait for the outcome")
+    run.add_argument("--backend", default=None, choices=("local", "kubernetes"),
+                     help="training backend (default: local with --local, kubernetes with --host)")
     run.add_argument("--pipeline-root", default="runs/local",
                      help="where local runs keep artifacts and the cache (default %(default)s)")
     run.add_argument("--summary", default=None,
@@ -118,6 +196,25 @@ def build_parser() -> argparse.ArgumentParser:
     comp = commands.add_parser("compile", help="compile the pipelines to YAML")
     comp.add_argument("--output-dir", default="compiled", help="default %(default)s")
     comp.set_defaults(func=cmd_compile)
+
+    upl = commands.add_parser("upload", help="upload the compiled pipeline (or a new version)")
+    _add_endpoint_options(upl, required=True)
+    upl.add_argument("--name", default="fashion-mnist-training", help="default %(default)s")
+    upl.add_argument("--version", default="", help="version name (default: v<package version>)")
+    upl.add_argument("--description", default="", help="pipeline or version description")
+    upl.set_defaults(func=cmd_upload)
+
+    sch = commands.add_parser("schedule", help="recurring runs: create, list, disable")
+    sch.add_argument("action", choices=("create", "list", "disable"))
+    _add_endpoint_options(sch, required=True)
+    sch.add_argument("--name", default="fashion-mnist-nightly", help="default %(default)s")
+    sch.add_argument("--cron", default="", help="'0 3 * * *' (five fields) or six with seconds")
+    sch.add_argument("--max-concurrency", type=int, default=1, help="default %(default)s")
+    sch.add_argument("--catchup", action="store_true", help="run missed schedules (off)")
+    sch.add_argument("--id", default="", help="disable: the recurring run ID")
+    sch.add_argument("--backend", default=None, choices=("local", "kubernetes"))
+    _add_pipeline_parameters(sch)
+    sch.set_defaults(func=cmd_schedule)
 
     ing = commands.add_parser("ingest", help="ingest Fashion-MNIST into a directory")
     ing.add_argument("--data-source", default="", help="as for run")
