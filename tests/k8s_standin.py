@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 _TFJOB = re.compile(r"^/apis/kubeflow\.org/v1/namespaces/([^/]+)/tfjobs(?:/([^/?]+))?")
 _PODS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods")
+_LOG = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/log")
 
 
 class KubernetesStandIn:
@@ -20,6 +21,7 @@ class KubernetesStandIn:
         self.states = states or [{"type": "Succeeded", "reason": "TFJobSucceeded",
                                   "message": "TFJob succeeded"}]
         self._reads = 0
+        self.pod_log = ""  # what the chief pod's log holds, when there is a pod
         standin = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -54,8 +56,22 @@ class KubernetesStandIn:
                         return self._reply(404, {"kind": "Status", "code": 404,
                                                  "reason": "NotFound"})
                     return self._reply(200, standin._with_status(job))
+                if match := _LOG.match(self.path):
+                    data = standin.pod_log.encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/plain")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return None
                 if _PODS.match(self.path):
-                    return self._reply(200, {"kind": "PodList", "apiVersion": "v1", "items": []})
+                    items = [
+                        {"metadata": {"name": f"{name}-worker-0", "namespace": "kubeflow"},
+                         "status": {"phase": "Running"}}
+                        for name in standin.jobs
+                    ] if standin.pod_log else []
+                    return self._reply(200, {"kind": "PodList", "apiVersion": "v1",
+                                             "items": items})
                 self._reply(404, {"kind": "Status", "code": 404})
 
             def do_DELETE(self):

@@ -59,6 +59,17 @@ def test_creates_a_valid_tfjob_and_returns_the_chiefs_result(tmp_path):
     assert ("DELETE", f"{JOBS}/fmnist-basic-3f2a9c") not in standin.methods()
 
 
+def test_the_chiefs_log_is_streamed_while_the_job_runs(tmp_path, capsys):
+    _finish(tmp_path)
+    states = [{"type": "Running"}] * 3 + [{"type": "Succeeded"}]
+    with KubernetesStandIn(states) as standin:
+        standin.pod_log = "epoch=1 epochs=2 loss=0.5 accuracy=0.8\nepoch=2 epochs=2 loss=0.3\n"
+        _launcher(standin).run(_spec(tmp_path))
+    printed = capsys.readouterr().out  # the SDK prints each line with its pod's name
+    assert "[Pod fmnist-basic-3f2a9c-worker-0]: epoch=1 epochs=2" in printed
+    assert any("/log" in path for _, path in standin.methods())
+
+
 def test_a_retried_launcher_reattaches_instead_of_creating_a_second_job(tmp_path):
     _finish(tmp_path)
     with KubernetesStandIn([{"type": "Running"}, {"type": "Succeeded"}]) as standin:

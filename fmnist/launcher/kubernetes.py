@@ -4,8 +4,8 @@ It behaves like a well-made remote-job launcher (google-cloud-pipeline-component
 
 * the job name is deterministic (from the pipeline run and task), so a retried launcher pod
   re-attaches to the TFJob it created instead of starting a second one;
-* it waits with the kubeflow-training SDK, printing each state change, and prints the chief's
-  logs when the job ends;
+* it waits with the kubeflow-training SDK, printing each state change, and streams the chief's
+  log while the job runs (or prints it when the job ended before it was seen running);
 * it fails the step when the TFJob fails, naming the operator's reason;
 * it deletes the TFJob when the run is terminated (SIGTERM) or the step's deadline passes.
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import signal
 import sys
+import threading
 import time
 
 from fmnist.errors import TrainingJobError
@@ -116,15 +117,32 @@ class TFJobLauncher:
         finally:
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
-        self._say(self._logs(name))
+        if self._streamer is not None:
+            self._streamer.join(timeout=30)  # the pods have exited: the stream drains
+        else:
+            self._say(self._logs(name))
         if state.type != "Succeeded":
             raise TrainingJobError(
                 f"TFJob {self.namespace}/{name} failed: {state.reason}: {state.message}"
             )
         return TrainingJobResult(self._read_result(spec), round(time.time() - started, 2), 0)
 
+    def _stream_logs(self, name: str) -> None:
+        """Follows the chief's (worker 0's) log with the SDK, which prints each line."""
+
+        def follow():
+            try:
+                self.client.get_job_logs(name, namespace=self.namespace, job_kind=TFJOB_KIND,
+                                         is_master=True, follow=True)
+            except Exception as err:  # logs are a courtesy; the job's outcome is what counts
+                self._say(f"(log stream ended: {err})")
+
+        self._streamer = threading.Thread(target=follow, daemon=True)
+        self._streamer.start()
+
     def _wait(self, name: str, started: float):
         seen = None
+        self._streamer = None
         while True:
             conditions = self._conditions(name)
             latest = next((c for c in reversed(conditions) if c.status == "True"), None)
@@ -132,6 +150,8 @@ class TFJobLauncher:
                 seen = latest.type
                 self._say(f"TFJob {name}: {latest.type}"
                           + (f" ({latest.message})" if latest.message else ""))
+                if latest.type == "Running" and self._streamer is None:
+                    self._stream_logs(name)
             if latest is not None and latest.type in ("Succeeded", "Failed"):
                 return latest
             if self.timeout_seconds and time.time() - started > self.timeout_seconds:
