@@ -108,6 +108,32 @@ def time_to_accuracy(data_dir: str, work_dir: Path, model_type: str) -> dict:
     }
 
 
+def worker_scaling(data_dir: str, work_dir: Path, model_type: str, epochs: int = 2) -> dict:
+    """The same global batch on 1 and 2 local worker processes (MultiWorkerMirroredStrategy
+    over loopback): what a second worker buys, or costs, on this machine."""
+    from fmnist.launcher import TrainingJobSpec, get_launcher
+    from fmnist.parameters import PipelineParameters
+    from fmnist.training.config import TrainingConfig
+
+    global_batch = PipelineParameters().batch_size
+    result: dict = {"model_type": model_type, "global_batch": global_batch}
+    for workers in (1, 2):
+        spec = TrainingJobSpec(
+            name=f"bench-scaling-{workers}",
+            config=TrainingConfig(model_type=model_type, epochs=epochs,
+                                  batch_size=global_batch // workers),
+            data_dir=data_dir, export_dir=str(work_dir / f"w{workers}" / "1"),
+            work_dir=str(work_dir / f"w{workers}"), num_workers=workers,
+        )
+        history = get_launcher("local", out=io.StringIO()).run(spec).result["history"]
+        # The last epoch: the first one also traces the graph and fills the cache.
+        result[f"workers_{workers}_images_per_second"] = history[-1]["images_per_second"]
+    result["two_to_one_worker_ratio"] = round(
+        result["workers_2_images_per_second"] / result["workers_1_images_per_second"], 3
+    )
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-source", default=os.environ.get("FASHION_MNIST_DIR", ""))
@@ -138,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         entry = measure_throughput(model_type, str(data_dir), global_batch, args.steps, 30)
         print(json.dumps(entry), flush=True)
         results["throughput"].append(entry)
+    results["worker_scaling"] = worker_scaling(str(data_dir), work / "scaling", "basic")
+    print(json.dumps(results["worker_scaling"]), flush=True)
     if args.tta_model:
         results["time_to_accuracy"] = time_to_accuracy(str(data_dir), work / "tta", args.tta_model)
         print(json.dumps(results["time_to_accuracy"]), flush=True)

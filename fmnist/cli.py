@@ -38,7 +38,8 @@ def _add_pipeline_parameters(parser: argparse.ArgumentParser) -> None:
 def _parameters(args: argparse.Namespace) -> PipelineParameters:
     json_options = ("expected_sha256", "kubernetes")
     values = {f.name: getattr(args, f.name) for f in fields(PipelineParameters)
-              if hasattr(args, f.name) and f.name not in ("model_types", *json_options)}
+              if getattr(args, f.name, None) is not None
+              and f.name not in ("model_types", *json_options)}
     values["model_types"] = [m.strip() for m in args.model_types.split(",") if m.strip()]
     for name in json_options:
         text = getattr(args, name)

@@ -30,6 +30,29 @@ def test_compiled_yaml_matches_a_fresh_compile(tmp_path):
         )
 
 
+def test_compiled_pipeline_loads_back_with_the_kfp_sdk():
+    from kfp import components
+
+    pipeline = components.load_component_from_file(
+        str(ROOT / COMPILED_DIR / "fashion_mnist_pipeline.yaml")
+    )
+    assert pipeline.name == "fashion-mnist-training"
+    assert {"epochs", "backend", "kubernetes"} <= set(pipeline.component_spec.inputs)
+    assert set(pipeline.component_spec.outputs) == {"best_model", "report", "report_markdown",
+                                                     "best_model_type"}
+    platform = pipeline.platform_spec.platforms["kubernetes"]
+    assert "exec-train-model" in platform.deployment_spec.executors
+
+
+def test_an_untagged_component_image_fails_the_compile(monkeypatch):
+    from fmnist.errors import UserInputError
+    from fmnist.settings import component_image
+
+    monkeypatch.setenv("FMNIST_COMPONENT_IMAGE", "registry.example.com:5000/fmnist")
+    with pytest.raises(UserInputError, match="has no tag"):
+        component_image()
+
+
 def test_compiled_pipeline_documents_parameters_and_caches_the_right_steps():
     spec, platform = yaml.safe_load_all(
         (ROOT / COMPILED_DIR / "fashion_mnist_pipeline.yaml").read_text()

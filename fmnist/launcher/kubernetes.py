@@ -46,7 +46,9 @@ class TFJobLauncher:
         self.settings = settings.validate()
         self._client = training_client
         self.poll_seconds = poll_seconds
-        self.timeout_seconds = timeout_seconds
+        # The step's own deadline: the job's, plus time for pods to be scheduled and cleaned.
+        deadline = self.settings.active_deadline_seconds
+        self.timeout_seconds = timeout_seconds or (deadline + 600 if deadline else 0)
         self.out = out or sys.stdout
 
     @property
