@@ -25,11 +25,15 @@ TARGET_ACCURACY = 0.91
 
 def measure_throughput(model_type: str, data_dir: str, global_batch: int, steps: int,
                        warmup: int, rounds: int = 3) -> dict:
-    import numpy as np
     import tensorflow as tf
     import tf_keras as keras
 
-    from fmnist.dataset.pipeline import load_arrays, random_flip, training_dataset
+    from fmnist.dataset.pipeline import (
+        load_arrays,
+        random_flip,
+        to_model_inputs,
+        training_dataset,
+    )
     from fmnist.training.config import TrainingConfig
     from fmnist.training.distributed import choose_precision
     from fmnist.training.models import build_model
@@ -42,11 +46,11 @@ def measure_throughput(model_type: str, data_dir: str, global_batch: int, steps:
         "input_pipeline": lambda: training_dataset(
             data_dir, "train", global_batch, shuffle=True, seed=1, augment=config.augment
         ).repeat(),
-        # Batches of tensors already in memory, with the same augmentation but no file reading,
-        # parsing, caching or shuffling.
-        "in_memory": lambda: tf.data.Dataset.from_tensor_slices(
-            (images[..., np.newaxis].astype(np.float32), labels)
-        ).repeat().batch(global_batch).map(random_flip).prefetch(tf.data.AUTOTUNE),
+        # The same uint8 images already in memory, batched, cast and flipped the same way: no
+        # file reading, parsing, caching or shuffling.
+        "in_memory": lambda: tf.data.Dataset.from_tensor_slices((images, labels))
+        .repeat().batch(global_batch).map(to_model_inputs).map(random_flip)
+        .prefetch(tf.data.AUTOTUNE),
     }
     result = {"model_type": model_type, "precision": precision, "global_batch": global_batch}
     models, iterators = {}, {}
@@ -141,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=200, help="timed steps per measurement")
     parser.add_argument("--tta-model", default="batchnorm",
                         help="model for time-to-accuracy ('' to skip)")
+    parser.add_argument("--scaling-model", default="basic",
+                        help="model for the 1-vs-2-worker comparison ('' to skip)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per feed")
     parser.add_argument("--output", default=str(RESULTS / "training.json"))
     args = parser.parse_args(argv)
     if not args.data_source:
@@ -161,11 +168,14 @@ def main(argv: list[str] | None = None) -> int:
         "throughput": [],
     }
     for model_type in args.model_types.split(","):
-        entry = measure_throughput(model_type, str(data_dir), global_batch, args.steps, 30)
+        entry = measure_throughput(model_type, str(data_dir), global_batch, args.steps, 30,
+                                   args.rounds)
         print(json.dumps(entry), flush=True)
         results["throughput"].append(entry)
-    results["worker_scaling"] = worker_scaling(str(data_dir), work / "scaling", "basic")
-    print(json.dumps(results["worker_scaling"]), flush=True)
+    if args.scaling_model:
+        results["worker_scaling"] = worker_scaling(str(data_dir), work / "scaling",
+                                                   args.scaling_model)
+        print(json.dumps(results["worker_scaling"]), flush=True)
     if args.tta_model:
         results["time_to_accuracy"] = time_to_accuracy(str(data_dir), work / "tta", args.tta_model)
         print(json.dumps(results["time_to_accuracy"]), flush=True)

@@ -187,6 +187,13 @@ def train(
                 with tf.io.gfile.GFile(history_path, "a") as handle:
                     handle.write(json.dumps(entry) + "\n")
 
+    if not role.is_chief:
+        # A non-chief writes its copy of each checkpoint to a scratch directory of its own
+        # (tf_keras' workertemp_<task>); one left half-written by a killed predecessor would
+        # break this worker's restart, and it holds nothing the chief's checkpoint lacks.
+        scratch = f"{work_dir}/{BACKUP_DIR}/workertemp_{strategy.cluster_resolver.task_id}"
+        if tf.io.gfile.exists(scratch):
+            tf.io.gfile.rmtree(scratch)
     started = time.time()
     # EpochReport runs before the backup so a logged epoch is never ahead of the checkpoint.
     callbacks = [EpochReport(), make_backup_callback(f"{work_dir}/{BACKUP_DIR}")]
