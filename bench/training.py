@@ -14,6 +14,7 @@ import io
 import json
 import os
 import platform
+import shutil
 import statistics
 import sys
 import time
@@ -21,6 +22,19 @@ from pathlib import Path
 
 RESULTS = Path("bench/results")
 TARGET_ACCURACY = 0.91
+
+
+def _StepClock(keras):  # noqa: N802 - a class factory: tf_keras is imported lazily
+    class StepClock(keras.callbacks.Callback):
+        """Seconds from the end of the first step (warm) to the end of the last."""
+
+        def on_train_batch_end(self, batch, logs=None):
+            now = time.perf_counter()
+            if batch == 0:
+                self.first = now
+            self.seconds = now - self.first
+
+    return StepClock()
 
 
 def measure_throughput(model_type: str, data_dir: str, global_batch: int, steps: int,
@@ -64,9 +78,12 @@ def measure_throughput(model_type: str, data_dir: str, global_batch: int, steps:
     samples: dict[str, list[float]] = {feed: [] for feed in feeds}
     for _ in range(rounds):
         for feed in feeds:
-            started = time.perf_counter()
-            models[feed].fit(iterators[feed], steps_per_epoch=steps, epochs=1, verbose=0)
-            samples[feed].append(steps * global_batch / (time.perf_counter() - started))
+            # Timed from the first step to the last inside fit: fit's own start and teardown
+            # (seconds, in steps of the iterator's shutdown) are not training throughput.
+            clock = _StepClock(keras)
+            models[feed].fit(iterators[feed], steps_per_epoch=steps + 1, epochs=1, verbose=0,
+                             callbacks=[clock])
+            samples[feed].append(steps * global_batch / clock.seconds)
     for feed, values in samples.items():
         result[f"{feed}_images_per_second"] = round(statistics.median(values), 1)
         result[f"{feed}_samples"] = [round(v, 1) for v in values]
@@ -141,7 +158,8 @@ def worker_scaling(data_dir: str, work_dir: Path, model_type: str, epochs: int =
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-source", default=os.environ.get("FASHION_MNIST_DIR", ""))
-    parser.add_argument("--model-types", default="basic,dropout,batchnorm")
+    parser.add_argument("--model-types", default="basic,dropout,batchnorm",
+                        help="throughput models ('' to skip)")
     parser.add_argument("--steps", type=int, default=200, help="timed steps per measurement")
     parser.add_argument("--tta-model", default="batchnorm",
                         help="model for time-to-accuracy ('' to skip)")
@@ -158,16 +176,21 @@ def main(argv: list[str] | None = None) -> int:
     from fmnist.parameters import PipelineParameters
 
     work = RESULTS / "work"
+    for stale in ("tta", "scaling"):  # a killed earlier run must not be resumed from
+        shutil.rmtree(work / stale, ignore_errors=True)
     data_dir = work / "dataset"
     if not (data_dir / "metadata.json").exists():
         ingest(args.data_source, str(data_dir))
     defaults = PipelineParameters()
     global_batch = defaults.batch_size * defaults.num_workers
-    results = {
-        "machine": {"cpus": os.cpu_count(), "arch": platform.machine()},
-        "throughput": [],
-    }
-    for model_type in args.model_types.split(","):
+    output = Path(args.output)
+    # Sections not measured this time keep their last values.
+    results = json.loads(output.read_text()) if output.exists() else {}
+    results["machine"] = {"cpus": os.cpu_count(), "arch": platform.machine()}
+    models = [m for m in args.model_types.split(",") if m]
+    if models:
+        results["throughput"] = []
+    for model_type in models:
         entry = measure_throughput(model_type, str(data_dir), global_batch, args.steps, 30,
                                    args.rounds)
         print(json.dumps(entry), flush=True)
@@ -179,8 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.tta_model:
         results["time_to_accuracy"] = time_to_accuracy(str(data_dir), work / "tta", args.tta_model)
         print(json.dumps(results["time_to_accuracy"]), flush=True)
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps(results, indent=2))
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(results, indent=2))
     print(f"wrote {args.output}")
     return 0
 

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from tests.loopback import LoopbackServer, reply_json
 
 _TFJOB = re.compile(r"^/apis/kubeflow\.org/v1/namespaces/([^/]+)/tfjobs(?:/([^/?]+))?")
 _PODS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods")
 _LOG = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/log")
 
 
-class KubernetesStandIn:
+class KubernetesStandIn(LoopbackServer):
     def __init__(self, states: list[dict] | None = None):
         self.calls: list[tuple[str, str, dict | None]] = []
         self.jobs: dict[str, dict] = {}
@@ -29,12 +30,7 @@ class KubernetesStandIn:
                 pass
 
             def _reply(self, code: int, body: dict) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                reply_json(self, body, code)
 
             def _body(self):
                 length = int(self.headers.get("Content-Length") or 0)
@@ -81,8 +77,7 @@ class KubernetesStandIn:
                     return self._reply(200, {"kind": "Status", "status": "Success"})
                 self._reply(404, {"kind": "Status", "code": 404})
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._serve(Handler)
 
     def _with_status(self, job: dict) -> dict:
         state = self.states[min(self._reads, len(self.states) - 1)]
@@ -90,10 +85,6 @@ class KubernetesStandIn:
         condition = {"type": state["type"], "status": "True", "reason": state.get("reason", ""),
                      "message": state.get("message", "")}
         return {**job, "status": {"conditions": [condition]}}
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
 
     def training_client(self, namespace: str = "kubeflow"):
         from kubeflow.training import TrainingClient
@@ -103,14 +94,6 @@ class KubernetesStandIn:
         configuration.host = self.url
         return TrainingClient(client_configuration=configuration, namespace=namespace,
                               job_kind="TFJob")
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
 
     def methods(self) -> list[tuple[str, str]]:
         return [(method, path.split("?")[0]) for method, path, _ in self.calls]

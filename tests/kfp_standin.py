@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from tests.loopback import LoopbackServer, reply_json
 
 API = "/apis/v2beta1"
 
 
-class KfpStandIn:
+class KfpStandIn(LoopbackServer):
     def __init__(self):
         self.calls: list[dict] = []
         self.experiments: dict[str, dict] = {}
@@ -25,12 +26,7 @@ class KfpStandIn:
                 pass
 
             def _reply(self, body: dict, code: int = 200) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                reply_json(self, body, code)
 
             def _record(self, method: str) -> dict:
                 length = int(self.headers.get("Content-Length") or 0)
@@ -97,20 +93,7 @@ class KfpStandIn:
                     return self._reply({})
                 self._reply({"error": "not found", "code": 5}, 404)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
+        self._serve(Handler)
 
     def find(self, method: str, path: str) -> list[dict]:
         return [c for c in self.calls if c["method"] == method and c["path"] == path]

@@ -85,3 +85,13 @@ def test_an_image_without_a_tag_is_rejected_before_anything_is_created():
     with pytest.raises(UserInputError, match="has no tag"):
         build_tfjob(_spec(), KubernetesSettings(image="ghcr.io/fmnist-kfp/fmnist-kfp"))
     build_tfjob(_spec(), KubernetesSettings(image="registry.local:5000/fmnist@sha256:" + "a" * 64))
+
+
+def test_job_names_are_stable_per_task_and_distinct_across_tasks():
+    from fmnist.launcher.base import _JOB_NAME
+    from fmnist.launcher.step import job_name
+
+    first = job_name("batchnorm", "gs://root/run-1/for-loop-1-iteration-2/train-model/model")
+    assert first == job_name("batchnorm", "gs://root/run-1/for-loop-1-iteration-2/train-model/model")
+    assert first != job_name("batchnorm", "gs://root/run-2/for-loop-1-iteration-2/train-model/model")
+    assert _JOB_NAME.match(first) and len(first) <= 63
