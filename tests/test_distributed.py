@@ -95,6 +95,7 @@ def test_two_workers_train_one_model_and_resume_after_a_worker_is_killed(
     assert [e["epoch"] for e in result.result["history"]] == [1, 2, 3, 4, 5, 6]
     assert result.result["final_metrics"]["accuracy"] > 0.9
     assert (tmp_path / "model" / "1" / "saved_model.pb").exists()
+    assert not [p for p in (tmp_path / "model" / "backup").rglob("*") if p.is_file()]
     assert "MultiWorkerMirroredStrategy over 2 workers" in output
     assert _no_trainers_left(launcher)
 

@@ -206,8 +206,10 @@ def train(
     if not role.is_chief:
         return None
     # Finished: no checkpoint may linger for a later job in this directory to "resume" from.
-    if tf.io.gfile.exists(f"{work_dir}/{BACKUP_DIR}"):
-        tf.io.gfile.rmtree(f"{work_dir}/{BACKUP_DIR}")
+    # Only the chief's own: other workers may still be finishing their last (scratch) save.
+    chief_checkpoint = f"{work_dir}/{BACKUP_DIR}/chief"
+    if tf.io.gfile.exists(chief_checkpoint):
+        tf.io.gfile.rmtree(chief_checkpoint)
 
     # Export a float32 copy: servers without bf16 hardware run it at full speed.
     keras.mixed_precision.set_global_policy("float32")
