@@ -76,6 +76,7 @@ def run_local(
     root = logging.getLogger()
     root.addFilter(recorder)
     warnings.filterwarnings("ignore", message=".*non-Python base image.*")
+    warnings.filterwarnings("ignore", message=".*have no effect in the current local runner.*")
     previous_level = root.level
     root.setLevel(logging.INFO)  # kfp.local's step events are INFO records
     started = time.time()
