@@ -33,7 +33,6 @@ class TrainingJobSpec:
     gpus_per_worker: int = 0
     max_restarts: int = 2
     trainer_args: list[str] = field(default_factory=list)  # extra trainer flags (benchmarks)
-    extra: dict[str, Any] = field(default_factory=dict)  # backend-specific settings
 
     def validate(self) -> TrainingJobSpec:
         self.config.validate()
