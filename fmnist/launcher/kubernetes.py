@@ -12,7 +12,6 @@ It behaves like a well-made remote-job launcher (google-cloud-pipeline-component
 
 from __future__ import annotations
 
-import json
 import signal
 import sys
 import threading
@@ -21,7 +20,7 @@ import time
 from fmnist.errors import TrainingJobError
 from fmnist.launcher.base import TrainingJobResult, TrainingJobSpec, sigterm_as_exit
 from fmnist.launcher.tfjob import KubernetesSettings, build_tfjob
-from fmnist.training.trainer import RESULT_FILE
+from fmnist.training.trainer import read_result
 
 TFJOB_KIND = "TFJob"
 TFJOB_PLURAL = "tfjobs"
@@ -127,7 +126,8 @@ class TFJobLauncher:
             raise TrainingJobError(
                 f"TFJob {self.namespace}/{name} failed: {state.reason}: {state.message}"
             )
-        return TrainingJobResult(self._read_result(spec), round(time.time() - started, 2), 0)
+        # The work dir is on shared storage: a PVC mount or a bucket.
+        return TrainingJobResult(read_result(spec.work_dir), round(time.time() - started, 2), 0)
 
     def _stream_logs(self, name: str) -> None:
         """Follows the chief's (worker 0's) log with the SDK, which prints each line."""
@@ -159,9 +159,3 @@ class TFJobLauncher:
             if self.timeout_seconds and time.time() - started > self.timeout_seconds:
                 raise TimeoutError(f"TFJob {name} did not finish in {self.timeout_seconds:.0f} s")
             time.sleep(self.poll_seconds)
-
-    def _read_result(self, spec: TrainingJobSpec) -> dict:
-        import tensorflow as tf  # the work dir is on shared storage: a PVC mount or a bucket
-
-        with tf.io.gfile.GFile(f"{spec.work_dir}/{RESULT_FILE}") as handle:
-            return json.load(handle)

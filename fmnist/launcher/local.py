@@ -24,7 +24,7 @@ from dataclasses import asdict
 
 from fmnist.errors import TrainingJobError
 from fmnist.launcher.base import TrainingJobResult, TrainingJobSpec, sigterm_as_exit
-from fmnist.training.trainer import RESULT_FILE
+from fmnist.training.trainer import read_result
 
 _TAIL_LINES = 30
 # TensorFlow's C++ start-up chatter (absl INFO/WARNING lines, the CUDA probe on CPU machines)
@@ -217,6 +217,5 @@ class LocalProcessLauncher:
             self._stop_all()
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
-        with open(os.path.join(spec.work_dir, RESULT_FILE)) as handle:
-            result = json.load(handle)
-        return TrainingJobResult(result, round(time.time() - started, 2), restarts)
+        return TrainingJobResult(read_result(spec.work_dir), round(time.time() - started, 2),
+                                 restarts)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from dataclasses import asdict, dataclass
@@ -11,6 +10,7 @@ from typing import Any
 from fmnist.errors import UserInputError
 from fmnist.selection.evaluate import evaluate_predictions, predict_classes
 from fmnist.selection.report import html_report, markdown_report
+from fmnist.training.trainer import read_result
 
 
 @dataclass
@@ -20,14 +20,6 @@ class Selection:
     num_test_examples: int
     markdown: str
     html: str
-
-
-def _load_result(model_dir: str) -> dict[str, Any]:
-    path = os.path.join(model_dir, "result.json")
-    if not os.path.exists(path):
-        raise UserInputError(f"{model_dir} is not a trained model directory (no result.json)")
-    with open(path) as handle:
-        return json.load(handle)
 
 
 def select_best(data_dir: str, model_dirs: list[str], best_model_dir: str) -> Selection:
@@ -43,7 +35,7 @@ def select_best(data_dir: str, model_dirs: list[str], best_model_dir: str) -> Se
     images, labels = load_arrays(data_dir, "test")
     candidates = []
     for model_dir in model_dirs:
-        result = _load_result(model_dir)
+        result = read_result(model_dir)
         predictions = predict_classes(os.path.join(model_dir, SAVED_MODEL_VERSION), images)
         evaluation = evaluate_predictions(labels, predictions)
         candidates.append(

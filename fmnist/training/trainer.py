@@ -37,6 +37,20 @@ def _parse_bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
+def read_result(work_dir: str) -> dict[str, Any]:
+    """What the chief reported: ``result.json`` in a job's work directory (a local path, a
+    mount, or a bucket URI)."""
+    import tensorflow as tf
+
+    from fmnist.errors import UserInputError
+
+    path = f"{work_dir}/{RESULT_FILE}"
+    if not tf.io.gfile.exists(path):
+        raise UserInputError(f"{work_dir} is not a trained model directory (no {RESULT_FILE})")
+    with tf.io.gfile.GFile(path) as handle:
+        return json.load(handle)
+
+
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, TrainingConfig]:
     parser = argparse.ArgumentParser(
         prog="python -m fmnist.training.trainer", description=__doc__.split("\n\n")[0]
