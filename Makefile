@@ -5,10 +5,11 @@ UV := $(or $(shell command -v uv 2>/dev/null),.tools/bin/uv)
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup run test compile bench lint clean help
+.PHONY: setup run serve test compile bench lint clean help
 
 help:
 	@echo "make run      - run the pipeline end to end on this machine (kfp.local)"
+	@echo "make serve    - serve the latest selected model on 127.0.0.1:8080 (SERVE_ARGS)"
 	@echo "make test     - run the tests"
 	@echo "make compile  - compile the pipelines into compiled/"
 	@echo "make bench    - training throughput and time-to-accuracy into bench/results/"
@@ -26,6 +27,9 @@ setup: $(VENV)/.synced
 
 run: setup
 	$(PY) -m fmnist.cli run --local $(RUN_ARGS)
+
+serve: setup
+	$(PY) -m fmnist.cli serve $(SERVE_ARGS)
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)

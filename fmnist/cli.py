@@ -28,6 +28,13 @@ def _add_pipeline_parameters(parser: argparse.ArgumentParser) -> None:
         default = getattr(_D, name)
         group.add_argument("--" + name.replace("_", "-"), type=type(default), default=default,
                            help=f"default {default}")
+    for name in ("model_name", "blessing_tolerance", "verification_images", "prediction_images"):
+        default = getattr(_D, name)
+        group.add_argument("--" + name.replace("_", "-"), type=type(default), default=default,
+                           help=f"default {default}")
+    group.add_argument("--serving", default="",
+                       help='JSON object of serving settings, e.g. {"runtime": "tensorflow", '
+                            '"canary_traffic_percent": 20} (see the README)')
     group.add_argument("--expected-sha256", default="",
                        help="JSON object of file name → sha256 for derived IDX files")
     group.add_argument("--kubernetes", default="",
@@ -36,7 +43,7 @@ def _add_pipeline_parameters(parser: argparse.ArgumentParser) -> None:
 
 
 def _parameters(args: argparse.Namespace) -> PipelineParameters:
-    json_options = ("expected_sha256", "kubernetes")
+    json_options = ("expected_sha256", "kubernetes", "serving")
     values = {f.name: getattr(args, f.name) for f in fields(PipelineParameters)
               if getattr(args, f.name, None) is not None
               and f.name not in ("model_types", *json_options)}
@@ -101,6 +108,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"Model:   {summary['best_model_path']}",
             f"Report:  {summary['report_path']} (HTML)",
             f"         {summary['report_markdown_path']} (Markdown)",
+            _serving_line(summary["deployment"]),
             f"Summary: {summary['summary_path']}",
             f"Took {summary['total_seconds']:.1f} s; steps from cache: {cached}",
         ])
@@ -171,6 +179,52 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serving_line(deployment: dict) -> str:
+    blessing = deployment.get("blessing") or {}
+    return (f"Serving: {deployment['url']} ({deployment['action']}: {blessing.get('reason')}); "
+            f"served accuracy {deployment['served_accuracy']:.4f} over HTTP\n"
+            f"         stop it with: fmnist-kfp deployment stop --name {deployment['model_name']}")
+
+
+def _latest_model_dir(summary_path: str) -> str:
+    try:
+        with open(summary_path) as handle:
+            return json.load(handle)["best_model_path"]
+    except (OSError, KeyError, json.JSONDecodeError):
+        raise UserInputError(
+            f"no selected model: {summary_path} is missing or has no best_model_path; run the "
+            "pipeline first (make run) or pass --model-dir"
+        ) from None
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Serves a model in the foreground with KServe's ModelServer (Ctrl-C stops it)."""
+    from serving.server import main as serve_main
+
+    model_dir = args.model_dir or _latest_model_dir(args.summary)
+    print(f"serving {model_dir} as {args.model_name} on http://{args.host}:{args.port}")
+    serve_main([f"--model_dir={model_dir}", f"--model_name={args.model_name}",
+                f"--host={args.host}", f"--http_port={args.port}", *args.server_args])
+    return 0
+
+
+def cmd_deployment(args: argparse.Namespace) -> int:
+    """Local deployments started by pipeline runs: where they are, and stopping them."""
+    from serving.local_deploy import running_server, stop_server
+
+    if args.action == "stop":
+        stopped = stop_server(args.name)
+        print(f"stopped {args.name}" if stopped else f"no local deployment called {args.name}")
+        return 0
+    server = running_server(args.name)
+    if server is None:
+        print(f"no local deployment called {args.name} is running")
+        return 1
+    print(json.dumps({"name": server.name, "url": server.url, "pid": server.pid,
+                      "test_accuracy": server.test_accuracy, "log": server.log_file}, indent=2))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fmnist-kfp",
@@ -216,6 +270,23 @@ def build_parser() -> argparse.ArgumentParser:
     sch.add_argument("--backend", default=None, choices=("local", "kubernetes"))
     _add_pipeline_parameters(sch)
     sch.set_defaults(func=cmd_schedule)
+
+    srv = commands.add_parser("serve", help="serve a model on this machine (foreground)")
+    srv.add_argument("--model-dir", default="",
+                     help="exported model (default: the latest run's selected model)")
+    srv.add_argument("--summary", default="runs/local/summary.json",
+                     help="the run summary naming the selected model (default %(default)s)")
+    srv.add_argument("--model-name", default=_D.model_name, help="default %(default)s")
+    srv.add_argument("--host", default="127.0.0.1", help="default %(default)s")
+    srv.add_argument("--port", type=int, default=8080, help="default %(default)s")
+    srv.add_argument("server_args", nargs="*",
+                     help="more serving.server flags after --, e.g. -- --max_batch_size=64")
+    srv.set_defaults(func=cmd_serve)
+
+    dep = commands.add_parser("deployment", help="local deployments made by pipeline runs")
+    dep.add_argument("action", choices=("status", "stop"))
+    dep.add_argument("--name", default=_D.model_name, help="default %(default)s")
+    dep.set_defaults(func=cmd_deployment)
 
     ing = commands.add_parser("ingest", help="ingest Fashion-MNIST into a directory")
     ing.add_argument("--data-source", default="", help="as for run")

@@ -19,6 +19,8 @@ from typing import Any
 from fmnist.parameters import PipelineParameters
 
 DEFAULT_PIPELINE_ROOT = "runs/local"
+# Steps that read the clock or change or measure the live server run every time.
+NEVER_CACHED = ("freshness-window", "deploy-model", "predict-with-served-model")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _STARTED = re.compile(r"^Executing task '?([\w.-]+)'?")
 _FINISHED = re.compile(r"^Task '?([\w.-]+)'? finished with status (\w+)")
@@ -49,6 +51,18 @@ class StepRecorder(logging.Filter):
             step["seconds"] = round(record.created - step.pop("started"), 2)
             step["status"] = match[2]
         return True
+
+
+def _deployment_summary(outputs) -> dict[str, Any]:
+    decision = outputs.outputs["deployment"].metadata
+    return {
+        "action": decision.get("action"),
+        "url": outputs.outputs["serving_url"],
+        "model_name": decision.get("name"),
+        "blessing": decision.get("blessing"),
+        "served_accuracy": outputs.outputs["served_accuracy"],
+        "verification_agreement": (decision.get("verification") or {}).get("agreement"),
+    }
 
 
 def run_local(
@@ -101,6 +115,7 @@ def run_local(
             }
             for entry in metadata["leaderboard"]
         },
+        "deployment": _deployment_summary(outputs),
         "best_model_path": best_model.path,
         "report_path": outputs.outputs["report"].path,
         "report_markdown_path": outputs.outputs["report_markdown"].path,
@@ -108,7 +123,7 @@ def run_local(
         "steps": recorder.steps,
         "cache_hits": sorted({s["step"] for s in recorder.steps if s["cache_hit"]}),
         "all_steps_cached": all(
-            s["cache_hit"] for s in recorder.steps if s["step"] != "freshness-window"
+            s["cache_hit"] for s in recorder.steps if s["step"] not in NEVER_CACHED
         ),
         "parameters": {k: v for k, v in parameters.arguments().items() if k != "data_source"},
     }

@@ -35,6 +35,11 @@ class PipelineParameters:
     backend: str = "local"
     kubernetes: dict[str, Any] = field(default_factory=dict)
     max_restarts: int = 2
+    model_name: str = "fashion-mnist"
+    blessing_tolerance: float = 0.005
+    verification_images: int = 200
+    prediction_images: int = 1000
+    serving: dict[str, Any] = field(default_factory=dict)
 
     def validate(self, check_data: bool | None = None) -> PipelineParameters:
         """Raises ``UserInputError`` naming every bad parameter; checks that a local data
@@ -69,6 +74,7 @@ class PipelineParameters:
         problems += _kubernetes_problems(self.kubernetes, self.backend)
         if self.max_restarts < 0:
             problems.append(f"max_restarts must be 0 or more, got {self.max_restarts}")
+        problems += _serving_problems(self)
         if check_data if check_data is not None else self.backend == "local":
             # A cluster reads its own storage; this machine's directories mean nothing there.
             problems += _data_problems(resolve_source(self.data_source))
@@ -101,6 +107,16 @@ def _kubernetes_problems(settings: dict[str, Any], backend: str) -> list[str]:
     except (UserInputError, TypeError) as err:
         return [str(err)]
     return []
+
+
+def _serving_problems(parameters: PipelineParameters) -> list[str]:
+    from serving.deploy_step import serving_problems
+
+    problems = serving_problems(parameters.serving, parameters.backend, parameters.model_name,
+                                parameters.blessing_tolerance, parameters.verification_images)
+    if parameters.prediction_images < 1:
+        problems.append(f"prediction_images must be at least 1, got {parameters.prediction_images}")
+    return [p for p in problems if not p.startswith("unknown backend")]  # reported above
 
 
 def _data_problems(source: str) -> list[str]:

@@ -1,16 +1,19 @@
-"""The Fashion-MNIST training pipeline: ingest → train three CNNs in parallel → select."""
+"""The Fashion-MNIST pipeline: ingest → train three CNNs in parallel → select → deploy →
+predict over HTTP."""
 
 import dataclasses
 import os
 from typing import NamedTuple
 
 from kfp import dsl, kubernetes
-from kfp.dsl import HTML, Markdown, Model
+from kfp.dsl import HTML, Artifact, Markdown, Model
 
 from fmnist.launcher.tfjob import KubernetesSettings
 from fmnist.parameters import PipelineParameters
+from kfp_components.deploy import deploy_model
 from kfp_components.freshness import freshness_window
 from kfp_components.ingest import ingest_fashion_mnist
+from kfp_components.predict import predict_with_served_model
 from kfp_components.select import select_best_model
 from kfp_components.train import train_model
 
@@ -24,6 +27,9 @@ class PipelineOutputs(NamedTuple):
     report: HTML
     report_markdown: Markdown
     best_model_type: str
+    deployment: Artifact
+    serving_url: str
+    served_accuracy: float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,9 +95,16 @@ def make_pipeline(parallelism: int = 0, platform: ClusterPlatform | None = None)
         backend: str = _D.backend,
         kubernetes: dict = _D.kubernetes,
         max_restarts: int = _D.max_restarts,
+        model_name: str = _D.model_name,
+        blessing_tolerance: float = _D.blessing_tolerance,
+        verification_images: int = _D.verification_images,
+        prediction_images: int = _D.prediction_images,
+        serving: dict = _D.serving,
     ) -> PipelineOutputs:
         """Trains basic, dropout and batch-norm CNNs on Fashion-MNIST with
-        MultiWorkerMirroredStrategy and keeps the most accurate on the test split.
+        MultiWorkerMirroredStrategy, keeps the most accurate on the test split, serves it
+        (KServe on Kubeflow, the same predictor on 127.0.0.1 locally) if it is blessed, and
+        scores the served model over HTTP.
 
         Args:
             data_source: ``tfds``, a directory or URI with the four official IDX .gz files,
@@ -112,6 +125,14 @@ def make_pipeline(parallelism: int = 0, platform: ClusterPlatform | None = None)
                 cpu, memory, backoff_limit, active_deadline_seconds, ttl_seconds_after_finished.
             max_restarts: Whole-job restarts after a worker is killed; training resumes from
                 the last epoch checkpoint.
+            model_name: Name of the served model and of its InferenceService.
+            blessing_tolerance: Deploy only when test accuracy >= the serving model's minus this.
+            verification_images: Test images a new server must answer right before it serves.
+            prediction_images: Test images the prediction step sends to the served model.
+            serving: KServe settings: runtime (fmnist-predictor or tensorflow), storage_uri,
+                namespace, min_replicas, max_replicas, scale_metric, scale_target,
+                canary_traffic_percent, cpu, memory, service_account; and for both backends
+                max_batch_size, max_batch_latency_ms.
         """
         window = freshness_window(freshness=freshness)
         window.set_caching_options(False)  # it reads the clock
@@ -148,11 +169,35 @@ def make_pipeline(parallelism: int = 0, platform: ClusterPlatform | None = None)
             candidates=dsl.Collected(train.outputs["model"]),
         )
         select.set_display_name("select")
+        deploy = deploy_model(
+            model=select.outputs["best_model"],
+            dataset=ingest.outputs["dataset"],
+            backend=backend,
+            model_name=model_name,
+            blessing_tolerance=blessing_tolerance,
+            verification_images=verification_images,
+            serving=serving,
+        )
+        deploy.set_caching_options(False)  # it changes what is served
+        deploy.set_display_name("deploy")
+        predict = predict_with_served_model(
+            model=select.outputs["best_model"],
+            dataset=ingest.outputs["dataset"],
+            url=deploy.outputs["url"],
+            model_name=model_name,
+            sample_size=prediction_images,
+            serves_model=deploy.outputs["serves_model"],
+        )
+        predict.set_caching_options(False)  # it measures the live server
+        predict.set_display_name("predict")
         return PipelineOutputs(
             best_model=select.outputs["best_model"],
             report=select.outputs["report"],
             report_markdown=select.outputs["report_markdown"],
             best_model_type=select.outputs["Output"],
+            deployment=deploy.outputs["deployment"],
+            serving_url=deploy.outputs["url"],
+            served_accuracy=predict.outputs["Output"],
         )
 
     return fashion_mnist_pipeline

@@ -1,0 +1,73 @@
+from typing import NamedTuple
+
+from kfp.dsl import Artifact, Dataset, Input, Metrics, Model, Output
+
+from kfp_components.base import component
+
+
+@component
+def deploy_model(
+    model: Input[Model],
+    dataset: Input[Dataset],
+    backend: str,
+    model_name: str,
+    blessing_tolerance: float,
+    verification_images: int,
+    serving: dict,
+    deployment: Output[Artifact],
+    blessing: Output[Metrics],
+) -> NamedTuple("DeployOutputs", [("url", str), ("action", str), ("serves_model", bool)]):
+    """Serves the selected model if it is blessed, verified with real test images.
+
+    Blessing (as TFX's Evaluator): the model is deployed only when its test accuracy is at
+    least the serving model's minus ``blessing_tolerance``. ``kubernetes``: a KServe
+    InferenceService (our predictor or TF Serving); an update goes out as a canary with
+    ``canaryTrafficPercent``, is checked with real predictions, then promoted or rolled back.
+    ``local``: the predictor on 127.0.0.1, started next to the running one and swapped in
+    only after it passes the same check. Never cached: it changes what is served.
+
+    Args:
+        model: The selected model; its metadata holds its test accuracy.
+        dataset: The ingested dataset; verification uses its test split.
+        backend: ``local`` or ``kubernetes``.
+        model_name: The served model's (and InferenceService's) name.
+        blessing_tolerance: How much lower than the serving model's test accuracy the new
+            model's may be and still replace it (0.005 = half a point).
+        verification_images: Test images sent to the new server before it takes traffic.
+        serving: KServe settings (kubernetes): ``runtime`` (``fmnist-predictor`` or
+            ``tensorflow``), ``storage_uri``, ``namespace``, ``min_replicas``,
+            ``max_replicas``, ``scale_metric``, ``scale_target``, ``canary_traffic_percent``,
+            ``cpu``, ``memory``, ``service_account``, ``image``; batching for both backends:
+            ``max_batch_size``, ``max_batch_latency_ms``.
+        deployment: The decision record (action, URL, blessing, verification).
+        blessing: Both test accuracies and whether the model was blessed.
+
+    Returns:
+        url: Where the model answers (the serving one when not blessed).
+        action: created, promoted, unchanged or rejected.
+        serves_model: Whether the deployment now serves this model.
+    """
+    import json
+    from collections import namedtuple
+
+    from serving.deploy_step import SERVES_CANDIDATE, deploy
+
+    decision = deploy(
+        model_dir=model.path, model_uri=model.uri,
+        test_accuracy=float(model.metadata["test_accuracy"]), data_dir=dataset.path,
+        backend=backend, model_name=model_name, tolerance=blessing_tolerance,
+        verification_images=verification_images, serving=serving,
+    )
+    record = decision["blessing"]
+    blessing.log_metric("candidate_test_accuracy", record["candidate_accuracy"])
+    if record["serving_accuracy"] is not None:
+        blessing.log_metric("serving_test_accuracy", record["serving_accuracy"])
+    blessing.log_metric("blessed", int(record["blessed"]))
+    deployment.metadata.update({k: v for k, v in decision.items() if v is not None})
+    with open(deployment.path, "w") as handle:
+        json.dump(decision, handle, indent=2)
+    with open(blessing.path, "w") as handle:
+        json.dump(blessing.metadata, handle)
+    outputs = namedtuple("DeployOutputs", ["url", "action", "serves_model"])
+    return outputs(decision.get("url") or "", decision["action"],
+                   decision["action"] in SERVES_CANDIDATE)

@@ -1,0 +1,120 @@
+"""Talking to a served model over HTTP the way users do: V1 ``:predict`` with base64 PNGs.
+
+Used by the prediction step, by deployment verification (local and canary) and by tests.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+DEFAULT_TIMEOUT = 30.0
+logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per request
+
+
+def png_bytes(image: np.ndarray) -> bytes:
+    """A uint8 [28, 28] image as PNG, the way a user's client would upload it."""
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(np.asarray(image, np.uint8), mode="L").save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def v1_image_request(images: Sequence[np.ndarray]) -> dict:
+    return {"instances": [
+        {"image_bytes": {"b64": base64.b64encode(png_bytes(image)).decode()}} for image in images
+    ]}
+
+
+def predict_url(base_url: str, model_name: str) -> str:
+    return f"{base_url.rstrip('/')}/v1/models/{model_name}:predict"
+
+
+def wait_until_ready(base_url: str, model_name: str, timeout: float = 120.0,
+                     is_alive=None) -> None:
+    """Polls ``GET /v1/models/<name>`` until the model reports ready."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    url = f"{base_url.rstrip('/')}/v1/models/{model_name}"
+    last = "no answer"
+    while time.monotonic() < deadline:
+        if is_alive is not None and not is_alive():
+            raise RuntimeError(f"the model server exited before {model_name} was ready")
+        try:
+            response = httpx.get(url, timeout=5.0)
+            if response.status_code == 200 and response.json().get("ready"):
+                return
+            last = f"HTTP {response.status_code}"
+        except httpx.HTTPError as error:
+            last = type(error).__name__
+        time.sleep(0.5)
+    raise TimeoutError(f"{url} was not ready after {timeout:.0f} s ({last})")
+
+
+@dataclass
+class PredictionCheck:
+    """What a sample of real test images got from a served model."""
+
+    url: str
+    requests: int
+    failures: int
+    images: int
+    correct: int
+    accuracy: float
+    predicted: list[int]
+    seconds: float
+    errors: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return self.failures == 0 and self.images > 0
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "ok": self.ok}
+
+
+def check_predictions(base_url: str, model_name: str, images: np.ndarray, labels: np.ndarray,
+                      *, batch_size: int = 16, timeout: float = DEFAULT_TIMEOUT,
+                      log=None) -> PredictionCheck:
+    """Sends ``images`` as b64 PNGs in V1 requests of ``batch_size`` and scores the answers."""
+    import httpx
+
+    url = predict_url(base_url, model_name)
+    predicted: list[int] = []
+    errors: list[str] = []
+    requests = failures = 0
+    started = time.monotonic()
+    with httpx.Client(timeout=timeout) as client:
+        for start in range(0, len(images), batch_size):
+            chunk = images[start:start + batch_size]
+            requests += 1
+            try:
+                response = client.post(url, json=v1_image_request(chunk))
+            except httpx.HTTPError as error:
+                failures += 1
+                errors.append(f"request {requests}: {type(error).__name__}: {error}")
+                predicted.extend([-1] * len(chunk))
+                continue
+            if response.status_code != 200:
+                failures += 1
+                errors.append(f"request {requests}: HTTP {response.status_code} "
+                              f"{response.text[:200]}")
+                predicted.extend([-1] * len(chunk))
+                continue
+            predicted.extend(p["class_index"] for p in response.json()["predictions"])
+            if log and requests % 20 == 0:
+                log(f"sent {requests} requests, {len(predicted)} images")
+    correct = int(np.sum(np.asarray(predicted) == np.asarray(labels[:len(predicted)])))
+    return PredictionCheck(
+        url=url, requests=requests, failures=failures, images=len(images), correct=correct,
+        accuracy=correct / len(images) if len(images) else 0.0, predicted=predicted,
+        seconds=round(time.monotonic() - started, 3), errors=errors[:10],
+    )

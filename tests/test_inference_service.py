@@ -1,0 +1,207 @@
+"""KServe manifests: every variant passes the real CRDs (strictly), fields and settings errors."""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import itertools
+
+import jsonschema
+import pytest
+
+from fmnist.errors import UserInputError
+from serving.inference_service import (
+    ANNOTATION_MODEL_URI,
+    TAG_ROUTING_ANNOTATION,
+    KServeSettings,
+    build_inference_service,
+    build_serving_runtime,
+    check_storage_uri,
+    to_manifest,
+)
+from tests.crd_schemas import validate_strict
+from tests.kserve_standin import ISVC_CRD, RUNTIME_CRD
+
+IMAGE = "ghcr.io/fmnist-kfp/fmnist-kfp:0.1.0"
+URIS = ("pvc://fmnist-data/models/fmnist", "s3://fmnist-models/runs/7/model",
+        "gs://fmnist_models/runs/7/model")
+
+
+def settings(**overrides) -> KServeSettings:
+    return KServeSettings(**{"namespace": "kubeflow", "image": IMAGE, **overrides})
+
+
+def isvc_manifest(storage_uri=URIS[0], canary=None, annotations=None, **overrides) -> dict:
+    return to_manifest(build_inference_service(
+        settings(**overrides), storage_uri=storage_uri, annotations=annotations,
+        canary_traffic_percent=canary))
+
+
+@pytest.mark.parametrize(
+    "runtime,storage_uri,canary,service_account",
+    list(itertools.product(("fmnist-predictor", "tensorflow"), URIS, (None, 10, 0),
+                           ("", "fmnist-storage"))),
+)
+def test_every_inference_service_variant_passes_the_crd(runtime, storage_uri, canary,
+                                                        service_account):
+    manifest = isvc_manifest(storage_uri, canary, {ANNOTATION_MODEL_URI: storage_uri},
+                             runtime=runtime, service_account=service_account)
+    validate_strict(manifest, *ISVC_CRD)
+    predictor = manifest["spec"]["predictor"]
+    assert predictor["model"]["storageUri"] == storage_uri
+    assert predictor.get("canaryTrafficPercent") == canary
+    assert predictor.get("serviceAccountName") == (service_account or None)
+    expected_runtime = {"fmnist-predictor": "fmnist-predictor",
+                        "tensorflow": "kserve-tensorflow-serving"}[runtime]
+    assert predictor["model"]["runtime"] == expected_runtime
+    assert ("batcher" in predictor) == (runtime == "tensorflow")
+
+
+@pytest.mark.parametrize("runtime", ["fmnist-predictor", "tensorflow"])
+def test_inference_service_fields(runtime):
+    manifest = isvc_manifest("s3://bucket/model", 25, {"extra/key": "v"}, runtime=runtime,
+                             min_replicas=2, max_replicas=5, scale_target=16, cpu="500m",
+                             memory="1Gi", max_batch_size=64, max_batch_latency_ms=5)
+    assert manifest["apiVersion"] == "serving.kserve.io/v1beta1"
+    assert manifest["kind"] == "InferenceService"
+    metadata = manifest["metadata"]
+    assert metadata["name"] == "fashion-mnist" and metadata["namespace"] == "kubeflow"
+    assert metadata["labels"] == {"app.kubernetes.io/part-of": "fmnist-kfp"}
+    assert metadata["annotations"] == {TAG_ROUTING_ANNOTATION: "true", "extra/key": "v"}
+    predictor = manifest["spec"]["predictor"]
+    assert predictor["scaleMetric"] == "concurrency"
+    assert predictor["scaleTarget"] == 16
+    assert (predictor["minReplicas"], predictor["maxReplicas"]) == (2, 5)
+    assert predictor["canaryTrafficPercent"] == 25
+    model = predictor["model"]
+    assert model["modelFormat"] == {"name": "tensorflow", "version": "2"}
+    assert model["protocolVersion"] == "v1"
+    assert model["resources"] == {"requests": {"cpu": "500m", "memory": "1Gi"},
+                                  "limits": {"cpu": "500m", "memory": "1Gi"}}
+    assert "name" not in model  # the runtime's container name applies
+    if runtime == "tensorflow":
+        assert predictor["batcher"] == {"maxBatchSize": 64, "maxLatency": 5}
+    else:
+        assert "batcher" not in predictor
+    assert not any(key in str(manifest).lower() for key in ("secret", "access_key", "password"))
+
+
+def test_canary_percent_is_absent_unless_given():
+    assert "canaryTrafficPercent" not in isvc_manifest()["spec"]["predictor"]
+    assert isvc_manifest(canary=0)["spec"]["predictor"]["canaryTrafficPercent"] == 0
+
+
+def test_serving_runtime_passes_the_crd_and_runs_our_predictor():
+    manifest = to_manifest(build_serving_runtime(settings(max_batch_size=16,
+                                                          max_batch_latency_ms=3)))
+    validate_strict(manifest, *RUNTIME_CRD)
+    assert manifest["apiVersion"] == "serving.kserve.io/v1alpha1"
+    assert manifest["kind"] == "ServingRuntime"
+    assert manifest["metadata"]["name"] == "fmnist-predictor"
+    spec = manifest["spec"]
+    assert spec["supportedModelFormats"] == [{"name": "tensorflow", "version": "2",
+                                              "autoSelect": False}]
+    assert spec["protocolVersions"] == ["v1", "v2"]
+    (container,) = spec["containers"]
+    assert container["name"] == "kserve-container"
+    assert container["image"] == IMAGE
+    assert container["command"] == ["python", "-m", "serving.server"]
+    assert container["args"] == [
+        "--model_dir=/mnt/models", "--model_name={{.Name}}", "--host=0.0.0.0",
+        "--http_port=8080", "--max_batch_size=16", "--max_batch_latency_ms=3",
+    ]
+    assert container["ports"] == [{"containerPort": 8080, "protocol": "TCP"}]
+    assert container["resources"]["limits"] == {"cpu": "1", "memory": "2Gi"}
+
+
+def test_empty_image_is_the_component_image(monkeypatch):
+    monkeypatch.setenv("FMNIST_COMPONENT_IMAGE", "registry.example/fmnist:9.9")
+    manifest = to_manifest(build_serving_runtime(KServeSettings(namespace="ns")))
+    assert manifest["spec"]["containers"][0]["image"] == "registry.example/fmnist:9.9"
+
+
+def test_empty_namespace_is_the_current_one(monkeypatch):
+    utils = importlib.import_module("kserve.utils.utils")
+    monkeypatch.setattr(utils, "get_default_target_namespace", lambda: "from-pod")
+    assert KServeSettings().target_namespace == "from-pod"
+    assert KServeSettings(namespace="serving").target_namespace == "serving"
+
+
+def test_validation_can_fail():
+    """A typo anywhere in the spec breaks strict validation, so the passes above mean something."""
+    manifest = isvc_manifest()
+    typo = copy.deepcopy(manifest)
+    typo["spec"]["predictor"]["canaryTraficPercent"] = 10
+    with pytest.raises(jsonschema.ValidationError, match="canaryTraficPercent"):
+        validate_strict(typo, *ISVC_CRD)
+    typo = copy.deepcopy(manifest)
+    typo["spec"]["predictor"]["model"]["storageURI"] = "s3://x/y"
+    with pytest.raises(jsonschema.ValidationError, match="storageURI"):
+        validate_strict(typo, *ISVC_CRD)
+    bad_metric = copy.deepcopy(manifest)
+    bad_metric["spec"]["predictor"]["scaleMetric"] = "latency"
+    with pytest.raises(jsonschema.ValidationError):
+        validate_strict(bad_metric, *ISVC_CRD)
+    runtime = to_manifest(build_serving_runtime(settings()))
+    runtime["spec"]["containers"][0]["argz"] = []
+    with pytest.raises(jsonschema.ValidationError, match="argz"):
+        validate_strict(runtime, *RUNTIME_CRD)
+
+
+@pytest.mark.parametrize("overrides,message", [
+    ({"runtime": "triton"}, "unknown serving runtime 'triton'"),
+    ({"canary_traffic_percent": 0}, "canary_traffic_percent=0 must be in 1..99"),
+    ({"canary_traffic_percent": 100}, "canary_traffic_percent=100 must be in 1..99"),
+    ({"min_replicas": 4, "max_replicas": 2}, "min_replicas=4 is greater than max_replicas=2"),
+    ({"max_replicas": 0, "min_replicas": 0}, "max_replicas >= 1"),
+    ({"scale_metric": "latency"}, "unknown scale metric 'latency'"),
+    ({"scale_target": 0}, "scale_target=0"),
+    ({"name": "Fashion_MNIST"}, "DNS-1035 label"),
+    ({"name": "f" * 46}, "at most 45 characters"),
+    ({"name": "1fmnist"}, "DNS-1035 label"),
+    ({"namespace": "Kubeflow"}, "not a Kubernetes namespace name"),
+    ({"cpu": "one"}, "cpu 'one' is not a Kubernetes quantity"),
+    ({"memory": "2GB"}, "memory '2GB' is not a Kubernetes quantity"),
+    ({"image": "ghcr.io/fmnist-kfp/fmnist-kfp"}, "has no tag"),
+    ({"service_account": "Bad_SA"}, "service account 'Bad_SA'"),
+    ({"max_batch_size": 0}, "max_batch_size=0"),
+    ({"max_batch_latency_ms": -1}, "max_batch_latency_ms=-1"),
+    ({"runtime": "tensorflow", "max_batch_latency_ms": 0}, "whole number of milliseconds"),
+    ({"ready_timeout_seconds": 0}, "ready_timeout_seconds=0"),
+])
+def test_bad_settings_name_the_problem(overrides, message):
+    with pytest.raises(UserInputError, match=message.replace("(", r"\(").replace(".", r"\.")):
+        settings(**overrides).validate()
+
+
+def test_tensorflow_runtime_needs_no_image_tag():
+    settings(runtime="tensorflow", image="no-tag-at-all").validate()
+
+
+@pytest.mark.parametrize("uri,message", [
+    ("/mnt/fmnist/models/x", "without the mount path"),
+    ("file:///models/x", "cannot be served"),
+    ("https://example.com/model.tar.gz", "cannot be served"),
+    ("hdfs://nn/models/x", "cannot be served"),
+    ("", "cannot be served"),
+    ("pvc://fmnist-data", "no path inside the claim"),
+    ("pvc://fmnist-data/", "no path inside the claim"),
+    ("pvc://Fmnist_Data/models", "no valid claim"),
+    ("s3:///models/x", "no valid bucket"),
+    ("gs://models x/y", "cannot be served"),
+])
+def test_bad_storage_uris_are_refused(uri, message):
+    with pytest.raises(UserInputError, match=message):
+        check_storage_uri(uri)
+    with pytest.raises(UserInputError, match=message):
+        build_inference_service(settings(), storage_uri=uri)
+
+
+@pytest.mark.parametrize("uri", [*URIS, "s3://bucket", "gs://my.bucket.example/a/b/"])
+def test_good_storage_uris_pass(uri):
+    assert check_storage_uri(uri) == uri
+
+
+def test_builder_refuses_out_of_range_canary():
+    with pytest.raises(UserInputError, match="0..99"):
+        build_inference_service(settings(), storage_uri=URIS[0], canary_traffic_percent=100)
