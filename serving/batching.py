@@ -1,9 +1,10 @@
 """Adaptive batching inside the server: one model call for many concurrent requests.
 
 Requests put their instances on a queue. A single worker takes the first waiting instance,
-then everything else already queued, then waits at most ``max_latency_ms`` for more, up to
-``max_batch_size``, and runs the model once on a thread. While the model runs, new arrivals
-queue up, so batches grow with the load and a lone request waits at most the window.
+then everything else already queued, then waits at most ``max_latency_ms`` for more (but only
+while the batch is smaller than the previous one), up to ``max_batch_size``, and runs the model
+once. While the model runs, new arrivals queue up, so batches grow with the load, and a lone
+request does not wait at all.
 
 A batch that fails is retried one instance at a time, so a bad instance fails only the request
 that sent it.
@@ -49,7 +50,7 @@ class AdaptiveBatcher:
     """Gathers concurrent instances into batches for ``run_batch``."""
 
     def __init__(self, run_batch: RunBatch, max_batch_size: int = 32,
-                 max_latency_ms: float = 2.0):
+                 max_latency_ms: float = 2.0, inline_kinds: tuple[str, ...] = ()):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be at least 1, got {max_batch_size}")
         if max_latency_ms < 0:
@@ -62,15 +63,19 @@ class AdaptiveBatcher:
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="batch")
         self._queue: asyncio.Queue | None = None
         self._worker: asyncio.Task | None = None
+        self._last_batch = 1
+        # Kinds whose model call is so short that a hop to the thread (and back through the
+        # GIL) costs more than it saves; they run on the event loop.
+        self.inline_kinds = inline_kinds
 
-    async def submit(self, kind: str, values: Sequence[Any]) -> list[Any]:
-        """Results for ``values`` in order; an instance's exception is returned in its place."""
+    async def submit(self, items: Sequence[tuple[str, Any]]) -> list[Any]:
+        """Results for ``(kind, value)`` items in order; an item's exception takes its place."""
         loop = asyncio.get_running_loop()
         if self._worker is None or self._worker.done():
             self._queue = asyncio.Queue()
             self._worker = loop.create_task(self._work())
         futures = []
-        for value in values:
+        for kind, value in items:
             future = loop.create_future()
             self._queue.put_nowait((kind, value, future))
             futures.append(future)
@@ -81,7 +86,12 @@ class AdaptiveBatcher:
         queue = self._queue
         batch = [await queue.get()]
         deadline = time.monotonic() + self.max_latency
+        # Wait only for as many as came last time: steady clients send the same number per
+        # round, so the batch is complete once they are in, and a lone client never waits.
+        target = min(self.max_batch_size, self._last_batch)
         while len(batch) < self.max_batch_size:
+            if len(batch) >= target and queue.empty():
+                break
             if not queue.empty():
                 batch.append(queue.get_nowait())
                 continue
@@ -98,6 +108,7 @@ class AdaptiveBatcher:
         loop = asyncio.get_running_loop()
         while True:
             batch = await self._gather()
+            self._last_batch = len(batch)
             by_kind: dict[str, list[tuple]] = {}
             for item in batch:
                 by_kind.setdefault(item[0], []).append(item)
@@ -110,7 +121,10 @@ class AdaptiveBatcher:
         self.stats.largest_batch = max(self.stats.largest_batch, len(items))
         values = [value for _, value, _ in items]
         try:
-            results = await loop.run_in_executor(self._executor, self.run_batch, kind, values)
+            if kind in self.inline_kinds:
+                results = self.run_batch(kind, values)
+            else:
+                results = await loop.run_in_executor(self._executor, self.run_batch, kind, values)
         except Exception as error:  # noqa: BLE001 - isolated below, reported per instance
             if len(items) == 1:
                 self.stats.failed_instances += 1

@@ -87,7 +87,7 @@ class KServeSettings:
     canary_traffic_percent: int = 10
     service_account: str = ""  # whose Secret holds the s3/gs credentials
     max_batch_size: int = 32
-    max_batch_latency_ms: int = 2
+    max_batch_latency_ms: int = 1
     ready_timeout_seconds: float = 600
 
     @property

@@ -1,10 +1,17 @@
 """The Fashion-MNIST predictor: a ``kserve.Model`` over the exported SavedModel.
 
 It answers KServe's V1 and V2 endpoints (see :mod:`serving.protocol` for the request shapes)
-with one model call per batch of concurrent instances (:mod:`serving.batching`). Encoded images
-go through the SavedModel's ``serving_default`` signature, the one TF Serving uses, so this
-server and the TF Serving runtime give the same answers; pixel arrays go through
-``serving_pixels``.
+with one model call per batch of concurrent instances (:mod:`serving.batching`).
+
+Two paths through the same exported model:
+
+* 28×28 grayscale pixels (raw arrays, or PNG/BMP images of the dataset's own format, decoded
+  losslessly) run through the SavedModel's ``serving_pixels`` signature converted at load time
+  to TensorFlow Lite. A TensorFlow function call costs about 1.5 ms of CPU here whatever the
+  batch; the interpreter runs a batch of 5 in 0.4 ms. The conversion is checked against the
+  SavedModel at load and dropped if the two disagree (``--no_fast_path`` skips it).
+* Any other image (JPEG, colour, other sizes) goes through the SavedModel's
+  ``serving_default`` graph, the one TF Serving runs, which decodes, converts and resizes it.
 """
 
 from __future__ import annotations
@@ -30,6 +37,9 @@ from serving.protocol import (
 )
 
 DEFAULT_MAX_INSTANCES = 256
+PIXELS = "pixels"
+# How far the converted model's probabilities may be from the SavedModel's (float32 rounding).
+FAST_PATH_TOLERANCE = 1e-4
 
 
 def resolve_saved_model_dir(model_dir: str) -> str:
@@ -77,13 +87,15 @@ class FashionMnistModel(_ProtocolModel):
     """Serves an exported Fashion-MNIST SavedModel with adaptive batching."""
 
     def __init__(self, name: str, model_dir: str, *, max_batch_size: int = 32,
-                 max_batch_latency_ms: float = 2.0,
-                 max_instances: int = DEFAULT_MAX_INSTANCES):
+                 max_batch_latency_ms: float = 1.0,
+                 max_instances: int = DEFAULT_MAX_INSTANCES, fast_path: bool = True):
         super().__init__(name, max_instances)
         self.model_dir = model_dir
         self.saved_model_dir = ""
+        self.fast_path = fast_path
         self.batcher = AdaptiveBatcher(self._run_batch, max_batch_size, max_batch_latency_ms)
         self._signatures: dict[str, Any] = {}
+        self._lite_runner = None
 
     def load(self) -> bool:
         import tensorflow as tf
@@ -95,32 +107,71 @@ class FashionMnistModel(_ProtocolModel):
         self._loaded = loaded  # keeps the signatures' variables alive
         self._signatures = {
             IMAGE_BYTES: (loaded.signatures[BYTES_SIGNATURE], "image_bytes", tf.string),
-            "pixels": (loaded.signatures[PIXELS_SIGNATURE], "pixels", tf.float32),
+            PIXELS: (loaded.signatures[PIXELS_SIGNATURE], "pixels", tf.float32),
         }
+        if self.fast_path:
+            self._lite_runner = self._convert_to_lite(PIXELS_SIGNATURE)
+            if self._lite_runner is not None:
+                self.batcher.inline_kinds = (PIXELS,)  # 0.1 ms: not worth a thread hop
         # Trace both paths now, not on the first request.
-        self._run_batch("pixels", [np.zeros((28, 28), np.float32)])
+        self._run_batch(PIXELS, [np.zeros((28, 28), np.float32)])
         self.ready = True
         return self.ready
 
+    def _convert_to_lite(self, signature_key: str):
+        """The pixels signature as a TensorFlow Lite runner, if it answers like the SavedModel."""
+        import logging
+        import warnings
+
+        import tensorflow as tf
+
+        log = logging.getLogger("kserve")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # tf.lite's notice about its LiteRT successor
+            converter = tf.lite.TFLiteConverter.from_saved_model(
+                self.saved_model_dir, signature_keys=[signature_key])
+            # Every core: the call runs on the event loop, so the sooner it is done the better.
+            interpreter = tf.lite.Interpreter(model_content=converter.convert(),
+                                              num_threads=min(4, os.cpu_count() or 1))
+        runner = interpreter.get_signature_runner(signature_key)
+        self._interpreter = interpreter
+        probe = np.random.default_rng(0).uniform(0, 255, (64, 28, 28)).astype(np.float32)
+        expected = self._signatures[PIXELS][0](pixels=tf.constant(probe))["probabilities"]
+        difference = float(np.max(np.abs(runner(pixels=probe)["probabilities"]
+                                         - expected.numpy())))
+        if difference > FAST_PATH_TOLERANCE:
+            log.warning("TensorFlow Lite answers differ from the SavedModel by %.2g; serving "
+                        "every request through TensorFlow", difference)
+            return None
+        log.info("fast path: TensorFlow Lite agrees with the SavedModel to %.1g", difference)
+        return runner
+
     def _run_batch(self, kind: str, values: Sequence[Any]) -> list[tuple]:
+        if kind == PIXELS and self._lite_runner is not None:
+            outputs = self._lite_runner(pixels=np.stack(values))
+            names = outputs["class_name"]
+        else:
+            outputs = self._run_tensorflow(kind, values)
+            names = outputs["class_name"].numpy()
+            outputs = {key: value.numpy() for key, value in outputs.items()}
+        return list(zip(outputs["probabilities"], outputs["class_index"],
+                        [name.decode() for name in names], strict=True))
+
+    def _run_tensorflow(self, kind: str, values: Sequence[Any]) -> dict:
         import tensorflow as tf
 
         signature, argument, dtype = self._signatures[kind]
-        batch = np.stack(values) if kind == "pixels" else list(values)
+        batch = np.stack(values) if kind == PIXELS else list(values)
         try:
-            outputs = signature(**{argument: tf.constant(batch, dtype)})
+            return signature(**{argument: tf.constant(batch, dtype)})
         except tf.errors.InvalidArgumentError as error:
             # TensorFlow's message ends with the reason; the graph trace before it is noise.
             reason = [line for line in error.message.splitlines() if line.strip()][-1]
             raise InvalidInput(f"the image cannot be decoded ({reason.strip()})") from None
-        probabilities = outputs["probabilities"].numpy()
-        class_index = outputs["class_index"].numpy()
-        names = [name.decode() for name in outputs["class_name"].numpy()]
-        return list(zip(probabilities, class_index, names, strict=True))
 
     async def predict(self, request: ParsedRequest,
                       headers: dict[str, str] | None = None) -> tuple[ParsedRequest, Predictions]:
-        results = await self.batcher.submit(request.kind, request.values)
+        results = await self.batcher.submit(request.items)
         for index, result in enumerate(results):
             if isinstance(result, InvalidInput):
                 raise InvalidInput(f"instance {index}: {result.reason}")
@@ -137,22 +188,26 @@ class FashionMnistModel(_ProtocolModel):
 
 
 class NoOpModel(_ProtocolModel):
-    """The same server minus the model: parses nothing and answers a fixed prediction per
-    instance. The benchmark's measure of what the framework alone costs."""
+    """The same server with the model call replaced by a constant answer: requests are parsed,
+    checked and decoded and responses formatted as usual. The benchmark's floor."""
 
     def load(self) -> bool:
         self.ready = True
         return self.ready
-
-    async def preprocess(self, payload, headers=None) -> ParsedRequest:
-        if isinstance(payload, InferRequest):
-            count = int(payload.inputs[0].shape[0]) if payload.inputs else 1
-            return ParsedRequest("v2", IMAGE_BYTES, [None] * count, payload.id or "")
-        instances = payload.get("instances", []) if isinstance(payload, dict) else []
-        return ParsedRequest("v1", IMAGE_BYTES, [None] * max(len(instances), 1))
 
     async def predict(self, request: ParsedRequest, headers=None):
         count = len(request)
         probabilities = np.full((count, 10), 0.1, np.float32)
         return request, Predictions(probabilities, np.zeros(count, np.int32),
                                     ["T-shirt/top"] * count)
+
+
+class BareNoOpModel(NoOpModel):
+    """KServe's floor: not even the request is looked at."""
+
+    async def preprocess(self, payload, headers=None) -> ParsedRequest:
+        if isinstance(payload, InferRequest):
+            count = int(payload.inputs[0].shape[0]) if payload.inputs else 1
+            return ParsedRequest("v2", [(IMAGE_BYTES, None)] * count, payload.id or "")
+        instances = payload.get("instances", []) if isinstance(payload, dict) else []
+        return ParsedRequest("v1", [(IMAGE_BYTES, None)] * max(len(instances), 1))

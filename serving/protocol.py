@@ -37,20 +37,20 @@ KINDS = (IMAGE_BYTES, PIXELS)
 # Formats TensorFlow's decode_image reads, by their leading bytes.
 _IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF87a", b"GIF89a", b"BM")
 MAX_IMAGE_PIXELS = 4096 * 4096
+_LOSSLESS_FORMATS = ("PNG", "BMP")
 _V2_PIXEL_TYPES = {"FP32", "FP64", "FP16", "UINT8", "UINT16", "INT8", "INT16", "INT32", "INT64"}
 
 
 @dataclass
 class ParsedRequest:
-    """The instances of one request, all of one kind, ready for the model."""
+    """The instances of one request, ready for the model."""
 
     protocol: str  # "v1" or "v2"
-    kind: str  # IMAGE_BYTES or PIXELS
-    values: list[Any]  # bytes per image, or float32 [28, 28] arrays
+    items: list[tuple[str, Any]]  # (IMAGE_BYTES, encoded bytes) or (PIXELS, float32 [28, 28])
     request_id: str = ""
 
     def __len__(self) -> int:
-        return len(self.values)
+        return len(self.items)
 
 
 def _check_count(count: int, max_instances: int, field: str) -> None:
@@ -63,8 +63,13 @@ def _check_count(count: int, max_instances: int, field: str) -> None:
         )
 
 
-def check_image_bytes(data: bytes, where: str) -> bytes:
-    """Rejects bytes that are not a readable PNG, JPEG, GIF or BMP of a sane size."""
+def check_image_bytes(data: bytes, where: str) -> tuple[str, Any]:
+    """Rejects bytes that are not a readable PNG, JPEG, GIF or BMP of a sane size.
+
+    A lossless 28×28 grayscale image (the dataset's own format) is decoded here into pixels:
+    exactly what the graph's decoder would produce, without a TensorFlow call. Anything else
+    stays encoded for the SavedModel's ``serving_default`` graph to decode and resize.
+    """
     if not data.startswith(_IMAGE_MAGIC):
         raise InvalidInput(f"{where}: the bytes are not a PNG, JPEG, GIF or BMP image")
     from PIL import Image, UnidentifiedImageError
@@ -72,17 +77,20 @@ def check_image_bytes(data: bytes, where: str) -> bytes:
     try:
         with Image.open(io.BytesIO(data)) as image:  # reads the header only
             width, height = image.size
-    except (UnidentifiedImageError, OSError, ValueError) as error:
+            if width * height > MAX_IMAGE_PIXELS:
+                raise InvalidInput(
+                    f"{where}: the image is {width}×{height}; send at most {MAX_IMAGE_PIXELS} "
+                    f"pixels (it is resized to {IMAGE_SIZE}×{IMAGE_SIZE} anyway)"
+                )
+            if (image.format in _LOSSLESS_FORMATS and image.mode == "L"
+                    and image.size == (IMAGE_SIZE, IMAGE_SIZE)):
+                return PIXELS, np.asarray(image, dtype=np.float32)
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as error:
         raise InvalidInput(f"{where}: the image cannot be read ({error})") from None
-    if width * height > MAX_IMAGE_PIXELS:
-        raise InvalidInput(
-            f"{where}: the image is {width}×{height}; send at most {MAX_IMAGE_PIXELS} pixels "
-            f"(it is resized to {IMAGE_SIZE}×{IMAGE_SIZE} anyway)"
-        )
-    return data
+    return IMAGE_BYTES, data
 
 
-def decode_b64_image(text: Any, where: str) -> bytes:
+def decode_b64_image(text: Any, where: str) -> tuple[str, Any]:
     if not isinstance(text, str):
         raise InvalidInput(f"{where}: expected a base64 string, got {type(text).__name__}")
     try:
@@ -117,9 +125,9 @@ def _v1_instance(instance: Any, index: int) -> tuple[str, Any]:
             encoded = instance[IMAGE_BYTES]
             if not isinstance(encoded, dict) or "b64" not in encoded:
                 raise InvalidInput(f'{where}: expected "image_bytes": {{"b64": "<base64>"}}')
-            return IMAGE_BYTES, decode_b64_image(encoded["b64"], f"{where}.image_bytes.b64")
+            return decode_b64_image(encoded["b64"], f"{where}.image_bytes.b64")
         if "b64" in instance:
-            return IMAGE_BYTES, decode_b64_image(instance["b64"], f"{where}.b64")
+            return decode_b64_image(instance["b64"], f"{where}.b64")
         if PIXELS in instance:
             return PIXELS, check_pixels(instance[PIXELS], f"{where}.pixels")
         raise InvalidInput(
@@ -149,11 +157,7 @@ def parse_v1(payload: Any, max_instances: int) -> ParsedRequest:
     if not isinstance(instances, list):
         raise InvalidInput('"instances" must be a list')
     _check_count(len(instances), max_instances, "instances")
-    parsed = [_v1_instance(instance, i) for i, instance in enumerate(instances)]
-    kinds = {kind for kind, _ in parsed}
-    if len(kinds) > 1:
-        raise InvalidInput("mixed instances: send either encoded images or pixel arrays")
-    return ParsedRequest("v1", kinds.pop(), [value for _, value in parsed])
+    return ParsedRequest("v1", [_v1_instance(instance, i) for i, instance in enumerate(instances)])
 
 
 def parse_v2(request: InferRequest, max_instances: int) -> ParsedRequest:
@@ -178,12 +182,12 @@ def parse_v2(request: InferRequest, max_instances: int) -> ParsedRequest:
             raise InvalidInput(f"{IMAGE_BYTES}: {error}") from None
         if len(items) != shape[0]:
             raise InvalidInput(f"{IMAGE_BYTES}: shape {shape} but {len(items)} items of data")
-        values = [
+        parsed = [
             check_image_bytes(item, f"{IMAGE_BYTES}[{i}]") if isinstance(item, bytes)
             else decode_b64_image(item, f"{IMAGE_BYTES}[{i}]")
             for i, item in enumerate(items)
         ]
-        return ParsedRequest("v2", IMAGE_BYTES, values, request.id or "")
+        return ParsedRequest("v2", parsed, request.id or "")
     if tensor.datatype not in _V2_PIXEL_TYPES:
         raise InvalidInput(f"{PIXELS} must be a numeric tensor, got datatype {tensor.datatype}")
     if shape[1:] != [IMAGE_SIZE, IMAGE_SIZE] or len(shape) != 3:
@@ -196,8 +200,8 @@ def parse_v2(request: InferRequest, max_instances: int) -> ParsedRequest:
         array = array.reshape(shape)
     except (ValueError, TypeError) as error:
         raise InvalidInput(f"{PIXELS}: the data does not fit shape {shape} ({error})") from None
-    values = [check_pixels(image, f"{PIXELS}[{i}]") for i, image in enumerate(array)]
-    return ParsedRequest("v2", PIXELS, values, request.id or "")
+    parsed = [(PIXELS, check_pixels(image, f"{PIXELS}[{i}]")) for i, image in enumerate(array)]
+    return ParsedRequest("v2", parsed, request.id or "")
 
 
 @dataclass

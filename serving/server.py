@@ -12,6 +12,7 @@ The same flags run on a cluster, where KServe's storage initializer puts the mod
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import sys
@@ -125,30 +126,38 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--http_port", type=int, default=8080)
     parser.add_argument("--max_batch_size", type=int, default=32)
-    parser.add_argument("--max_batch_latency_ms", type=float, default=2.0)
+    parser.add_argument("--max_batch_latency_ms", type=float, default=1.0)
     parser.add_argument("--max_body_bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
     parser.add_argument("--max_instances", type=int, default=256)
     parser.add_argument("--access_log", action="store_true", help="log every request")
-    parser.add_argument("--noop", action="store_true",
-                        help="serve a no-op model (benchmark baseline), not --model_dir")
+    parser.add_argument("--no_fast_path", action="store_true",
+                        help="run every request through TensorFlow, not TensorFlow Lite")
+    parser.add_argument("--noop", choices=("model", "bare"), default="",
+                        help="benchmark baselines instead of --model_dir: 'model' parses requests "
+                             "and answers a constant, 'bare' ignores the request too")
     return parser
 
 
 def serve(args: argparse.Namespace) -> None:
     from kserve import model_server as kserve_model_server
 
-    from serving.predictor import FashionMnistModel, NoOpModel
+    from serving.predictor import BareNoOpModel, FashionMnistModel, NoOpModel
 
     if args.noop:
-        model = NoOpModel(args.model_name, max_instances=args.max_instances)
+        baseline = NoOpModel if args.noop == "model" else BareNoOpModel
+        model = baseline(args.model_name, max_instances=args.max_instances)
     else:
         if not args.model_dir:
             sys.exit("--model_dir is required: the directory the training step exported")
         model = FashionMnistModel(
             args.model_name, args.model_dir, max_batch_size=args.max_batch_size,
             max_batch_latency_ms=args.max_batch_latency_ms, max_instances=args.max_instances,
+            fast_path=not args.no_fast_path,
         )
     model.load()
+    # TensorFlow's objects live as long as the server: keep the collector from walking them.
+    gc.collect()
+    gc.freeze()
     kserve_model_server.app.add_middleware(BodySizeLimit, max_bytes=args.max_body_bytes)
     server = _model_server_class()(
         host=args.host, http_port=args.http_port, enable_grpc=False,

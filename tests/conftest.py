@@ -40,3 +40,22 @@ def real_data_dir() -> Path:
     if IN_CI:
         pytest.fail(message)
     pytest.skip(message)
+
+
+def export_untrained_model(directory: Path, seed: int) -> Path:
+    """An exported CNN with random weights, in the training step's layout (``<dir>/1``)."""
+    import tensorflow as tf
+
+    from fmnist.training.config import TrainingConfig
+    from fmnist.training.export import export_saved_model
+    from fmnist.training.models import build_model
+
+    tf.keras.utils.set_random_seed(seed)
+    export_saved_model(build_model(TrainingConfig(model_type="basic")), str(directory / "1"))
+    return directory
+
+
+@pytest.fixture(scope="session")
+def exported_model(tmp_path_factory) -> Path:
+    """An exported CNN (untrained weights: for tests about serving, not accuracy)."""
+    return export_untrained_model(tmp_path_factory.mktemp("model"), seed=7)

@@ -38,8 +38,9 @@ def test_compiled_pipeline_loads_back_with_the_kfp_sdk():
     )
     assert pipeline.name == "fashion-mnist-training"
     assert {"epochs", "backend", "kubernetes"} <= set(pipeline.component_spec.inputs)
-    assert set(pipeline.component_spec.outputs) == {"best_model", "report", "report_markdown",
-                                                     "best_model_type"}
+    assert set(pipeline.component_spec.outputs) == {
+        "best_model", "report", "report_markdown", "best_model_type", "deployment",
+        "serving_url", "served_accuracy"}
     platform = pipeline.platform_spec.platforms["kubernetes"]
     assert "exec-train-model" in platform.deployment_spec.executors
 
@@ -65,6 +66,13 @@ def test_compiled_pipeline_documents_parameters_and_caches_the_right_steps():
     assert tasks["freshness-window"]["cachingOptions"] == {}  # reads the clock: never cached
     assert tasks["ingest-fashion-mnist"]["cachingOptions"]["enableCache"] is True
     assert tasks["select-best-model"]["cachingOptions"]["enableCache"] is True
+    # Deploying and measuring the live server have effects: never served from cache.
+    assert tasks["deploy-model"]["cachingOptions"] == {}
+    assert tasks["predict-with-served-model"]["cachingOptions"] == {}
+    predict_inputs = tasks["predict-with-served-model"]["inputs"]["parameters"]
+    assert predict_inputs["url"]["taskOutputParameter"] == {"outputParameterKey": "url",
+                                                            "producerTask": "deploy-model"}
+    assert {"model_name", "blessing_tolerance", "serving"} <= set(parameters)
     loop = spec["components"]["comp-for-loop-1"]["dag"]["tasks"]["train-model"]
     assert loop["cachingOptions"]["enableCache"] is True
     assert "/work/" not in yaml.safe_dump(spec) and "/home/" not in yaml.safe_dump(spec)
@@ -100,8 +108,20 @@ def data_parameters(tmp_path_factory) -> dict:
             "train_examples": 1000}
 
 
-def test_local_pipeline_runs_end_to_end_then_from_cache(data_parameters, tmp_path):
-    parameters = PipelineParameters(epochs=1, num_workers=1, batch_size=64, **data_parameters)
+@pytest.fixture
+def serving_state(tmp_path, monkeypatch):
+    """Local deployments of this test live in its own directory and are stopped after it."""
+    from serving.local_deploy import stop_server
+
+    monkeypatch.setenv("FMNIST_SERVING_STATE_DIR", str(tmp_path / "serving"))
+    yield
+    stop_server(PipelineParameters().model_name)
+
+
+def test_local_pipeline_runs_end_to_end_then_from_cache(data_parameters, tmp_path,
+                                                        serving_state):
+    parameters = PipelineParameters(epochs=1, num_workers=1, batch_size=64,
+                                    prediction_images=300, **data_parameters)
     summary_path = tmp_path / "out" / "summary.json"
     first = run_local(parameters, pipeline_root=str(tmp_path / "runs"),
                       summary_path=str(summary_path))
@@ -120,10 +140,28 @@ def test_local_pipeline_runs_end_to_end_then_from_cache(data_parameters, tmp_pat
     report = Path(first["report_path"]).read_text()
     assert "data:image/png;base64," in report and "Per-class test accuracy" in report
     assert "| model | test accuracy |" in Path(first["report_markdown_path"]).read_text()
+    # The winner is served on loopback and scored over HTTP like the selection scored it.
+    deployment = first["deployment"]
+    assert deployment["action"] == "created" and deployment["blessing"]["blessed"]
+    assert deployment["url"].startswith("http://127.0.0.1:")
+    assert deployment["verification_agreement"] == 1.0
+    assert 0.5 < deployment["served_accuracy"] <= 1.0
+    import httpx
+
+    from serving.client import v1_image_request
+    from tests.fixtures import synthetic_split
+
+    images, _ = synthetic_split(3, seed=5)
+    response = httpx.post(f"{deployment['url']}/v1/models/{parameters.model_name}:predict",
+                          json=v1_image_request(images))
+    assert response.status_code == 200 and len(response.json()["predictions"]) == 3
 
     # Inside the freshness window every step but the clock-reading one comes from cache.
     second = run_local(parameters, pipeline_root=str(tmp_path / "runs"))
     assert second["all_steps_cached"], second["steps"]
+    assert second["deployment"]["action"] == "unchanged"
+    assert second["deployment"]["url"] == deployment["url"]
+    assert second["deployment"]["served_accuracy"] == deployment["served_accuracy"]
     assert set(second["cache_hits"]) == {"ingest-fashion-mnist", "train-model",
                                          "select-best-model"}
     assert second["best_model_path"] == first["best_model_path"]
@@ -134,6 +172,7 @@ def test_local_pipeline_runs_end_to_end_then_from_cache(data_parameters, tmp_pat
     parameters.model_types = ["basic"]
     third = run_local(parameters, pipeline_root=str(tmp_path / "runs"))
     assert "ingest-fashion-mnist" not in third["cache_hits"]
+    assert third["deployment"]["action"] in ("unchanged", "promoted", "rejected")
 
 
 @pytest.mark.parametrize(
@@ -144,6 +183,9 @@ def test_local_pipeline_runs_end_to_end_then_from_cache(data_parameters, tmp_pat
         (["--batch-size", "-1"], "batch_size must be a positive integer"),
         (["--freshness", "soon"], "freshness 'soon' is not a positive duration"),
         (["--num-workers", "0"], "num_workers must be at least 1"),
+        (["--blessing-tolerance", "2"], "blessing tolerance 2.0 is not an accuracy difference"),
+        (["--serving", '{"replicas": 3}'], "unknown serving settings ['replicas']"),
+        (["--serving", "[1]"], "--serving must be a JSON object"),
     ],
 )
 def test_bad_parameters_fail_before_any_work(arguments, message, tmp_path, capsys,

@@ -1,0 +1,145 @@
+"""Local deployments: blessing, blue/green replacement verified over HTTP, rollback, reuse."""
+
+from __future__ import annotations
+
+import os
+
+import httpx
+import pytest
+
+from fmnist.errors import UserInputError
+from fmnist.parameters import PipelineParameters
+from serving.client import v1_image_request
+from serving.deploy_step import DeploymentError, deploy, serving_problems, storage_uri_for
+from serving.local_deploy import deploy_locally, running_server, stop_server
+from tests.conftest import export_untrained_model
+from tests.fixtures import synthetic_split
+
+NAME = "fashion-mnist"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _answers(url: str) -> bool:
+    images, _ = synthetic_split(2, seed=1)
+    response = httpx.post(f"{url}/v1/models/{NAME}:predict", json=v1_image_request(images))
+    return response.status_code == 200
+
+
+def test_local_deployment_lifecycle(exported_model, synthetic_dataset, tmp_path, monkeypatch):
+    monkeypatch.setenv("FMNIST_SERVING_STATE_DIR", str(tmp_path / "state"))
+    other_model = export_untrained_model(tmp_path / "other", seed=8)
+    common = {"data_dir": str(synthetic_dataset), "backend": "local", "model_name": NAME,
+              "tolerance": 0.005, "verification_images": 32, "serving": {}, "model_uri": ""}
+    try:
+        first = deploy(model_dir=str(exported_model), test_accuracy=0.90, **common)
+        assert first["action"] == "created" and first["blessing"]["serving_accuracy"] is None
+        assert first["verification"]["ok"] and first["verification"]["agreement"] == 1.0
+        assert first["verification"]["failures"] == 0 and first["verification"]["images"] == 32
+        served = running_server(NAME)
+        assert served.url == first["url"] and served.test_accuracy == 0.90
+        assert _answers(first["url"])
+
+        # The same model again (a cached pipeline run): the running server is reused.
+        again = deploy(model_dir=str(exported_model), test_accuracy=0.90, **common)
+        assert again["action"] == "unchanged" and again["url"] == first["url"]
+        assert running_server(NAME).pid == served.pid
+
+        # Worse than the serving model beyond the tolerance: not deployed.
+        rejected = deploy(model_dir=str(other_model), test_accuracy=0.80, **common)
+        assert rejected["action"] == "rejected" and rejected["url"] == first["url"]
+        assert rejected["blessing"] == {
+            "blessed": False, "candidate_accuracy": 0.80, "serving_accuracy": 0.90,
+            "tolerance": 0.005, "reason": rejected["blessing"]["reason"]}
+        assert running_server(NAME).pid == served.pid
+
+        # Blessed, but the new server fails its check: it is stopped, the old one stays.
+        checked = []
+
+        def failing_verify(url):
+            checked.append(url)
+            return {"ok": url == first["url"], "accuracy": 0.0}
+
+        rolled_back = deploy_locally(NAME, str(other_model), 0.95, tolerance=0.005,
+                                     verify=failing_verify, log=lambda message: None)
+        assert rolled_back["action"] == "rolled_back" and rolled_back["url"] == first["url"]
+        assert len(checked) == 1 and checked[0] != first["url"]
+        assert running_server(NAME).pid == served.pid and _answers(first["url"])
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(checked[0], timeout=2)
+
+        # Blessed and verified: the new server replaces the old one.
+        promoted = deploy(model_dir=str(other_model), test_accuracy=0.95, **common)
+        assert promoted["action"] == "promoted" and promoted["url"] != first["url"]
+        assert promoted["blessing"]["serving_accuracy"] == 0.90
+        assert running_server(NAME).test_accuracy == 0.95
+        assert not _alive(served.pid)
+        assert _answers(promoted["url"])
+    finally:
+        stop_server(NAME)
+    assert running_server(NAME) is None
+
+
+def test_a_failed_rollout_fails_the_deploy_step(exported_model, synthetic_dataset, tmp_path,
+                                                monkeypatch):
+    import serving.verification
+
+    monkeypatch.setenv("FMNIST_SERVING_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setattr(serving.verification, "compare",
+                        lambda *args, **kwargs: {"ok": False, "agreement": 0.0, "requests": 1,
+                                                 "failures": 1, "accuracy": 0.0})
+    with pytest.raises(DeploymentError, match="failed verification"):
+        deploy(model_dir=str(exported_model), model_uri="", test_accuracy=0.9,
+               data_dir=str(synthetic_dataset), backend="local", model_name=NAME,
+               tolerance=0.0, verification_images=4, serving={})
+    assert running_server(NAME) is None
+
+
+@pytest.mark.parametrize(
+    ("serving", "tolerance", "images", "message"),
+    [
+        ({"canary": 10}, 0.005, 10, "unknown serving settings ['canary']"),
+        ({}, 1.5, 10, "blessing tolerance 1.5 is not an accuracy difference"),
+        ({}, 0.005, 0, "verification_images must be at least 1"),
+        ({"max_batch_size": 0}, 0.005, 10, "max_batch_size"),
+    ],
+)
+def test_bad_serving_parameters_are_named(serving, tolerance, images, message):
+    problems = serving_problems(serving, "local", NAME, tolerance, images)
+    assert any(message in problem for problem in problems), problems
+    with pytest.raises(UserInputError, match="serving|tolerance|verification|batch"):
+        PipelineParameters(serving=serving, blessing_tolerance=tolerance,
+                           verification_images=images).validate(check_data=False)
+
+
+def test_kubernetes_serving_settings_are_checked_before_any_work():
+    problems = serving_problems({"runtime": "triton", "storage_uri": "/mnt/models"},
+                                "kubernetes", NAME, 0.005, 10)
+    assert any("runtime" in problem for problem in problems), problems
+    assert not serving_problems({"runtime": "tensorflow", "canary_traffic_percent": 20},
+                                "kubernetes", NAME, 0.005, 10)
+
+
+@pytest.mark.parametrize(
+    ("artifact_uri", "override", "expected"),
+    [
+        ("minio://mlpipeline/v2/artifacts/run/select/best_model", "",
+         "s3://mlpipeline/v2/artifacts/run/select/best_model"),
+        ("gs://bucket/pipeline/best_model", "", "gs://bucket/pipeline/best_model"),
+        ("s3://bucket/best_model", "pvc://fmnist-data/models/best",
+         "pvc://fmnist-data/models/best"),
+    ],
+)
+def test_storage_uri_comes_from_the_model_artifact(artifact_uri, override, expected):
+    assert storage_uri_for(artifact_uri, override) == expected
+
+
+def test_a_local_artifact_path_cannot_be_served_by_kserve():
+    with pytest.raises(UserInputError, match="set serving.storage_uri"):
+        storage_uri_for("/tmp/runs/best_model")
