@@ -182,7 +182,10 @@ def deploy_locally(name: str, model_dir: str, test_accuracy: float, *, tolerance
         f"({blessing.reason})")
     candidate = start_server(name, model_dir, test_accuracy=test_accuracy,
                              server_args=server_args)
-    verification = verify(candidate.url)
+    try:
+        verification = verify(candidate.url)
+    except Exception as error:  # a check that cannot finish is a failed check
+        verification = {"ok": False, "error": f"{type(error).__name__}: {error}"}
     if not verification.get("ok"):
         stop_process(candidate.pid)
         action = "rolled_back" if current else "failed"

@@ -101,6 +101,23 @@ def test_a_failed_rollout_fails_the_deploy_step(exported_model, synthetic_datase
     assert running_server(NAME) is None
 
 
+def test_a_verifier_that_raises_stops_the_new_server(exported_model, tmp_path, monkeypatch):
+    monkeypatch.setenv("FMNIST_SERVING_STATE_DIR", str(tmp_path / "state"))
+    urls = []
+
+    def broken_verify(url):
+        urls.append(url)
+        raise ConnectionError("the verifier lost its network")
+
+    decision = deploy_locally(NAME, str(exported_model), 0.9, tolerance=0.0,
+                              verify=broken_verify, log=lambda message: None)
+    assert decision["action"] == "failed"
+    assert "lost its network" in decision["verification"]["error"]
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(urls[0], timeout=2)
+    assert running_server(NAME) is None
+
+
 @pytest.mark.parametrize(
     ("serving", "tolerance", "images", "message"),
     [
