@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import re
@@ -86,8 +87,8 @@ def _start(name: str, args: list[str], model_dir: str, log_dir: Path):
 
 def run_wrk(url: str, script: Path, connections: int, seconds: float) -> dict:
     threads = 1 if connections < 8 else 2
-    command = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds:g}s", "--timeout", "10s",
-               "-s", str(script), url]
+    command = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{math.ceil(seconds)}s",
+               "--timeout", "10s", "-s", str(script), url]
     output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     result = dict(re.findall(r"(\w+)=([\d.]+)", output.split("RESULT", 1)[1]))
     rate = float(re.search(r"Requests/sec:\s+([\d.]+)", output)[1])
