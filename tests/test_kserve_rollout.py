@@ -333,7 +333,7 @@ def test_the_tensorflow_runtime_needs_no_serving_runtime(standin):
     predictor = body["spec"]["predictor"]
     assert predictor["model"]["runtime"] == "kserve-tensorflow-serving"
     assert predictor["serviceAccountName"] == "fmnist-storage"
-    assert predictor["batcher"] == {"maxBatchSize": 32, "maxLatency": 2}
+    assert predictor["batcher"] == {"maxBatchSize": 32, "maxLatency": 1}
 
 
 def test_an_existing_serving_runtime_is_left_alone(standin):
