@@ -17,13 +17,14 @@ import os
 import platform
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from fmnist.launcher.local import free_ports
 
 RESULTS = Path("bench/results")
 SERVERS = {
@@ -47,11 +48,6 @@ end
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
 
 def _default_model_dir() -> str:
     summary = Path("runs/local/summary.json")
@@ -74,7 +70,7 @@ def _request_body(data_source: str, path: Path) -> None:
 def _start(name: str, args: list[str], model_dir: str, log_dir: Path):
     from serving.client import wait_until_ready
 
-    port = _free_port()
+    port = free_ports(1)[0]
     command = [sys.executable, "-m", "serving.server", f"--model_dir={model_dir}",
                f"--model_name={MODEL_NAME}", f"--http_port={port}", *args]
     log = open(log_dir / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process

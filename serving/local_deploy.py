@@ -13,7 +13,6 @@ import hashlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from fmnist.launcher.local import free_ports
 from serving.blessing import bless
 from serving.client import wait_until_ready
 
@@ -87,17 +87,12 @@ def running_server(name: str) -> LocalServer | None:
     return None
 
 
-def _free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
 
 def start_server(name: str, model_dir: str, *, test_accuracy: float | None = None,
                  port: int = 0, server_args: list[str] | None = None,
                  timeout: float = READY_TIMEOUT) -> LocalServer:
     """Starts ``python -m serving.server`` detached (it outlives the step) and waits for it."""
-    port = port or _free_port()
+    port = port or free_ports(1)[0]
     log_file = state_dir() / f"{name}-{port}.log"
     command = [sys.executable, "-m", "serving.server", f"--model_dir={model_dir}",
                f"--model_name={name}", "--host=127.0.0.1", f"--http_port={port}",

@@ -7,7 +7,6 @@ import concurrent.futures
 import io
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -17,6 +16,7 @@ import pytest
 from PIL import Image
 
 from fmnist.dataset.official import CLASS_NAMES
+from fmnist.launcher.local import free_ports
 from serving.client import png_bytes, v1_image_request, wait_until_ready
 
 NAME = "fashion-mnist"
@@ -31,15 +31,10 @@ def images():
     return pixels
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
 
 @pytest.fixture(scope="module")
 def server(exported_model):
-    port = _free_port()
+    port = free_ports(1)[0]
     process = subprocess.Popen(
         [sys.executable, "-m", "serving.server", f"--model_dir={exported_model}",
          f"--http_port={port}", f"--max_body_bytes={BODY_LIMIT}", "--max_instances=64"],
@@ -284,7 +279,7 @@ def test_concurrent_requests_are_batched(exported_model, images):
 def test_make_serve_serves_the_latest_selected_model(exported_model, tmp_path, images):
     summary = tmp_path / "summary.json"
     summary.write_text(json.dumps({"best_model_path": str(exported_model)}))
-    port = _free_port()
+    port = free_ports(1)[0]
     process = subprocess.Popen(
         [sys.executable, "-m", "fmnist.cli", "serve", "--summary", str(summary),
          "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
