@@ -23,7 +23,7 @@ def _add_pipeline_parameters(parser: argparse.ArgumentParser) -> None:
                        help="reuse ingested data this long: 30m, 24h, 7d (default %(default)s)")
     group.add_argument("--model-types", default=",".join(_D.model_types),
                        help="comma-separated: basic,dropout,batchnorm (default %(default)s)")
-    for name in ("epochs", "batch_size", "learning_rate", "dropout_rate", "precision",
+    for name in ("epochs", "batch_size", "learning_rate", "dropout_rate", "filters", "precision",
                  "train_examples", "num_workers", "gpus_per_worker", "max_restarts"):
         default = getattr(_D, name)
         group.add_argument("--" + name.replace("_", "-"), type=type(default), default=default,
@@ -32,6 +32,11 @@ def _add_pipeline_parameters(parser: argparse.ArgumentParser) -> None:
         default = getattr(_D, name)
         group.add_argument("--" + name.replace("_", "-"), type=type(default), default=default,
                            help=f"default {default}")
+    group.add_argument("--tune", action="store_true",
+                       help="search each model's hyperparameters before training it")
+    group.add_argument("--tuning", default="",
+                       help='JSON object of search settings, e.g. {"algorithm": "tpe", '
+                            '"max_trials": 12, "epochs": 6} (see the README)')
     group.add_argument("--serving", default="",
                        help='JSON object of serving settings, e.g. {"runtime": "tensorflow", '
                             '"canary_traffic_percent": 20} (see the README)')
@@ -43,7 +48,7 @@ def _add_pipeline_parameters(parser: argparse.ArgumentParser) -> None:
 
 
 def _parameters(args: argparse.Namespace) -> PipelineParameters:
-    json_options = ("expected_sha256", "kubernetes", "serving")
+    json_options = ("expected_sha256", "kubernetes", "serving", "tuning")
     values = {f.name: getattr(args, f.name) for f in fields(PipelineParameters)
               if getattr(args, f.name, None) is not None
               and f.name not in ("model_types", *json_options)}

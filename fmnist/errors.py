@@ -11,3 +11,11 @@ class DataSourceError(RuntimeError):
 
 class TrainingJobError(RuntimeError):
     """A training job (local workers or a TFJob) failed."""
+
+
+class TrainingJobStopped(TrainingJobError):
+    """A training job was stopped on purpose before it finished (early stopping)."""
+
+
+class TuningError(RuntimeError):
+    """A hyperparameter search (a Katib Experiment or the local search) failed."""

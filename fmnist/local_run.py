@@ -19,6 +19,7 @@ from typing import Any
 from fmnist.parameters import PipelineParameters
 
 DEFAULT_PIPELINE_ROOT = "runs/local"
+TUNED_FIELDS = ("learning_rate", "batch_size", "filters", "dropout_rate")
 # Steps that read the clock or change or measure the live server run every time.
 NEVER_CACHED = ("freshness-window", "deploy-model", "predict-with-served-model")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -112,9 +113,12 @@ def run_local(
                 "train_seconds": entry["train_seconds"],
                 "parameters": entry["parameters"],
                 "epochs": entry["epochs"],
+                # What the tuning step chose, when it ran; the given values otherwise.
+                "hyperparameters": {k: entry["hyperparameters"][k] for k in TUNED_FIELDS},
             }
             for entry in metadata["leaderboard"]
         },
+        "tuned": parameters.tune,
         "deployment": _deployment_summary(outputs),
         "best_model_path": best_model.path,
         "report_path": outputs.outputs["report"].path,

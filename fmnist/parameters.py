@@ -26,6 +26,7 @@ class PipelineParameters:
     batch_size: int = 128
     learning_rate: float = 1e-3
     dropout_rate: float = 0.5
+    filters: int = 32
     precision: str = "auto"
     train_examples: int = 0
     # One worker per job on one machine: a second process on the same cores trains 2.4x slower
@@ -35,6 +36,8 @@ class PipelineParameters:
     backend: str = "local"
     kubernetes: dict[str, Any] = field(default_factory=dict)
     max_restarts: int = 2
+    tune: bool = False
+    tuning: dict[str, Any] = field(default_factory=dict)  # see katib.tune_step
     model_name: str = "fashion-mnist"
     blessing_tolerance: float = 0.005
     verification_images: int = 200
@@ -50,15 +53,12 @@ class PipelineParameters:
         if len(set(self.model_types)) != len(self.model_types):
             problems.append(f"model_types has duplicates: {self.model_types}")
         for model_type in self.model_types or [MODEL_TYPES[0]]:
-            problems += TrainingConfig(
-                model_type=model_type,
-                epochs=self.epochs,
-                batch_size=self.batch_size,
-                learning_rate=self.learning_rate,
-                dropout_rate=self.dropout_rate,
-                precision=self.precision,
-                train_examples=self.train_examples,
-            ).problems()
+            config = self.training_config(model_type)
+            problems += config.problems()
+            if self.tune and not config.problems():
+                from katib.tune_step import tuning_problems
+
+                problems += tuning_problems(self.tuning, model_type, config, self.backend)
         try:
             parse_duration(self.freshness)
         except UserInputError as err:
@@ -82,6 +82,19 @@ class PipelineParameters:
             unique = list(dict.fromkeys(problems))
             raise UserInputError("invalid pipeline parameters:\n  - " + "\n  - ".join(unique))
         return self
+
+    def training_config(self, model_type: str) -> TrainingConfig:
+        """What the training step of ``model_type`` is given (before any tuning)."""
+        return TrainingConfig(
+            model_type=model_type,
+            epochs=self.epochs,
+            batch_size=self.batch_size,
+            learning_rate=self.learning_rate,
+            dropout_rate=self.dropout_rate,
+            filters=self.filters,
+            precision=self.precision,
+            train_examples=self.train_examples,
+        )
 
     def arguments(self) -> dict[str, Any]:
         """Pipeline arguments, with the data source resolved so it is part of the cache key."""

@@ -82,7 +82,8 @@ class ExperimentSettings:
     """How the search runs: objective, algorithm, trial budget and the trials' TFJobs."""
 
     name: str
-    kubernetes: KubernetesSettings  # image, storage and resources of every trial pod
+    # Image, storage and resources of every trial pod; None for a search on this machine only.
+    kubernetes: KubernetesSettings | None = None
     namespace: str = ""  # empty: kubernetes.namespace, else the current namespace
     algorithm: str = "tpe"
     algorithm_settings: dict[str, Any] = field(default_factory=dict)
@@ -107,14 +108,15 @@ class ExperimentSettings:
 
     @property
     def trials_root(self) -> str:
+        kubernetes = self.kubernetes
         root = self.output_dir or (
-            f"{self.kubernetes.mount_path}/katib" if self.kubernetes.pvc_name else ""
+            f"{kubernetes.mount_path}/katib" if kubernetes and kubernetes.pvc_name else ""
         )
         return f"{root.rstrip('/')}/{self.name}"
 
     @property
     def target_namespace(self) -> str:
-        return self.namespace or self.kubernetes.target_namespace
+        return self.namespace or (self.kubernetes.target_namespace if self.kubernetes else "")
 
     def training_config(self) -> TrainingConfig:
         """The configuration every trial starts from, before its assignments."""
@@ -123,14 +125,16 @@ class ExperimentSettings:
 
     def problems(self, search_space: SearchSpace | None = None) -> list[str]:
         """Every problem with these settings (and the search space, if given), each with the
-        fix."""
+        fix; the trial pods' settings too when ``kubernetes`` is set."""
+        problems = self.cluster_problems() if self.kubernetes is not None else []
+        return problems + self.search_problems(search_space)
+
+    def cluster_problems(self) -> list[str]:
+        """What the Katib Experiment needs beyond the search: pods and shared storage."""
+        if self.kubernetes is None:
+            return ["the Katib backend needs kubernetes settings (image, namespace, pvc_name "
+                    "or output_dir) for the trial pods"]
         problems = []
-        if not re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", self.name):
-            problems.append(f"experiment name {self.name!r} must start with a lowercase letter, "
-                            "then lowercase letters, digits or '-', ending in a letter or digit")
-        elif len(self.name) > MAX_NAME_LENGTH:
-            problems.append(f"experiment name {self.name!r} is longer than {MAX_NAME_LENGTH} "
-                            "characters: trial pod names built from it must stay DNS labels")
         try:
             self.kubernetes.validate()
         except UserInputError as error:
@@ -138,6 +142,20 @@ class ExperimentSettings:
         if not self.output_dir and not self.kubernetes.pvc_name:
             problems.append("trials need shared storage for their checkpoints and models: set "
                             "output_dir (an object-store URI) or kubernetes.pvc_name")
+        if self.gpus_per_worker < 0:
+            problems.append(f"gpus_per_worker must be 0 or more, got {self.gpus_per_worker}")
+        return problems
+
+    def search_problems(self, search_space: SearchSpace | None = None) -> list[str]:
+        """What any backend needs: name, objective, algorithm, budget, validation split,
+        base configuration and the search space."""
+        problems = []
+        if not re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", self.name):
+            problems.append(f"experiment name {self.name!r} must start with a lowercase letter, "
+                            "then lowercase letters, digits or '-', ending in a letter or digit")
+        elif len(self.name) > MAX_NAME_LENGTH:
+            problems.append(f"experiment name {self.name!r} is longer than {MAX_NAME_LENGTH} "
+                            "characters: trial pod names built from it must stay DNS labels")
         problems += self._objective_problems()
         problems += algorithm_problems(self.algorithm, self.algorithm_settings)
         problems += self._count_problems()
@@ -146,8 +164,6 @@ class ExperimentSettings:
                             f"{', '.join(RESUME_POLICIES)}")
         if self.num_workers < 1:
             problems.append(f"num_workers must be at least 1, got {self.num_workers}")
-        if self.gpus_per_worker < 0:
-            problems.append(f"gpus_per_worker must be 0 or more, got {self.gpus_per_worker}")
         if not 0 < self.validation_examples < FASHION_MNIST_TRAIN_EXAMPLES:
             problems.append(
                 f"validation_examples must be between 1 and {FASHION_MNIST_TRAIN_EXAMPLES - 1} "
@@ -307,6 +323,8 @@ def build_experiment(settings: ExperimentSettings, search_space: SearchSpace, da
     )
     from kubernetes import client
 
+    if settings.kubernetes is None:
+        raise UserInputError(settings.cluster_problems()[0])
     settings.validate(search_space)
     if not data_dir:
         raise UserInputError("data_dir is empty: give the ingested dataset's directory or URI")

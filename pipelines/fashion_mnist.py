@@ -1,5 +1,5 @@
-"""The Fashion-MNIST pipeline: ingest → train three CNNs in parallel → select → deploy →
-predict over HTTP."""
+"""The Fashion-MNIST pipeline: ingest → tune (optional) and train three CNNs in parallel →
+select → deploy → predict over HTTP."""
 
 import dataclasses
 import os
@@ -16,6 +16,7 @@ from kfp_components.ingest import ingest_fashion_mnist
 from kfp_components.predict import predict_with_served_model
 from kfp_components.select import select_best_model
 from kfp_components.train import train_model
+from kfp_components.tune import tune_hyperparameters
 
 PIPELINE_NAME = "fashion-mnist-training"
 MOUNT_PATH = KubernetesSettings.mount_path
@@ -88,6 +89,7 @@ def make_pipeline(parallelism: int = 0, platform: ClusterPlatform | None = None)
         batch_size: int = _D.batch_size,
         learning_rate: float = _D.learning_rate,
         dropout_rate: float = _D.dropout_rate,
+        filters: int = _D.filters,
         precision: str = _D.precision,
         train_examples: int = _D.train_examples,
         num_workers: int = _D.num_workers,
@@ -95,6 +97,8 @@ def make_pipeline(parallelism: int = 0, platform: ClusterPlatform | None = None)
         backend: str = _D.backend,
         kubernetes: dict = _D.kubernetes,
         max_restarts: int = _D.max_restarts,
+        tune: bool = _D.tune,
+        tuning: dict = _D.tuning,
         model_name: str = _D.model_name,
         blessing_tolerance: float = _D.blessing_tolerance,
         verification_images: int = _D.verification_images,
@@ -104,7 +108,8 @@ def make_pipeline(parallelism: int = 0, platform: ClusterPlatform | None = None)
         """Trains basic, dropout and batch-norm CNNs on Fashion-MNIST with
         MultiWorkerMirroredStrategy, keeps the most accurate on the test split, serves it
         (KServe on Kubeflow, the same predictor on 127.0.0.1 locally) if it is blessed, and
-        scores the served model over HTTP.
+        scores the served model over HTTP. With ``tune``, each CNN's hyperparameters are
+        first searched (Katib on Kubeflow, Optuna locally) and the best ones train it.
 
         Args:
             data_source: ``tfds``, a directory or URI with the four official IDX .gz files,
@@ -116,6 +121,7 @@ def make_pipeline(parallelism: int = 0, platform: ClusterPlatform | None = None)
             batch_size: Per-replica batch size; global batch = batch_size × workers.
             learning_rate: Adam's learning rate.
             dropout_rate: Dropout rate of the dropout CNN.
+            filters: Filters of the first convolution (the others have twice as many).
             precision: ``auto``, ``float32``, ``mixed_bfloat16`` or ``mixed_float16``.
             train_examples: Train on the first N training examples (0: all 60,000).
             num_workers: Worker replicas per training job.
@@ -125,6 +131,13 @@ def make_pipeline(parallelism: int = 0, platform: ClusterPlatform | None = None)
                 cpu, memory, backoff_limit, active_deadline_seconds, ttl_seconds_after_finished.
             max_restarts: Whole-job restarts after a worker is killed; training resumes from
                 the last epoch checkpoint.
+            tune: Search each CNN's learning rate, batch size, filters (and dropout rate)
+                before training it; the search's best values replace the ones above.
+            tuning: Search settings: algorithm (random, grid, tpe, multivariate-tpe;
+                bayesianoptimization and cmaes on Katib), max_trials, parallel_trials,
+                max_failed_trials, epochs, train_examples, validation_examples,
+                early_stopping, min_trials_required, start_step, objective_goal,
+                random_state.
             model_name: Name of the served model and of its InferenceService.
             blessing_tolerance: Deploy only when test accuracy >= the serving model's minus this.
             verification_images: Test images a new server must answer right before it serves.
@@ -145,14 +158,27 @@ def make_pipeline(parallelism: int = 0, platform: ClusterPlatform | None = None)
         ingest.set_display_name("ingest")
         if platform:
             platform.apply(ingest, volume=False)
+
         with dsl.ParallelFor(items=model_types, parallelism=parallelism) as model_type:
+            # With tune off the search step hands the given values on at once (and is
+            # cached): one graph for both, which kfp.local and the cluster run alike.
+            search = tune_hyperparameters(
+                dataset=ingest.outputs["dataset"], model_type=model_type, enabled=tune,
+                batch_size=batch_size, learning_rate=learning_rate, dropout_rate=dropout_rate,
+                filters=filters, precision=precision, tuning=tuning, backend=backend,
+                kubernetes=kubernetes,
+            )
+            search.set_display_name("tune")
+            if platform:
+                platform.apply(search, volume=True)
             train = train_model(
                 dataset=ingest.outputs["dataset"],
                 model_type=model_type,
                 epochs=epochs,
-                batch_size=batch_size,
-                learning_rate=learning_rate,
-                dropout_rate=dropout_rate,
+                batch_size=search.outputs["batch_size"],
+                learning_rate=search.outputs["learning_rate"],
+                dropout_rate=search.outputs["dropout_rate"],
+                filters=search.outputs["filters"],
                 precision=precision,
                 train_examples=train_examples,
                 num_workers=num_workers,
@@ -169,8 +195,9 @@ def make_pipeline(parallelism: int = 0, platform: ClusterPlatform | None = None)
             candidates=dsl.Collected(train.outputs["model"]),
         )
         select.set_display_name("select")
+        best_model = select.outputs["best_model"]
         deploy = deploy_model(
-            model=select.outputs["best_model"],
+            model=best_model,
             dataset=ingest.outputs["dataset"],
             backend=backend,
             model_name=model_name,
@@ -181,7 +208,7 @@ def make_pipeline(parallelism: int = 0, platform: ClusterPlatform | None = None)
         deploy.set_caching_options(False)  # it changes what is served
         deploy.set_display_name("deploy")
         predict = predict_with_served_model(
-            model=select.outputs["best_model"],
+            model=best_model,
             dataset=ingest.outputs["dataset"],
             url=deploy.outputs["url"],
             model_name=model_name,
@@ -191,7 +218,7 @@ def make_pipeline(parallelism: int = 0, platform: ClusterPlatform | None = None)
         predict.set_caching_options(False)  # it measures the live server
         predict.set_display_name("predict")
         return PipelineOutputs(
-            best_model=select.outputs["best_model"],
+            best_model=best_model,
             report=select.outputs["report"],
             report_markdown=select.outputs["report_markdown"],
             best_model_type=select.outputs["Output"],

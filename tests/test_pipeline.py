@@ -54,6 +54,14 @@ def test_an_untagged_component_image_fails_the_compile(monkeypatch):
         component_image()
 
 
+def _task(spec: dict, name: str) -> dict:
+    """A task of the compiled pipeline by name, wherever it sits (root, loop or branch)."""
+    dags = [spec["root"]["dag"]] + [c["dag"] for c in spec["components"].values() if "dag" in c]
+    found = [dag["tasks"][name] for dag in dags if name in dag["tasks"]]
+    assert len(found) == 1, f"{len(found)} tasks named {name}"
+    return found[0]
+
+
 def test_compiled_pipeline_documents_parameters_and_caches_the_right_steps():
     spec, platform = yaml.safe_load_all(
         (ROOT / COMPILED_DIR / "fashion_mnist_pipeline.yaml").read_text()
@@ -65,7 +73,7 @@ def test_compiled_pipeline_documents_parameters_and_caches_the_right_steps():
     tasks = spec["root"]["dag"]["tasks"]
     assert tasks["freshness-window"]["cachingOptions"] == {}  # reads the clock: never cached
     assert tasks["ingest-fashion-mnist"]["cachingOptions"]["enableCache"] is True
-    assert tasks["select-best-model"]["cachingOptions"]["enableCache"] is True
+    assert _task(spec, "select-best-model")["cachingOptions"]["enableCache"] is True
     # Deploying and measuring the live server have effects: never served from cache.
     assert tasks["deploy-model"]["cachingOptions"] == {}
     assert tasks["predict-with-served-model"]["cachingOptions"] == {}
@@ -73,8 +81,7 @@ def test_compiled_pipeline_documents_parameters_and_caches_the_right_steps():
     assert predict_inputs["url"]["taskOutputParameter"] == {"outputParameterKey": "url",
                                                             "producerTask": "deploy-model"}
     assert {"model_name", "blessing_tolerance", "serving"} <= set(parameters)
-    loop = spec["components"]["comp-for-loop-1"]["dag"]["tasks"]["train-model"]
-    assert loop["cachingOptions"]["enableCache"] is True
+    assert _task(spec, "train-model")["cachingOptions"]["enableCache"] is True
     assert "/work/" not in yaml.safe_dump(spec) and "/home/" not in yaml.safe_dump(spec)
     # The Kubeflow variant: TFJobs by default, shared volume and credentials from a Secret.
     defaults = {name: p.get("defaultValue") for name, p in parameters.items()}
@@ -88,6 +95,17 @@ def test_compiled_pipeline_documents_parameters_and_caches_the_right_steps():
         assert secret["optional"] is True
         assert {k["envVar"] for k in secret["keyToEnv"]} == {"AWS_ACCESS_KEY_ID",
                                                             "AWS_SECRET_ACCESS_KEY"}
+    # Tuning: off by default; each model's search step feeds its training step (handing the
+    # given values on when off), is cached, and its Katib trials share the volume.
+    assert defaults["tune"] is False and defaults["tuning"] == {}
+    search = _task(spec, "tune-hyperparameters")
+    assert search["cachingOptions"]["enableCache"] is True
+    assert search["inputs"]["parameters"]["enabled"]["componentInputParameter"].endswith("tune")
+    training = _task(spec, "train-model")["inputs"]["parameters"]
+    for name in ("learning_rate", "batch_size", "filters", "dropout_rate"):
+        assert training[name]["taskOutputParameter"] == {
+            "outputParameterKey": name, "producerTask": "tune-hyperparameters"}
+    assert executors["exec-tune-hyperparameters"]["pvcMount"][0]["mountPath"] == "/mnt/fmnist"
     images = {e["container"]["image"] for e in spec["deploymentSpec"]["executors"].values()}
     assert len(images) == 1 and images.pop().endswith(":0.1.0")  # one tagged image
 
@@ -175,6 +193,39 @@ def test_local_pipeline_runs_end_to_end_then_from_cache(data_parameters, tmp_pat
     assert third["deployment"]["action"] in ("unchanged", "promoted", "rejected")
 
 
+def test_tuned_pipeline_trains_with_the_searchs_best_values_then_from_cache(
+        data_parameters, tmp_path, serving_state):
+    """tune=True: a real (small) search per model, whose best values train the final model;
+    a re-run with the same inputs takes the search from the cache too."""
+    tuning = {"algorithm": "random", "max_trials": 2, "parallel_trials": 2, "epochs": 1,
+              "train_examples": 800, "validation_examples": 500, "early_stopping": False,
+              "random_state": 3}
+    parameters = PipelineParameters(
+        epochs=1, batch_size=64, model_types=["basic"], prediction_images=100,
+        verification_images=50, tune=True, tuning=tuning, **data_parameters)
+    root = tmp_path / "runs"
+    first = run_local(parameters, pipeline_root=str(root))
+    assert first["tuned"] and "tune-hyperparameters" in [s["step"] for s in first["steps"]]
+    results = list(root.rglob("search/result.json"))
+    assert len(results) == 1
+    search = json.loads(results[0].read_text())
+    assert len(search["trials"]) == 2 and search["backend"] == "local"
+    assert {t["status"] for t in search["trials"]} == {"Succeeded"}
+    assert search["best_objective"] == max(t["objective"] for t in search["trials"])
+    best = search["best_parameters"]
+    assert set(best) == {"learning_rate", "batch_size", "filters"}
+    trained = first["models"]["basic"]["hyperparameters"]
+    assert {k: trained[k] for k in best} == best  # the final model trained with them
+    [report] = [p for p in root.rglob("report") if "tune-hyperparameters" in str(p)]
+    assert "data:image/png;base64," in report.read_text()  # objective against trial
+    assert "Hyperparameter search" in report.read_text()
+
+    second = run_local(parameters, pipeline_root=str(root))
+    assert second["all_steps_cached"], second["steps"]
+    assert "tune-hyperparameters" in second["cache_hits"]
+    assert second["models"]["basic"]["hyperparameters"] == trained
+
+
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
@@ -186,6 +237,11 @@ def test_local_pipeline_runs_end_to_end_then_from_cache(data_parameters, tmp_pat
         (["--blessing-tolerance", "2"], "blessing tolerance 2.0 is not an accuracy difference"),
         (["--serving", '{"replicas": 3}'], "unknown serving settings ['replicas']"),
         (["--serving", "[1]"], "--serving must be a JSON object"),
+        (["--tune", "--tuning", '{"algorithm": "annealing"}'], "unknown algorithm 'annealing'"),
+        (["--tune", "--tuning", '{"max_trials": 2, "parallel_trials": 3}'],
+         "max_trial_count (2) is below parallel_trial_count (3)"),
+        (["--tune", "--tuning", '{"validation_examples": 0}'],
+         "validation_examples must be between 1 and 59999"),
     ],
 )
 def test_bad_parameters_fail_before_any_work(arguments, message, tmp_path, capsys,

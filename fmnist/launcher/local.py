@@ -20,9 +20,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 
-from fmnist.errors import TrainingJobError
+from fmnist.errors import TrainingJobError, TrainingJobStopped
 from fmnist.launcher.base import TrainingJobResult, TrainingJobSpec, sigterm_as_exit
 from fmnist.training.trainer import read_result
 
@@ -84,11 +85,17 @@ def trainer_command(spec: TrainingJobSpec) -> list[str]:
     return args + list(spec.trainer_args)
 
 
+# (worker name, line): what a metrics collector watching the workers' logs is given.
+LineCallback = Callable[[str, str], None]
+
+
 class _Worker:
-    def __init__(self, name: str, process: subprocess.Popen, job: str, out):
+    def __init__(self, name: str, process: subprocess.Popen, job: str, out,
+                 on_line: LineCallback | None = None):
         self.name = name
         self.process = process
         self.tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
+        self._on_line = on_line
         self._thread = threading.Thread(target=self._pump, args=(job, out), daemon=True)
         self._thread.start()
 
@@ -99,6 +106,8 @@ class _Worker:
                 self.tail.append(line)
                 with _PRINT_LOCK:  # one whole line at a time from each worker
                     print(f"[{job}/{self.name}] {line}", file=out, flush=True)
+                if self._on_line is not None:
+                    self._on_line(self.name, line)
 
     def finish_logs(self) -> None:
         self._thread.join(timeout=5)
@@ -107,11 +116,27 @@ class _Worker:
 class LocalProcessLauncher:
     """Runs a training job as local processes; see the module docstring."""
 
-    def __init__(self, out=None, cpu_count: int | None = None):
+    def __init__(self, out=None, cpu_count: int | None = None,
+                 on_line: LineCallback | None = None):
         self.out = out or sys.stdout
         self.cpu_count = cpu_count or os.cpu_count() or 1
+        # Sees every worker log line as it comes (the tuner's metrics collector).
+        self.on_line = on_line
         self.workers: list[_Worker] = []  # the current attempt's workers (tests kill them)
         self._lock = threading.Lock()
+        self._stop_reason = ""
+
+    def stop(self, reason: str) -> None:
+        """Ends the running job from another thread (early stopping, a terminated search):
+        its workers are killed and ``run`` raises ``TrainingJobStopped`` instead of restarting
+        them. SIGKILL, not SIGTERM: a multi-worker TensorFlow process takes SIGTERM as a
+        preemption notice and trains on, and a stopped job has nothing left to save."""
+        with self._lock:
+            self._stop_reason = reason
+            workers = list(self.workers)
+        for worker in workers:
+            if worker.process.poll() is None:
+                worker.process.kill()
 
     def _replicas(self, spec: TrainingJobSpec) -> list[tuple[str, int]]:
         chief = [("chief", 0)] if spec.use_chief else []
@@ -144,9 +169,13 @@ class LocalProcessLauncher:
                 command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                 bufsize=1, preexec_fn=_die_with_parent,
             )
-            workers.append(_Worker(f"{task_type}-{index}", process, spec.name, self.out))
+            workers.append(_Worker(f"{task_type}-{index}", process, spec.name, self.out,
+                                   self.on_line))
         with self._lock:
             self.workers = workers
+            stopped = self._stop_reason
+        if stopped:  # stop() came while the workers were starting
+            self.stop(stopped)
 
     def _stop_all(self) -> None:
         with self._lock:
@@ -200,6 +229,9 @@ class LocalProcessLauncher:
                     break
                 code = failed.process.returncode
                 self._stop_all()
+                if self._stop_reason:
+                    raise TrainingJobStopped(f"training job {spec.name} stopped: "
+                                             f"{self._stop_reason}")
                 reason = f"signal {-code}" if code < 0 else f"exit code {code}"
                 if not _retryable(code) or restarts >= spec.max_restarts:
                     tail = "\n".join(failed.tail)

@@ -11,7 +11,7 @@ from typing import Any
 from fmnist.dataset.official import CLASS_NAMES
 
 
-def _png(figure) -> str:
+def png_base64(figure) -> str:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
     return base64.b64encode(buffer.getvalue()).decode("ascii")
@@ -39,7 +39,7 @@ def training_curves_png(candidates: list[dict[str, Any]]) -> str:
     for axis in (ax_acc, ax_loss):
         axis.grid(alpha=0.3)
         axis.legend(fontsize=8)
-    encoded = _png(figure)
+    encoded = png_base64(figure)
     plt.close(figure)
     return encoded
 
@@ -62,7 +62,7 @@ def confusion_matrix_png(matrix: list[list[int]], title: str) -> str:
         axis.text(col, row, str(count), ha="center", va="center", fontsize=7,
                   color="white" if count > threshold else "black")
     figure.colorbar(image, ax=axis, fraction=0.046)
-    encoded = _png(figure)
+    encoded = png_base64(figure)
     plt.close(figure)
     return encoded
 

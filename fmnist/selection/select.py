@@ -70,5 +70,6 @@ def select_best(data_dir: str, model_dirs: list[str], best_model_dir: str) -> Se
 
 def leaderboard(selection: Selection) -> list[dict[str, Any]]:
     """The per-model figures worth keeping in artifact metadata and run summaries."""
-    keys = ("model_type", "test_accuracy", "parameters", "epochs", "train_seconds")
+    keys = ("model_type", "test_accuracy", "parameters", "epochs", "train_seconds",
+            "hyperparameters")
     return [{k: c[k] for k in keys} for c in selection.candidates]

@@ -79,7 +79,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Train
     return args, TrainingConfig(**{**vars(defaults), **overrides}).validate()
 
 
-def _read_history(path: str) -> list[dict[str, Any]]:
+def read_history(path: str) -> list[dict[str, Any]]:
     import tensorflow as tf
 
     if not tf.io.gfile.exists(path):
@@ -230,7 +230,7 @@ def train(
     serving_model = build_model(config)
     serving_model.set_weights(weights)  # variables are float32 under mixed precision too
     export_saved_model(serving_model, export_dir)
-    history = _read_history(history_path)
+    history = read_history(history_path)
     final = (
         {k: v for k, v in history[-1].items() if k not in ("epoch", "finished_at")}
         if history else {}

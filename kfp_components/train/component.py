@@ -11,6 +11,7 @@ def train_model(
     batch_size: int,
     learning_rate: float,
     dropout_rate: float,
+    filters: int,
     precision: str,
     train_examples: int,
     num_workers: int,
@@ -34,6 +35,7 @@ def train_model(
         batch_size: Per-replica batch; the global batch is this times the replicas.
         learning_rate: Adam's learning rate.
         dropout_rate: Dropout rate of the ``dropout`` model.
+        filters: Filters of the first convolution (the later ones have twice as many).
         precision: ``auto`` (bfloat16 on CPUs with AMX/AVX-512 BF16, float16 on GPUs),
             ``float32``, ``mixed_bfloat16`` or ``mixed_float16``.
         train_examples: Train on the first N examples only (0: all), for quick runs.
@@ -59,6 +61,7 @@ def train_model(
         batch_size=batch_size,
         learning_rate=learning_rate,
         dropout_rate=dropout_rate,
+        filters=filters,
         precision=precision,
         train_examples=train_examples,
     )

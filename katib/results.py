@@ -1,0 +1,101 @@
+"""What a hyperparameter search found, the same whichever backend ran it.
+
+Both tuners (Katib on the cluster, Optuna on this machine) report a :class:`TuningResult`: every
+trial with its assignments, objective, status and epochs run, and the best trial's values typed
+as the trainer's :class:`~fmnist.training.config.TrainingConfig` fields, ready to train with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from fmnist.training.config import TrainingConfig
+
+# Katib's trial conditions (v1beta1 TrialConditionType) that end a trial.
+SUCCEEDED = "Succeeded"
+FAILED = "Failed"
+EARLY_STOPPED = "EarlyStopped"
+METRICS_UNAVAILABLE = "MetricsUnavailable"
+KILLED = "Killed"
+FINISHED_STATES = (SUCCEEDED, FAILED, EARLY_STOPPED, METRICS_UNAVAILABLE, KILLED)
+
+
+def parse_value(name: str, text: Any) -> Any:
+    """A trial assignment (Katib carries every value as a string) typed as the trainer's
+    ``name`` field; the inverse of :func:`katib.search_space.format_value`."""
+    defaults = TrainingConfig()
+    known = {f.name for f in fields(TrainingConfig)}
+    if name not in known:
+        raise KeyError(f"{name!r} is not a trainer hyperparameter")
+    kind = type(getattr(defaults, name))
+    if kind is bool:
+        return str(text).lower() in ("true", "1", "yes")
+    if kind is int:
+        return int(float(text))  # "64" or "64.0" (grid over an int range may send either)
+    return kind(text)
+
+
+def typed_assignments(assignments: dict[str, Any]) -> dict[str, Any]:
+    """``{"learning_rate": "0.001", "batch_size": "64"}`` → ``{..: 0.001, ..: 64}``; entries
+    that are not trainer fields (Katib's ``trialName``) are left out."""
+    known = {f.name for f in fields(TrainingConfig)}
+    return {name: parse_value(name, value) for name, value in assignments.items()
+            if name in known}
+
+
+@dataclass
+class TrialRecord:
+    """One trial: what it tried and how it went."""
+
+    name: str
+    parameters: dict[str, Any]  # typed, as the trainer takes them
+    status: str  # one of FINISHED_STATES, or Running/Pending while the search goes on
+    objective: float | None = None  # the objective by the metric strategy (latest epoch)
+    metrics: dict[str, float] = field(default_factory=dict)  # other reported metrics, latest
+    epochs: int = 0  # epochs reported (fewer than asked when stopped early)
+    seconds: float = 0.0
+
+
+@dataclass
+class TuningResult:
+    """A finished search."""
+
+    experiment: str
+    backend: str
+    algorithm: str
+    objective_metric: str
+    objective_type: str  # maximize or minimize
+    best_trial: str
+    best_parameters: dict[str, Any]  # typed; only the searched hyperparameters
+    best_objective: float
+    trials: list[TrialRecord]
+    early_stopping: bool = False
+    seconds: float = 0.0
+    base_config: dict[str, Any] = field(default_factory=dict)  # what the trials started from
+
+    def count(self, status: str) -> int:
+        return sum(1 for t in self.trials if t.status == status)
+
+    @property
+    def total_epochs(self) -> int:
+        return sum(t.epochs for t in self.trials)
+
+    def training_config(self, **overrides: Any) -> TrainingConfig:
+        """The trainer's configuration with the best values: the base configuration, the
+        best trial's assignments, then ``overrides`` (for example the final run's epochs)."""
+        values = {**self.base_config, **self.best_parameters, **overrides}
+        return TrainingConfig.from_dict(values).validate()
+
+    def as_dict(self) -> dict[str, Any]:
+        values = asdict(self)
+        values["total_epochs"] = self.total_epochs
+        values["trial_counts"] = {s: self.count(s) for s in FINISHED_STATES if self.count(s)}
+        return values
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TuningResult:
+        known = {f.name for f in fields(cls)}
+        kept = {k: v for k, v in values.items() if k in known}
+        kept["trials"] = [TrialRecord(**t) for t in kept.get("trials", [])]
+        return cls(**kept)

@@ -1,0 +1,272 @@
+"""The Katib launcher through the real KatibClient against a stand-in of the Kubernetes API that
+records calls (it checks what we send and how we react to experiment states; it runs no
+trials)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from fmnist.errors import TuningError, UserInputError
+from fmnist.launcher.tfjob import KubernetesSettings
+from katib.experiment import ExperimentSettings
+from katib.katib_launcher import KatibExperimentLauncher
+from katib.results import EARLY_STOPPED, FAILED, SUCCEEDED
+from katib.search_space import SearchSpace
+from tests.crd_schemas import validate_strict
+from tests.katib_schemas import validate_katib
+from tests.katib_standin import KatibStandIn, katib_client_for, state, trial
+
+DATA_DIR = "/mnt/fmnist/dataset"
+EXPERIMENT = "/apis/kubeflow.org/v1beta1/namespaces/team-a/experiments/fmnist-tune"
+BEST = trial("fmnist-tune-b7k2x9q1",
+             {"learning_rate": "0.0012", "batch_size": "64", "filters": "32",
+              "dropout_rate": "0.35"},
+             {"val_accuracy": 0.9123, "val_loss": 0.2501, "accuracy": 0.93, "loss": 0.2})
+FIRST = trial("fmnist-tune-a1c4m8z2",
+              {"learning_rate": "0.0003", "batch_size": "128", "filters": "16",
+               "dropout_rate": "0.5"},
+              {"val_accuracy": 0.8811, "val_loss": 0.33, "accuracy": 0.89, "loss": 0.31})
+STOPPED = trial("fmnist-tune-c9d3p5w7",
+                {"learning_rate": "0.0001", "batch_size": "256", "filters": "16",
+                 "dropout_rate": "0.55"},
+                {"val_accuracy": 0.71, "val_loss": 0.8, "accuracy": 0.7, "loss": 0.82},
+                condition=EARLY_STOPPED)
+BROKEN = trial("fmnist-tune-d2e8r4t6",
+               {"learning_rate": "0.003", "batch_size": "32", "filters": "64",
+                "dropout_rate": "0.1"},
+               {"val_accuracy": "unavailable"}, condition=FAILED)
+PROGRESS = [
+    state("Created"),
+    state("Running", running=3),
+    state("Running", running=3),  # unchanged: no second line
+    state("Running", succeeded=1, running=2, best=FIRST),
+    state("Running", succeeded=2, running=1, early_stopped=1, best=BEST),
+    state("Succeeded", succeeded=2, failed=1, early_stopped=1, best=BEST),
+]
+
+
+def _settings(tmp_path: Path, **overrides) -> ExperimentSettings:
+    kubernetes = KubernetesSettings(image="ghcr.io/fmnist-kfp/fmnist-kfp:0.1.0",
+                                    namespace="team-a", pvc_name="fmnist-pvc")
+    values = dict(name="fmnist-tune", kubernetes=kubernetes, model_type="dropout",
+                  max_trial_count=4, parallel_trial_count=3,
+                  output_dir=str(tmp_path / "trials"))
+    values.update(overrides)
+    return ExperimentSettings(**values)
+
+
+def _space(algorithm: str = "tpe") -> SearchSpace:
+    return SearchSpace.default(algorithm, "dropout")
+
+
+def _launcher(standin: KatibStandIn, **kwargs) -> KatibExperimentLauncher:
+    return KatibExperimentLauncher(standin.katib_client(), poll_seconds=0.02, out=io.StringIO(),
+                                   **kwargs)
+
+
+def _history(settings: ExperimentSettings, trial_name: str, epochs: list[int]) -> None:
+    """What a trial's chief appends to its work directory, one line per epoch."""
+    directory = Path(settings.trials_root) / trial_name
+    directory.mkdir(parents=True)
+    lines = [json.dumps({"epoch": e, "val_accuracy": 0.8 + e / 100}) for e in epochs]
+    (directory / "history.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_creates_one_valid_experiment_and_returns_the_typed_best_trial(tmp_path):
+    settings = _settings(tmp_path)
+    trials = [FIRST, BEST, STOPPED, BROKEN]
+    with KatibStandIn(PROGRESS, trials) as standin:
+        launcher = _launcher(standin)
+        result = launcher.run(settings, _space(), DATA_DIR)
+
+    posts = standin.posts()
+    assert len(posts) == 1
+    validate_katib(posts[0])
+    validate_strict(posts[0]["spec"]["trialTemplate"]["trialSpec"],
+                    "tfjob.kubeflow.org_v1.yaml", "v1")
+    assert posts[0]["metadata"] == {"name": "fmnist-tune", "namespace": "team-a",
+                                    "labels": {"app.kubernetes.io/part-of": "fmnist-kfp"}}
+    assert ("DELETE", EXPERIMENT) not in standin.methods()
+    trial_lists = [path for method, path, _ in standin.calls if "/trials" in path]
+    assert trial_lists == ["/apis/kubeflow.org/v1beta1/namespaces/team-a/trials"
+                           "?labelSelector=katib.kubeflow.org%2Fexperiment%3Dfmnist-tune"]
+
+    assert result.backend == "kubernetes" and result.experiment == "fmnist-tune"
+    assert (result.algorithm, result.objective_metric, result.objective_type) == (
+        "tpe", "val_accuracy", "maximize")
+    assert result.best_trial == "fmnist-tune-b7k2x9q1"
+    assert result.best_objective == pytest.approx(0.9123)
+    assert result.best_parameters == {"learning_rate": 0.0012, "batch_size": 64, "filters": 32,
+                                      "dropout_rate": 0.35}  # trialName dropped
+    assert type(result.best_parameters["learning_rate"]) is float
+    assert type(result.best_parameters["batch_size"]) is int
+    assert result.early_stopping is False and result.seconds >= 0
+    assert result.base_config["model_type"] == "dropout"
+    assert result.base_config["validation_examples"] == 6000
+    final = result.training_config(epochs=20)  # ready to train with
+    assert (final.learning_rate, final.batch_size, final.epochs) == (0.0012, 64, 20)
+
+    by_name = {t.name: t for t in result.trials}
+    assert len(result.trials) == 4
+    best = by_name["fmnist-tune-b7k2x9q1"]
+    assert best.status == SUCCEEDED and best.objective == pytest.approx(0.9123)
+    assert best.metrics == {"val_loss": 0.2501, "accuracy": 0.93, "loss": 0.2}
+    assert best.parameters["filters"] == 32 and best.seconds == 330.0
+    assert by_name["fmnist-tune-c9d3p5w7"].status == EARLY_STOPPED
+    broken = by_name["fmnist-tune-d2e8r4t6"]
+    assert (broken.status, broken.objective, broken.metrics) == (FAILED, None, {})
+    assert result.count(SUCCEEDED) == 2 and result.total_epochs == 0  # no history on disk
+
+    lines = launcher.out.getvalue().splitlines()
+    assert lines[0] == ("created Katib Experiment team-a/fmnist-tune (tpe, 4 trials, 3 at a "
+                        "time, objective val_accuracy)")
+    progress = [line for line in lines if line.startswith("Katib Experiment team-a/")]
+    assert len(progress) == 5, lines  # one line per change
+    assert progress[1] == ("Katib Experiment team-a/fmnist-tune: Running: 0 succeeded, "
+                           "3 running, 0 failed, 0 early-stopped of 4 trials")
+    assert progress[3] == (
+        "Katib Experiment team-a/fmnist-tune: Running: 2 succeeded, 1 running, 0 failed, "
+        "1 early-stopped of 4 trials; best val_accuracy=0.9123 in fmnist-tune-b7k2x9q1 "
+        "(learning_rate=0.0012, batch_size=64, filters=32, dropout_rate=0.35)"
+    )
+    assert progress[4].startswith("Katib Experiment team-a/fmnist-tune: Succeeded: 2 succeeded")
+
+
+def test_trial_epochs_come_from_each_trials_history(tmp_path):
+    settings = _settings(tmp_path)
+    _history(settings, "fmnist-tune-b7k2x9q1", [1, 2, 3, 4, 5, 6])
+    _history(settings, "fmnist-tune-c9d3p5w7", [1, 2, 3, 3])  # epoch 3 re-run after a restart
+    with KatibStandIn(PROGRESS[-1:], [FIRST, BEST, STOPPED]) as standin:
+        result = _launcher(standin).run(settings, _space(), DATA_DIR)
+    epochs = {t.name: t.epochs for t in result.trials}
+    assert epochs == {"fmnist-tune-a1c4m8z2": 0, "fmnist-tune-b7k2x9q1": 6,
+                      "fmnist-tune-c9d3p5w7": 3}
+    assert result.total_epochs == 9
+
+
+def test_a_retried_launcher_reattaches_instead_of_creating_a_second_experiment(tmp_path):
+    with KatibStandIn([state("Running", running=3), PROGRESS[-1]], [BEST]) as standin:
+        standin.add_experiment("fmnist-tune", maxTrialCount=4)  # created by the first try
+        launcher = _launcher(standin)
+        result = launcher.run(_settings(tmp_path), _space(), DATA_DIR)
+    assert standin.posts() == []
+    assert "re-attaching to the existing Katib Experiment team-a/fmnist-tune" in \
+        launcher.out.getvalue()
+    assert result.best_trial == "fmnist-tune-b7k2x9q1"
+
+
+def test_a_failed_experiment_fails_the_step_with_katibs_reason(tmp_path):
+    states = [state("Running", succeeded=1, running=2, best=FIRST),
+              state("Failed", succeeded=1, failed=3, best=FIRST)]
+    with KatibStandIn(states, [FIRST, BROKEN]) as standin:
+        launcher = _launcher(standin)
+        with pytest.raises(TuningError) as failure:
+            launcher.run(_settings(tmp_path), _space(), DATA_DIR)
+    message = str(failure.value)
+    assert "Katib Experiment team-a/fmnist-tune failed" in message
+    assert "ExperimentMaxFailedTrialsReached" in message
+    assert "Experiment has failed because max failed count has reached" in message
+    assert "3 failed" in message
+    # Nothing is reported as a result, and the Experiment stays for inspection.
+    assert not any("/trials" in path for _, path in standin.methods())
+    assert ("team-a", "fmnist-tune") in standin.experiments
+
+
+def test_success_without_an_optimal_trial_is_a_failure_not_a_result(tmp_path):
+    with KatibStandIn([state("Succeeded", failed=1)], [BROKEN]) as standin:
+        with pytest.raises(TuningError, match="without an optimal trial"):
+            _launcher(standin).run(_settings(tmp_path), _space(), DATA_DIR)
+
+
+def test_the_step_deadline_deletes_the_experiment(tmp_path):
+    with KatibStandIn([state("Running", running=3)]) as standin:
+        launcher = _launcher(standin, timeout_seconds=0.3)
+        with pytest.raises(TimeoutError):
+            launcher.run(_settings(tmp_path), _space(), DATA_DIR)
+    assert ("DELETE", EXPERIMENT) in standin.methods()
+    assert standin.experiments == {}
+    assert "deleted Katib Experiment team-a/fmnist-tune" in launcher.out.getvalue()
+
+
+def test_sigterm_deletes_the_experiment(tmp_path):
+    """A terminated pipeline run sends SIGTERM to the launcher pod: the Experiment goes too."""
+    with KatibStandIn([state("Running", running=3)]) as standin:
+        script = textwrap.dedent(f"""
+            import sys
+            sys.path.insert(0, {os.getcwd()!r})
+            from pathlib import Path
+            from katib.katib_launcher import KatibExperimentLauncher
+            from tests.katib_standin import katib_client_for
+            from tests.test_katib_launcher import DATA_DIR, _settings, _space
+            launcher = KatibExperimentLauncher(katib_client_for({standin.url!r}),
+                                               poll_seconds=0.05)
+            launcher.run(_settings(Path({str(tmp_path)!r})), _space(), DATA_DIR)
+        """)
+        process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                                   text=True)
+        deadline = time.time() + 60
+        while not standin.posts() and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=60)
+    assert process.returncode == 128 + signal.SIGTERM, output
+    assert ("DELETE", EXPERIMENT) in standin.methods()
+    assert "deleted Katib Experiment team-a/fmnist-tune" in output
+
+
+def test_the_previous_sigterm_handler_is_restored(tmp_path):
+    def handler(signum, frame):
+        pass
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        with KatibStandIn([PROGRESS[-1]], [BEST]) as standin:
+            _launcher(standin).run(_settings(tmp_path), _space(), DATA_DIR)
+        assert signal.getsignal(signal.SIGTERM) is handler
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.mark.parametrize(("overrides", "problem"), [
+    ({"max_trial_count": 2, "parallel_trial_count": 3},
+     "max_trial_count (2) is below parallel_trial_count (3)"),
+    ({"algorithm": "simulated-annealing"}, "unknown algorithm 'simulated-annealing'"),
+    ({"objective_metric": "f1"}, "does not report objective metric 'f1'"),
+])
+def test_bad_input_fails_before_anything_reaches_the_api(tmp_path, overrides, problem):
+    with KatibStandIn() as standin:
+        with pytest.raises(UserInputError, match=problem.replace("(", r"\(").replace(")", r"\)")):
+            _launcher(standin).run(_settings(tmp_path, **overrides), _space(), DATA_DIR)
+    assert standin.calls == []
+
+
+def test_bad_input_fails_before_a_client_is_even_made(tmp_path):
+    """Without a client, the launcher makes one from the kube-config; bad input comes first."""
+    launcher = KatibExperimentLauncher(out=io.StringIO())
+    with pytest.raises(UserInputError, match="data_dir is empty"):
+        launcher.run(_settings(tmp_path), _space(), "")
+    assert launcher._client is None
+
+
+def test_the_standins_objects_are_shaped_like_katibs():
+    for condition in ("Created", "Running", "Succeeded", "Failed"):
+        validate_katib(state(condition, succeeded=1, best=BEST), "v1beta1.ExperimentStatus")
+    for item in (FIRST, BEST, STOPPED, BROKEN, trial("t", {"filters": "16"},
+                                                     condition="Running")):
+        validate_katib(item, ".v1beta1.Trial")
+    client = katib_client_for("http://127.0.0.1:9")  # deserializes offline: nothing is sent
+    from kubeflow.katib.utils.utils import FakeResponse
+
+    parsed = client.api_client.deserialize(FakeResponse(BEST), "V1beta1Trial")
+    assert parsed.status.observation.metrics[0].latest == "0.9123"
