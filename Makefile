@@ -12,7 +12,7 @@ help:
 	@echo "make serve    - serve the latest selected model on 127.0.0.1:8080 (SERVE_ARGS)"
 	@echo "make test     - run the tests"
 	@echo "make compile  - compile the pipelines into compiled/"
-	@echo "make bench    - training and serving benchmarks into bench/results/ (needs wrk)"
+	@echo "make bench    - training, serving and tuning benchmarks into bench/results/ (needs wrk)"
 	@echo "make lint     - ruff"
 
 .tools/bin/uv:
@@ -41,6 +41,7 @@ bench: setup
 	@command -v wrk >/dev/null || apt-get install -y wrk || sudo apt-get install -y wrk
 	$(PY) -m bench.training $(BENCH_ARGS)
 	$(PY) -m bench.serving $(SERVING_BENCH_ARGS)
+	$(PY) -m bench.tuning $(TUNING_BENCH_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -3,11 +3,9 @@ uses, recording every call. It checks what we send and plays back job states; it
 
 from __future__ import annotations
 
-import json
 import re
-from http.server import BaseHTTPRequestHandler
 
-from tests.loopback import LoopbackServer, reply_json
+from tests.loopback import JsonRequestHandler, LoopbackServer, reply_json
 
 _TFJOB = re.compile(r"^/apis/kubeflow\.org/v1/namespaces/([^/]+)/tfjobs(?:/([^/?]+))?")
 _PODS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods")
@@ -25,16 +23,9 @@ class KubernetesStandIn(LoopbackServer):
         self.pod_log = ""  # what the chief pod's log holds, when there is a pod
         standin = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
+        class Handler(JsonRequestHandler):
             def _reply(self, code: int, body: dict) -> None:
                 reply_json(self, body, code)
-
-            def _body(self):
-                length = int(self.headers.get("Content-Length") or 0)
-                return json.loads(self.rfile.read(length)) if length else None
 
             def do_POST(self):
                 body = self._body()

@@ -6,12 +6,10 @@ all shaped like Katib v1beta1's objects; it is no cluster and runs no trials."""
 from __future__ import annotations
 
 import copy
-import json
 import re
-from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
 
-from tests.loopback import LoopbackServer, reply_json
+from tests.loopback import JsonRequestHandler, LoopbackServer, reply_json
 
 API_VERSION = "kubeflow.org/v1beta1"
 EXPERIMENT_LABEL = "katib.kubeflow.org/experiment"
@@ -116,14 +114,7 @@ class KatibStandIn(LoopbackServer):
         self._reads = 0
         standin = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def _body(self):
-                length = int(self.headers.get("Content-Length") or 0)
-                return json.loads(self.rfile.read(length)) if length else None
-
+        class Handler(JsonRequestHandler):
             def do_POST(self):
                 body = self._body()
                 standin.calls.append(("POST", self.path, body))

@@ -6,9 +6,8 @@ from __future__ import annotations
 import json
 import re
 import urllib.parse
-from http.server import BaseHTTPRequestHandler
 
-from tests.loopback import LoopbackServer, reply_json
+from tests.loopback import JsonRequestHandler, LoopbackServer, reply_json
 
 API = "/apis/v2beta1"
 
@@ -21,10 +20,7 @@ class KfpStandIn(LoopbackServer):
         self.recurring: dict[str, dict] = {}
         standin = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
+        class Handler(JsonRequestHandler):
             def _reply(self, body: dict, code: int = 200) -> None:
                 reply_json(self, body, code)
 

@@ -22,12 +22,11 @@ import re
 import tempfile
 import threading
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import yaml
 
-from tests.loopback import LoopbackServer, reply_json
+from tests.loopback import JsonRequestHandler, LoopbackServer, reply_json
 
 ISVC_CRD = ("inferenceservice.serving.kserve.io_v1beta1.yaml", "v1beta1")
 RUNTIME_CRD = ("servingruntime.serving.kserve.io_v1alpha1.yaml", "v1alpha1")
@@ -82,14 +81,7 @@ class KServeStandIn(LoopbackServer):
     def _handler(self):
         standin = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def _body(self):
-                length = int(self.headers.get("Content-Length") or 0)
-                return json.loads(self.rfile.read(length)) if length else None
-
+        class Handler(JsonRequestHandler):
             def _route(self, method: str, body=None):
                 standin.calls.append((method, self.path, copy.deepcopy(body)))
                 with standin._lock:

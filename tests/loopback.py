@@ -16,6 +16,17 @@ def reply_json(handler: BaseHTTPRequestHandler, body: dict, code: int = 200) -> 
     handler.wfile.write(data)
 
 
+class JsonRequestHandler(BaseHTTPRequestHandler):
+    """A quiet request handler for JSON APIs: the stand-ins' handlers extend it."""
+
+    def log_message(self, *args):
+        pass
+
+    def _body(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        return json.loads(self.rfile.read(length)) if length else None
+
+
 class LoopbackServer:
     """Serves ``handler_class`` on a free loopback port for the length of a ``with`` block."""
 
