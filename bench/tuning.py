@@ -117,6 +117,14 @@ def main(argv: list[str] | None = None) -> int:
                                       stopping=True),
     }
     full, stopped = searches["random"], searches["random_median_stop"]
+    # TPE's first trials are random (the same as random search's, same seed); after them the
+    # model chooses. The mean objective from there on shows where each spends its trials.
+    startup = max(args.parallel, min(10, args.trials // 3))
+
+    def mean_after_startup(search: dict) -> float:
+        later = [v for v in search["objectives_in_order"][startup:] if v is not None]
+        return round(sum(later) / len(later), 4) if later else 0.0
+
     results = {
         "budget": {"model_type": args.model_type, "trials": args.trials,
                    "parallel_trials": args.parallel, "epochs_per_trial": args.epochs,
@@ -132,6 +140,9 @@ def main(argv: list[str] | None = None) -> int:
             "default": default["val_accuracy"],
             "tpe_at_least_default": searches["tpe"]["best_objective"] >= default["val_accuracy"],
             "tpe_at_least_random": searches["tpe"]["best_objective"] >= full["best_objective"],
+            "random_start_trials": startup,
+            "mean_objective_after_random_start": {"tpe": mean_after_startup(searches["tpe"]),
+                                                  "random": mean_after_startup(full)},
         },
         "median_stop_vs_none": {
             "total_epochs": [stopped["total_epochs"], full["total_epochs"]],

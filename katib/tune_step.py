@@ -132,11 +132,12 @@ def tuning_problems(tuning: dict[str, Any], model_type: str, base: TrainingConfi
 
 
 def tune_step(*, model_type: str, base: TrainingConfig, tuning: dict[str, Any], data_dir: str,
-              output_dir: str, backend: str = "local",
-              kubernetes: dict[str, Any] | None = None) -> TuningResult:
+              output_dir: str, backend: str = "local", kubernetes: dict[str, Any] | None = None,
+              launcher=None) -> TuningResult:
     """Runs the search; trials work under ``output_dir`` locally, on the shared volume on
-    Kubernetes. Raises ``UserInputError`` before any trial for bad settings and
-    ``TuningError`` when the search fails."""
+    Kubernetes (``launcher``: a ``KatibExperimentLauncher`` with its own client). Raises
+    ``UserInputError`` before any trial for bad settings and ``TuningError`` when the search
+    fails."""
     name = experiment_name(model_type, output_dir)
     settings, space = experiment_settings(name, model_type, base, tuning)
     if backend == "local":
@@ -154,9 +155,10 @@ def tune_step(*, model_type: str, base: TrainingConfig, tuning: dict[str, Any], 
     settings = replace(settings, kubernetes=pods)
     settings.validate(space)  # before the dataset is copied
     data = stage_dataset(data_dir, f"{pods.mount_path.rstrip('/')}/datasets")
-    deadline = pods.active_deadline_seconds
-    launcher = KatibExperimentLauncher(
-        timeout_seconds=deadline * settings.max_trial_count + 600 if deadline else 0.0)
+    if launcher is None:
+        deadline = pods.active_deadline_seconds  # a trial's: the search may take them all
+        launcher = KatibExperimentLauncher(
+            timeout_seconds=deadline * settings.max_trial_count + 600 if deadline else 0.0)
     return launcher.run(settings, space, data)
 
 

@@ -270,3 +270,43 @@ def test_the_standins_objects_are_shaped_like_katibs():
 
     parsed = client.api_client.deserialize(FakeResponse(BEST), "V1beta1Trial")
     assert parsed.status.observation.metrics[0].latest == "0.9123"
+
+
+def test_the_tuning_step_stages_the_dataset_and_runs_its_experiment(synthetic_dataset, tmp_path):
+    """The kubernetes path of the pipeline's tuning step: the dataset is staged on the shared
+    volume, the Experiment (named from the step's output location, so a retry re-attaches)
+    searches with the step's settings on the staged copy, and the best values come back
+    typed."""
+    from fmnist.training.config import TrainingConfig
+    from katib.tune_step import experiment_name, tune_step
+
+    output_dir = str(tmp_path / "artifacts" / "search")
+    name = experiment_name("dropout", output_dir)
+    best = trial(f"{name}-b7k2x9q1", {"learning_rate": "0.0012", "batch_size": "64",
+                                      "filters": "32", "dropout_rate": "0.35"},
+                 {"val_accuracy": 0.9123}, experiment=name)
+    mount = tmp_path / "volume"
+    tuning = {"algorithm": "random", "max_trials": 4, "parallel_trials": 2, "epochs": 3,
+              "early_stopping": False}
+    with KatibStandIn([state("Succeeded", succeeded=1, best=best)], [best]) as standin:
+        result = tune_step(
+            model_type="dropout", base=TrainingConfig(batch_size=128), tuning=tuning,
+            data_dir=str(synthetic_dataset), output_dir=output_dir, backend="kubernetes",
+            kubernetes={"namespace": "team-a", "pvc_name": "fmnist-pvc",
+                        "mount_path": str(mount)},
+            launcher=_launcher(standin))
+    [posted] = standin.posts()
+    validate_katib(posted)
+    assert posted["metadata"]["name"] == name and len(name) <= 40
+    spec = posted["spec"]
+    assert (spec["maxTrialCount"], spec["parallelTrialCount"]) == (4, 2)
+    assert spec["algorithm"]["algorithmName"] == "random" and "earlyStopping" not in spec
+    [staged] = list((mount / "datasets").iterdir())
+    assert (staged / "metadata.json").exists()
+    command = spec["trialTemplate"]["trialSpec"]["spec"]["tfReplicaSpecs"]["Worker"][
+        "template"]["spec"]["containers"][0]["command"]
+    assert command[command.index("--data-dir") + 1] == str(staged)
+    assert command[command.index("--epochs") + 1] == "3"
+    assert command[command.index("--work-dir") + 1].startswith(f"{mount}/katib/{name}/")
+    assert result.best_parameters == {"learning_rate": 0.0012, "batch_size": 64,
+                                      "filters": 32, "dropout_rate": 0.35}
