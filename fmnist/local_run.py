@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fmnist.parameters import PipelineParameters
+from fmnist.training.config import TrainingConfig
 
 DEFAULT_PIPELINE_ROOT = "runs/local"
 TUNED_FIELDS = ("learning_rate", "batch_size", "filters", "dropout_rate")
@@ -52,6 +53,12 @@ class StepRecorder(logging.Filter):
             step["seconds"] = round(record.created - step.pop("started"), 2)
             step["status"] = match[2]
         return True
+
+
+def _hyperparameters(values: dict[str, Any]) -> dict[str, Any]:
+    """The tunable hyperparameters, typed again (artifact metadata carries numbers as floats)."""
+    defaults = TrainingConfig()
+    return {k: type(getattr(defaults, k))(values[k]) for k in TUNED_FIELDS}
 
 
 def _deployment_summary(outputs) -> dict[str, Any]:
@@ -114,7 +121,7 @@ def run_local(
                 "parameters": entry["parameters"],
                 "epochs": entry["epochs"],
                 # What the tuning step chose, when it ran; the given values otherwise.
-                "hyperparameters": {k: entry["hyperparameters"][k] for k in TUNED_FIELDS},
+                "hyperparameters": _hyperparameters(entry["hyperparameters"]),
             }
             for entry in metadata["leaderboard"]
         },

@@ -152,6 +152,10 @@ def test_local_pipeline_runs_end_to_end_then_from_cache(data_parameters, tmp_pat
     assert all(m["train_seconds"] > 0 for m in first["models"].values())
     steps = [s["step"] for s in first["steps"]]
     assert steps.count("train-model") == 3
+    assert steps.count("tune-hyperparameters") == 3  # tuning off: the given values, at once
+    assert not first["tuned"]
+    assert first["models"]["basic"]["hyperparameters"] == {
+        "learning_rate": 1e-3, "batch_size": 64, "filters": 32, "dropout_rate": 0.5}
     assert {"freshness-window", "ingest-fashion-mnist", "select-best-model"} <= set(steps)
     assert not first["cache_hits"] and all(s["seconds"] >= 0 for s in first["steps"])
     assert (Path(first["best_model_path"]) / "1" / "saved_model.pb").exists()
@@ -180,8 +184,8 @@ def test_local_pipeline_runs_end_to_end_then_from_cache(data_parameters, tmp_pat
     assert second["deployment"]["action"] == "unchanged"
     assert second["deployment"]["url"] == deployment["url"]
     assert second["deployment"]["served_accuracy"] == deployment["served_accuracy"]
-    assert set(second["cache_hits"]) == {"ingest-fashion-mnist", "train-model",
-                                         "select-best-model"}
+    assert set(second["cache_hits"]) == {"ingest-fashion-mnist", "tune-hyperparameters",
+                                         "train-model", "select-best-model"}
     assert second["best_model_path"] == first["best_model_path"]
     assert second["best_test_accuracy"] == first["best_test_accuracy"]
 
