@@ -26,9 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.common import RESULTS, add_data_source, data_source_missing
 from fmnist.launcher.local import free_ports
 
-RESULTS = Path("bench/results")
 SERVERS = {
     "predictor": [],
     "predictor_tensorflow_only": ["--no_fast_path"],
@@ -151,7 +151,7 @@ def in_process(model_dir: str, data_source: str, seconds: float = 5.0) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-source", default=os.environ.get("FASHION_MNIST_DIR", ""))
+    add_data_source(parser)
     parser.add_argument("--model-dir", default="", help="default: the latest run's model")
     parser.add_argument("--seconds", type=float, default=5.0, help="per measurement")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
@@ -159,9 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--failure-run-requests", type=int, default=10_000)
     parser.add_argument("--output", default=str(RESULTS / "serving.json"))
     args = parser.parse_args(argv)
-    if not args.data_source:
-        print("error: set FASHION_MNIST_DIR (or --data-source) to the real Fashion-MNIST",
-              file=sys.stderr)
+    if data_source_missing(args):
         return 2
     if shutil.which("wrk") is None:
         print("error: wrk is not installed; apt-get install wrk", file=sys.stderr)

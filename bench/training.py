@@ -20,7 +20,8 @@ import sys
 import time
 from pathlib import Path
 
-RESULTS = Path("bench/results")
+from bench.common import RESULTS, add_data_source, data_source_missing, ingested_dataset
+
 TARGET_ACCURACY = 0.91
 
 
@@ -157,7 +158,7 @@ def worker_scaling(data_dir: str, work_dir: Path, model_type: str, epochs: int =
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-source", default=os.environ.get("FASHION_MNIST_DIR", ""))
+    add_data_source(parser)
     parser.add_argument("--model-types", default="basic,dropout,batchnorm",
                         help="throughput models ('' to skip)")
     parser.add_argument("--steps", type=int, default=200, help="timed steps per measurement")
@@ -168,19 +169,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per feed")
     parser.add_argument("--output", default=str(RESULTS / "training.json"))
     args = parser.parse_args(argv)
-    if not args.data_source:
-        print("error: set FASHION_MNIST_DIR (or --data-source) to the real Fashion-MNIST",
-              file=sys.stderr)
+    if data_source_missing(args):
         return 2
-    from fmnist.dataset.ingest import ingest
     from fmnist.parameters import PipelineParameters
 
     work = RESULTS / "work"
     for stale in ("tta", "scaling"):  # a killed earlier run must not be resumed from
         shutil.rmtree(work / stale, ignore_errors=True)
-    data_dir = work / "dataset"
-    if not (data_dir / "metadata.json").exists():
-        ingest(args.data_source, str(data_dir))
+    data_dir = ingested_dataset(args.data_source)
     defaults = PipelineParameters()
     global_batch = defaults.batch_size * defaults.num_workers
     output = Path(args.output)

@@ -17,14 +17,13 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import os
 import shutil
 import sys
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
-RESULTS = Path("bench/results")
+from bench.common import RESULTS, add_data_source, data_source_missing, ingested_dataset
 
 
 def _search(name: str, algorithm: str, args, data_dir: str, work: Path, stopping: bool):
@@ -84,7 +83,7 @@ def _default_trial(args, data_dir: str, work: Path) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-source", default=os.environ.get("FASHION_MNIST_DIR", ""))
+    add_data_source(parser)
     parser.add_argument("--model-type", default="batchnorm")
     parser.add_argument("--trials", type=int, default=16)
     parser.add_argument("--parallel", type=int, default=2)
@@ -96,19 +95,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--output", default=str(RESULTS / "tuning.json"))
     args = parser.parse_args(argv)
-    if not args.data_source:
-        print("error: set FASHION_MNIST_DIR (or --data-source) to the real Fashion-MNIST",
-              file=sys.stderr)
+    if data_source_missing(args):
         return 2
-    from fmnist.dataset.ingest import ingest
-
     work = RESULTS / "work" / "tuning"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    data_dir = RESULTS / "work" / "dataset"
-    if not (data_dir / "metadata.json").exists():
-        ingest(args.data_source, str(data_dir))
-    data = str(data_dir)
+    data = str(ingested_dataset(args.data_source))
     default = _default_trial(args, data, work)
     searches = {
         "random": _search("bench-random", "random", args, data, work, stopping=False),

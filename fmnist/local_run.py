@@ -57,8 +57,7 @@ class StepRecorder(logging.Filter):
 
 def _hyperparameters(values: dict[str, Any]) -> dict[str, Any]:
     """The tunable hyperparameters, typed again (artifact metadata carries numbers as floats)."""
-    defaults = TrainingConfig()
-    return {k: type(getattr(defaults, k))(values[k]) for k in TUNED_FIELDS}
+    return {k: TrainingConfig.typed(k, values[k]) for k in TUNED_FIELDS}
 
 
 def _deployment_summary(outputs) -> dict[str, Any]:

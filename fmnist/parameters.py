@@ -54,8 +54,9 @@ class PipelineParameters:
             problems.append(f"model_types has duplicates: {self.model_types}")
         for model_type in self.model_types or [MODEL_TYPES[0]]:
             config = self.training_config(model_type)
-            problems += config.problems()
-            if self.tune and not config.problems():
+            config_problems = config.problems()
+            problems += config_problems
+            if self.tune and not config_problems:  # the search starts from this configuration
                 from katib.tune_step import tuning_problems
 
                 problems += tuning_problems(self.tuning, model_type, config, self.backend)

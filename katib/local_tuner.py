@@ -49,6 +49,8 @@ LOCAL_ALGORITHMS = ("random", "grid", "tpe", "multivariate-tpe")
 # hyperopt's TPE settings that Optuna has deprecated: Optuna's own defaults apply locally.
 _KATIB_ONLY_SETTINGS = ("gamma", "prior_weight")
 _METRIC = re.compile(METRICS_FILTER)
+# What counts against maxFailedTrialCount: a trial that broke, or one that reported nothing.
+FAILED_STATES = (FAILED, METRICS_UNAVAILABLE)
 
 
 def local_problems(settings: ExperimentSettings, search_space: SearchSpace) -> list[str]:
@@ -90,16 +92,8 @@ def distributions(search_space: SearchSpace) -> dict[str, Any]:
 
 
 def grid_points(search_space: SearchSpace) -> list[dict[str, Any]]:
-    """Every combination Katib's grid tries, in order (values per parameter as
-    ``Parameter.grid_values`` counts them)."""
-    values: dict[str, list[Any]] = {}
-    for p in search_space.parameters:
-        if p.type == "categorical":
-            values[p.name] = list(p.values)
-        elif p.type == "int":
-            values[p.name] = list(range(int(p.low), int(p.high) + 1, int(p.step or 1)))
-        else:
-            values[p.name] = [round(p.low + i * p.step, 12) for i in range(p.grid_values())]
+    """Every combination Katib's grid tries, in order."""
+    values = {p.name: p.grid_points() for p in search_space.parameters}
     return [dict(zip(values, combination, strict=True))
             for combination in itertools.product(*values.values())]
 
@@ -149,11 +143,11 @@ class _EpochCollector:
     """Katib's StdOut collector for one local trial: parses the chief's epoch lines with the
     same filter, reports the objective to Optuna, and stops the trial when the pruner says."""
 
-    def __init__(self, trial, settings: ExperimentSettings, launcher_ref: list):
+    def __init__(self, trial, settings: ExperimentSettings):
         self.trial = trial
         self.objective = settings.objective_metric
         self.chief = "chief-0" if settings.use_chief else "worker-0"
-        self.launcher_ref = launcher_ref
+        self.launcher: LocalProcessLauncher | None = None  # the trial's, set once it exists
         self.reports: list[dict[str, float]] = []
 
     def on_line(self, worker: str, line: str) -> None:
@@ -167,7 +161,7 @@ class _EpochCollector:
         step = len(self.reports)
         self.trial.report(metrics[self.objective], step)
         if self.trial.should_prune():
-            self.launcher_ref[0].stop(
+            self.launcher.stop(
                 f"early stopped by medianstop after {step} epochs "
                 f"({self.objective}={metrics[self.objective]:.4f})")
 
@@ -247,11 +241,11 @@ class LocalTuner:
             pool.shutdown(wait=True)
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
-        failed = sum(1 for r in records if r.status in (FAILED, METRICS_UNAVAILABLE))
-        if failed > settings.max_failed_trial_count:
-            last = next(r for r in reversed(records) if r.status in (FAILED, METRICS_UNAVAILABLE))
+        failed = [r for r in records if r.status in FAILED_STATES]
+        if len(failed) > settings.max_failed_trial_count:
+            last = failed[-1]
             raise TuningError(
-                f"search {settings.name} failed: {failed} trials failed, more than "
+                f"search {settings.name} failed: {len(failed)} trials failed, more than "
                 f"max_failed_trial_count={settings.max_failed_trial_count}. The last one, "
                 f"{last.name}: {last.metrics.get('error', last.status)}")
         return self._result(settings, search_space, records, time.time() - started)
@@ -266,11 +260,10 @@ class LocalTuner:
             data_dir=data_dir, export_dir=os.path.join(work_dir, "1"), work_dir=work_dir,
             num_workers=settings.num_workers, use_chief=settings.use_chief, max_restarts=1,
         )
-        launcher_ref: list = []
-        collector = _EpochCollector(trial, settings, launcher_ref)
+        collector = _EpochCollector(trial, settings)
         launcher = LocalProcessLauncher(out=self.out, cpu_count=threads,
                                         on_line=collector.on_line)
-        launcher_ref.append(launcher)
+        collector.launcher = launcher
         with self._lock:
             self._launchers[trial.number] = launcher
         started = time.time()
@@ -311,7 +304,7 @@ class LocalTuner:
     @staticmethod
     def _verdict(settings: ExperimentSettings, records: list[TrialRecord]) -> str:
         """Why no further trial should start, or ""."""
-        failed = sum(1 for r in records if r.status in (FAILED, METRICS_UNAVAILABLE))
+        failed = sum(1 for r in records if r.status in FAILED_STATES)
         if failed > settings.max_failed_trial_count:
             return "too many failed trials"
         goal = settings.objective_goal

@@ -21,26 +21,11 @@ KILLED = "Killed"
 FINISHED_STATES = (SUCCEEDED, FAILED, EARLY_STOPPED, METRICS_UNAVAILABLE, KILLED)
 
 
-def parse_value(name: str, text: Any) -> Any:
-    """A trial assignment (Katib carries every value as a string) typed as the trainer's
-    ``name`` field; the inverse of :func:`katib.search_space.format_value`."""
-    defaults = TrainingConfig()
-    known = {f.name for f in fields(TrainingConfig)}
-    if name not in known:
-        raise KeyError(f"{name!r} is not a trainer hyperparameter")
-    kind = type(getattr(defaults, name))
-    if kind is bool:
-        return str(text).lower() in ("true", "1", "yes")
-    if kind is int:
-        return int(float(text))  # "64" or "64.0" (grid over an int range may send either)
-    return kind(text)
-
-
 def typed_assignments(assignments: dict[str, Any]) -> dict[str, Any]:
     """``{"learning_rate": "0.001", "batch_size": "64"}`` → ``{..: 0.001, ..: 64}``; entries
     that are not trainer fields (Katib's ``trialName``) are left out."""
-    known = {f.name for f in fields(TrainingConfig)}
-    return {name: parse_value(name, value) for name, value in assignments.items()
+    known = TrainingConfig.field_types()
+    return {name: TrainingConfig.typed(name, value) for name, value in assignments.items()
             if name in known}
 
 

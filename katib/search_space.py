@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fmnist.training.config import TrainingConfig
@@ -32,9 +32,6 @@ MODEL_TYPES_WITH_DROPOUT = ("dropout",)
 _KIND_NAMES = {float: "float", int: "integer", str: "string", bool: "boolean"}
 
 
-def _config_types() -> dict[str, type]:
-    defaults = TrainingConfig()
-    return {f.name: type(getattr(defaults, f.name)) for f in fields(TrainingConfig)}
 
 
 def format_value(value: Any) -> str:
@@ -87,7 +84,7 @@ class Parameter:
 
     def problems(self) -> list[str]:
         """Every problem with this parameter on its own, each with the fix."""
-        types = _config_types()
+        types = TrainingConfig.field_types()
         if self.name not in types:
             tunable = sorted(set(types) - set(NOT_SEARCHABLE))
             return [f"unknown hyperparameter {self.name!r}: search one of the trainer's "
@@ -172,21 +169,24 @@ class Parameter:
             problems += _value_problems(name, kind, value)
         return problems
 
-    def grid_values(self) -> int:
-        """How many values Katib's grid tries for this parameter (its Optuna service expands
+    def grid_points(self) -> list[Any]:
+        """The values Katib's grid tries for this parameter (its Optuna service expands
         ``range(low, high + 1, step)`` for ints, ``arange(low, high + step, step)`` minus any
-        value past ``high`` for doubles); 0 where grid cannot enumerate it."""
+        value past ``high`` for doubles); empty where grid cannot enumerate it."""
         if self.type == "categorical":
-            return len(self.values)
+            return list(self.values)
         if self.type == "int":
-            return len(range(int(self.low), int(self.high) + 1, int(self.step or 1)))
+            return list(range(int(self.low), int(self.high) + 1, int(self.step or 1)))
         if not self.step:
-            return 0
+            return []
         count = math.ceil((self.high + self.step - self.low) / self.step)
         if self.low + (count - 1) * self.step > self.high:
             count -= 1
-        return count
+        return [round(self.low + i * self.step, 12) for i in range(count)]
 
+    def grid_values(self) -> int:
+        """How many values Katib's grid tries for this parameter (0: it cannot)."""
+        return len(self.grid_points())
 
 def _value_problems(name: str, kind: type, value: Any) -> list[str]:
     """What the trainer would reject: the string Katib substitutes, parsed as the trainer's

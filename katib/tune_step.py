@@ -25,14 +25,13 @@ random_state           none      seed of the search algorithm
 
 from __future__ import annotations
 
-import hashlib
-import re
 from dataclasses import dataclass, replace
 from typing import Any
 
 from fmnist.errors import UserInputError
+from fmnist.launcher.step import stable_name
 from fmnist.training.config import TrainingConfig
-from katib.experiment import EarlyStopping, ExperimentSettings
+from katib.experiment import MAX_NAME_LENGTH, EarlyStopping, ExperimentSettings
 from katib.results import TuningResult
 from katib.search_space import SearchSpace
 
@@ -53,11 +52,8 @@ TUNING_DEFAULTS: dict[str, Any] = {
 
 
 def experiment_name(model_type: str, output_path: str) -> str:
-    """The same name whenever this task of this run asks (a retried step re-attaches to its
-    Experiment), a different one for every other task and run: hashed from the output path."""
-    digest = hashlib.sha256(output_path.encode()).hexdigest()[:10]
-    name = re.sub(r"[^a-z0-9-]+", "-", f"fmnist-tune-{model_type}".lower()).strip("-")
-    return f"{name[:29]}-{digest}"
+    """The search's name, stable across retries of the step (which re-attach to it)."""
+    return stable_name(f"fmnist-tune-{model_type}", output_path, MAX_NAME_LENGTH)
 
 
 _KINDS: dict[str, type] = {

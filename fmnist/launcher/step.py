@@ -19,13 +19,19 @@ from fmnist.training.config import TrainingConfig
 SAVED_MODEL_VERSION = "1"
 
 
+def stable_name(prefix: str, location: str, max_length: int = 63) -> str:
+    """A DNS-label name that is the same every time this task of this run asks, and different
+    for every other task and run: ``prefix`` plus a hash of the task's output location, which
+    KFP derives from the run and the task. A retried launcher therefore finds the remote job
+    (TFJob, Katib Experiment) it created."""
+    digest = hashlib.sha256(location.encode()).hexdigest()[:10]
+    name = re.sub(r"[^a-z0-9-]+", "-", prefix.lower()).strip("-")
+    return f"{name[:max_length - len(digest) - 1]}-{digest}"
+
+
 def job_name(model_type: str, model_dir: str) -> str:
-    """A DNS-label job name that is the same every time this task of this run asks, and
-    different for every other task and run: it hashes the output location, which KFP derives
-    from the run and the task. A retried launcher therefore finds the job it created."""
-    digest = hashlib.sha256(model_dir.encode()).hexdigest()[:10]
-    name = re.sub(r"[^a-z0-9-]+", "-", f"fmnist-{model_type}".lower()).strip("-")
-    return f"{name[:52]}-{digest}"
+    """The training job's name: :func:`stable_name` of the model's output location."""
+    return stable_name(f"fmnist-{model_type}", model_dir)
 
 
 def copy_tree(source: str, destination: str, last: str = "") -> None:

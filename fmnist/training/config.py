@@ -80,5 +80,25 @@ class TrainingConfig:
         return cls(**values)
 
     @classmethod
+    def field_types(cls) -> dict[str, type]:
+        """Each field's type (``int``, ``float``, ``str``, ``bool``), from its default."""
+        defaults = cls()
+        return {f.name: type(getattr(defaults, f.name)) for f in fields(cls)}
+
+    @classmethod
+    def typed(cls, name: str, value: Any) -> Any:
+        """``value`` as field ``name`` holds it: Katib's assignments are strings and KFP's
+        artifact metadata carries every number as a float (``"64"``, ``64.0`` → ``64``)."""
+        kind = cls.field_types().get(name)
+        if kind is None:
+            raise KeyError(f"{name!r} is not a trainer hyperparameter")
+        if kind is bool:
+            return value if isinstance(value, bool) else str(value).lower() in ("true", "1",
+                                                                                "yes")
+        if kind is int:
+            return int(float(value))
+        return kind(value)
+
+    @classmethod
     def from_json(cls, text: str) -> TrainingConfig:
         return cls.from_dict(json.loads(text))
