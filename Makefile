@@ -5,13 +5,14 @@ UV := $(or $(shell command -v uv 2>/dev/null),.tools/bin/uv)
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup run serve test compile bench lint clean help
+.PHONY: setup run serve test compile readme bench lint clean help
 
 help:
 	@echo "make run      - run the pipeline end to end on this machine (kfp.local)"
 	@echo "make serve    - serve the latest selected model on 127.0.0.1:8080 (SERVE_ARGS)"
 	@echo "make test     - run the tests"
-	@echo "make compile  - compile the pipelines into compiled/"
+	@echo "make compile  - compile the pipeline and components into compiled/"
+	@echo "make readme   - regenerate the component READMEs and the README's settings tables"
 	@echo "make bench    - training, serving and tuning benchmarks into bench/results/ (needs wrk)"
 	@echo "make lint     - ruff"
 
@@ -26,16 +27,20 @@ $(VENV)/.synced: uv.lock pyproject.toml | $(UV)
 setup: $(VENV)/.synced
 
 run: setup
-	$(PY) -m fmnist.cli run --local $(RUN_ARGS)
+	$(PY) -m fmnist.app.cli run --local $(RUN_ARGS)
 
 serve: setup
-	$(PY) -m fmnist.cli serve $(SERVE_ARGS)
+	$(PY) -m fmnist.app.cli serve $(SERVE_ARGS)
 
 test: setup
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 compile: setup
-	$(PY) -m fmnist.cli compile
+	$(PY) -m fmnist.app.cli compile
+
+readme: setup
+	$(PY) -m fmnist.app.docs
 
 bench: setup
 	@command -v wrk >/dev/null || apt-get install -y wrk || sudo apt-get install -y wrk

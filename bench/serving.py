@@ -63,17 +63,17 @@ def _default_model_dir() -> str:
 
 def _request_body(data_source: str, path: Path) -> None:
     from fmnist.dataset.sources import load
-    from serving.client import v1_image_request
+    from serving.deploy.client import v1_image_request
 
     image = load(data_source).splits["test"].images[0]
     path.write_text(json.dumps(v1_image_request([image])))
 
 
 def _start(name: str, args: list[str], model_dir: str, log_dir: Path):
-    from serving.client import wait_until_ready
+    from serving.deploy.client import wait_until_ready
 
     port = free_ports(1)[0]
-    command = [sys.executable, "-m", "serving.server", f"--model_dir={model_dir}",
+    command = [sys.executable, "-m", "serving.model_server.server", f"--model_dir={model_dir}",
                f"--model_name={MODEL_NAME}", f"--http_port={port}", *args]
     log = open(log_dir / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
@@ -116,8 +116,8 @@ def in_process(model_dir: str, data_source: str, seconds: float = 5.0) -> dict:
 
     from fmnist.dataset.sources import load
     from fmnist.training.export import BYTES_SIGNATURE
-    from serving.client import png_bytes, v1_image_request
-    from serving.predictor import FashionMnistModel, resolve_saved_model_dir
+    from serving.deploy.client import png_bytes, v1_image_request
+    from serving.model_server.predictor import FashionMnistModel, resolve_saved_model_dir
 
     image = load(data_source).splits["test"].images[0]
     signature = tf.saved_model.load(resolve_saved_model_dir(model_dir)).signatures[

@@ -49,7 +49,7 @@ def measure_throughput(model_type: str, data_dir: str, global_batch: int, steps:
         to_model_inputs,
         training_dataset,
     )
-    from fmnist.training.config import TrainingConfig
+    from fmnist.settings.training import TrainingConfig
     from fmnist.training.distributed import choose_precision
     from fmnist.training.models import build_model
 
@@ -97,9 +97,10 @@ def measure_throughput(model_type: str, data_dir: str, global_batch: int, steps:
 def time_to_accuracy(data_dir: str, work_dir: Path, model_type: str) -> dict:
     """Runs the default configuration through the local launcher, evaluating on the test split
     after every epoch; reports when test accuracy first reaches the target."""
-    from fmnist.launcher import TrainingJobSpec, get_launcher
-    from fmnist.parameters import PipelineParameters
-    from fmnist.training.config import TrainingConfig
+    from fmnist.launcher.local import LocalProcessLauncher
+    from fmnist.settings.pipeline import PipelineParameters
+    from fmnist.settings.training import TrainingConfig
+    from fmnist.training.job import TrainingJobSpec
 
     defaults = PipelineParameters()
     config = TrainingConfig(
@@ -113,7 +114,7 @@ def time_to_accuracy(data_dir: str, work_dir: Path, model_type: str) -> dict:
     )
     log = io.StringIO()
     started = time.time()
-    outcome = get_launcher("local", out=log).run(spec)
+    outcome = LocalProcessLauncher(out=log).run(spec)
     history = outcome.result["history"]
     reached = next((e for e in history if e["val_accuracy"] >= TARGET_ACCURACY), None)
     return {
@@ -133,9 +134,10 @@ def time_to_accuracy(data_dir: str, work_dir: Path, model_type: str) -> dict:
 def worker_scaling(data_dir: str, work_dir: Path, model_type: str, epochs: int = 2) -> dict:
     """The same global batch on 1 and 2 local worker processes (MultiWorkerMirroredStrategy
     over loopback): what a second worker buys, or costs, on this machine."""
-    from fmnist.launcher import TrainingJobSpec, get_launcher
-    from fmnist.parameters import PipelineParameters
-    from fmnist.training.config import TrainingConfig
+    from fmnist.launcher.local import LocalProcessLauncher
+    from fmnist.settings.pipeline import PipelineParameters
+    from fmnist.settings.training import TrainingConfig
+    from fmnist.training.job import TrainingJobSpec
 
     global_batch = PipelineParameters().batch_size
     result: dict = {"model_type": model_type, "global_batch": global_batch}
@@ -147,7 +149,7 @@ def worker_scaling(data_dir: str, work_dir: Path, model_type: str, epochs: int =
             data_dir=data_dir, export_dir=str(work_dir / f"w{workers}" / "1"),
             work_dir=str(work_dir / f"w{workers}"), num_workers=workers,
         )
-        history = get_launcher("local", out=io.StringIO()).run(spec).result["history"]
+        history = LocalProcessLauncher(out=io.StringIO()).run(spec).result["history"]
         # The last epoch: the first one also traces the graph and fills the cache.
         result[f"workers_{workers}_images_per_second"] = history[-1]["images_per_second"]
     result["two_to_one_worker_ratio"] = round(
@@ -171,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if data_source_missing(args):
         return 2
-    from fmnist.parameters import PipelineParameters
+    from fmnist.settings.pipeline import PipelineParameters
 
     work = RESULTS / "work"
     for stale in ("tta", "scaling"):  # a killed earlier run must not be resumed from

@@ -27,10 +27,10 @@ from bench.common import RESULTS, add_data_source, data_source_missing, ingested
 
 
 def _search(name: str, algorithm: str, args, data_dir: str, work: Path, stopping: bool):
-    from fmnist.training.config import TrainingConfig
-    from katib.local_tuner import LocalTuner
+    from fmnist.settings.training import TrainingConfig
+    from katib.local import LocalTuner
     from katib.report import render_html
-    from katib.tune_step import experiment_settings
+    from kfp_components.tune.step import experiment_settings
 
     base = TrainingConfig(model_type=args.model_type)
     tuning = {"algorithm": algorithm, "max_trials": args.trials,
@@ -61,9 +61,9 @@ def _search(name: str, algorithm: str, args, data_dir: str, work: Path, stopping
 
 def _default_trial(args, data_dir: str, work: Path) -> dict:
     """The default configuration under the trials' budget, through the same launcher."""
-    from fmnist.launcher.base import TrainingJobSpec
     from fmnist.launcher.local import LocalProcessLauncher
-    from fmnist.training.config import TrainingConfig
+    from fmnist.settings.training import TrainingConfig
+    from fmnist.training.job import TrainingJobSpec
     from fmnist.training.trainer import read_result
 
     config = replace(TrainingConfig(model_type=args.model_type), epochs=args.epochs,

@@ -2,7 +2,7 @@
 
 Both tuners (Katib on the cluster, Optuna on this machine) report a :class:`TuningResult`: every
 trial with its assignments, objective, status and epochs run, and the best trial's values typed
-as the trainer's :class:`~fmnist.training.config.TrainingConfig` fields, ready to train with.
+as the trainer's :class:`~fmnist.settings.training.TrainingConfig` fields, ready to train with.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from fmnist.training.config import TrainingConfig
+from fmnist.settings.training import TrainingConfig
 
 # Katib's trial conditions (v1beta1 TrialConditionType) that end a trial.
 SUCCEEDED = "Succeeded"
@@ -24,7 +24,7 @@ FINISHED_STATES = (SUCCEEDED, FAILED, EARLY_STOPPED, METRICS_UNAVAILABLE, KILLED
 def typed_assignments(assignments: dict[str, Any]) -> dict[str, Any]:
     """``{"learning_rate": "0.001", "batch_size": "64"}`` → ``{..: 0.001, ..: 64}``; entries
     that are not trainer fields (Katib's ``trialName``) are left out."""
-    known = TrainingConfig.field_types()
+    known = TrainingConfig.specs()
     return {name: TrainingConfig.typed(name, value) for name, value in assignments.items()
             if name in known}
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from fmnist.training.config import TrainingConfig
+from fmnist.settings.training import TrainingConfig
 
 PARAMETER_TYPES = ("double", "int", "categorical")
 # Katib's distributions; "" leaves Katib's default (uniform).
@@ -84,7 +84,7 @@ class Parameter:
 
     def problems(self) -> list[str]:
         """Every problem with this parameter on its own, each with the fix."""
-        types = TrainingConfig.field_types()
+        types = {name: spec.kind for name, spec in TrainingConfig.specs().items()}
         if self.name not in types:
             tunable = sorted(set(types) - set(NOT_SEARCHABLE))
             return [f"unknown hyperparameter {self.name!r}: search one of the trainer's "

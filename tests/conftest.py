@@ -46,7 +46,7 @@ def export_untrained_model(directory: Path, seed: int) -> Path:
     """An exported CNN with random weights, in the training step's layout (``<dir>/1``)."""
     import tensorflow as tf
 
-    from fmnist.training.config import TrainingConfig
+    from fmnist.settings.training import TrainingConfig
     from fmnist.training.export import export_saved_model
     from fmnist.training.models import build_model
 

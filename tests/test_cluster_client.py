@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from fmnist.cli import main as cli_main
-from fmnist.cluster import cron_expression
+from fmnist.app.cli import main as cli_main
+from fmnist.app.kfp_client import cron_expression
 from fmnist.errors import UserInputError
 from tests.kfp_standin import API, KfpStandIn
 

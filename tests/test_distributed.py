@@ -13,10 +13,10 @@ import psutil
 import pytest
 
 from fmnist.errors import TrainingJobError
-from fmnist.launcher import TrainingJobSpec
 from fmnist.launcher.local import LocalProcessLauncher, tf_config_for
-from fmnist.training.config import TrainingConfig
+from fmnist.settings.training import TrainingConfig
 from fmnist.training.distributed import ClusterRole
+from fmnist.training.job import TrainingJobSpec
 
 
 def test_tf_config_matches_the_training_operators_shape():

@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 
 from fmnist.errors import UserInputError
-from serving.inference_service import (
+from serving.deploy.inference_service import (
     ANNOTATION_MODEL_URI,
     TAG_ROUTING_ANNOTATION,
     KServeSettings,
@@ -105,7 +105,7 @@ def test_serving_runtime_passes_the_crd_and_runs_our_predictor():
     (container,) = spec["containers"]
     assert container["name"] == "kserve-container"
     assert container["image"] == IMAGE
-    assert container["command"] == ["python", "-m", "serving.server"]
+    assert container["command"] == ["python", "-m", "serving.model_server.server"]
     assert container["args"] == [
         "--model_dir=/mnt/models", "--model_name={{.Name}}", "--host=0.0.0.0",
         "--http_port=8080", "--max_batch_size=16", "--max_batch_latency_ms=3",

@@ -14,17 +14,11 @@ import pytest
 
 import fmnist.training.trainer as trainer_module
 from fmnist.errors import UserInputError
-from fmnist.launcher.tfjob import KubernetesSettings
-from katib.experiment import (
-    METRICS_FILTER,
-    REPORTED_METRICS,
-    EarlyStopping,
-    ExperimentSettings,
-    build_experiment,
-    to_manifest,
-    webhook_problems,
-)
+from fmnist.settings.jobs import KubernetesSettings
+from katib.experiment import build_experiment, to_manifest
 from katib.search_space import ALGORITHMS, Parameter, SearchSpace
+from katib.settings import METRICS_FILTER, REPORTED_METRICS, EarlyStopping, ExperimentSettings
+from katib.webhook import webhook_problems
 from tests.crd_schemas import validate_strict
 from tests.katib_schemas import validate_katib
 
@@ -312,7 +306,7 @@ def test_a_searched_model_type_labels_the_trial_and_allows_dropout():
 
 
 def test_the_object_store_layout_and_fixed_hyperparameters():
-    from fmnist.training.config import TrainingConfig
+    from fmnist.settings.training import TrainingConfig
 
     settings = _settings(output_dir="s3://fmnist/katib/", validation_examples=5000,
                          base_config=TrainingConfig(epochs=6, precision="float32"),

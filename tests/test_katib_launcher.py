@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from fmnist.errors import TuningError, UserInputError
-from fmnist.launcher.tfjob import KubernetesSettings
+from fmnist.settings.jobs import KubernetesSettings
 from katib.experiment import ExperimentSettings
-from katib.katib_launcher import KatibExperimentLauncher
+from katib.kubernetes import KatibExperimentLauncher
 from katib.results import EARLY_STOPPED, FAILED, SUCCEEDED
 from katib.search_space import SearchSpace
 from tests.crd_schemas import validate_strict
@@ -205,7 +205,7 @@ def test_sigterm_deletes_the_experiment(tmp_path):
             import sys
             sys.path.insert(0, {os.getcwd()!r})
             from pathlib import Path
-            from katib.katib_launcher import KatibExperimentLauncher
+            from katib.kubernetes import KatibExperimentLauncher
             from tests.katib_standin import katib_client_for
             from tests.test_katib_launcher import DATA_DIR, _settings, _space
             launcher = KatibExperimentLauncher(katib_client_for({standin.url!r}),
@@ -277,8 +277,8 @@ def test_the_tuning_step_stages_the_dataset_and_runs_its_experiment(synthetic_da
     volume, the Experiment (named from the step's output location, so a retry re-attaches)
     searches with the step's settings on the staged copy, and the best values come back
     typed."""
-    from fmnist.training.config import TrainingConfig
-    from katib.tune_step import experiment_name, tune_step
+    from fmnist.settings.training import TrainingConfig
+    from kfp_components.tune.step import experiment_name, tune_step
 
     output_dir = str(tmp_path / "artifacts" / "search")
     name = experiment_name("dropout", output_dir)

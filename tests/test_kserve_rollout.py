@@ -12,7 +12,7 @@ import signal
 import pytest
 
 from fmnist.errors import UserInputError
-from serving.inference_service import (
+from serving.deploy.inference_service import (
     ANNOTATION_CANDIDATE_MODEL_URI,
     ANNOTATION_CANDIDATE_TEST_ACCURACY,
     ANNOTATION_MODEL_URI,
@@ -22,7 +22,7 @@ from serving.inference_service import (
     TAG_ROUTING_ANNOTATION,
     KServeSettings,
 )
-from serving.kserve_rollout import KServeRolloutError, ReadinessTimeout, deploy_with_kserve
+from serving.deploy.kubernetes import KServeRolloutError, ReadinessTimeout, deploy_with_kserve
 from tests.crd_schemas import validate_strict
 from tests.kserve_standin import (
     ISVC_CRD,

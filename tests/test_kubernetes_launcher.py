@@ -15,10 +15,10 @@ import time
 import pytest
 
 from fmnist.errors import TrainingJobError
-from fmnist.launcher import TrainingJobSpec
 from fmnist.launcher.kubernetes import TFJobLauncher
-from fmnist.launcher.tfjob import KubernetesSettings
-from fmnist.training.config import TrainingConfig
+from fmnist.settings.jobs import KubernetesSettings
+from fmnist.settings.training import TrainingConfig
+from fmnist.training.job import TrainingJobSpec
 from tests.crd_schemas import validate_strict
 from tests.k8s_standin import KubernetesStandIn
 

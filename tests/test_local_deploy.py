@@ -7,11 +7,12 @@ import os
 import httpx
 import pytest
 
+from fmnist.app.validation import validate_parameters
 from fmnist.errors import UserInputError
-from fmnist.parameters import PipelineParameters
-from serving.client import v1_image_request
-from serving.deploy_step import DeploymentError, deploy, serving_problems, storage_uri_for
-from serving.local_deploy import deploy_locally, running_server, stop_server
+from fmnist.settings.pipeline import PipelineParameters
+from kfp_components.deploy.step import DeploymentError, deploy, serving_problems, storage_uri_for
+from serving.deploy.client import v1_image_request
+from serving.deploy.local import deploy_locally, running_server, stop_server
 from tests.conftest import export_untrained_model
 from tests.fixtures import synthetic_split
 
@@ -88,10 +89,10 @@ def test_local_deployment_lifecycle(exported_model, synthetic_dataset, tmp_path,
 
 def test_a_failed_rollout_fails_the_deploy_step(exported_model, synthetic_dataset, tmp_path,
                                                 monkeypatch):
-    import serving.verification
+    import serving.deploy.verification
 
     monkeypatch.setenv("FMNIST_SERVING_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setattr(serving.verification, "compare",
+    monkeypatch.setattr(serving.deploy.verification, "compare",
                         lambda *args, **kwargs: {"ok": False, "agreement": 0.0, "requests": 1,
                                                  "failures": 1, "accuracy": 0.0})
     with pytest.raises(DeploymentError, match="failed verification"):
@@ -131,8 +132,8 @@ def test_bad_serving_parameters_are_named(serving, tolerance, images, message):
     problems = serving_problems(serving, "local", NAME, tolerance, images)
     assert any(message in problem for problem in problems), problems
     with pytest.raises(UserInputError, match="serving|tolerance|verification|batch"):
-        PipelineParameters(serving=serving, blessing_tolerance=tolerance,
-                           verification_images=images).validate(check_data=False)
+        validate_parameters(PipelineParameters(serving=serving, blessing_tolerance=tolerance,
+                           verification_images=images), check_data=False)
 
 
 def test_kubernetes_serving_settings_are_checked_before_any_work():

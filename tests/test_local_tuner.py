@@ -10,14 +10,15 @@ import pytest
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
+from fmnist.app.validation import validate_parameters
 from fmnist.errors import TuningError, UserInputError
-from fmnist.parameters import PipelineParameters
-from fmnist.training.config import TrainingConfig
-from katib.experiment import EarlyStopping, ExperimentSettings
-from katib.local_tuner import LocalTuner, distributions, grid_points, make_sampler
+from fmnist.settings.pipeline import PipelineParameters
+from fmnist.settings.training import TrainingConfig
+from katib.local import LocalTuner, distributions, grid_points, make_sampler
 from katib.median_stop import KatibMedianStopPruner
 from katib.results import EARLY_STOPPED, SUCCEEDED, TuningResult
 from katib.search_space import Parameter, SearchSpace
+from katib.settings import EarlyStopping, ExperimentSettings
 
 _LR = FloatDistribution(1e-5, 1e-1, log=True)
 
@@ -124,7 +125,7 @@ def test_bad_tuning_parameters_fail_when_the_pipeline_is_validated():
     def problems(tuning: dict) -> str:
         parameters = PipelineParameters(tune=True, tuning=tuning, model_types=["batchnorm"])
         with pytest.raises(UserInputError) as raised:
-            parameters.validate(check_data=False)
+            validate_parameters(parameters, check_data=False)
         return str(raised.value)
 
     assert "unknown tuning settings ['trials']" in problems({"trials": 4})
@@ -132,8 +133,9 @@ def test_bad_tuning_parameters_fail_when_the_pipeline_is_validated():
     assert "below parallel_trial_count" in problems({"max_trials": 1, "parallel_trials": 2})
     assert "max_trials must be an integer, got '12'" in problems({"max_trials": "12"})
     assert "runs on Katib only" in problems({"algorithm": "cmaes"})
-    PipelineParameters(tune=True, tuning={"algorithm": "random", "max_trials": 4},
-                       model_types=["batchnorm"]).validate(check_data=False)
+    validate_parameters(PipelineParameters(tune=True, model_types=["batchnorm"],
+                                           tuning={"algorithm": "random", "max_trials": 4}),
+                        check_data=False)
 
 
 def _settings(**overrides) -> ExperimentSettings:

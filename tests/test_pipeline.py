@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fmnist.cli import main as cli_main
-from fmnist.local_run import run_local
-from fmnist.parameters import PipelineParameters
+from fmnist.app.cli import main as cli_main
+from fmnist.app.local_run import run_local
+from fmnist.settings.pipeline import PipelineParameters
 from pipelines.compile import COMPILED_DIR, compile_all
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,7 +23,7 @@ def test_compiled_yaml_matches_a_fresh_compile(tmp_path):
     fresh = compile_all(str(tmp_path))
     assert fresh, "nothing compiled"
     for path in fresh:
-        committed = ROOT / COMPILED_DIR / os.path.basename(path)
+        committed = ROOT / COMPILED_DIR / os.path.relpath(path, tmp_path)
         assert committed.exists(), f"{committed.name} is not committed; run `make compile`"
         assert Path(path).read_text() == committed.read_text(), (
             f"{committed.name} is stale; run `make compile` and commit it"
@@ -45,9 +45,39 @@ def test_compiled_pipeline_loads_back_with_the_kfp_sdk():
     assert "exec-train-model" in platform.deployment_spec.executors
 
 
+def test_every_compiled_component_loads_back_and_carries_its_image():
+    """Other pipelines load the components from compiled/components/; each one's pod gets
+    the image it runs as FMNIST_COMPONENT_IMAGE, so the jobs it creates run the same code."""
+    from kfp import components
+
+    from kfp_components import COMPONENTS
+
+    for component in COMPONENTS.values():
+        path = ROOT / COMPILED_DIR / "components" / f"{component.component_spec.name}.yaml"
+        loaded = components.load_component_from_file(str(path))
+        assert loaded.component_spec.inputs.keys() == component.component_spec.inputs.keys()
+        container = loaded.component_spec.implementation.container
+        assert container.env == [{"name": "FMNIST_COMPONENT_IMAGE", "value": container.image}]
+
+
+def test_every_step_imports_inside_a_pipeline_pod():
+    """A KFP pod runs with _KFP_RUNTIME=true, where kfp.dsl cannot build components: the
+    component body imports only its step, which must not drag the components in."""
+    import subprocess
+    import sys
+
+    from kfp_components import FOLDERS
+
+    script = "; ".join(f"import kfp_components.{folder}.step" for folder in FOLDERS
+                       if (ROOT / "kfp_components" / folder / "step.py").exists())
+    result = subprocess.run([sys.executable, "-c", script], env={**os.environ,
+                            "_KFP_RUNTIME": "true"}, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
 def test_an_untagged_component_image_fails_the_compile(monkeypatch):
     from fmnist.errors import UserInputError
-    from fmnist.settings import component_image
+    from fmnist.settings.platform import component_image
 
     monkeypatch.setenv("FMNIST_COMPONENT_IMAGE", "registry.example.com:5000/fmnist")
     with pytest.raises(UserInputError, match="has no tag"):
@@ -102,9 +132,9 @@ def test_compiled_pipeline_documents_parameters_and_caches_the_right_steps():
     assert search["cachingOptions"]["enableCache"] is True
     assert search["inputs"]["parameters"]["enabled"]["componentInputParameter"].endswith("tune")
     training = _task(spec, "train-model")["inputs"]["parameters"]
-    for name in ("learning_rate", "batch_size", "filters", "dropout_rate"):
-        assert training[name]["taskOutputParameter"] == {
-            "outputParameterKey": name, "producerTask": "tune-hyperparameters"}
+    # The tuned hyperparameters travel as one typed value from tune to train.
+    assert training["hyperparameters"]["taskOutputParameter"] == {
+        "outputParameterKey": "hyperparameters", "producerTask": "tune-hyperparameters"}
     assert executors["exec-tune-hyperparameters"]["pvcMount"][0]["mountPath"] == "/mnt/fmnist"
     images = {e["container"]["image"] for e in spec["deploymentSpec"]["executors"].values()}
     assert len(images) == 1 and images.pop().endswith(":0.1.0")  # one tagged image
@@ -129,7 +159,7 @@ def data_parameters(tmp_path_factory) -> dict:
 @pytest.fixture
 def serving_state(tmp_path, monkeypatch):
     """Local deployments of this test live in its own directory and are stopped after it."""
-    from serving.local_deploy import stop_server
+    from serving.deploy.local import stop_server
 
     monkeypatch.setenv("FMNIST_SERVING_STATE_DIR", str(tmp_path / "serving"))
     yield
@@ -170,7 +200,7 @@ def test_local_pipeline_runs_end_to_end_then_from_cache(data_parameters, tmp_pat
     assert 0.5 < deployment["served_accuracy"] <= 1.0
     import httpx
 
-    from serving.client import v1_image_request
+    from serving.deploy.client import v1_image_request
     from tests.fixtures import synthetic_split
 
     images, _ = synthetic_split(3, seed=5)

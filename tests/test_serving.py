@@ -17,7 +17,7 @@ from PIL import Image
 
 from fmnist.dataset.official import CLASS_NAMES
 from fmnist.launcher.local import free_ports
-from serving.client import png_bytes, v1_image_request, wait_until_ready
+from serving.deploy.client import png_bytes, v1_image_request, wait_until_ready
 
 NAME = "fashion-mnist"
 BODY_LIMIT = 300_000
@@ -36,7 +36,7 @@ def images():
 def server(exported_model):
     port = free_ports(1)[0]
     process = subprocess.Popen(
-        [sys.executable, "-m", "serving.server", f"--model_dir={exported_model}",
+        [sys.executable, "-m", "serving.model_server.server", f"--model_dir={exported_model}",
          f"--http_port={port}", f"--max_body_bytes={BODY_LIMIT}", "--max_instances=64"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )
@@ -54,7 +54,7 @@ def server(exported_model):
 @pytest.fixture(scope="module")
 def in_process(exported_model):
     """The exported model's own answers, as the selection step computes them."""
-    from serving.verification import in_process_predictions
+    from serving.deploy.verification import in_process_predictions
 
     return lambda pixels: in_process_predictions(str(exported_model), pixels)
 
@@ -97,7 +97,7 @@ def test_jpeg_and_colour_images_of_any_size_go_through_the_savedmodel_graph(
     """What TF Serving would answer for the same bytes: the SavedModel's serving_default."""
     import tensorflow as tf
 
-    from serving.predictor import resolve_saved_model_dir
+    from serving.model_server.predictor import resolve_saved_model_dir
 
     url, _ = server
     encoded = []
@@ -254,7 +254,7 @@ def test_concurrent_requests_are_batched(exported_model, images):
     """Concurrent callers share model calls: fewer batches than requests, same answers."""
     import asyncio
 
-    from serving.predictor import FashionMnistModel
+    from serving.model_server.predictor import FashionMnistModel
 
     model = FashionMnistModel(NAME, str(exported_model), max_batch_size=8,
                               max_batch_latency_ms=5)
@@ -281,7 +281,7 @@ def test_make_serve_serves_the_latest_selected_model(exported_model, tmp_path, i
     summary.write_text(json.dumps({"best_model_path": str(exported_model)}))
     port = free_ports(1)[0]
     process = subprocess.Popen(
-        [sys.executable, "-m", "fmnist.cli", "serve", "--summary", str(summary),
+        [sys.executable, "-m", "fmnist.app.cli", "serve", "--summary", str(summary),
          "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
     )
@@ -295,7 +295,7 @@ def test_make_serve_serves_the_latest_selected_model(exported_model, tmp_path, i
 
 
 def test_serve_without_a_selected_model_says_what_to_do(tmp_path, capsys):
-    from fmnist.cli import main
+    from fmnist.app.cli import main
 
     assert main(["serve", "--summary", str(tmp_path / "missing.json")]) == 2
     assert "run the pipeline first" in capsys.readouterr().err

@@ -9,9 +9,10 @@ import jsonschema
 import pytest
 
 from fmnist.errors import UserInputError
-from fmnist.launcher import TrainingJobSpec
-from fmnist.launcher.tfjob import KubernetesSettings, build_tfjob, to_manifest
-from fmnist.training.config import TrainingConfig
+from fmnist.kubernetes.tfjob import build_tfjob, to_manifest
+from fmnist.settings.jobs import KubernetesSettings
+from fmnist.settings.training import TrainingConfig
+from fmnist.training.job import TrainingJobSpec
 from tests.crd_schemas import validate_strict
 
 CRD = "tfjob.kubeflow.org_v1.yaml"
@@ -88,10 +89,10 @@ def test_an_image_without_a_tag_is_rejected_before_anything_is_created():
 
 
 def test_job_names_are_stable_per_task_and_distinct_across_tasks():
-    from fmnist.launcher.base import _JOB_NAME
-    from fmnist.launcher.step import job_name
+    from fmnist.settings.names import is_dns_1035_label
+    from kfp_components.train.step import job_name
 
     first = job_name("batchnorm", "gs://root/run-1/for-loop-1-iteration-2/train-model/model")
     assert first == job_name("batchnorm", "gs://root/run-1/for-loop-1-iteration-2/train-model/model")
     assert first != job_name("batchnorm", "gs://root/run-2/for-loop-1-iteration-2/train-model/model")
-    assert _JOB_NAME.match(first) and len(first) <= 63
+    assert is_dns_1035_label(first)

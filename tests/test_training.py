@@ -11,8 +11,9 @@ from PIL import Image
 
 from fmnist.dataset.pipeline import load_arrays
 from fmnist.errors import UserInputError
-from fmnist.launcher import TrainingJobSpec, get_launcher
-from fmnist.training.config import TrainingConfig
+from fmnist.settings.training import TrainingConfig
+from fmnist.training.job import TrainingJobSpec
+from kfp_components.train.step import training_backend
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +27,7 @@ def trained(synthetic_dataset, tmp_path_factory):
         export_dir=str(root / "model" / "1"),
         work_dir=str(root / "model"),
     )
-    outcome = get_launcher("local").run(spec)
+    outcome = training_backend("local", {}).run(spec)
     return root / "model", outcome
 
 
@@ -92,10 +93,10 @@ def test_bad_hyperparameters_fail_before_any_work(changes, message, tmp_path):
         export_dir=str(tmp_path / "m"), work_dir=str(tmp_path / "w"),
     )
     with pytest.raises(UserInputError, match=message):
-        get_launcher("local").run(spec)
+        training_backend("local", {}).run(spec)
     assert not (tmp_path / "w").exists()
 
 
 def test_unknown_backend_is_rejected():
     with pytest.raises(UserInputError, match="unknown training backend 'slurm'"):
-        get_launcher("slurm")
+        training_backend("slurm", {})

@@ -23,9 +23,8 @@ import numpy as np
 from fmnist.dataset.idx import decode_idx_gz
 from fmnist.dataset.official import IMAGE_SIZE, NUM_CLASSES, OFFICIAL_FILES, OfficialFile
 from fmnist.errors import DataSourceError
+from fmnist.settings.data import DATA_DIR_ENV, TFDS_SOURCE
 
-DATA_DIR_ENV = "FASHION_MNIST_DIR"
-TFDS_SOURCE = "tfds"
 HTTP_TIMEOUT_SECONDS = 60
 
 

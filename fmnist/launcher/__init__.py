@@ -1,11 +1,1 @@
-"""Training launchers: one interface, a backend per place the workers run."""
-
-from fmnist.launcher.base import (
-    BACKENDS,
-    TrainingJobResult,
-    TrainingJobSpec,
-    TrainingLauncher,
-    get_launcher,
-)
-
-__all__ = ["BACKENDS", "TrainingJobResult", "TrainingJobSpec", "TrainingLauncher", "get_launcher"]
+"""Training backends: ``local`` worker processes or a ``kubernetes`` TFJob (see base.py)."""

@@ -17,9 +17,11 @@ import sys
 import threading
 import time
 
+from fmnist.backends import sigterm_as_exit
 from fmnist.errors import TrainingJobError
-from fmnist.launcher.base import TrainingJobResult, TrainingJobSpec, sigterm_as_exit
-from fmnist.launcher.tfjob import KubernetesSettings, build_tfjob
+from fmnist.kubernetes.tfjob import build_tfjob
+from fmnist.settings.jobs import KubernetesSettings
+from fmnist.training.job import TrainingJobResult, TrainingJobSpec
 from fmnist.training.trainer import read_result
 
 TFJOB_KIND = "TFJob"
@@ -39,9 +41,10 @@ class TFJobLauncher:
         **setting_overrides,
     ):
         if settings is None:
-            from fmnist.settings import component_image
+            from fmnist.settings.platform import component_image
 
-            settings = KubernetesSettings(image=component_image(), **setting_overrides)
+            typed = KubernetesSettings.from_dict(setting_overrides).as_dict()
+            settings = KubernetesSettings(image=component_image(), **typed)
         self.settings = settings.validate()
         self._client = training_client
         self.poll_seconds = poll_seconds

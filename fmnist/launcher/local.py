@@ -21,10 +21,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 
+from fmnist.backends import sigterm_as_exit
 from fmnist.errors import TrainingJobError, TrainingJobStopped
-from fmnist.launcher.base import TrainingJobResult, TrainingJobSpec, sigterm_as_exit
+from fmnist.training.job import TrainingJobResult, TrainingJobSpec
 from fmnist.training.trainer import read_result
 
 _TAIL_LINES = 30
@@ -75,14 +75,6 @@ def tf_config_for(replicas: list[tuple[str, int]], ports: list[int], me: int) ->
         cluster.setdefault(task_type, []).append(f"127.0.0.1:{port}")
     task_type, index = replicas[me]
     return {"cluster": cluster, "task": {"type": task_type, "index": index}, "environment": "cloud"}
-
-
-def trainer_command(spec: TrainingJobSpec) -> list[str]:
-    args = [sys.executable, "-m", "fmnist.training.trainer", "--data-dir", spec.data_dir,
-            "--work-dir", spec.work_dir, "--export-dir", spec.export_dir]
-    for key, value in asdict(spec.config).items():
-        args += ["--" + key.replace("_", "-"), str(value)]
-    return args + list(spec.trainer_args)
 
 
 # (worker name, line): what a metrics collector watching the workers' logs is given.
@@ -145,7 +137,7 @@ class LocalProcessLauncher:
     def _start(self, spec: TrainingJobSpec) -> None:
         replicas = self._replicas(spec)
         ports = free_ports(len(replicas))
-        command = trainer_command(spec)
+        command = spec.trainer_command()
         threads = max(1, self.cpu_count // len(replicas))
         workers = []
         for i, (task_type, index) in enumerate(replicas):

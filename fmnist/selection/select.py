@@ -28,7 +28,7 @@ def select_best(data_dir: str, model_dirs: list[str], best_model_dir: str) -> Se
     Ties go to the smaller model (fewer parameters), then to the earlier candidate.
     """
     from fmnist.dataset.pipeline import load_arrays
-    from fmnist.launcher.step import SAVED_MODEL_VERSION
+    from fmnist.training.export import SAVED_MODEL_VERSION
 
     if not model_dirs:
         raise UserInputError("no candidate models to select from")

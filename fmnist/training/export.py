@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from fmnist.dataset.official import CLASS_NAMES, IMAGE_SIZE
 
+SAVED_MODEL_VERSION = "1"  # <model>/1/: the layout TF Serving and KServe expect
 BYTES_SIGNATURE = "serving_default"
 PIXELS_SIGNATURE = "serving_pixels"
 

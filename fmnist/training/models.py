@@ -11,7 +11,7 @@ Keras 3's does not yet (keras-team/keras#20585).
 from __future__ import annotations
 
 from fmnist.dataset.official import IMAGE_SIZE, NUM_CLASSES
-from fmnist.training.config import TrainingConfig
+from fmnist.settings.training import TrainingConfig
 
 # Keras' 0.99 needs thousands of steps before the inference statistics are usable; 0.9 (the
 # PyTorch default) is ready after a few hundred, so short and small-data runs evaluate well.

@@ -17,10 +17,11 @@ import logging
 import os
 import sys
 import time
-from dataclasses import fields
 from typing import Any
 
-from fmnist.training.config import MODEL_TYPES, TrainingConfig
+from fmnist.errors import UserInputError
+from fmnist.settings.schema import add_flags, given_values
+from fmnist.settings.training import TrainingConfig
 
 log = logging.getLogger("fmnist.trainer")
 
@@ -29,20 +30,10 @@ HISTORY_FILE = "history.jsonl"
 BACKUP_DIR = "backup"
 
 
-def _parse_bool(text: str) -> bool:
-    if text.lower() in ("true", "1", "yes"):
-        return True
-    if text.lower() in ("false", "0", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-
-
 def read_result(work_dir: str) -> dict[str, Any]:
     """What the chief reported: ``result.json`` in a job's work directory (a local path, a
     mount, or a bucket URI)."""
     import tensorflow as tf
-
-    from fmnist.errors import UserInputError
 
     path = f"{work_dir}/{RESULT_FILE}"
     if not tf.io.gfile.exists(path):
@@ -63,20 +54,13 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Train
         help="report test accuracy after every epoch (time-to-accuracy benchmarks only: "
              "the pipeline selects on the test split and never trains with it)",
     )
-    defaults = TrainingConfig()
-    for field in fields(TrainingConfig):
-        flag = "--" + field.name.replace("_", "-")
-        kind = type(getattr(defaults, field.name))
-        kwargs: dict[str, Any] = {"type": _parse_bool if kind is bool else kind, "default": None}
-        if field.name == "model_type":
-            kwargs["choices"] = MODEL_TYPES
-        parser.add_argument(flag, **kwargs, help=f"default {getattr(defaults, field.name)!r}")
+    add_flags(parser, TrainingConfig, title="training configuration")
     args = parser.parse_args(argv)
-    overrides = {
-        f.name: getattr(args, f.name) for f in fields(TrainingConfig) if getattr(args, f.name)
-        is not None
-    }
-    return args, TrainingConfig(**{**vars(defaults), **overrides}).validate()
+    try:
+        config = TrainingConfig(**given_values(args, TrainingConfig)).validate()
+    except UserInputError as error:
+        parser.error(str(error))
+    return args, config
 
 
 def read_history(path: str) -> list[dict[str, Any]]:

@@ -29,16 +29,11 @@ def deploy_model(
     Args:
         model: The selected model; its metadata holds its test accuracy.
         dataset: The ingested dataset; verification uses its test split.
-        backend: ``local`` or ``kubernetes``.
-        model_name: The served model's (and InferenceService's) name.
-        blessing_tolerance: How much lower than the serving model's test accuracy the new
-            model's may be and still replace it (0.005 = half a point).
-        verification_images: Test images sent to the new server before it takes traffic.
-        serving: KServe settings (kubernetes): ``runtime`` (``fmnist-predictor`` or
-            ``tensorflow``), ``storage_uri``, ``namespace``, ``min_replicas``,
-            ``max_replicas``, ``scale_metric``, ``scale_target``, ``canary_traffic_percent``,
-            ``cpu``, ``memory``, ``service_account``, ``image``; batching for both backends:
-            ``max_batch_size``, ``max_batch_latency_ms``.
+        backend: {setting}
+        model_name: {setting}
+        blessing_tolerance: {setting}
+        verification_images: {setting}
+        serving: {setting}
         deployment: The decision record (action, URL, blessing, verification).
         blessing: Both test accuracies and whether the model was blessed.
 
@@ -50,7 +45,7 @@ def deploy_model(
     import json
     from collections import namedtuple
 
-    from serving.deploy_step import SERVES_CANDIDATE, deploy
+    from kfp_components.deploy.step import SERVES_CANDIDATE, deploy
 
     decision = deploy(
         model_dir=model.path, model_uri=model.uri,

@@ -10,7 +10,7 @@ def freshness_window(freshness: str) -> str:
     one window reuse the ingested dataset, the first run after it re-ingests. Never cached.
 
     Args:
-        freshness: How long ingested data stays fresh: ``30m``, ``24h``, ``7d``, ``P1D``.
+        freshness: {setting}
     """
     from fmnist.dataset.freshness import freshness_window as window
 

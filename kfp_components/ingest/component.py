@@ -16,33 +16,15 @@ def ingest_fashion_mnist(
     downloads) and fails with a clear message on a missing or corrupted file or no network.
 
     Args:
-        data_source: ``tfds``; a directory or URI (``gs://``, ``s3://``, ``https://``) holding
-            the four official IDX ``.gz`` files; or empty for ``$FASHION_MNIST_DIR``, else TFDS.
+        data_source: {setting}
         freshness_window: The current freshness window (from ``freshness-window``); it is
             part of the cache key, so cached data expires with the window.
-        expected_sha256: Digests per file name replacing the official ones, for IDX files you
-            derived yourself; empty means the official release.
+        expected_sha256: {setting}
         dataset: TFRecord shards plus ``metadata.json`` (source, checksums, split sizes,
             per-class counts).
     """
-    from fmnist.dataset.ingest import ingest
+    from kfp_components.ingest.step import ingest_step
 
-    metadata = ingest(data_source, dataset.path, expected_sha256=expected_sha256 or None)
-    dataset.metadata.update(
-        {
-            "source": metadata["source"],
-            "verification": metadata["verification"],
-            "sha256": metadata["sha256"],
-            "freshness_window": freshness_window,
-            "format": metadata["format"],
-            "ingested_at": metadata["ingested_at"],
-            **{
-                f"{split}_examples": info["num_examples"]
-                for split, info in metadata["splits"].items()
-            },
-            **{
-                f"{split}_class_counts": info["class_counts"]
-                for split, info in metadata["splits"].items()
-            },
-        }
-    )
+    dataset.metadata.update(ingest_step(data_source, dataset.path,
+                                        freshness_window=freshness_window,
+                                        expected_sha256=expected_sha256))

@@ -24,8 +24,8 @@ def predict_with_served_model(
         model: The model the server should be serving.
         dataset: The ingested dataset; the first ``sample_size`` test images are sent.
         url: The server's base URL, from the deploy step.
-        model_name: The served model's name.
-        sample_size: How many test images to send.
+        model_name: {setting}
+        sample_size: The number of test images to send (the pipeline's prediction_images).
         serves_model: Whether the server serves ``model`` (from the deploy step).
         metrics: Served accuracy, the selection accuracy on the same images, agreement,
             requests and failures.
@@ -35,28 +35,13 @@ def predict_with_served_model(
     """
     import json
 
-    from serving.verification import compare, in_process_predictions, test_sample
+    from kfp_components.predict.step import predict_step
 
-    images, labels = test_sample(dataset.path, sample_size)
-    expected = in_process_predictions(model.path, images)
-    result = compare(url, model_name, images, labels, expected, log=print)
-    for name in ("accuracy", "expected_accuracy", "agreement", "requests", "failures",
-                 "images", "seconds"):
-        metrics.log_metric({"accuracy": "served_accuracy",
-                            "expected_accuracy": "selection_accuracy"}.get(name, name),
-                           result[name])
+    values = predict_step(model_dir=model.path, data_dir=dataset.path, url=url,
+                          model_name=model_name, sample_size=sample_size,
+                          serves_model=serves_model)
+    for name, value in values.items():
+        metrics.log_metric(name, value)
     with open(metrics.path, "w") as handle:
         json.dump(metrics.metadata, handle)
-    print(f"served accuracy {result['accuracy']:.4f} on {result['images']} test images "
-          f"(selection: {result['expected_accuracy']:.4f}), {result['failures']} failed requests")
-    if result["failures"]:
-        raise RuntimeError(f"{result['failures']} requests to {url} failed: {result['errors']}")
-    if not serves_model:
-        print("the server keeps an earlier model (this one was not blessed): no comparison")
-    elif not result["ok"] or result["accuracy"] != result["expected_accuracy"]:
-        raise RuntimeError(
-            f"the served model at {url} does not answer like the selected model: agreement "
-            f"{result['agreement']:.4f}, served accuracy {result['accuracy']:.4f} vs "
-            f"{result['expected_accuracy']:.4f}; errors: {result['errors']}"
-        )
-    return float(result["accuracy"])
+    return float(values["served_accuracy"])

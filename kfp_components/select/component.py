@@ -1,4 +1,3 @@
-
 from kfp.dsl import HTML, ClassificationMetrics, Dataset, Input, Markdown, Metrics, Model, Output
 
 from kfp_components.base import component
@@ -32,31 +31,21 @@ def select_best_model(
     import json
 
     from fmnist.dataset.official import CLASS_NAMES
-    from fmnist.selection.select import leaderboard, select_best
+    from kfp_components.select.step import select_step
 
-    selection = select_best(dataset.path, [c.path for c in candidates], best_model.path)
-    best = selection.best
-    source = next(c for c in candidates if c.path == best["model_dir"])
-    best_model.metadata.update(
-        {
-            **source.metadata,
-            "test_accuracy": best["test_accuracy"],
-            "per_class_accuracy": dict(zip(CLASS_NAMES, best["per_class_accuracy"], strict=True)),
-            "test_examples": selection.num_test_examples,
-            "leaderboard": leaderboard(selection),
-        }
-    )
-    metrics.log_metric("best_test_accuracy", best["test_accuracy"])
-    for candidate in selection.candidates:
-        metrics.log_metric(f"{candidate['model_type']}_test_accuracy", candidate["test_accuracy"])
-    confusion_matrix.log_confusion_matrix(list(CLASS_NAMES), best["confusion_matrix"])
+    outputs = select_step(dataset.path, [(c.path, c.metadata) for c in candidates],
+                          best_model.path)
+    best_model.metadata.update(outputs.metadata)
+    for name, value in outputs.metrics.items():
+        metrics.log_metric(name, value)
+    confusion_matrix.log_confusion_matrix(list(CLASS_NAMES), outputs.confusion_matrix)
     # Files behind every output artifact, so a cached run can reuse them.
     with open(metrics.path, "w") as handle:
         json.dump(metrics.metadata, handle)
     with open(confusion_matrix.path, "w") as handle:
         json.dump(confusion_matrix.metadata, handle)
     with open(report.path, "w") as handle:
-        handle.write(selection.html)
+        handle.write(outputs.html)
     with open(report_markdown.path, "w") as handle:
-        handle.write(selection.markdown)
-    return best["model_type"]
+        handle.write(outputs.markdown)
+    return outputs.best_model_type

@@ -7,11 +7,8 @@ from kfp_components.base import component
 def train_model(
     dataset: Input[Dataset],
     model_type: str,
+    hyperparameters: dict,
     epochs: int,
-    batch_size: int,
-    learning_rate: float,
-    dropout_rate: float,
-    filters: int,
     precision: str,
     train_examples: int,
     num_workers: int,
@@ -31,40 +28,27 @@ def train_model(
     Args:
         dataset: The ingested dataset.
         model_type: ``basic``, ``dropout`` or ``batchnorm``.
-        epochs: Passes over the training split.
-        batch_size: Per-replica batch; the global batch is this times the replicas.
-        learning_rate: Adam's learning rate.
-        dropout_rate: Dropout rate of the ``dropout`` model.
-        filters: Filters of the first convolution (the later ones have twice as many).
-        precision: ``auto`` (bfloat16 on CPUs with AMX/AVX-512 BF16, float16 on GPUs),
-            ``float32``, ``mixed_bfloat16`` or ``mixed_float16``.
-        train_examples: Train on the first N examples only (0: all), for quick runs.
-        num_workers: Worker replicas (processes locally, pods on Kubernetes).
-        gpus_per_worker: GPUs per worker (``nvidia.com/gpu``; NCCL all-reduce when > 0).
-        backend: ``local`` or ``kubernetes``.
-        kubernetes: TFJob settings for the kubernetes backend: ``namespace``, ``pvc_name``,
-            ``mount_path``, ``object_store_secret``, ``cpu``, ``memory``, ``backoff_limit``,
-            ``active_deadline_seconds``, ``ttl_seconds_after_finished`` (see KubernetesSettings).
-        max_restarts: Restarts of the whole job after a worker is killed.
+        hyperparameters: learning_rate, batch_size, filters and dropout_rate, as the tune step
+            outputs them (the search's best, or the given values).
+        epochs: {setting}
+        precision: {setting}
+        train_examples: {setting}
+        num_workers: {setting}
+        gpus_per_worker: {setting}
+        backend: {setting}
+        kubernetes: {setting}
+        max_restarts: {setting}
         model: SavedModel under ``1/`` with the training history; metadata holds the model
             type, hyperparameters, parameter count, epochs, train time and final metrics.
         metrics: Final training metrics.
     """
     import json
 
-    from fmnist.launcher.step import train_step
-    from fmnist.training.config import TrainingConfig
+    from fmnist.settings.training import TrainingConfig
+    from kfp_components.train.step import train_step
 
-    config = TrainingConfig(
-        model_type=model_type,
-        epochs=epochs,
-        batch_size=batch_size,
-        learning_rate=learning_rate,
-        dropout_rate=dropout_rate,
-        filters=filters,
-        precision=precision,
-        train_examples=train_examples,
-    )
+    config = TrainingConfig(model_type=model_type, epochs=epochs, precision=precision,
+                            train_examples=train_examples).with_hyperparameters(hyperparameters)
     metadata, values = train_step(
         config=config,
         data_dir=dataset.path,

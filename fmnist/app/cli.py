@@ -1,0 +1,273 @@
+"""``fmnist-kfp``: run the Fashion-MNIST pipeline locally, compile it, ingest data."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from fmnist.app.validation import validate_parameters
+from fmnist.errors import DataSourceError, TrainingJobError, UserInputError
+from fmnist.settings.pipeline import PipelineParameters
+from fmnist.settings.schema import add_flags, given_values
+
+_D = PipelineParameters()
+
+
+def _add_pipeline_parameters(parser: argparse.ArgumentParser) -> None:
+    add_flags(parser, PipelineParameters, title="pipeline parameters")
+
+
+def _parameters(args: argparse.Namespace, **overrides) -> PipelineParameters:
+    """The pipeline parameters: what was given on the command line over the defaults."""
+    return PipelineParameters(**{**given_values(args, PipelineParameters), **overrides})
+
+
+def _endpoint(args: argparse.Namespace):
+    from fmnist.app.kfp_client import Endpoint
+
+    return Endpoint(host=args.host, namespace=args.namespace, token_file=args.token_file).validate()
+
+
+def _cluster_arguments(args: argparse.Namespace) -> dict:
+    """The parameters given on the command line (the rest keep the compiled defaults),
+    validated as a cluster run's."""
+    given = given_values(args, PipelineParameters)
+    given.setdefault("backend", "kubernetes")
+    validate_parameters(PipelineParameters(**given), check_data=False)
+    return given
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    if args.local == bool(args.host):
+        raise UserInputError("say where to run: --local (this machine) or --host URL (Kubeflow)")
+    if args.host:
+        from fmnist.app.kfp_client import submit_run
+
+        outcome = submit_run(_endpoint(args), _cluster_arguments(args), package=args.package,
+                             experiment=args.experiment, run_name=args.run_name, wait=args.wait)
+        print(json.dumps(outcome, indent=2))
+        return 0
+    from fmnist.app.local_run import run_local
+
+    if args.backend not in (None, "local"):
+        raise UserInputError("--local runs use the local backend; use --host for a cluster")
+
+    summary = run_local(
+        _parameters(args, backend="local"),
+        pipeline_root=args.pipeline_root,
+        summary_path=args.summary,
+        enable_caching=not args.no_cache,
+    )
+    cached = ", ".join(summary["cache_hits"]) or "none"
+    print(
+        "\n".join([
+            "",
+            f"Best model: {summary['best_model_type']} — test accuracy "
+            f"{summary['best_test_accuracy']:.4f}",
+            *(f"  {name:10s} test accuracy {m['test_accuracy']:.4f}, trained in "
+              f"{m['train_seconds']:.0f} s" for name, m in summary["models"].items()),
+            f"Model:   {summary['best_model_path']}",
+            f"Report:  {summary['report_path']} (HTML)",
+            f"         {summary['report_markdown_path']} (Markdown)",
+            _serving_line(summary["deployment"]),
+            f"Summary: {summary['summary_path']}",
+            f"Took {summary['total_seconds']:.1f} s; steps from cache: {cached}",
+        ])
+    )
+    return 0
+
+
+def cmd_upload(args: argparse.Namespace) -> int:
+    from fmnist import __version__
+    from fmnist.app.kfp_client import upload
+
+    outcome = upload(_endpoint(args), args.name, version=args.version or f"v{__version__}",
+                     package=args.package, description=args.description)
+    print(json.dumps(outcome, indent=2))
+    return 0
+
+
+def cmd_schedule(args: argparse.Namespace) -> int:
+    from fmnist.app import kfp_client as cluster
+
+    endpoint = _endpoint(args)
+    if args.action == "create":
+        if not args.cron:
+            raise UserInputError("schedule create needs --cron, e.g. --cron '0 3 * * *'")
+        cluster.cron_expression(args.cron)  # a malformed cron fails before any call
+        outcome = cluster.schedule(
+            endpoint, args.name, args.cron, _cluster_arguments(args), package=args.package,
+            experiment=args.experiment, max_concurrency=args.max_concurrency,
+            catchup=args.catchup,
+        )
+    elif args.action == "list":
+        outcome = cluster.list_schedules(endpoint, args.experiment)
+    else:
+        if not args.id:
+            raise UserInputError("schedule disable needs --id RECURRING_RUN_ID")
+        cluster.disable_schedule(endpoint, args.id)
+        outcome = {"disabled": args.id}
+    print(json.dumps(outcome, indent=2))
+    return 0
+
+
+def _add_endpoint_options(parser: argparse.ArgumentParser, required: bool) -> None:
+    from fmnist.app.kfp_client import DEFAULT_EXPERIMENT, DEFAULT_PACKAGE, TOKEN_ENV
+
+    group = parser.add_argument_group("Kubeflow Pipelines endpoint")
+    group.add_argument("--host", required=required, default="",
+                       help="KFP API endpoint URL, e.g. https://kubeflow.example.com/pipeline")
+    group.add_argument("--namespace", default="", help="user namespace (multi-user Kubeflow)")
+    group.add_argument("--token-file", default="",
+                       help=f"file holding a bearer token (default: ${TOKEN_ENV})")
+    group.add_argument("--package", default=DEFAULT_PACKAGE, help="default %(default)s")
+    group.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="default %(default)s")
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from pipelines.compile import compile_all
+
+    for path in compile_all(args.output_dir):
+        print(f"wrote {path}")
+    return 0
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from fmnist.dataset.ingest import ingest
+
+    metadata = ingest(args.data_source, args.output)
+    print(json.dumps({k: metadata[k] for k in ("source", "verification", "sha256")}, indent=2))
+    return 0
+
+
+def _serving_line(deployment: dict) -> str:
+    blessing = deployment.get("blessing") or {}
+    return (f"Serving: {deployment['url']} ({deployment['action']}: {blessing.get('reason')}); "
+            f"served accuracy {deployment['served_accuracy']:.4f} over HTTP\n"
+            f"         stop it with: fmnist-kfp deployment stop --name {deployment['model_name']}")
+
+
+def _latest_model_dir(summary_path: str) -> str:
+    try:
+        with open(summary_path) as handle:
+            return json.load(handle)["best_model_path"]
+    except (OSError, KeyError, json.JSONDecodeError):
+        raise UserInputError(
+            f"no selected model: {summary_path} is missing or has no best_model_path; run the "
+            "pipeline first (make run) or pass --model-dir"
+        ) from None
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Serves a model in the foreground with KServe's ModelServer (Ctrl-C stops it)."""
+    from serving.model_server.server import main as serve_main
+
+    model_dir = args.model_dir or _latest_model_dir(args.summary)
+    print(f"serving {model_dir} as {args.model_name} on http://{args.host}:{args.port}")
+    serve_main([f"--model_dir={model_dir}", f"--model_name={args.model_name}",
+                f"--host={args.host}", f"--http_port={args.port}", *args.server_args])
+    return 0
+
+
+def cmd_deployment(args: argparse.Namespace) -> int:
+    """Local deployments started by pipeline runs: where they are, and stopping them."""
+    from serving.deploy.local import running_server, stop_server
+
+    if args.action == "stop":
+        stopped = stop_server(args.name)
+        print(f"stopped {args.name}" if stopped else f"no local deployment called {args.name}")
+        return 0
+    server = running_server(args.name)
+    if server is None:
+        print(f"no local deployment called {args.name} is running")
+        return 1
+    print(json.dumps({"name": server.name, "url": server.url, "pid": server.pid,
+                      "test_accuracy": server.test_accuracy, "log": server.log_file}, indent=2))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fmnist-kfp",
+        description="Fashion-MNIST on Kubeflow Pipelines: ingest, distributed TensorFlow "
+                    "training of three CNNs, model selection.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="run the pipeline end to end")
+    run.add_argument("--local", action="store_true", help="on this machine with kfp.local")
+    _add_endpoint_options(run, required=False)
+    run.add_argument("--run-name", default=None, help="cluster runs: the run's name")
+    run.add_argument("--wait", action="store_true", help="cluster runs: wait for the outcome")
+    run.add_argument("--pipeline-root", default="runs/local",
+                     help="where local runs keep artifacts and the cache (default %(default)s)")
+    run.add_argument("--summary", default=None,
+                     help="where to write summary.json (default: in the pipeline root)")
+    run.add_argument("--no-cache", action="store_true", help="run every step again")
+    _add_pipeline_parameters(run)
+    run.set_defaults(func=cmd_run)
+
+    comp = commands.add_parser("compile", help="compile the pipelines to YAML")
+    comp.add_argument("--output-dir", default="compiled", help="default %(default)s")
+    comp.set_defaults(func=cmd_compile)
+
+    upl = commands.add_parser("upload", help="upload the compiled pipeline (or a new version)")
+    _add_endpoint_options(upl, required=True)
+    upl.add_argument("--name", default="fashion-mnist-training", help="default %(default)s")
+    upl.add_argument("--version", default="", help="version name (default: v<package version>)")
+    upl.add_argument("--description", default="", help="pipeline or version description")
+    upl.set_defaults(func=cmd_upload)
+
+    sch = commands.add_parser("schedule", help="recurring runs: create, list, disable")
+    sch.add_argument("action", choices=("create", "list", "disable"))
+    _add_endpoint_options(sch, required=True)
+    sch.add_argument("--name", default="fashion-mnist-nightly", help="default %(default)s")
+    sch.add_argument("--cron", default="", help="'0 3 * * *' (five fields) or six with seconds")
+    sch.add_argument("--max-concurrency", type=int, default=1, help="default %(default)s")
+    sch.add_argument("--catchup", action="store_true", help="run missed schedules (off)")
+    sch.add_argument("--id", default="", help="disable: the recurring run ID")
+    _add_pipeline_parameters(sch)
+    sch.set_defaults(func=cmd_schedule)
+
+    srv = commands.add_parser("serve", help="serve a model on this machine (foreground)")
+    srv.add_argument("--model-dir", default="",
+                     help="exported model (default: the latest run's selected model)")
+    srv.add_argument("--summary", default="runs/local/summary.json",
+                     help="the run summary naming the selected model (default %(default)s)")
+    srv.add_argument("--model-name", default=_D.model_name, help="default %(default)s")
+    srv.add_argument("--host", default="127.0.0.1", help="default %(default)s")
+    srv.add_argument("--port", type=int, default=8080, help="default %(default)s")
+    srv.add_argument("server_args", nargs="*",
+                     help="more serving.model_server.server flags after --, "
+                          "e.g. -- --max_batch_size=64")
+    srv.set_defaults(func=cmd_serve)
+
+    dep = commands.add_parser("deployment", help="local deployments made by pipeline runs")
+    dep.add_argument("action", choices=("status", "stop"))
+    dep.add_argument("--name", default=_D.model_name, help="default %(default)s")
+    dep.set_defaults(func=cmd_deployment)
+
+    ing = commands.add_parser("ingest", help="ingest Fashion-MNIST into a directory")
+    ing.add_argument("--data-source", default="", help="as for run")
+    ing.add_argument("--output", required=True, help="dataset directory to write")
+    ing.set_defaults(func=cmd_ingest)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    try:
+        return args.func(args)
+    except (UserInputError, DataSourceError, TrainingJobError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except RuntimeError as err:  # kfp.local reports a failed step this way
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

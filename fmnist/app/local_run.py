@@ -1,0 +1,152 @@
+"""Runs the pipeline on this machine with ``kfp.local`` and writes a run summary.
+
+Every step runs as a subprocess (``SubprocessRunner``) with KFP's local cache on, so a re-run
+inside the freshness window reuses ingestion, training and selection. The step timings and
+cache hits in ``summary.json`` come from the events ``kfp.local`` logs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from fmnist.app.validation import validate_parameters
+from fmnist.dataset.sources import resolve_source
+from fmnist.settings.pipeline import PipelineParameters
+from fmnist.settings.training import Hyperparameters
+
+DEFAULT_PIPELINE_ROOT = "runs/local"
+# Steps that read the clock or change or measure the live server run every time.
+NEVER_CACHED = ("freshness-window", "deploy-model", "predict-with-served-model")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_STARTED = re.compile(r"^Executing task '?([\w.-]+)'?")
+_FINISHED = re.compile(r"^Task '?([\w.-]+)'? finished with status (\w+)")
+_CACHE_HIT = re.compile(r"^Task '?([\w.-]+)'? cache hit")
+
+
+@dataclass
+class StepRecorder(logging.Filter):
+    """Watches ``kfp.local``'s log records for step starts, ends and cache hits."""
+
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    _open: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self):
+        super().__init__()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = _ANSI.sub("", str(record.getMessage())).strip()
+        if match := _CACHE_HIT.match(message):
+            self.steps.append({"step": match[1], "seconds": 0.0, "cache_hit": True,
+                               "status": "SUCCESS"})
+        elif match := _STARTED.match(message):
+            step = {"step": match[1], "cache_hit": False, "started": record.created}
+            self._open[match[1]] = step
+            self.steps.append(step)
+        elif (match := _FINISHED.match(message)) and match[1] in self._open:
+            step = self._open.pop(match[1])
+            step["seconds"] = round(record.created - step.pop("started"), 2)
+            step["status"] = match[2]
+        return True
+
+
+def _hyperparameters(values: dict[str, Any]) -> dict[str, Any]:
+    """The tunable hyperparameters, typed again (artifact metadata carries numbers as floats)."""
+    names = Hyperparameters.names()
+    return asdict(Hyperparameters.from_dict({k: v for k, v in values.items() if k in names}))
+
+
+def _arguments(parameters: PipelineParameters) -> dict[str, Any]:
+    """Pipeline arguments, with the data source resolved so it is part of the cache key."""
+    return {**parameters.arguments(), "data_source": resolve_source(parameters.data_source)}
+
+
+def _deployment_summary(outputs) -> dict[str, Any]:
+    decision = outputs.outputs["deployment"].metadata
+    return {
+        "action": decision.get("action"),
+        "url": outputs.outputs["serving_url"],
+        "model_name": decision.get("name"),
+        "blessing": decision.get("blessing"),
+        "served_accuracy": outputs.outputs["served_accuracy"],
+        "verification_agreement": (decision.get("verification") or {}).get("agreement"),
+    }
+
+
+def run_local(
+    parameters: PipelineParameters,
+    *,
+    pipeline_root: str = DEFAULT_PIPELINE_ROOT,
+    summary_path: str | None = None,
+    enable_caching: bool = True,
+) -> dict[str, Any]:
+    """Validates the parameters, runs the pipeline locally, returns and writes the summary."""
+    validate_parameters(parameters)
+    from kfp import local
+
+    from pipelines.fashion_mnist import make_pipeline
+
+    pipeline_root = os.path.abspath(pipeline_root)
+    os.makedirs(pipeline_root, exist_ok=True)
+    local.init(
+        runner=local.SubprocessRunner(use_venv=False),
+        pipeline_root=pipeline_root,
+        enable_caching=enable_caching,
+        raise_on_error=True,
+    )
+    recorder = StepRecorder()
+    root = logging.getLogger()
+    root.addFilter(recorder)
+    warnings.filterwarnings("ignore", message=".*non-Python base image.*")
+    warnings.filterwarnings("ignore", message=".*have no effect in the current local runner.*")
+    previous_level = root.level
+    root.setLevel(logging.INFO)  # kfp.local's step events are INFO records
+    started = time.time()
+    try:
+        # One model at a time: each training job gets every core of this machine.
+        outputs = make_pipeline(parallelism=1)(**_arguments(parameters))
+    finally:
+        root.removeFilter(recorder)
+        root.setLevel(previous_level)
+    total = round(time.time() - started, 2)
+    best_model = outputs.outputs["best_model"]
+    metadata = best_model.metadata
+    summary = {
+        "best_model_type": outputs.outputs["best_model_type"],
+        "best_test_accuracy": metadata["test_accuracy"],
+        "models": {
+            entry["model_type"]: {
+                "test_accuracy": entry["test_accuracy"],
+                "train_seconds": entry["train_seconds"],
+                "parameters": entry["parameters"],
+                "epochs": entry["epochs"],
+                # What the tuning step chose, when it ran; the given values otherwise.
+                "hyperparameters": _hyperparameters(entry["hyperparameters"]),
+            }
+            for entry in metadata["leaderboard"]
+        },
+        "tuned": parameters.tune,
+        "deployment": _deployment_summary(outputs),
+        "best_model_path": best_model.path,
+        "report_path": outputs.outputs["report"].path,
+        "report_markdown_path": outputs.outputs["report_markdown"].path,
+        "total_seconds": total,
+        "steps": recorder.steps,
+        "cache_hits": sorted({s["step"] for s in recorder.steps if s["cache_hit"]}),
+        "all_steps_cached": all(
+            s["cache_hit"] for s in recorder.steps if s["step"] not in NEVER_CACHED
+        ),
+        "parameters": {k: v for k, v in parameters.arguments().items() if k != "data_source"},
+    }
+    summary_path = summary_path or os.path.join(pipeline_root, "summary.json")
+    os.makedirs(os.path.dirname(os.path.abspath(summary_path)), exist_ok=True)
+    with open(summary_path, "w") as handle:
+        json.dump(summary, handle, indent=2)
+    summary["summary_path"] = os.path.abspath(summary_path)
+    return summary

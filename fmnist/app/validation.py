@@ -1,0 +1,71 @@
+"""Every check of a run's parameters, made before any work starts.
+
+The settings check their own rules; this adds what needs the layers below them: the search
+(Katib's rules, on either backend), the serving manifests, the trial and TFJob pods, and a
+local data directory's files. Every problem is reported at once.
+"""
+
+from __future__ import annotations
+
+import os
+
+from fmnist.dataset.official import OFFICIAL_FILES
+from fmnist.dataset.sources import resolve_source
+from fmnist.errors import UserInputError
+from fmnist.settings.data import DATA_DIR_ENV, TFDS_SOURCE
+from fmnist.settings.jobs import BACKENDS, KubernetesSettings
+from fmnist.settings.pipeline import PipelineParameters
+from fmnist.settings.training import MODEL_TYPES
+
+
+def parameter_problems(parameters: PipelineParameters,
+                       check_data: bool | None = None) -> list[str]:
+    from kfp_components.deploy.step import serving_problems
+    from kfp_components.tune.step import tuning_problems
+
+    problems = parameters.problems()
+    if parameters.tune and not problems:  # the search starts from these values
+        for model_type in parameters.model_types or [MODEL_TYPES[0]]:
+            problems += tuning_problems(
+                parameters.tuning, model_type, parameters.training_config(model_type),
+                parameters.backend, num_workers=parameters.num_workers,
+                gpus_per_worker=parameters.gpus_per_worker)
+    if parameters.backend == "kubernetes" and not problems:
+        from fmnist.settings.platform import component_image
+
+        typed, _ = KubernetesSettings.coerce_values(parameters.kubernetes)
+        problems += KubernetesSettings(image=component_image(), **typed).problems()
+    if parameters.backend in BACKENDS:
+        problems += [p for p in serving_problems(
+            parameters.serving, parameters.backend, parameters.model_name,
+            parameters.blessing_tolerance, parameters.verification_images)
+            if p not in problems]
+    if check_data if check_data is not None else parameters.backend == "local":
+        # A cluster reads its own storage; this machine's directories mean nothing there.
+        problems += data_problems(resolve_source(parameters.data_source))
+    return list(dict.fromkeys(problems))
+
+
+def validate_parameters(parameters: PipelineParameters,
+                        check_data: bool | None = None) -> PipelineParameters:
+    """Raises ``UserInputError`` naming every bad parameter."""
+    problems = parameter_problems(parameters, check_data)
+    if problems:
+        raise UserInputError("invalid pipeline parameters:\n  - " + "\n  - ".join(problems))
+    return parameters
+
+
+def data_problems(source: str) -> list[str]:
+    """A local data directory must exist and hold the four files (their checksums are
+    verified on ingest)."""
+    if source == TFDS_SOURCE or "://" in source:
+        return []  # remote sources are checked by the ingestion step itself
+    if not os.path.isdir(source):
+        return [
+            f"data directory {source!r} does not exist (from the data_source parameter or "
+            f"${DATA_DIR_ENV}); point it at a directory holding the four official IDX .gz files"
+        ]
+    missing = [f.name for f in OFFICIAL_FILES if not os.path.isfile(os.path.join(source, f.name))]
+    if missing:
+        return [f"data directory {source!r} lacks {', '.join(missing)}"]
+    return []

@@ -1,0 +1,115 @@
+"""How training jobs run: the backend, replicas and restarts, and the TFJob pods' settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fmnist.errors import UserInputError
+from fmnist.settings.names import has_tag, namespace_rule, quantity_rule
+from fmnist.settings.schema import Settings, at_least, not_negative, one_of, setting
+
+BACKENDS = ("local", "kubernetes")
+RESTART_POLICIES = ("ExitCode", "OnFailure", "Never", "Always")
+CLEAN_POD_POLICIES = ("None", "Running", "All")
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+@dataclass
+class JobSettings(Settings):
+    """Where training (and tuning trials, and deployment) run, and on how many workers."""
+
+    WHAT = "job settings"
+
+    backend: str = setting(
+        "local", help="`local` (worker processes on this machine, the predictor on 127.0.0.1) "
+                      "or `kubernetes` (TFJobs, Katib Experiments, a KServe InferenceService).",
+        rules=[one_of(BACKENDS, "backend")])
+    num_workers: int = setting(
+        1, help="Worker replicas per training job (processes locally, pods on Kubernetes); on "
+                "one 2-core machine a second worker process halves throughput.",
+        rules=[at_least(1)])
+    gpus_per_worker: int = setting(
+        0, help="GPUs per worker (`nvidia.com/gpu`); NCCL all-reduce when more than 0.",
+        rules=[not_negative])
+    max_restarts: int = setting(
+        2, help="Whole-job restarts after a worker is killed; training resumes from the last "
+                "epoch checkpoint.",
+        rules=[not_negative])
+
+    def cross_problems(self) -> list[str]:
+        if self.gpus_per_worker and self.num_workers < 1:
+            return ["GPUs were asked for, but no worker would use them: raise num_workers"]
+        return []
+
+
+def _image_rule(name: str, value: str) -> str | None:
+    if value and not has_tag(value):
+        return (f"image {value!r} has no tag; pin one (e.g. {value}:0.1.0) so every worker "
+                "runs the same code")
+    return None
+
+
+@dataclass
+class KubernetesSettings(Settings):
+    """Where and how TFJobs (and Katib trials) run on the cluster: the ``kubernetes`` parameter.
+
+    ``image`` is not a user setting: it is the component image the pipeline was compiled with.
+    """
+
+    WHAT = "kubernetes settings"
+
+    image: str = ""  # the component image (fmnist.settings.platform), never a user key
+    namespace: str = setting(
+        "", help="Namespace of the TFJobs; empty: the namespace the step runs in.",
+        rules=[namespace_rule])
+    pvc_name: str = setting(
+        "", help="ReadWriteMany claim shared by the step and its TFJob pods (dataset copy, "
+                 "checkpoints, exports), mounted at mount_path.")
+    mount_path: str = setting("/mnt/fmnist", help="Where the shared claim is mounted.")
+    cpu: str = setting("2", help="CPU request and limit of each TFJob pod.",
+                       rules=[quantity_rule])
+    memory: str = setting("4Gi", help="Memory request and limit of each TFJob pod.",
+                          rules=[quantity_rule])
+    gpu_node_selector: dict = setting(
+        factory=lambda: {"nvidia.com/gpu.present": "true"},
+        help="Node selector of GPU workers.")
+    gpu_tolerations: list = setting(
+        factory=lambda: [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+        help="Tolerations of GPU workers.")
+    object_store_secret: str = setting(
+        "", help="A Secret whose keys become the pods' environment (AWS_ACCESS_KEY_ID, ...) for "
+                 "s3:// or gs:// data.")
+    service_account: str = setting("", help="ServiceAccount of the TFJob pods.")
+    restart_policy: str = setting(
+        "ExitCode", help="Pod restart policy: `ExitCode` retries preempted workers (exit codes "
+                         ">= 128) and fails on bugs (1-127).",
+        rules=[one_of(RESTART_POLICIES, "restart policy")])
+    backoff_limit: int = setting(3, help="Retries of a failing TFJob (runPolicy.backoffLimit).",
+                                 rules=[not_negative])
+    active_deadline_seconds: int = setting(
+        0, help="Deadline of each TFJob (runPolicy.activeDeadlineSeconds); 0: none.",
+        rules=[not_negative])
+    ttl_seconds_after_finished: int = setting(
+        3600, help="How long a finished TFJob is kept (runPolicy.ttlSecondsAfterFinished).",
+        rules=[not_negative])
+    clean_pod_policy: str = setting(
+        "Running", help="Pods deleted when the TFJob finishes (runPolicy.cleanPodPolicy).",
+        rules=[one_of(CLEAN_POD_POLICIES, "clean pod policy")])
+
+    @property
+    def target_namespace(self) -> str:
+        if self.namespace:
+            return self.namespace
+        from kubeflow.training.utils.utils import get_default_target_namespace
+
+        return get_default_target_namespace()
+
+    def cross_problems(self) -> list[str]:
+        return [p for p in [_image_rule("image", self.image)] if p]
+
+    def validate(self) -> KubernetesSettings:
+        problems = self.problems()
+        if problems:  # one message: the first problem says what to fix
+            raise UserInputError(problems[0] if len(problems) == 1 else
+                                 "invalid kubernetes settings: " + "; ".join(problems))
+        return self

@@ -1,0 +1,45 @@
+"""The hyperparameter search (the ``tuning`` parameter): every key optional.
+
+Types are checked here; what Katib would refuse (counts, the early-stopping budget, the
+validation split) is checked where the Experiment is built, in Katib's own terms
+(:class:`katib.settings.ExperimentSettings`), for both backends."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fmnist.settings.schema import Settings, setting
+
+
+@dataclass
+class TuningSettings(Settings):
+    WHAT = "tuning settings"
+
+    algorithm: str = setting(
+        "tpe", help="`random`, `grid`, `tpe`, `multivariate-tpe` (both backends); "
+                    "`bayesianoptimization`, `cmaes` (Katib only).")
+    max_trials: int = setting(12, help="Trials in all.")
+    parallel_trials: int = setting(
+        2, help="Trials at a time (locally at most one per core).")
+    max_failed_trials: int | None = setting(
+        None, help="The search fails once more trials than this failed (default: 3, or "
+                   "max_trials when that is smaller).")
+    epochs: int = setting(6, help="Epochs per trial (the final training keeps its own).")
+    train_examples: int = setting(
+        0, help="Train each trial on the first N examples (0: all but the validation split).")
+    validation_examples: int = setting(
+        6000, help="Trials are scored on the last N training examples, never the test split.")
+    early_stopping: bool = setting(True, help="Katib's `medianstop` early stopping.")
+    min_trials_required: int = setting(
+        3, help="medianstop: succeeded trials before any trial is stopped.")
+    start_step: int = setting(
+        2, help="medianstop: epochs before a trial can be stopped.")
+    objective_goal: float | None = setting(
+        None, help="Stop once a trial's validation accuracy reaches it.")
+    random_state: int | None = setting(None, help="Seed of the search algorithm.")
+
+    @property
+    def failed_trial_budget(self) -> int:
+        if self.max_failed_trials is not None:
+            return self.max_failed_trials
+        return min(3, self.max_trials)

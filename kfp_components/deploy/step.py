@@ -1,0 +1,101 @@
+"""The deploy step: blessing, then a local or KServe rollout, verified with real test images.
+Two backends (``local`` and ``kubernetes``) chosen the way training and tuning choose theirs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fmnist.backends import choose_backend
+from fmnist.errors import UserInputError
+from fmnist.settings.jobs import BACKENDS
+from fmnist.settings.serving import DeploySettings, ServingSettings, check_storage_uri
+
+# Outcomes after which the deployment serves the candidate model.
+SERVES_CANDIDATE = ("created", "promoted", "unchanged")
+
+
+class DeploymentError(RuntimeError):
+    """The new model could not be served; what still serves is in the message."""
+
+
+def serving_problems(serving: dict[str, Any], backend: str, model_name: str,
+                     tolerance: float, verification_images: int) -> list[str]:
+    """Every problem with the serving parameters, before any work starts."""
+    problems = DeploySettings(model_name=model_name, blessing_tolerance=tolerance,
+                              verification_images=verification_images).problems()
+    if backend not in BACKENDS:
+        problems.append(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    typed, type_problems = ServingSettings.coerce_values(dict(serving))
+    if type_problems or backend not in BACKENDS:
+        return problems + type_problems
+    settings = ServingSettings(**typed)
+    if backend == "kubernetes":
+        from serving.deploy.inference_service import KServeSettings
+
+        return problems + KServeSettings(name=model_name, **typed).problems()
+    return problems + settings.local_problems()
+
+
+def storage_uri_for(model_uri: str, override: str = "") -> str:
+    """Where KServe's storage initializer fetches the model: the override, else the model
+    artifact's own URI (KFP's MinIO store speaks S3, so ``minio://`` becomes ``s3://``)."""
+    if override:
+        return check_storage_uri(override)
+    if model_uri.startswith("minio://"):
+        model_uri = "s3://" + model_uri[len("minio://"):]
+    try:
+        return check_storage_uri(model_uri)
+    except UserInputError:
+        raise UserInputError(
+            f"the model artifact is stored at {model_uri!r}, which KServe cannot fetch; set "
+            "serving.storage_uri to a pvc://, s3:// or gs:// copy of it"
+        ) from None
+
+
+def deploy(*, model_dir: str, model_uri: str, test_accuracy: float, data_dir: str,
+           backend: str, model_name: str, tolerance: float, verification_images: int,
+           serving: dict[str, Any], log=print) -> dict:
+    """Blesses, deploys and verifies the model; returns the decision record.
+
+    Raises ``DeploymentError`` when the new model failed verification (after rolling back) or
+    nothing could be served; a model that is not blessed is a normal outcome (``rejected``).
+    """
+    from serving.deploy.verification import make_verifier, test_sample
+
+    problems = serving_problems(serving, backend, model_name, tolerance, verification_images)
+    if problems:
+        raise UserInputError("invalid serving parameters:\n  - " + "\n  - ".join(problems))
+    settings = ServingSettings.from_dict(serving)
+    images, labels = test_sample(data_dir, verification_images)
+    verify = make_verifier(model_dir, model_name, images, labels, log=log)
+
+    def local():
+        from serving.deploy.local import deploy_locally
+
+        return lambda: deploy_locally(
+            model_name, model_dir, test_accuracy, tolerance=tolerance, verify=verify,
+            server_args=settings.local_server_args(serving), log=log)
+
+    def kubernetes():
+        from serving.deploy.inference_service import KServeSettings
+        from serving.deploy.kubernetes import deploy_with_kserve
+
+        service = KServeSettings(name=model_name, **settings.as_dict()).validate()
+
+        def run() -> dict:
+            decision = deploy_with_kserve(
+                service, storage_uri=storage_uri_for(model_uri, settings.storage_uri),
+                test_accuracy=test_accuracy, tolerance=tolerance, verify=verify, log=log)
+            return {**decision, "backend": "kubernetes"}
+
+        return run
+
+    decision = choose_backend("deployment", backend, local=local, kubernetes=kubernetes)()
+    if decision["action"] not in (*SERVES_CANDIDATE, "rejected"):
+        still = decision.get("url") or "nothing"
+        raise DeploymentError(
+            f"{model_name}: the new model failed verification when served and was not "
+            f"promoted ({decision['action']}); still serving: {still}. "
+            f"Verification: {decision.get('verification')}"
+        )
+    return decision

@@ -1,0 +1,25 @@
+"""The ingestion step: the dataset written as TFRecord shards, and the ``Dataset`` artifact's
+metadata (source, checksums, split sizes and class counts) that lineage and the UI show."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fmnist.dataset.ingest import ingest
+
+
+def ingest_step(data_source: str, output_dir: str, *, freshness_window: str,
+                expected_sha256: dict[str, str] | None = None) -> dict[str, Any]:
+    """Ingests the dataset into ``output_dir``; returns the artifact metadata."""
+    metadata = ingest(data_source, output_dir, expected_sha256=expected_sha256 or None)
+    splits = metadata["splits"]
+    return {
+        "source": metadata["source"],
+        "verification": metadata["verification"],
+        "sha256": metadata["sha256"],
+        "freshness_window": freshness_window,
+        "format": metadata["format"],
+        "ingested_at": metadata["ingested_at"],
+        **{f"{split}_examples": info["num_examples"] for split, info in splits.items()},
+        **{f"{split}_class_counts": info["class_counts"] for split, info in splits.items()},
+    }

@@ -1,0 +1,40 @@
+"""The selection step: every candidate evaluated, the best copied out, and what the step's
+artifacts record (winner metadata, metrics, confusion matrix, reports)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fmnist.dataset.official import CLASS_NAMES
+from fmnist.selection.select import leaderboard, select_best
+
+
+@dataclass
+class SelectionOutputs:
+    best_model_type: str
+    metadata: dict[str, Any]  # of the best Model artifact
+    metrics: dict[str, float]
+    confusion_matrix: list[list[int]]
+    html: str
+    markdown: str
+
+
+def select_step(data_dir: str, candidates: list[tuple[str, dict[str, Any]]],
+                best_model_dir: str) -> SelectionOutputs:
+    """``candidates``: each model's directory and artifact metadata."""
+    selection = select_best(data_dir, [path for path, _ in candidates], best_model_dir)
+    best = selection.best
+    source = next(metadata for path, metadata in candidates if path == best["model_dir"])
+    metadata = {
+        **source,
+        "test_accuracy": best["test_accuracy"],
+        "per_class_accuracy": dict(zip(CLASS_NAMES, best["per_class_accuracy"], strict=True)),
+        "test_examples": selection.num_test_examples,
+        "leaderboard": leaderboard(selection),
+    }
+    metrics = {"best_test_accuracy": best["test_accuracy"]}
+    metrics.update({f"{c['model_type']}_test_accuracy": c["test_accuracy"]
+                    for c in selection.candidates})
+    return SelectionOutputs(best["model_type"], metadata, metrics, best["confusion_matrix"],
+                            selection.html, selection.markdown)

@@ -1,0 +1,131 @@
+"""The tuning step: a search for one model type, on Katib or on this machine.
+
+``tuning`` (the pipeline's ``tuning`` parameter, :class:`~fmnist.settings.tuning.TuningSettings`)
+sets the search; the search's best values come back as one
+:class:`~fmnist.settings.training.Hyperparameters`, the type the training step takes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from fmnist.backends import choose_backend
+from fmnist.errors import UserInputError
+from fmnist.kubernetes.names import stable_name
+from fmnist.settings.jobs import KubernetesSettings
+from fmnist.settings.training import Hyperparameters, TrainingConfig
+from fmnist.settings.tuning import TuningSettings
+from katib.results import TuningResult
+from katib.search_space import SearchSpace
+from katib.settings import MAX_NAME_LENGTH, ExperimentSettings
+
+
+def experiment_name(model_type: str, output_path: str) -> str:
+    """The search's name, stable across retries of the step (which re-attach to it)."""
+    return stable_name(f"fmnist-tune-{model_type}", output_path, MAX_NAME_LENGTH)
+
+
+def experiment_settings(name: str, model_type: str, base: TrainingConfig,
+                        tuning: dict[str, Any] | TuningSettings, *, num_workers: int = 1,
+                        gpus_per_worker: int = 0) -> tuple[ExperimentSettings, SearchSpace]:
+    """The experiment and search space the ``tuning`` settings describe (not yet validated)."""
+    if isinstance(tuning, dict):
+        tuning = TuningSettings.from_dict(tuning)
+    settings = ExperimentSettings.from_tuning(name, model_type, base, tuning,
+                                              num_workers=num_workers,
+                                              gpus_per_worker=gpus_per_worker)
+    return settings, SearchSpace.default(settings.algorithm, model_type)
+
+
+def tuning_problems(tuning: dict[str, Any], model_type: str, base: TrainingConfig,
+                    backend: str, *, num_workers: int = 1, gpus_per_worker: int = 0) -> list[str]:
+    """Every problem with these tuning settings, found before any trial starts."""
+    try:
+        settings, space = experiment_settings("fmnist-tune-check", model_type, base, tuning,
+                                              num_workers=num_workers,
+                                              gpus_per_worker=gpus_per_worker)
+    except UserInputError as error:
+        return [str(error)]
+    if backend == "local":
+        from katib.local import local_problems
+
+        return local_problems(settings, space)
+    return settings.search_problems(space)
+
+
+def tune_step(*, model_type: str, base: TrainingConfig, tuning: dict[str, Any], data_dir: str,
+              output_dir: str, backend: str = "local", kubernetes: dict[str, Any] | None = None,
+              num_workers: int = 1, gpus_per_worker: int = 0, launcher=None) -> TuningResult:
+    """Runs the search; trials work under ``output_dir`` locally, on the shared volume on
+    Kubernetes (``launcher``: a ``KatibExperimentLauncher`` with its own client). Raises
+    ``UserInputError`` before any trial for bad settings and ``TuningError`` when the search
+    fails."""
+    name = experiment_name(model_type, output_dir)
+    settings, space = experiment_settings(name, model_type, base, tuning,
+                                          num_workers=num_workers,
+                                          gpus_per_worker=gpus_per_worker)
+
+    def local():
+        from katib.local import LocalTuner
+
+        return lambda: LocalTuner(work_dir=f"{output_dir}/trials").run(settings, space,
+                                                                        data_dir)
+
+    def on_kubernetes():
+        from fmnist.kubernetes.storage import stage_dataset
+        from fmnist.settings.platform import component_image
+        from katib.kubernetes import KatibExperimentLauncher
+
+        pods = KubernetesSettings(image=component_image(), **(kubernetes or {}))
+        cluster_settings = replace(settings, kubernetes=pods)
+        cluster_settings.validate(space)  # before the dataset is copied
+        data = stage_dataset(data_dir, f"{pods.mount_path.rstrip('/')}/datasets")
+        katib = launcher
+        if katib is None:
+            deadline = pods.active_deadline_seconds  # a trial's: the search may take them all
+            katib = KatibExperimentLauncher(
+                timeout_seconds=deadline * cluster_settings.max_trial_count + 600
+                if deadline else 0.0)
+        return lambda: katib.run(cluster_settings, space, data)
+
+    run = choose_backend("tuning", backend, local=local, kubernetes=on_kubernetes)
+    return run()
+
+
+@dataclass
+class TuningOutputs:
+    """What the tuning step records: result.json, artifact metadata, metrics, the report and
+    the hyperparameters training gets."""
+
+    result: dict[str, Any]
+    metadata: dict[str, Any]
+    metrics: dict[str, float]
+    html: str
+    hyperparameters: Hyperparameters
+
+
+def tuning_outputs(result: TuningResult | None, given: Hyperparameters) -> TuningOutputs:
+    """The step's outputs for a finished search, or for tuning switched off (None: the
+    ``given`` hyperparameters are handed on)."""
+    if result is None:
+        return TuningOutputs({"tuned": False}, {"tuned": False}, {},
+                             "<p>Tuning was off: the given hyperparameters trained the "
+                             "model.</p>", given)
+    from katib.report import render_html
+
+    metadata = {
+        "tuned": True, "experiment": result.experiment, "backend": result.backend,
+        "algorithm": result.algorithm, "objective_metric": result.objective_metric,
+        "best_trial": result.best_trial, "best_objective": result.best_objective,
+        "best_parameters": result.best_parameters, "trials": len(result.trials),
+        "total_epochs": result.total_epochs,
+    }
+    summary = result.as_dict()
+    metrics = {f"best_{result.objective_metric}": result.best_objective,
+               "trials": float(len(result.trials)),
+               "total_trial_epochs": float(result.total_epochs)}
+    metrics.update({f"trials_{status}": float(count)
+                    for status, count in summary["trial_counts"].items()})
+    best = result.training_config().hyperparameters()
+    return TuningOutputs(summary, metadata, metrics, render_html(result), best)

@@ -1,0 +1,1 @@
+"""What the deploy step runs: blessing, local and KServe rollouts, and HTTP verification."""

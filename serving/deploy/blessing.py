@@ -1,0 +1,40 @@
+"""Model blessing: deploy a new model only when it is not worse than the one being served.
+
+As TFX's Evaluator does with a baseline: the candidate is blessed when its test accuracy is at
+least the serving model's minus a tolerance, or when nothing is being served yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from fmnist.settings.serving import check_tolerance
+
+
+@dataclass(frozen=True)
+class BlessingDecision:
+    blessed: bool
+    candidate_accuracy: float
+    serving_accuracy: float | None  # None: nothing served yet
+    tolerance: float
+    reason: str
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def bless(candidate_accuracy: float, serving_accuracy: float | None,
+          tolerance: float) -> BlessingDecision:
+    """Decides whether the candidate may replace the serving model."""
+    check_tolerance(tolerance)
+    if serving_accuracy is None:
+        return BlessingDecision(True, candidate_accuracy, None, tolerance,
+                                "no model is being served")
+    threshold = serving_accuracy - tolerance
+    if candidate_accuracy >= threshold:
+        reason = (f"test accuracy {candidate_accuracy:.4f} >= serving {serving_accuracy:.4f} "
+                  f"- tolerance {tolerance:.4f}")
+        return BlessingDecision(True, candidate_accuracy, serving_accuracy, tolerance, reason)
+    reason = (f"test accuracy {candidate_accuracy:.4f} < serving {serving_accuracy:.4f} "
+              f"- tolerance {tolerance:.4f}: the serving model stays")
+    return BlessingDecision(False, candidate_accuracy, serving_accuracy, tolerance, reason)

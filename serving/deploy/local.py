@@ -1,0 +1,198 @@
+"""The local deployment backend: the predictor as a long-running process on loopback.
+
+A deployment is named (like an InferenceService). Its record (pid, URL, model, test accuracy)
+lives in ``$FMNIST_SERVING_STATE_DIR`` (default ``~/.cache/fmnist-kfp/serving``), so a later
+pipeline run finds it: the same model is reused as is; a new, blessed model is started next to
+the running one (blue/green), checked with real predictions, and only then replaces it; if
+the check fails, the running server stays and the new one is stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from fmnist.launcher.local import free_ports
+from serving.deploy.blessing import bless
+from serving.deploy.client import wait_until_ready
+
+STATE_DIR_ENV = "FMNIST_SERVING_STATE_DIR"
+READY_TIMEOUT = 180.0
+
+
+def state_dir() -> Path:
+    path = Path(os.environ.get(STATE_DIR_ENV) or Path.home() / ".cache" / "fmnist-kfp" / "serving")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@dataclass
+class LocalServer:
+    name: str
+    url: str
+    port: int
+    pid: int
+    model_dir: str
+    model_fingerprint: str
+    test_accuracy: float | None
+    log_file: str
+    started: float
+
+    def is_alive(self) -> bool:
+        try:
+            os.kill(self.pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+
+
+def model_fingerprint(model_dir: str) -> str:
+    """sha256 over the SavedModel's files, so a copy of the same model counts as the same."""
+    digest = hashlib.sha256()
+    root = Path(model_dir)
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        relative = path.relative_to(root).as_posix()
+        if relative.startswith(("backup/", "history", "result")):
+            continue  # training leftovers, not the served model
+        digest.update(relative.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _record_path(name: str) -> Path:
+    return state_dir() / f"{name}.json"
+
+
+def running_server(name: str) -> LocalServer | None:
+    """The live deployment called ``name``, or None (a stale record is removed)."""
+    path = _record_path(name)
+    if not path.exists():
+        return None
+    server = LocalServer(**json.loads(path.read_text()))
+    if server.is_alive():
+        try:
+            wait_until_ready(server.url, name, timeout=5.0)
+            return server
+        except (TimeoutError, RuntimeError):
+            pass
+    path.unlink(missing_ok=True)
+    return None
+
+
+
+def start_server(name: str, model_dir: str, *, test_accuracy: float | None = None,
+                 port: int = 0, server_args: list[str] | None = None,
+                 timeout: float = READY_TIMEOUT) -> LocalServer:
+    """Starts ``python -m serving.model_server.server`` detached (it outlives the step) and
+    waits for it."""
+    port = port or free_ports(1)[0]
+    log_file = state_dir() / f"{name}-{port}.log"
+    command = [sys.executable, "-m", "serving.model_server.server", f"--model_dir={model_dir}",
+               f"--model_name={name}", "--host=127.0.0.1", f"--http_port={port}",
+               *(server_args or [])]
+    with open(log_file, "ab") as log:
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,  # not killed with the pipeline step that started it
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        )
+    server = LocalServer(
+        name=name, url=f"http://127.0.0.1:{port}", port=port, pid=process.pid,
+        model_dir=os.path.abspath(model_dir), model_fingerprint=model_fingerprint(model_dir),
+        test_accuracy=test_accuracy, log_file=str(log_file), started=time.time(),
+    )
+    try:
+        wait_until_ready(server.url, name, timeout, is_alive=lambda: process.poll() is None)
+    except (TimeoutError, RuntimeError) as error:
+        stop_process(process.pid)
+        tail = Path(log_file).read_text(errors="replace")[-2000:]
+        raise RuntimeError(f"the model server did not start: {error}\n{tail}") from None
+    return server
+
+
+def stop_process(pid: int, timeout: float = 30.0) -> None:
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            finished, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:  # not our child: poll for it instead
+            finished = 0
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+        if finished:
+            return
+        time.sleep(0.2)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def stop_server(name: str) -> bool:
+    """Stops the deployment called ``name``; False when none was running."""
+    path = _record_path(name)
+    if not path.exists():
+        return False
+    server = LocalServer(**json.loads(path.read_text()))
+    stop_process(server.pid)
+    path.unlink(missing_ok=True)
+    return True
+
+
+def _save(server: LocalServer) -> None:
+    _record_path(server.name).write_text(json.dumps(asdict(server), indent=2))
+
+
+def deploy_locally(name: str, model_dir: str, test_accuracy: float, *, tolerance: float,
+                   verify: Callable[[str], dict], server_args: list[str] | None = None,
+                   log: Callable[[str], None] = print) -> dict:
+    """Deploys ``model_dir`` as ``name`` on loopback; returns the decision record."""
+    current = running_server(name)
+    fingerprint = model_fingerprint(model_dir)
+    serving_accuracy = current.test_accuracy if current else None
+    blessing = bless(test_accuracy, serving_accuracy, tolerance)
+    decision = {"name": name, "backend": "local", "blessing": blessing.as_dict(),
+                "previous_url": current.url if current else ""}
+    if current and current.model_fingerprint == fingerprint:
+        log(f"{name}: this model is already served at {current.url}; reusing it")
+        return {**decision, "action": "unchanged", "url": current.url,
+                "verification": verify(current.url)}
+    if not blessing.blessed:
+        log(f"{name}: not deployed: {blessing.reason}")
+        return {**decision, "action": "rejected", "url": current.url, "verification": {}}
+    log(f"{name}: starting the predictor for {test_accuracy:.4f} test accuracy "
+        f"({blessing.reason})")
+    candidate = start_server(name, model_dir, test_accuracy=test_accuracy,
+                             server_args=server_args)
+    try:
+        verification = verify(candidate.url)
+    except Exception as error:  # a check that cannot finish is a failed check
+        verification = {"ok": False, "error": f"{type(error).__name__}: {error}"}
+    if not verification.get("ok"):
+        stop_process(candidate.pid)
+        action = "rolled_back" if current else "failed"
+        log(f"{name}: the new server failed verification ({verification}); {action}")
+        return {**decision, "action": action, "url": current.url if current else "",
+                "verification": verification}
+    _save(candidate)
+    if current:
+        stop_process(current.pid)
+        log(f"{name}: promoted {candidate.url}; stopped the previous server {current.url}")
+    else:
+        log(f"{name}: serving at {candidate.url}")
+    return {**decision, "action": "promoted" if current else "created", "url": candidate.url,
+            "verification": verification}
