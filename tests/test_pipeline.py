@@ -137,7 +137,12 @@ def test_compiled_pipeline_documents_parameters_and_caches_the_right_steps():
         "outputParameterKey": "hyperparameters", "producerTask": "tune-hyperparameters"}
     assert executors["exec-tune-hyperparameters"]["pvcMount"][0]["mountPath"] == "/mnt/fmnist"
     images = {e["container"]["image"] for e in spec["deploymentSpec"]["executors"].values()}
-    assert len(images) == 1 and images.pop().endswith(":0.1.0")  # one tagged image
+    from fmnist import __version__
+
+    assert len(images) == 1 and images.pop().endswith(f":{__version__}")  # one tagged image
+    # The release it belongs to (pipelineInfo.name stays the pipeline's identity).
+    assert spec["pipelineInfo"]["displayName"] == f"fashion-mnist-training {__version__}"
+    assert f"Release {__version__} of fmnist-kfp" in spec["pipelineInfo"]["description"]
 
 
 @pytest.fixture(scope="module")
