@@ -53,3 +53,22 @@ def test_a_bad_pinned_clock_names_the_variable(monkeypatch, value):
     monkeypatch.setenv(CLOCK_ENV, value)
     with pytest.raises(UserInputError, match=f"{CLOCK_ENV}=.* is not a time in Unix seconds"):
         freshness_window("24h")
+
+
+@pytest.mark.timeout(120)
+def test_a_kfp_local_step_reads_the_pinned_clock(monkeypatch, tmp_path):
+    """The mechanism the pipeline test relies on, through kfp.local itself: the freshness
+    component runs in a subprocess that inherits FMNIST_FRESHNESS_NOW, so the window moves
+    with the pinned clock alone (same 24h setting) and stays put while the clock does."""
+    from kfp import local
+
+    from fmnist.dataset.freshness import CLOCK_ENV
+    from kfp_components.freshness import freshness_window as component
+
+    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(tmp_path),
+               enable_caching=False)
+    windows = []
+    for seconds in (86400 * 20_000 + 60, 86400 * 20_001 - 60, 86400 * 20_001 + 60):
+        monkeypatch.setenv(CLOCK_ENV, str(seconds))
+        windows.append(component(freshness="24h").output)
+    assert windows == ["24h#20000", "24h#20000", "24h#20001"]

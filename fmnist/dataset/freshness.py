@@ -6,11 +6,12 @@ the first run after the window rolls over has a new input and re-ingests.
 
 The clock is injectable for tests only: ``FMNIST_FRESHNESS_NOW`` (Unix seconds) replaces the
 real clock. It travels the way a test needs it to: ``kfp.local``'s subprocess runner starts each
-step with the parent's environment (kfp ``local/subprocess_task_handler.py``: ``env`` is
-``{**os.environ, **env_vars}``), so a test that sets it pins the window of every run it makes —
-no run flakes when it crosses 00:00 UTC, and a test can move the clock past a window boundary
-without changing the freshness setting. Nothing sets it on a cluster; when it is set, the step
-says so in its log.
+step with the parent's environment (kfp 2.17.0 ``local/subprocess_task_handler.py:110-127``:
+``env`` is ``{**os.environ, **env_vars}``), so a test that sets it pins the window of every run
+it makes — no run flakes when it crosses 00:00 UTC, and a test can move the clock past a window
+boundary without changing the freshness setting. A pipeline parameter would do the same but be
+part of every run's cache key and of the public parameters; nothing sets this variable on a
+cluster, and when it is set the step says so in its log.
 """
 
 from __future__ import annotations
