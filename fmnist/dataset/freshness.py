@@ -9,9 +9,9 @@ real clock. It travels the way a test needs it to: ``kfp.local``'s subprocess ru
 step with the parent's environment (kfp 2.17.0 ``local/subprocess_task_handler.py:110-127``:
 ``env`` is ``{**os.environ, **env_vars}``), so a test that sets it pins the window of every run
 it makes — no run flakes when it crosses 00:00 UTC, and a test can move the clock past a window
-boundary without changing the freshness setting. A pipeline parameter would do the same but be
-part of every run's cache key and of the public parameters; nothing sets this variable on a
-cluster, and when it is set the step says so in its log.
+boundary without changing the freshness setting. (A pipeline parameter could do the same, but
+it would be public: one more thing to document, and a way for users to keep a window forever.)
+Nothing sets the variable on a cluster; when it is set, the step says so in its log.
 """
 
 from __future__ import annotations
