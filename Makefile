@@ -5,7 +5,7 @@ UV := $(or $(shell command -v uv 2>/dev/null),.tools/bin/uv)
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup run serve test compile readme bench lint clean help
+.PHONY: setup run serve test compile readme release bench lint clean help
 
 help:
 	@echo "make run      - run the pipeline end to end on this machine (kfp.local)"
@@ -13,6 +13,7 @@ help:
 	@echo "make test     - run the tests"
 	@echo "make compile  - compile the pipeline and components into compiled/"
 	@echo "make readme   - regenerate the component READMEs and the README's settings tables"
+	@echo "make release  - wheel + compiled pipeline and components of this version into dist/"
 	@echo "make bench    - training, serving and tuning benchmarks into bench/results/ (needs wrk)"
 	@echo "make lint     - ruff"
 
@@ -41,6 +42,10 @@ compile: setup
 
 readme: setup
 	$(PY) -m fmnist.app.docs
+
+# Refuses unless $$FMNIST_COMPONENT_IMAGE's tag is the version and CHANGELOG.md dates it.
+release: setup
+	$(PY) -m fmnist.app.release --uv $(UV) --dist dist
 
 bench: setup
 	@command -v wrk >/dev/null || apt-get install -y wrk || sudo apt-get install -y wrk

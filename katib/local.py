@@ -13,7 +13,9 @@ done here, step for step:
   workers (status ``EarlyStopped``, like Katib's);
 * ``parallelTrialCount`` trials at a time (at most one per core), ``maxTrialCount`` in all; the
   search fails once more than ``maxFailedTrialCount`` trials failed, and stops early once the
-  objective goal is reached; the metric strategy ``latest`` scores a trial by its last epoch.
+  objective goal is reached; the metric strategy ``latest`` scores a trial by its last epoch;
+* a terminated run (SIGTERM to the step) stops every running trial's workers, starts no other
+  trial, and exits, as deleting the Experiment does on Katib.
 """
 
 from __future__ import annotations
@@ -176,6 +178,7 @@ class LocalTuner:
         self.out = out or sys.stdout
         self._launchers: dict[int, LocalProcessLauncher] = {}
         self._lock = threading.Lock()
+        self._terminated = ""  # why the search was ended; no trial starts after it
 
     def _say(self, message: str) -> None:
         print(message, file=self.out, flush=True)
@@ -236,7 +239,12 @@ class LocalTuner:
                     stop_reason = stop_reason or self._verdict(settings, records)
                     self._progress(settings, records, len(running))
         except BaseException:
-            self._stop_running("the search was terminated")
+            if previous is not None:
+                # Stopping now: a second SIGTERM must not cut the cleanup short.
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            stopped = self._stop_running("the search was terminated")
+            pool.shutdown(wait=True, cancel_futures=True)  # each trial's workers are gone
+            self._say(f"[{settings.name}] terminated: stopped {stopped} running trial(s)")
             raise
         finally:
             pool.shutdown(wait=True)
@@ -267,6 +275,8 @@ class LocalTuner:
         collector.launcher = launcher
         with self._lock:
             self._launchers[trial.number] = launcher
+            if self._terminated:  # the search ended while this trial was being set up
+                launcher.stop(self._terminated)
         started = time.time()
         status, error = SUCCEEDED, ""
         try:
@@ -317,11 +327,15 @@ class LocalTuner:
                     return "the objective goal is reached"
         return ""
 
-    def _stop_running(self, reason: str) -> None:
+    def _stop_running(self, reason: str) -> int:
+        """Ends every running trial (their launchers kill their workers) and any trial still
+        being set up; returns how many were running."""
         with self._lock:
+            self._terminated = reason
             launchers = list(self._launchers.values())
         for launcher in launchers:
             launcher.stop(reason)
+        return len(launchers)
 
     def _progress(self, settings: ExperimentSettings, records: list[TrialRecord],
                   running: int) -> None:

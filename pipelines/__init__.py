@@ -1,40 +1,51 @@
-"""The Python API: the pipeline, its parameters and its components.
+"""The Python API: the pipeline, its parameters, their validation, and its components.
 
 >>> import kfp
->>> from pipelines import PipelineParameters, fashion_mnist_pipeline
+>>> from pipelines import cluster_arguments, fashion_mnist_pipeline
 >>> client = kfp.Client(host="https://kubeflow.example.com/pipeline")
 >>> client.create_run_from_pipeline_func(
-...     fashion_mnist_pipeline, arguments={"epochs": 12, "num_workers": 4})
+...     fashion_mnist_pipeline, arguments=cluster_arguments(epochs=12, num_workers=4),
+...     experiment_name="fashion-mnist")
 
-``fashion_mnist_pipeline`` is the Kubeflow variant (TFJobs; what ``compiled/`` holds);
-``make_pipeline()`` builds the local one. :class:`PipelineParameters` names, types, documents
-and validates every parameter; ``PipelineParameters(...).changed()`` is a run's arguments.
+- ``fashion_mnist_pipeline``: the Kubeflow variant (TFJobs, Katib, KServe), what ``compiled/``
+  holds and releases ship; ``make_pipeline()`` builds others (the local one: no platform).
+- ``cluster_arguments(**values)``: a Kubeflow run's arguments, typed and checked by every rule
+  the CLI applies, over the compiled pipeline's defaults; only the given ones are sent.
+- ``PipelineParameters``: every parameter, named, typed, documented and validated (the local
+  defaults; ``PipelineParameters(...).changed()`` are the values that differ from them).
+- The components, by function name, and ``COMPONENTS`` (folder → component).
+- ``PIPELINE_NAME``: the compiled pipeline's ``pipelineInfo.name``, constant across releases.
+
+Attributes are imported on first use, so importing ``pipelines.arguments`` (as the CLI's
+validation does) does not build the pipeline.
 """
 
-from fmnist.settings.pipeline import PipelineParameters
-from kfp_components import (
-    COMPONENTS,
-    deploy_model,
-    freshness_window,
-    ingest_fashion_mnist,
-    predict_with_served_model,
-    select_best_model,
-    train_model,
-    tune_hyperparameters,
-)
-from pipelines.fashion_mnist import PIPELINE_NAME, fashion_mnist_pipeline, make_pipeline
+import importlib
 
-__all__ = [
-    "PIPELINE_NAME",
-    "PipelineParameters",
-    "fashion_mnist_pipeline",
-    "make_pipeline",
-    "COMPONENTS",
-    "freshness_window",
-    "ingest_fashion_mnist",
-    "tune_hyperparameters",
-    "train_model",
-    "select_best_model",
-    "deploy_model",
-    "predict_with_served_model",
-]
+_WHERE = {
+    "PIPELINE_NAME": "pipelines.fashion_mnist",
+    "fashion_mnist_pipeline": "pipelines.fashion_mnist",
+    "make_pipeline": "pipelines.fashion_mnist",
+    "cluster_arguments": "pipelines.arguments",
+    "PipelineParameters": "fmnist.settings.pipeline",
+    "COMPONENTS": "kfp_components",
+    "freshness_window": "kfp_components",
+    "ingest_fashion_mnist": "kfp_components",
+    "tune_hyperparameters": "kfp_components",
+    "train_model": "kfp_components",
+    "select_best_model": "kfp_components",
+    "deploy_model": "kfp_components",
+    "predict_with_served_model": "kfp_components",
+}
+
+__all__ = list(_WHERE)
+
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        return getattr(importlib.import_module(_WHERE[name]), name)
+    raise AttributeError(f"module 'pipelines' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -12,6 +12,7 @@ from typing import NamedTuple
 from kfp import dsl, kubernetes
 from kfp.dsl import HTML, Artifact, Markdown, Model
 
+from fmnist import __version__
 from fmnist.settings.pipeline import PipelineParameters
 from fmnist.settings.platform import MOUNT_PATH, Platform
 from fmnist.settings.schema import args_doc
@@ -179,10 +180,17 @@ def make_pipeline(parallelism: int = 0, platform: Platform | None = None):
             served_accuracy=predict.outputs["Output"],
         )
 
+    # The compiled pipeline says which release it is and which image its steps run, in the
+    # description the Kubeflow UI shows (pipelineInfo.description).
+    release = (f"\n\nRelease {__version__} of fmnist-kfp; every step and job runs "
+               f"{platform.image}." if platform else "")
     fashion_mnist_pipeline.__doc__ = (
-        DESCRIPTION + "\n\nArgs:\n" + args_doc([PipelineParameters], indent="    ")
+        DESCRIPTION + release + "\n\nArgs:\n" + args_doc([PipelineParameters], indent="    ")
     )
-    return dsl.pipeline(name=PIPELINE_NAME)(fashion_mnist_pipeline)
+    # The release in pipelineInfo.displayName wherever the pipeline is compiled (make compile,
+    # kfp.Client.create_run_from_pipeline_func); pipelineInfo.name stays the pipeline's identity.
+    return dsl.pipeline(name=PIPELINE_NAME, display_name=f"{PIPELINE_NAME} {__version__}")(
+        fashion_mnist_pipeline)
 
 
 # What compiled/ holds and Kubeflow users upload: TFJobs, all models at once.

@@ -1,15 +1,88 @@
 """A stand-in for the Kubeflow Pipelines REST API (v2beta1): it records what ``kfp.Client``
-sends and answers with the smallest valid replies. It checks our requests; it runs nothing."""
+sends, answers with the smallest valid replies, and rejects (HTTP 400, as the API server's
+``InvalidInputError``) the run and recurring-run requests the real API server rejects. It runs
+nothing.
+
+What it checks, each from kubeflow/pipelines at tag 2.15.0 (Kubeflow 1.11; the same code is in
+2.4.1 and 2.5.0, Kubeflow 1.10, at the lines noted):
+
+- ``backend/api/v2beta1/run.proto:126-203`` (``Run``) and ``recurring_run.proto:81-157``
+  (``RecurringRun``): the fields a create request may carry; ``pipeline_source`` is a
+  ``oneof`` of ``pipeline_spec`` (a ``Struct``) and ``pipeline_version_reference``;
+  ``runtime_config.proto:23-33``: ``parameters`` is a map of ``google.protobuf.Value``.
+- ``backend/src/apiserver/server/run_server.go:137-141`` and ``job_server.go:97-101``: an
+  empty ``display_name`` is rejected.
+- ``backend/src/apiserver/server/api_converter.go:951-954``: a missing ``runtime_config`` is
+  rejected; ``:1970-1977`` (2.4.1 ``:1916-1923``): ``max_concurrency`` must be 1-10 and a cron
+  must parse with ``github.com/robfig/cron`` v1.2.0 (``go.mod:41``), whose ``Parse`` takes
+  5 or 6 fields, **seconds first**, or a ``@`` descriptor (robfig/cron v1.2.0
+  ``parser.go:174-185``); ``:2030-2043``: a recurring run whose ``mode`` is not ``ENABLE`` is
+  created disabled (we require ``ENABLE``: our examples mean to schedule).
+- ``backend/src/apiserver/resource/resource_manager.go:1505-1529``: a request needs a pipeline
+  spec or a reference to an uploaded version.
+- ``backend/src/apiserver/template/v2_template.go:384-463`` (``validatePipelineJobInputs``,
+  called for runs at ``:319`` and recurring runs at ``:108``; 2.4.1 ``:352``, 2.5.0 ``:358``):
+  every parameter sent must be an input of the pipeline's root, of the declared type (number,
+  string, bool, list, struct), and a required input without a default must be sent.
+- ``GetValidExperimentNamespacePair`` (``run_server.go:142``): an ``experiment_id`` that is
+  given must exist.
+"""
 
 from __future__ import annotations
 
+import email.parser
+import email.policy
 import json
 import re
 import urllib.parse
 
+import yaml
+
 from tests.loopback import JsonRequestHandler, LoopbackServer, reply_json
 
 API = "/apis/v2beta1"
+# The JSON kind each ParameterType takes (v2_template.go:418-450).
+_KINDS = {
+    "NUMBER_INTEGER": (int, float), "NUMBER_DOUBLE": (int, float), "STRING": (str,),
+    "BOOLEAN": (bool,), "LIST": (list,), "STRUCT": (dict,),
+}
+
+
+def pipeline_spec_of(document: dict) -> dict:
+    """The PipelineSpec of a request's ``pipeline_spec``, which ``kfp.Client`` sends bare or
+    as ``{"pipeline_spec": ..., "platform_spec": ...}`` when the pipeline has platform config
+    (kfp ``client/client.py`` ``_PipelineDoc.to_dict``)."""
+    return document.get("pipeline_spec", document) if "root" not in document else document
+
+
+def input_problems(spec: dict, parameters: dict) -> list[str]:
+    """``validatePipelineJobInputs``: the sent parameters against the root's inputs."""
+    declared = spec.get("root", {}).get("inputDefinitions", {}).get("parameters", {})
+    problems = []
+    for name, definition in declared.items():
+        if name not in parameters:
+            if not definition.get("isOptional") and "defaultValue" not in definition:
+                problems.append(f"parameter {name} is not optional, yet has neither default "
+                                "value nor user provided value")
+            continue
+        kind = definition.get("parameterType")
+        value = parameters[name]
+        expected = _KINDS.get(kind)
+        if expected is None or not isinstance(value, expected) or (
+                kind.startswith("NUMBER") and isinstance(value, bool)):
+            problems.append(f"input parameter {name} requires type {kind}, but the parameter "
+                            f"value {value!r} is not of that value type")
+    extra = sorted(set(parameters) - set(declared))
+    if extra:
+        problems.append("parameter(s) provided are not required by pipeline: " + ", ".join(extra))
+    return problems
+
+
+def cron_problem(cron: str) -> str | None:
+    """robfig/cron v1.2.0 ``Parse``: a descriptor, or 5-6 fields with seconds first."""
+    if cron.startswith("@") or len(cron.split()) in (5, 6):
+        return None
+    return f"Schedule cron is not a supported format: {cron!r} (Expected 5 to 6 fields)"
 
 
 class KfpStandIn(LoopbackServer):
@@ -17,12 +90,20 @@ class KfpStandIn(LoopbackServer):
         self.calls: list[dict] = []
         self.experiments: dict[str, dict] = {}
         self.pipelines: dict[str, dict] = {}
+        self.versions: dict[str, dict] = {}  # version id → {"pipeline_id", "spec"}
+        self.runs: dict[str, dict] = {}
         self.recurring: dict[str, dict] = {}
         standin = self
 
         class Handler(JsonRequestHandler):
             def _reply(self, body: dict, code: int = 200) -> None:
                 reply_json(self, body, code)
+
+            def _reject(self, problems: list[str]) -> None:
+                # InvalidInputError is gRPC InvalidArgument (3), HTTP 400 through the gateway.
+                message = "; ".join(problems)
+                standin.calls[-1]["rejected"] = message
+                self._reply({"error": message, "code": 3, "message": message}, 400)
 
             def _record(self, method: str) -> dict:
                 length = int(self.headers.get("Content-Length") or 0)
@@ -37,6 +118,16 @@ class KfpStandIn(LoopbackServer):
                     call["body"] = None  # multipart uploads
                 standin.calls.append(call)
                 return call
+
+            def _uploaded_spec(self, raw: bytes) -> dict:
+                """The pipeline spec in a multipart upload (``uploadfile``)."""
+                message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+                    b"Content-Type: " + self.headers["Content-Type"].encode() + b"\r\n\r\n"
+                    + raw)
+                for part in message.iter_parts():
+                    documents = list(yaml.safe_load_all(part.get_content()))
+                    return pipeline_spec_of(documents[0])
+                return {}
 
             def do_GET(self):
                 call = self._record("GET")
@@ -54,12 +145,45 @@ class KfpStandIn(LoopbackServer):
                     return self._reply({"pipelines": found} if found else {})
                 if match := re.fullmatch(f"{API}/pipelines/([^/]+)/versions", path):
                     return self._reply({"pipeline_versions": [
-                        {"pipeline_id": match[1], "pipeline_version_id": "version-1"}]})
+                        {"pipeline_id": match[1], "pipeline_version_id": version_id}
+                        for version_id, version in standin.versions.items()
+                        if version["pipeline_id"] == match[1]]})
                 if match := re.fullmatch(f"{API}/runs/([^/]+)", path):
                     return self._reply({"run_id": match[1], "state": "SUCCEEDED"})
                 if path == f"{API}/recurringruns":
                     return self._reply({"recurringRuns": list(standin.recurring.values())})
                 self._reply({"error": "not found", "code": 5}, 404)
+
+            def _source_problems(self, body: dict) -> tuple[dict, list[str]]:
+                """The pipeline spec a run or recurring run names, and what is wrong."""
+                problems = []
+                if not body.get("display_name"):
+                    problems.append("The name is empty. Please specify a valid name")
+                experiment = body.get("experiment_id")
+                if experiment and experiment not in standin.experiments:
+                    problems.append(f"experiment {experiment} does not exist")
+                sources = [k for k in ("pipeline_spec", "pipeline_version_reference")
+                           if body.get(k)]
+                spec: dict = {}
+                if len(sources) != 1:
+                    problems.append("give one pipeline source: pipeline_spec or "
+                                    f"pipeline_version_reference (got {sources or 'none'})")
+                elif sources == ["pipeline_spec"]:
+                    spec = pipeline_spec_of(body["pipeline_spec"])
+                else:
+                    reference = body["pipeline_version_reference"]
+                    version = standin.versions.get(reference.get("pipeline_version_id", ""))
+                    if version is None:
+                        problems.append(f"no pipeline version {reference}")
+                    else:
+                        spec = version["spec"]
+                if "runtime_config" not in body:
+                    problems.append("Failed to convert API runtime config to its internal "
+                                    "representation. Input cannot be nil")
+                elif spec:
+                    problems += input_problems(
+                        spec, body["runtime_config"].get("parameters") or {})
+                return spec, problems
 
             def do_POST(self):
                 call = self._record("POST")
@@ -69,20 +193,50 @@ class KfpStandIn(LoopbackServer):
                     standin.experiments[experiment["experiment_id"]] = experiment
                     return self._reply(experiment)
                 if path == f"{API}/runs":
-                    return self._reply({**body, "run_id": "run-1", "state": "PENDING"})
+                    _, problems = self._source_problems(body)
+                    if problems:
+                        return self._reject(problems)
+                    run = {**body, "run_id": f"run-{len(standin.runs) + 1}", "state": "PENDING"}
+                    standin.runs[run["run_id"]] = run
+                    return self._reply(run)
                 if path == f"{API}/pipelines/upload":
                     name = call["query"].get("name", "")
                     pipeline = {"pipeline_id": f"pipeline-{len(standin.pipelines) + 1}",
                                 "display_name": name}
                     standin.pipelines[pipeline["pipeline_id"]] = pipeline
+                    standin.versions[f"version-{len(standin.versions) + 1}"] = {
+                        "pipeline_id": pipeline["pipeline_id"],
+                        "spec": self._uploaded_spec(call["raw"])}
                     return self._reply(pipeline)
                 if path == f"{API}/pipelines/upload_version":
+                    version_id = f"version-{len(standin.versions) + 1}"
+                    standin.versions[version_id] = {
+                        "pipeline_id": call["query"].get("pipelineid"),
+                        "spec": self._uploaded_spec(call["raw"])}
                     return self._reply({"pipeline_id": call["query"].get("pipelineid"),
-                                        "pipeline_version_id": "version-2",
+                                        "pipeline_version_id": version_id,
                                         "display_name": call["query"].get("name")})
                 if path == f"{API}/recurringruns":
-                    recurring = {**body, "recurring_run_id": "recurring-1", "status": "ENABLED"}
-                    standin.recurring["recurring-1"] = recurring
+                    _, problems = self._source_problems(body)
+                    concurrency = int(body.get("max_concurrency") or 0)
+                    if not 1 <= concurrency <= 10:
+                        problems.append("Max concurrency of a recurring run must be at least 1 "
+                                        f"and at most 10. Received {concurrency}")
+                    trigger = body.get("trigger") or {}
+                    cron = (trigger.get("cron_schedule") or {}).get("cron")
+                    interval = (trigger.get("periodic_schedule") or {}).get("interval_second")
+                    if cron is None and interval is None:
+                        problems.append("a trigger needs a cron or a periodic schedule")
+                    elif cron is not None and (problem := cron_problem(cron)):
+                        problems.append(problem)
+                    if body.get("mode") != "ENABLE":
+                        problems.append(f"mode {body.get('mode')!r}: the recurring run would "
+                                        "be created disabled")
+                    if problems:
+                        return self._reject(problems)
+                    recurring_id = f"recurring-{len(standin.recurring) + 1}"
+                    recurring = {**body, "recurring_run_id": recurring_id, "status": "ENABLED"}
+                    standin.recurring[recurring_id] = recurring
                     return self._reply(recurring)
                 if match := re.fullmatch(f"{API}/recurringruns/([^/:]+):disable", path):
                     standin.recurring[match[1]]["status"] = "DISABLED"

@@ -4,6 +4,9 @@ send to Kubeflow Pipelines (runs, uploads, recurring runs, the token); no pipeli
 from __future__ import annotations
 
 import json
+import re
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -107,3 +110,132 @@ def test_cron_accepts_five_or_six_fields():
     assert cron_expression("0 0 9 ? * 2-6") == "0 0 9 ? * 2-6"
     with pytest.raises(UserInputError):
         cron_expression("0 3 * *")
+
+
+# --- The Python API: the README's examples, run against the stand-in ------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+README_HOST = "https://kubeflow.example.com/pipeline"
+
+
+def _python_api_examples() -> list[str]:
+    """The ```python blocks of the README's "Python API" section, in order."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("\n## Python API\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+
+
+def test_the_readme_examples_name_this_release():
+    from fmnist import __version__
+
+    examples = "\n".join(_python_api_examples())
+    assert len(_python_api_examples()) == 4
+    assert f'"fashion-mnist-training-{__version__}.yaml"' in examples
+
+
+def test_the_readme_python_api_examples_run_against_the_kfp_api(kfp_api, tmp_path,
+                                                                  monkeypatch):
+    """Each example of the README's "Python API" runs as written (the host swapped for the
+    stand-in, the release's YAML in the working directory), and the stand-in accepts each
+    request as the API server would: a run from the pipeline function, a run from the released
+    package, a recurring run, each sending only the given parameters, typed as declared. The
+    example that shows a refusal raises with the problems it shows."""
+    from fmnist import __version__
+    from fmnist.errors import UserInputError
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(ROOT / PACKAGE, tmp_path / f"fashion-mnist-training-{__version__}.yaml")
+    namespace: dict = {}
+    for example in _python_api_examples():
+        code = example.replace(README_HOST, kfp_api.url)
+        shown = re.findall(r"^#   - (.*)$", example, re.MULTILINE)
+        if "# fmnist.errors.UserInputError" in example:
+            with pytest.raises(UserInputError) as refused:
+                exec(code, namespace)  # noqa: S102 - the README's own example
+            problems = str(refused.value).split("\n  - ")[1:]
+            assert len(problems) == len(shown)
+            assert all(p.startswith(s) for p, s in zip(problems, shown, strict=True))
+        else:
+            exec(code, namespace)  # noqa: S102
+    assert not [c for c in kfp_api.calls if "rejected" in c], [
+        c["rejected"] for c in kfp_api.calls if "rejected" in c]
+
+    from_func, from_package = (c["body"] for c in kfp_api.find("POST", f"{API}/runs"))
+    assert from_func["display_name"] == "fashion-mnist-12-epochs"
+    assert from_func["runtime_config"]["parameters"] == {
+        "epochs": 12, "num_workers": 4, "gpus_per_worker": 1}
+    assert from_package["runtime_config"]["parameters"] == {
+        "model_types": ["batchnorm"], "epochs": 20, "tune": True,
+        "tuning": {"algorithm": "tpe", "max_trials": 12}}
+    for body in (from_func, from_package):
+        spec = body["pipeline_spec"]["pipeline_spec"]  # with the platform (PVC, Secret) config
+        assert spec["pipelineInfo"]["name"] == "fashion-mnist-training"
+        assert spec["pipelineInfo"]["displayName"] == f"fashion-mnist-training {__version__}"
+        assert body["experiment_id"] == "exp-1"
+    [recurring] = [c["body"] for c in kfp_api.find("POST", f"{API}/recurringruns")]
+    assert recurring["display_name"] == "fashion-mnist-nightly"
+    assert recurring["trigger"]["cron_schedule"]["cron"] == "0 0 3 * * *"
+    assert recurring["mode"] == "ENABLE" and recurring["no_catchup"] is True
+    assert int(recurring["max_concurrency"]) == 1
+    assert recurring["runtime_config"]["parameters"] == {"epochs": 12}
+    assert namespace["schedule"].recurring_run_id == "recurring-1"
+
+
+def _client(kfp_api):
+    import kfp
+
+    return kfp.Client(host=kfp_api.url)
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    ({"epochs": "12"}, "input parameter epochs requires type NUMBER_INTEGER"),
+    ({"tune": "yes"}, "input parameter tune requires type BOOLEAN"),
+    ({"model_types": "basic"}, "input parameter model_types requires type LIST"),
+    ({"epoch": 12}, "parameter(s) provided are not required by pipeline: epoch"),
+])
+def test_the_standin_rejects_arguments_the_api_server_rejects(kfp_api, arguments, message):
+    """Why cluster_arguments types and names the values: the API server refuses a run whose
+    parameters are not the pipeline's inputs of the declared types (v2_template.go)."""
+    from kfp_server_api.exceptions import ApiException
+
+    with pytest.raises(ApiException) as refused:
+        _client(kfp_api).create_run_from_pipeline_package(
+            str(ROOT / PACKAGE), arguments=arguments, experiment_name="fashion-mnist")
+    assert refused.value.status == 400 and message in refused.value.body
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"max_concurrency": 11}, "Max concurrency of a recurring run must be at least 1"),
+    ({"cron_expression": "0 3 * *"}, "Schedule cron is not a supported format"),
+    ({"job_name": ""}, "The name is empty"),
+    ({"enabled": False}, "would be created disabled"),
+])
+def test_the_standin_rejects_recurring_runs_the_api_server_rejects(kfp_api, overrides,
+                                                                    message):
+    from kfp_server_api.exceptions import ApiException
+
+    client = _client(kfp_api)
+    experiment = client.create_experiment("fashion-mnist")
+    request = dict(experiment_id=experiment.experiment_id, job_name="nightly",
+                   cron_expression="0 0 3 * * *", max_concurrency=1,
+                   pipeline_package_path=str(ROOT / PACKAGE), params={"epochs": 3})
+    with pytest.raises(ApiException) as refused:
+        client.create_recurring_run(**{**request, **overrides})
+    assert refused.value.status == 400 and message in refused.value.body
+
+
+def test_a_run_of_an_uploaded_version_is_checked_against_that_version(kfp_api):
+    """The stand-in keeps what was uploaded, so a run by pipeline and version id is checked
+    against that spec's inputs like one that carries its spec."""
+    from kfp_server_api.exceptions import ApiException
+
+    client = _client(kfp_api)
+    pipeline = client.upload_pipeline(str(ROOT / PACKAGE), pipeline_name="fmnist")
+    [version] = client.list_pipeline_versions(pipeline.pipeline_id).pipeline_versions
+    experiment = client.create_experiment("fashion-mnist")
+    arguments = dict(experiment_id=experiment.experiment_id, job_name="by-version",
+                     pipeline_id=pipeline.pipeline_id,
+                     version_id=version.pipeline_version_id)
+    client.run_pipeline(**arguments, params={"epochs": 3})
+    with pytest.raises(ApiException, match="not required by pipeline: epoch"):
+        client.run_pipeline(**arguments, params={"epoch": 3})

@@ -17,6 +17,13 @@ from fmnist.launcher.local import LocalProcessLauncher, tf_config_for
 from fmnist.settings.training import TrainingConfig
 from fmnist.training.distributed import ClusterRole
 from fmnist.training.job import TrainingJobSpec
+from tests import fake_worker
+from tests import launcher_harness as harness
+
+# Every test here waits on processes: a regression that hangs fails in bounded time, 4x the
+# slowest seen on a busy 2-core machine (60 s to start TensorFlow and fail); the slow
+# training test has its own, larger bound.
+pytestmark = pytest.mark.timeout(240)
 
 
 def test_tf_config_matches_the_training_operators_shape():
@@ -60,6 +67,8 @@ def _no_trainers_left(launcher: LocalProcessLauncher) -> bool:
                for w in launcher.workers)
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_two_workers_train_one_model_and_resume_after_a_worker_is_killed(
     tmp_path, synthetic_dataset
 ):
@@ -109,6 +118,65 @@ def test_a_failing_worker_fails_the_job_with_its_error(tmp_path, synthetic_datas
     with pytest.raises(TrainingJobError) as failure:
         launcher.run(spec)
     message = str(failure.value)
-    assert "failed with exit code 1 after 0 restart(s)" in message
+    assert "failed with exit code 1 after 0 restart(s) (an exit code of 1-127 is not retried)" \
+        in message
     assert "metadata.json is missing" in message
     assert _no_trainers_left(launcher)
+
+
+def test_a_job_killed_more_often_than_max_restarts_allows_fails_naming_them(
+    tmp_path, monkeypatch
+):
+    """Each attempt's worker-1 is SIGKILLed (as a preempted pod is): two restarts are allowed,
+    the third kill fails the job, and the error says how many restarts were spent and why
+    there is no other. Stand-in workers: this is about the launcher, not TensorFlow."""
+    monkeypatch.setattr(TrainingJobSpec, "trainer_command", fake_worker.command(str(tmp_path)))
+    log = io.StringIO()
+    launcher = LocalProcessLauncher(out=log)
+    spec = _spec(tmp_path, tmp_path, max_restarts=2)
+    killed: list[int] = []
+
+    def kill_each_attempt() -> None:
+        attempt = None
+        deadline = time.monotonic() + 60
+        while len(killed) < 3 and time.monotonic() < deadline:
+            workers = launcher.workers
+            if workers is not attempt and len(workers) == 2:  # a new attempt, fully started
+                attempt = workers
+                os.kill(workers[1].process.pid, signal.SIGKILL)
+                killed.append(workers[1].process.pid)
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_each_attempt, daemon=True)
+    killer.start()
+    with pytest.raises(TrainingJobError) as failure:
+        launcher.run(spec)
+    killer.join(timeout=10)
+    assert len(killed) == 3, log.getvalue()
+    assert ("worker-1 failed with signal 9 after 2 restart(s) (max_restarts=2 allows no more)"
+            in str(failure.value))
+    output = log.getvalue()
+    assert "(restart 1/2)" in output and "(restart 2/2)" in output
+    assert "restart 3/2" not in output
+    assert _no_trainers_left(launcher)
+
+
+def test_sigterm_stops_every_worker_before_the_launcher_exits(tmp_path):
+    """KFP terminates a run by SIGTERM to the step: the launcher passes it on to each worker
+    (each records it: not the parent-death SIGKILL), waits for them, and exits 143 with no
+    process of its own left behind."""
+    process, lines = harness.start("launcher", tmp_path)
+    seen: list[str] = []
+    try:
+        pids = harness.worker_pids(lines, 2, seen)
+        assert set(pids) == {"harness-job/worker-0", "harness-job/worker-1"}
+        process.send_signal(signal.SIGTERM)
+        output = harness.finish(process, lines, seen)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 128 + signal.SIGTERM, "\n".join(output)
+    assert output[-1] == "left=[]", "\n".join(output)
+    assert sorted(p.name for p in tmp_path.glob("sigterm-*")) == sorted(
+        f"sigterm-{pid}" for pid in pids.values())
+    assert all(harness.gone(pid) for pid in pids.values())

@@ -7,11 +7,13 @@ import hashlib
 import json
 import shutil
 import socket
+import struct
 
 import numpy as np
 import pytest
 
 from fmnist.dataset import sources
+from fmnist.dataset.idx import encode_idx
 from fmnist.dataset.ingest import ingest
 from fmnist.dataset.official import CLASS_NAMES, OFFICIAL_FILES
 from fmnist.dataset.pipeline import load_arrays, training_dataset
@@ -138,3 +140,153 @@ def test_real_files_match_the_official_checksums(real_data_dir):
     for official in OFFICIAL_FILES:
         digest = hashlib.sha256((real_data_dir / official.name).read_bytes()).hexdigest()
         assert digest == official.sha256, official.name
+
+
+# --- Damaged IDX files: each fails ingestion naming the file, before anything is written ----
+
+
+def _with_file(tmp_path, name: str, compressed: bytes, train=None, test=None):
+    """The four IDX files (small synthetic splits) with ``name`` replaced by ``compressed``;
+    the digests the caller passes accept the replacement, so only the decoding can object."""
+    train = train or synthetic_split(100, 3)
+    test = test or synthetic_split(50, 4)
+    directory = tmp_path / "idx"
+    checksums = write_idx_dir(directory, train, test)
+    if compressed:
+        (directory / name).write_bytes(compressed)
+        checksums[name] = hashlib.sha256(compressed).hexdigest()
+    return directory, checksums
+
+
+def _ingest_fails(tmp_path, directory, checksums, message: str) -> None:
+    with pytest.raises(DataSourceError, match=message):
+        ingest(str(directory), str(tmp_path / "out"), expected_sha256=checksums)
+    assert not (tmp_path / "out" / "metadata.json").exists()
+
+
+def test_a_file_that_is_not_gzip_is_named(tmp_path):
+    directory, checksums = _with_file(tmp_path, "t10k-labels-idx1-ubyte.gz",
+                                      b"<html>404 Not Found</html>")
+    _ingest_fails(tmp_path, directory, checksums,
+                  "t10k-labels-idx1-ubyte.gz: not a valid gzip file")
+
+
+def test_an_idx_file_with_a_foreign_magic_number_is_named(tmp_path):
+    floats = struct.pack(">IIII", 0x0D03, 1, 28, 28) + bytes(28 * 28 * 4)  # float32 images
+    directory, checksums = _with_file(tmp_path, "train-images-idx3-ubyte.gz",
+                                      gzip.compress(floats))
+    _ingest_fails(tmp_path, directory, checksums,
+                  r"train-images-idx3-ubyte.gz: not an IDX file of unsigned bytes \(magic 3331")
+
+
+def test_swapped_images_and_labels_are_named(tmp_path):
+    images, labels = synthetic_split(50, 4)
+    directory, checksums = _with_file(tmp_path, "t10k-labels-idx1-ubyte.gz",
+                                      gzip.compress(encode_idx(images)))
+    _ingest_fails(tmp_path, directory, checksums,
+                  r"t10k-labels-idx1-ubyte.gz: holds images \(IDX magic 2051\) where labels")
+
+
+def test_more_images_than_labels_names_both_files(tmp_path):
+    images, labels = synthetic_split(100, 3)
+    directory, checksums = _with_file(tmp_path, "", b"", train=(images, labels[:99]))
+    _ingest_fails(tmp_path, directory, checksums,
+                  "train-images-idx3-ubyte.gz holds 100 images but train-labels-idx1-ubyte.gz "
+                  "holds 99 labels")
+
+
+def test_labels_above_nine_are_named(tmp_path):
+    images, labels = synthetic_split(50, 4)
+    labels = labels.copy()
+    labels[7] = 12
+    directory, checksums = _with_file(tmp_path, "", b"", test=(images, labels))
+    _ingest_fails(tmp_path, directory, checksums,
+                  r"t10k-labels-idx1-ubyte.gz: 1 label\(s\) above 9 \(up to 12\)")
+
+
+# --- Damaged TFRecord shards: training and evaluation refuse them, naming the shard ---------
+
+
+@pytest.fixture
+def damaged(synthetic_dataset, tmp_path):
+    """A copy of the ingested synthetic dataset, to damage."""
+    target = tmp_path / "dataset"
+    shutil.copytree(synthetic_dataset, target)
+    return target
+
+
+def _drop_last_record(path) -> int:
+    """Rewrites a shard without its last record: cut at a record boundary, so the file is a
+    valid, shorter TFRecord file. Returns the records left."""
+    import tensorflow as tf
+
+    kept = [record.numpy() for record in tf.data.TFRecordDataset(str(path))][:-1]
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for record in kept:
+            writer.write(record)
+    return len(kept)
+
+
+def test_a_shard_cut_at_a_record_boundary_fails_training_instead_of_shrinking_it(damaged):
+    import tensorflow as tf
+
+    shard = damaged / "train-00003-of-00008.tfrecord"
+    left = _drop_last_record(shard)
+    # TFRecord alone reads the shorter shard without complaint: the check is ours.
+    assert sum(1 for _ in tf.data.TFRecordDataset(str(shard))) == left == 249
+    with pytest.raises(DataSourceError,
+                       match="train shard train-00003-of-00008.tfrecord .* is truncated"):
+        training_dataset(str(damaged), "train", 64, shuffle=True)
+
+
+def test_a_garbled_shard_fails_evaluation_naming_it(damaged):
+    from fmnist.selection.select import select_best
+
+    shard = damaged / "test-00001-of-00002.tfrecord"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2: len(data) // 2 + 16] = b"\xff" * 16
+    shard.write_bytes(bytes(data))
+    with pytest.raises(DataSourceError,
+                       match="test shard test-00001-of-00002.tfrecord .* contents are corrupted"):
+        load_arrays(str(damaged), "test")
+    with pytest.raises(DataSourceError, match="test-00001-of-00002.tfrecord"):
+        select_best(str(damaged), [str(damaged / "no-model")], str(damaged / "best"))
+
+
+def test_a_missing_shard_is_named(damaged):
+    (damaged / "train-00000-of-00008.tfrecord").unlink()
+    with pytest.raises(DataSourceError, match="train-00000-of-00008.tfrecord .* is missing"):
+        load_arrays(str(damaged), "train")
+
+
+@pytest.mark.timeout(180)
+def test_a_training_job_on_a_damaged_shard_fails_naming_it(damaged, tmp_path):
+    """Through the real trainer process: the job fails at once (an error, not a retry) and its
+    error carries the trainer's message naming the shard."""
+    from fmnist.errors import TrainingJobError
+    from fmnist.settings.training import TrainingConfig
+    from fmnist.training.job import TrainingJobSpec
+    from kfp_components.train.step import training_backend
+
+    _drop_last_record(damaged / "train-00005-of-00008.tfrecord")
+    spec = TrainingJobSpec(name="damaged", config=TrainingConfig(epochs=1),
+                           data_dir=str(damaged), export_dir=str(tmp_path / "model" / "1"),
+                           work_dir=str(tmp_path / "model"))
+    with pytest.raises(TrainingJobError) as failure:
+        training_backend("local", {}).run(spec)
+    message = str(failure.value)
+    assert "exit code 1 after 0 restart(s)" in message
+    assert "train shard train-00005-of-00008.tfrecord" in message and "truncated" in message
+    assert not (tmp_path / "model" / "1").exists()
+
+
+def test_ingestion_records_every_shards_size_digest_and_examples(synthetic_dataset):
+    metadata = json.loads((synthetic_dataset / "metadata.json").read_text())
+    for split, total in (("train", 2000), ("test", 500)):
+        shards = metadata["splits"][split]["shards"]
+        assert list(shards) == metadata["splits"][split]["files"]
+        assert sum(s["examples"] for s in shards.values()) == total
+        for name, shard in shards.items():
+            data = (synthetic_dataset / name).read_bytes()
+            assert shard["bytes"] == len(data)
+            assert shard["sha256"] == hashlib.sha256(data).hexdigest()

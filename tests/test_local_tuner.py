@@ -4,6 +4,7 @@ bad input refused before any trial, and real searches whose trials are local tra
 from __future__ import annotations
 
 import io
+import signal
 
 import optuna
 import pytest
@@ -19,6 +20,7 @@ from katib.median_stop import KatibMedianStopPruner
 from katib.results import EARLY_STOPPED, SUCCEEDED, TuningResult
 from katib.search_space import Parameter, SearchSpace
 from katib.settings import EarlyStopping, ExperimentSettings
+from tests import launcher_harness as harness
 
 _LR = FloatDistribution(1e-5, 1e-1, log=True)
 
@@ -96,6 +98,31 @@ def test_each_local_algorithm_has_its_optuna_sampler(algorithm, sampler, multiva
         assert made._n_startup_trials == 4 and made._constant_liar
 
 
+@pytest.mark.timeout(60)
+def test_sigterm_stops_every_running_trials_workers_and_starts_no_other(tmp_path):
+    """KFP terminates the tune step by SIGTERM: the search ends both running trials (each
+    launcher kills its two workers and waits for them), starts none of the two left, says
+    so, and exits 143 with no process of its own left behind. Stand-in workers: this is about
+    process handling, not training."""
+    process, lines = harness.start("tuner", tmp_path)
+    seen: list[str] = []
+    try:
+        pids = harness.worker_pids(lines, 4, seen)
+        assert {who.split("/")[0] for who in pids} == {"harness-search-000",
+                                                        "harness-search-001"}
+        process.send_signal(signal.SIGTERM)
+        output = harness.finish(process, lines, seen)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    log = "\n".join(output)
+    assert process.returncode == 128 + signal.SIGTERM, log
+    assert "[harness-search] terminated: stopped 2 running trial(s)" in log
+    assert output[-1] == "left=[]", log
+    assert all(harness.gone(pid) for pid in pids.values())
+    assert "harness-search-002" not in log and "harness-search-003" not in log
+
+
 def _tuner_error(tmp_path, settings: ExperimentSettings, space: SearchSpace | None = None):
     work = tmp_path / "trials"
     with pytest.raises(UserInputError) as raised:
@@ -150,6 +177,7 @@ def _settings(**overrides) -> ExperimentSettings:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_a_real_search_stops_the_worse_trial_early(synthetic_dataset, tmp_path):
     """Grid order: a sane learning rate first, then one far too small. Once the first trial
     has succeeded (min_trials_required=1), the second is worse than its epoch-1 accuracy at
@@ -178,6 +206,7 @@ def test_a_real_search_stops_the_worse_trial_early(synthetic_dataset, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_a_search_fails_when_more_trials_fail_than_allowed(synthetic_dataset, tmp_path):
     """More training examples than the dataset has: the trainer exits with an error, the
     trial fails, and with max_failed_trial_count=0 the search fails at once naming it."""

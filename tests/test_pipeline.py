@@ -137,7 +137,12 @@ def test_compiled_pipeline_documents_parameters_and_caches_the_right_steps():
         "outputParameterKey": "hyperparameters", "producerTask": "tune-hyperparameters"}
     assert executors["exec-tune-hyperparameters"]["pvcMount"][0]["mountPath"] == "/mnt/fmnist"
     images = {e["container"]["image"] for e in spec["deploymentSpec"]["executors"].values()}
-    assert len(images) == 1 and images.pop().endswith(":0.1.0")  # one tagged image
+    from fmnist import __version__
+
+    assert len(images) == 1 and images.pop().endswith(f":{__version__}")  # one tagged image
+    # The release it belongs to (pipelineInfo.name stays the pipeline's identity).
+    assert spec["pipelineInfo"]["displayName"] == f"fashion-mnist-training {__version__}"
+    assert f"Release {__version__} of fmnist-kfp" in spec["pipelineInfo"]["description"]
 
 
 @pytest.fixture(scope="module")
@@ -156,6 +161,24 @@ def data_parameters(tmp_path_factory) -> dict:
             "train_examples": 1000}
 
 
+# Noon of one 24-hour window: far from both of its edges.
+_NOON = 86400 * 20_000 + 12 * 3600
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """Pins the clock the freshness step reads (every kfp.local step inherits this process's
+    environment), so a run never straddles a window edge by accident — e.g. at 00:00 UTC — and
+    the test moves it on purpose. Returns the setter."""
+    from fmnist.dataset.freshness import CLOCK_ENV
+
+    def set_clock(seconds: float) -> None:
+        monkeypatch.setenv(CLOCK_ENV, str(seconds))
+
+    set_clock(_NOON)
+    return set_clock
+
+
 @pytest.fixture
 def serving_state(tmp_path, monkeypatch):
     """Local deployments of this test live in its own directory and are stopped after it."""
@@ -166,8 +189,9 @@ def serving_state(tmp_path, monkeypatch):
     stop_server(PipelineParameters().model_name)
 
 
+@pytest.mark.slow
 def test_local_pipeline_runs_end_to_end_then_from_cache(data_parameters, tmp_path,
-                                                        serving_state):
+                                                        serving_state, clock):
     parameters = PipelineParameters(epochs=1, num_workers=1, batch_size=64,
                                     prediction_images=300, **data_parameters)
     summary_path = tmp_path / "out" / "summary.json"
@@ -208,7 +232,9 @@ def test_local_pipeline_runs_end_to_end_then_from_cache(data_parameters, tmp_pat
                           json=v1_image_request(images))
     assert response.status_code == 200 and len(response.json()["predictions"]) == 3
 
-    # Inside the freshness window every step but the clock-reading one comes from cache.
+    # Six hours later, inside the same 24-hour window, every step but the never-cached ones
+    # comes from cache.
+    clock(_NOON + 6 * 3600)
     second = run_local(parameters, pipeline_root=str(tmp_path / "runs"))
     assert second["all_steps_cached"], second["steps"]
     assert second["deployment"]["action"] == "unchanged"
@@ -219,16 +245,20 @@ def test_local_pipeline_runs_end_to_end_then_from_cache(data_parameters, tmp_pat
     assert second["best_model_path"] == first["best_model_path"]
     assert second["best_test_accuracy"] == first["best_test_accuracy"]
 
-    # A window of one second has rolled over by the next run: ingestion runs again.
-    parameters.freshness = "1s"
-    parameters.model_types = ["basic"]
+    # The same parameters (freshness still 24h) one minute into the next window: the cache
+    # entry has expired, so ingestion runs again, and what depends on its data with it.
+    clock(_NOON + 12 * 3600 + 60)
     third = run_local(parameters, pipeline_root=str(tmp_path / "runs"))
+    assert parameters.freshness == "24h"
     assert "ingest-fashion-mnist" not in third["cache_hits"]
+    assert "ingest-fashion-mnist" in [s["step"] for s in third["steps"]]
+    assert "train-model" not in third["cache_hits"]
     assert third["deployment"]["action"] in ("unchanged", "promoted", "rejected")
 
 
+@pytest.mark.slow
 def test_tuned_pipeline_trains_with_the_searchs_best_values_then_from_cache(
-        data_parameters, tmp_path, serving_state):
+        data_parameters, tmp_path, serving_state, clock):
     """tune=True: a real (small) search per model, whose best values train the final model;
     a re-run with the same inputs takes the search from the cache too."""
     tuning = {"algorithm": "random", "max_trials": 2, "parallel_trials": 2, "epochs": 1,

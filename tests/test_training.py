@@ -15,6 +15,10 @@ from fmnist.settings.training import TrainingConfig
 from fmnist.training.job import TrainingJobSpec
 from kfp_components.train.step import training_backend
 
+# The launcher waits on worker processes: a regression that hangs fails in bounded time. The
+# bound covers the module's training fixture, so the tests that use it have a larger one.
+pytestmark = pytest.mark.timeout(120)
+
 
 @pytest.fixture(scope="module")
 def trained(synthetic_dataset, tmp_path_factory):
@@ -31,6 +35,8 @@ def trained(synthetic_dataset, tmp_path_factory):
     return root / "model", outcome
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_training_learns_and_reports_each_epoch(trained):
     model_dir, outcome = trained
     result = outcome.result
@@ -53,6 +59,8 @@ def _encode(array: np.ndarray, fmt: str, size: int, mode: str = "L") -> bytes:
     return buffer.getvalue()
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_exported_model_serves_pixels_and_encoded_images_alike(trained, synthetic_dataset):
     import tensorflow as tf
 

@@ -13,33 +13,15 @@ from fmnist.dataset.official import OFFICIAL_FILES
 from fmnist.dataset.sources import resolve_source
 from fmnist.errors import UserInputError
 from fmnist.settings.data import DATA_DIR_ENV, TFDS_SOURCE
-from fmnist.settings.jobs import BACKENDS, KubernetesSettings
 from fmnist.settings.pipeline import PipelineParameters
-from fmnist.settings.training import MODEL_TYPES
+from pipelines.arguments import parameter_problems as pipeline_problems
 
 
 def parameter_problems(parameters: PipelineParameters,
                        check_data: bool | None = None) -> list[str]:
-    from kfp_components.deploy.step import serving_problems
-    from kfp_components.tune.step import tuning_problems
-
-    problems = parameters.problems()
-    if parameters.tune and not problems:  # the search starts from these values
-        for model_type in parameters.model_types or [MODEL_TYPES[0]]:
-            problems += tuning_problems(
-                parameters.tuning, model_type, parameters.training_config(model_type),
-                parameters.backend, num_workers=parameters.num_workers,
-                gpus_per_worker=parameters.gpus_per_worker)
-    if parameters.backend == "kubernetes" and not problems:
-        from fmnist.settings.platform import component_image
-
-        typed, _ = KubernetesSettings.coerce_values(parameters.kubernetes)
-        problems += KubernetesSettings(image=component_image(), **typed).problems()
-    if parameters.backend in BACKENDS:
-        problems += [p for p in serving_problems(
-            parameters.serving, parameters.backend, parameters.model_name,
-            parameters.blessing_tolerance, parameters.verification_images)
-            if p not in problems]
+    """The checks a Kubeflow run gets (:func:`pipelines.arguments.parameter_problems`), and
+    on this machine the data directory's files."""
+    problems = pipeline_problems(parameters)
     if check_data if check_data is not None else parameters.backend == "local":
         # A cluster reads its own storage; this machine's directories mean nothing there.
         problems += data_problems(resolve_source(parameters.data_source))

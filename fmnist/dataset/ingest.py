@@ -41,13 +41,15 @@ def ingest(
     tf.io.gfile.makedirs(output_dir)
     split_metadata: dict[str, Any] = {}
     for split, data in raw.splits.items():
-        files = records.write_split(
+        written = records.write_split(
             output_dir, split, data.images, data.labels, min(shards[split], len(data.labels) or 1)
         )
+        files = list(written)
         counts = np.bincount(data.labels, minlength=NUM_CLASSES)
         split_metadata[split] = {
             "num_examples": int(len(data.labels)),
             "files": files,
+            "shards": written,
             "class_counts": {name: int(n) for name, n in zip(CLASS_NAMES, counts, strict=True)},
         }
         log.info("wrote %s: %d examples in %d shards", split, len(data.labels), len(files))

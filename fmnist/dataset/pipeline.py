@@ -8,14 +8,15 @@ share of every global batch.
 from __future__ import annotations
 
 from fmnist.dataset.official import IMAGE_SIZE
-from fmnist.dataset.records import IMAGE_FEATURE, LABEL_FEATURE, read_metadata
+from fmnist.dataset.records import IMAGE_FEATURE, LABEL_FEATURE, read_metadata, verify_shards
 
 _PARSE_BATCH = 1024
 
 
 def split_files(data_dir: str, split: str) -> list[str]:
-    metadata = read_metadata(data_dir)
-    return [f"{data_dir}/{name}" for name in metadata["splits"][split]["files"]]
+    """The split's shards, verified against what ingestion recorded before anything reads them
+    (a damaged shard is a ``DataSourceError`` naming it, never a shorter dataset)."""
+    return verify_shards(data_dir, split, read_metadata(data_dir))
 
 
 def examples(data_dir: str, split: str, *, skip: int = 0, take: int = 0):

@@ -126,13 +126,15 @@ def _load_idx(location: str, expected_sha256: dict[str, str]) -> RawDataset:
         data = _read_bytes(location, official.name)
         expected = expected_sha256.get(official.name, official.sha256)
         checksums[official.name] = _verify(official, data, expected)
-        arrays[(official.split, official.kind)] = decode_idx_gz(data, official.name)
+        arrays[(official.split, official.kind)] = decode_idx_gz(data, official.name,
+                                                                official.kind)
     splits = {
         split: RawSplit(arrays[(split, "images")], arrays[(split, "labels")])
         for split in ("train", "test")
     }
     for split, raw in splits.items():
-        _check_shapes(split, raw)
+        names = {f.kind: f.name for f in OFFICIAL_FILES if f.split == split}
+        _check_shapes(split, raw, names["images"], names["labels"])
     return RawDataset(
         splits=splits,
         source=describe_source(location),
@@ -174,12 +176,23 @@ def _load_tfds() -> RawDataset:
     )
 
 
-def _check_shapes(split: str, raw: RawSplit) -> None:
+def _check_shapes(split: str, raw: RawSplit, images: str | None = None,
+                  labels: str | None = None) -> None:
+    """Images N×28×28, one label per image, labels 0-9; ``images``/``labels`` name the files
+    the arrays came from (the TFDS split otherwise)."""
+    images = images or f"the {split} images"
+    labels = labels or f"the {split} labels"
     if raw.images.ndim != 3 or raw.images.shape[1:] != (IMAGE_SIZE, IMAGE_SIZE):
-        raise DataSourceError(f"{split} images have shape {raw.images.shape}, expected N×28×28")
+        raise DataSourceError(f"{images}: images of shape {raw.images.shape[1:]}, expected "
+                              f"{IMAGE_SIZE}×{IMAGE_SIZE}")
     if raw.labels.shape != (raw.images.shape[0],):
         raise DataSourceError(
-            f"{split}: {raw.images.shape[0]} images but {raw.labels.shape[0]} labels"
+            f"{images} holds {raw.images.shape[0]} images but {labels} holds "
+            f"{raw.labels.shape[0]} labels; each image needs exactly one label"
         )
     if raw.labels.size and int(raw.labels.max()) >= NUM_CLASSES:
-        raise DataSourceError(f"{split} labels go up to {int(raw.labels.max())}, expected 0-9")
+        bad = int(np.count_nonzero(raw.labels >= NUM_CLASSES))
+        raise DataSourceError(
+            f"{labels}: {bad} label(s) above {NUM_CLASSES - 1} (up to {int(raw.labels.max())}); "
+            f"Fashion-MNIST has classes 0-{NUM_CLASSES - 1}"
+        )

@@ -5,7 +5,9 @@ per replica, streams their logs with a ``[job/worker-i]`` prefix, and when any w
 stops the others and, if the failure is retryable (killed by a signal, exit code ≥ 128, as the
 operator's ``ExitCode`` restart policy decides), restarts the whole job (up to ``max_restarts``)
 — the workers resume from the chief's last epoch checkpoint. It fails with the failing
-worker's last log lines when the restarts run out, and never leaves a worker behind.
+worker's last log lines when the restarts run out, and never leaves a worker behind: on SIGTERM
+(a terminated run) it stops every worker — SIGTERM, then SIGKILL after a grace period — before
+it exits, and each worker dies with the launcher even if the launcher is SIGKILLed.
 """
 
 from __future__ import annotations
@@ -139,7 +141,10 @@ class LocalProcessLauncher:
         ports = free_ports(len(replicas))
         command = spec.trainer_command()
         threads = max(1, self.cpu_count // len(replicas))
-        workers = []
+        with self._lock:
+            # Each worker is recorded as soon as it exists, so a SIGTERM that lands while the
+            # others are still starting stops the ones already running.
+            workers = self.workers = []
         for i, (task_type, index) in enumerate(replicas):
             env = dict(os.environ)
             env.update(
@@ -161,10 +166,10 @@ class LocalProcessLauncher:
                 command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                 bufsize=1, preexec_fn=_die_with_parent,
             )
-            workers.append(_Worker(f"{task_type}-{index}", process, spec.name, self.out,
-                                   self.on_line))
+            with self._lock:
+                workers.append(_Worker(f"{task_type}-{index}", process, spec.name, self.out,
+                                       self.on_line))
         with self._lock:
-            self.workers = workers
             stopped = self._stop_reason
         if stopped:  # stop() came while the workers were starting
             self.stop(stopped)
@@ -226,10 +231,12 @@ class LocalProcessLauncher:
                                              f"{self._stop_reason}")
                 reason = f"signal {-code}" if code < 0 else f"exit code {code}"
                 if not _retryable(code) or restarts >= spec.max_restarts:
+                    why = (f"max_restarts={spec.max_restarts} allows no more"
+                           if _retryable(code) else "an exit code of 1-127 is not retried")
                     tail = "\n".join(failed.tail)
                     raise TrainingJobError(
                         f"training job {spec.name}: {failed.name} failed with {reason} after "
-                        f"{restarts} restart(s). Its last log lines:\n{tail}"
+                        f"{restarts} restart(s) ({why}). Its last log lines:\n{tail}"
                     )
                 restarts += 1
                 print(
@@ -238,8 +245,13 @@ class LocalProcessLauncher:
                     file=self.out, flush=True,
                 )
         finally:
-            self._stop_all()
             if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
+                # Stopping now: a second SIGTERM must not cut the cleanup short.
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            try:
+                self._stop_all()
+            finally:
+                if previous is not None:
+                    signal.signal(signal.SIGTERM, previous)
         return TrainingJobResult(read_result(spec.work_dir), round(time.time() - started, 2),
                                  restarts)

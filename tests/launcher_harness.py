@@ -1,0 +1,115 @@
+"""Runs the local training launcher or the local tuner in a process of its own, with stand-in
+workers (:mod:`tests.fake_worker`), so that a test can send it SIGTERM as KFP does to a step
+whose run is terminated.
+
+``python -m tests.launcher_harness launcher|tuner WORK_DIR``. As it exits it prints
+``left=[pids]``: its descendant processes still alive after the launcher or tuner returned
+(a zombie counts: nobody waited for it). Run from the repository root."""
+
+from __future__ import annotations
+
+import queue
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+from fmnist.launcher.local import LocalProcessLauncher
+from fmnist.settings.training import TrainingConfig
+from fmnist.training.job import TrainingJobSpec
+from tests.fake_worker import command
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _left_behind() -> list[int]:
+    return [p.pid for p in psutil.Process().children(recursive=True)]
+
+
+def run_launcher(work: str) -> None:
+    spec = TrainingJobSpec(name="harness-job", config=TrainingConfig(), data_dir=work,
+                           export_dir=f"{work}/model/1", work_dir=f"{work}/model",
+                           num_workers=2)
+    LocalProcessLauncher(cpu_count=2).run(spec)
+
+
+def run_tuner(work: str) -> None:
+    from katib.local import LocalTuner
+    from katib.search_space import Parameter, SearchSpace
+    from katib.settings import ExperimentSettings
+
+    settings = ExperimentSettings(name="harness-search", algorithm="random", model_type="basic",
+                                  parallel_trial_count=2, max_trial_count=4, num_workers=2,
+                                  early_stopping=None)
+    space = SearchSpace([Parameter.double("learning_rate", 1e-4, 1e-2, log=True)])
+    LocalTuner(f"{work}/trials", cpu_count=2).run(settings, space, work)
+
+
+def main(mode: str, work: str) -> None:
+    TrainingJobSpec.trainer_command = command(work)  # type: ignore[method-assign]
+    try:
+        {"launcher": run_launcher, "tuner": run_tuner}[mode](work)
+    finally:
+        print(f"left={_left_behind()}", flush=True)
+
+
+# The test's side: start the harness, read its workers, wait for it.
+
+
+def start(mode: str, work: Path) -> tuple[subprocess.Popen, queue.Queue]:
+    """The launcher or tuner in a process of its own (this module); its output lines arrive
+    on the queue."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.launcher_harness", mode, str(work)], cwd=ROOT,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: queue.Queue = queue.Queue()
+
+    def pump() -> None:
+        for line in process.stdout:
+            lines.put(line.rstrip("\n"))
+
+    threading.Thread(target=pump, daemon=True).start()
+    return process, lines
+
+
+def worker_pids(lines: queue.Queue, count: int, seen: list[str],
+                timeout: float = 60) -> dict[str, int]:
+    """Reads output until ``count`` stand-in workers printed their pid; job/worker → pid."""
+    pids: dict[str, int] = {}
+    deadline = time.monotonic() + timeout
+    while len(pids) < count:
+        try:
+            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise AssertionError("workers did not start:\n" + "\n".join(seen)) from None
+        seen.append(line)
+        if line.startswith("[") and "] pid=" in line:
+            who, pid = line[1:].split("] pid=")
+            pids[who] = int(pid)
+    return pids
+
+
+def finish(process: subprocess.Popen, lines: queue.Queue, seen: list[str]) -> list[str]:
+    """Waits (bounded) for the harness to exit and returns all it printed."""
+    process.wait(timeout=60)
+    deadline = time.monotonic() + 10
+    while not (seen and seen[-1].startswith("left=")) and time.monotonic() < deadline:
+        try:
+            seen.append(lines.get(timeout=0.5))
+        except queue.Empty:
+            pass
+    return seen
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
