@@ -7,7 +7,6 @@ import json
 import logging
 import sys
 
-from fmnist.app.validation import validate_parameters
 from fmnist.errors import DataSourceError, TrainingJobError, UserInputError
 from fmnist.settings.pipeline import PipelineParameters
 from fmnist.settings.schema import add_flags, given_values
@@ -31,12 +30,14 @@ def _endpoint(args: argparse.Namespace):
 
 
 def _cluster_arguments(args: argparse.Namespace) -> dict:
-    """The parameters given on the command line (the rest keep the compiled defaults),
-    validated as a cluster run's."""
+    """The parameters given on the command line (the rest keep the compiled defaults), with
+    the backend stated, checked over the compiled Kubeflow defaults as the Python API checks
+    them."""
+    from pipelines.arguments import cluster_arguments
+
     given = given_values(args, PipelineParameters)
     given.setdefault("backend", "kubernetes")
-    validate_parameters(PipelineParameters(**given), check_data=False)
-    return given
+    return cluster_arguments(**given)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
