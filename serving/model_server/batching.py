@@ -68,6 +68,15 @@ class AdaptiveBatcher:
         # GIL) costs more than it saves; they run on the event loop.
         self.inline_kinds = inline_kinds
 
+    def __getstate__(self) -> dict:
+        """A copy for another process: settings only, a fresh queue, thread and counters."""
+        return {"run_batch": self.run_batch, "max_batch_size": self.max_batch_size,
+                "max_latency": self.max_latency, "inline_kinds": self.inline_kinds}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["run_batch"], state["max_batch_size"],
+                      state["max_latency"] * 1000.0, state["inline_kinds"])
+
     async def submit(self, items: Sequence[tuple[str, Any]]) -> list[Any]:
         """Results for ``(kind, value)`` items in order; an item's exception takes its place."""
         loop = asyncio.get_running_loop()
