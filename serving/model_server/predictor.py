@@ -82,13 +82,16 @@ class LiteRunner:
     (and never imports TensorFlow).
     """
 
-    def __init__(self, model_content: bytes, signature_key: str, max_batch_size: int):
+    def __init__(self, model_content: bytes, signature_key: str, max_batch_size: int,
+                 num_threads: int = 1):
         self.model_content = model_content
         self.signature_key = signature_key
         self.max_batch_size = max_batch_size
-        # Two threads halve a batch's time (0.48 vs 0.93 ms for 32) for the same CPU; more buy
-        # little, and pods often get one or two cores whatever the node has.
-        self.num_threads = min(2, len(os.sched_getaffinity(0)))
+        # One thread: a second halves a batch of 32's wall time (0.48 vs 0.93 ms) but costs
+        # more CPU (XNNPACK's workers spin: 59 vs 33 µs for one image), and under load the
+        # server is CPU-bound, with the HTTP stack, other workers and the clients sharing the
+        # cores.
+        self.num_threads = num_threads
         self._runners: dict[int, Any] = {}
 
     def __getstate__(self) -> dict:

@@ -130,7 +130,9 @@ def bind_socket(host: str, port: int) -> socket.socket:
     """A listening TCP socket on ``host:port`` (0: any free port), bound here so the server,
     not its caller, owns the port from the start."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named, not 0: asyncio sets TCP_NODELAY only on sockets that say so, and
+    # without it a response waits for the client's delayed ACK (40 ms here).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(2048)
@@ -232,6 +234,22 @@ class BinaryDataPlane(DataPlane):
         return super().decode_inference_request(body, headers, model_name)
 
 
+def _new_event_loop(event_loop: str) -> asyncio.AbstractEventLoop:
+    """uvloop for the main process, as uvicorn gives each worker process of KServe's
+    multi-process server (``uvicorn.Config.setup_event_loop``, ``loop="auto"``): KServe's
+    single-process ``start()`` runs plain asyncio, whose socket transport was the largest
+    single cost of a request here."""
+    if event_loop in ("auto", "uvloop"):
+        try:
+            import uvloop
+        except ImportError:
+            if event_loop == "uvloop":
+                raise
+        else:
+            return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+
 class LoopbackModelServer(ModelServer):
     """``ModelServer`` whose REST and gRPC servers bind ``host`` (kserve 0.21 always binds
     every interface), accept port 0, report the ports they got, and run ``workers`` REST
@@ -272,9 +290,16 @@ class LoopbackModelServer(ModelServer):
             self.servers.append(self._grpc_server.start(self.max_threads))
         else:
             self._announce(None)
+        # KServe's start() configures one loop (get_event_loop) and then runs another
+        # (asyncio.run); here the loop it configures is the one that runs.
+        loop = _new_event_loop(self.event_loop)
+        asyncio.set_event_loop(loop)
         self.setup_event_loop()
         self.register_signal_handler()
-        asyncio.run(self._serve())
+        try:
+            loop.run_until_complete(self._serve())
+        finally:
+            loop.close()
 
     def _announce(self, grpc_port: int | None) -> None:
         grpc = f", gRPC {self.host}:{grpc_port}" if grpc_port else ""
