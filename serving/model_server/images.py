@@ -24,6 +24,7 @@ runs, :mod:`fmnist.training.export`) would make it, so the two paths agree:
 from __future__ import annotations
 
 import io
+import re
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -95,10 +96,12 @@ def open_image(data: bytes, where: str, limits: ImageLimits) -> OpenedImage:
             # stricter and answers the client.
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             image = Image.open(io.BytesIO(data), formats=FORMATS)
-    except Image.DecompressionBombError:
+    except Image.DecompressionBombError as error:
+        declared = re.search(r"\((\d+) pixels\)", str(error))
         raise ImageTooLarge(
-            f"{where}: the image declares more than {limits.max_pixels} pixels; send at most "
-            f"{limits.max_pixels} (it is resized to {IMAGE_SIZE}×{IMAGE_SIZE} anyway)"
+            f"{where}: the image declares {declared[1] if declared else 'too many'} pixels; "
+            f"at most {limits.max_pixels} are decoded (it is resized to "
+            f"{IMAGE_SIZE}×{IMAGE_SIZE} anyway); send a smaller image"
         ) from None
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as error:
         raise InvalidInput(f"{where}: the image cannot be read ({error})") from None

@@ -202,8 +202,8 @@ def parse_v2(request: InferRequest, max_instances: int, limits: ImageLimits) -> 
     except (ValueError, TypeError) as error:
         raise InvalidInput(f"{PIXELS}: the data does not fit shape {shape} ({error})") from None
     if not np.isfinite(array).all() or array.min() < 0 or array.max() > 255:
-        bad = int(np.flatnonzero(~(np.isfinite(array) & (array >= 0) & (array <= 255)).any(
-            axis=(1, 2)))[0])
+        valid = np.isfinite(array) & (array >= 0) & (array <= 255)
+        bad = int(np.flatnonzero(~valid.all(axis=(1, 2)))[0])
         _check_pixel_values(array[bad], f"{PIXELS}[{bad}]")
     return ParsedRequest("v2", list(array), request.id or "", request)
 
