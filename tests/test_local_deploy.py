@@ -12,7 +12,14 @@ from fmnist.errors import UserInputError
 from fmnist.settings.pipeline import PipelineParameters
 from kfp_components.deploy.step import DeploymentError, deploy, serving_problems, storage_uri_for
 from serving.deploy.client import v1_image_request
-from serving.deploy.local import deploy_locally, running_server, stop_server
+from serving.deploy.local import (
+    deploy_locally,
+    running_server,
+    start_server,
+    state_dir,
+    stop_process,
+    stop_server,
+)
 from tests.conftest import export_untrained_model
 from tests.fixtures import synthetic_split
 
@@ -85,6 +92,26 @@ def test_local_deployment_lifecycle(exported_model, synthetic_dataset, tmp_path,
     finally:
         stop_server(NAME)
     assert running_server(NAME) is None
+
+
+def test_a_started_server_binds_its_own_port_and_reports_it(exported_model, tmp_path,
+                                                           monkeypatch):
+    """No port is picked and released before the server binds it (another process could
+    take it in between): the server binds port 0 and reports the port it got."""
+    import psutil
+
+    monkeypatch.setenv("FMNIST_SERVING_STATE_DIR", str(tmp_path / "state"))
+    server = start_server(NAME, str(exported_model))
+    try:
+        listening = [c for c in psutil.Process(server.pid).connections()
+                     if c.status == psutil.CONN_LISTEN]
+        assert server.port in {c.laddr.port for c in listening}
+        assert server.url == f"http://127.0.0.1:{server.port}"
+        assert _answers(server.url)
+        assert not list(state_dir().glob("*.ports.json"))  # read and removed
+    finally:
+        stop_process(server.pid)
+    assert not _alive(server.pid)
 
 
 def test_a_failed_rollout_fails_the_deploy_step(exported_model, synthetic_dataset, tmp_path,

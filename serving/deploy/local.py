@@ -20,9 +20,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from fmnist.launcher.local import free_ports
 from serving.deploy.blessing import bless
 from serving.deploy.client import wait_until_ready
+from serving.model_server.ports import read_port_file
 
 STATE_DIR_ENV = "FMNIST_SERVING_STATE_DIR"
 READY_TIMEOUT = 180.0
@@ -92,30 +92,42 @@ def start_server(name: str, model_dir: str, *, test_accuracy: float | None = Non
                  port: int = 0, server_args: list[str] | None = None,
                  timeout: float = READY_TIMEOUT) -> LocalServer:
     """Starts ``python -m serving.model_server.server`` detached (it outlives the step) and
-    waits for it."""
-    port = port or free_ports(1)[0]
-    log_file = state_dir() / f"{name}-{port}.log"
+    waits for it.
+
+    With ``port=0`` (the default) the server binds a free loopback port itself and reports it
+    in a port file: no other process can take the port between its choice and the bind. gRPC
+    takes a free port too (it is in the server's log and port file)."""
+    files = state_dir()
+    tag = f"{name}-{os.getpid()}-{time.monotonic_ns()}"
+    log_file = files / f"{tag}.log"
+    port_file = files / f"{tag}.ports.json"
     command = [sys.executable, "-m", "serving.model_server.server", f"--model_dir={model_dir}",
                f"--model_name={name}", "--host=127.0.0.1", f"--http_port={port}",
-               *(server_args or [])]
+               "--grpc_port=0", f"--port_file={port_file}", *(server_args or [])]
     with open(log_file, "ab") as log:
         process = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,  # not killed with the pipeline step that started it
             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
         )
-    server = LocalServer(
-        name=name, url=f"http://127.0.0.1:{port}", port=port, pid=process.pid,
-        model_dir=os.path.abspath(model_dir), model_fingerprint=model_fingerprint(model_dir),
-        test_accuracy=test_accuracy, log_file=str(log_file), started=time.time(),
-    )
+    started = time.monotonic()
     try:
-        wait_until_ready(server.url, name, timeout, is_alive=lambda: process.poll() is None)
+        bound = read_port_file(port_file, timeout, is_alive=lambda: process.poll() is None)
+        port = int(bound["http_port"])
+        url = f"http://127.0.0.1:{port}"
+        wait_until_ready(url, name, max(1.0, timeout - (time.monotonic() - started)),
+                         is_alive=lambda: process.poll() is None)
     except (TimeoutError, RuntimeError) as error:
         stop_process(process.pid)
         tail = Path(log_file).read_text(errors="replace")[-2000:]
         raise RuntimeError(f"the model server did not start: {error}\n{tail}") from None
-    return server
+    finally:
+        port_file.unlink(missing_ok=True)
+    return LocalServer(
+        name=name, url=url, port=port, pid=process.pid,
+        model_dir=os.path.abspath(model_dir), model_fingerprint=model_fingerprint(model_dir),
+        test_accuracy=test_accuracy, log_file=str(log_file), started=time.time(),
+    )
 
 
 def stop_process(pid: int, timeout: float = 30.0) -> None:

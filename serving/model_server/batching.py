@@ -1,10 +1,15 @@
 """Adaptive batching inside the server: one model call for many concurrent requests.
 
-Requests put their instances on a queue. A single worker takes the first waiting instance,
-then everything else already queued, then waits at most ``max_latency_ms`` for more (but only
-while the batch is smaller than the previous one), up to ``max_batch_size``, and runs the model
-once. While the model runs, new arrivals queue up, so batches grow with the load, and a lone
-request does not wait at all.
+Requests add their instances to a pending list. The first instance to arrive schedules a flush:
+at once (on the next turn of the event loop, after the handlers already running have added
+theirs) when the previous batch held a single instance, else after at most ``max_latency_ms``
+— or as soon as as many instances as last time are pending, since steady clients send the same
+number per round. A flush runs the model once on up to ``max_batch_size`` instances. So batches
+grow with the load and a lone request does not wait. While a batch runs on the worker thread,
+new arrivals wait for it and form the next batch.
+
+Plain callbacks and futures, no queue and no timer task per request: this sits on the path of
+every request, and its own cost must stay well below the model call it saves.
 
 A batch that fails is retried one instance at a time, so a bad instance fails only the request
 that sent it.
@@ -32,6 +37,7 @@ class BatchStats:
     instances: int = 0
     batches: int = 0
     failed_instances: int = 0
+    retried_batches: int = 0
     largest_batch: int = 0
     started: float = field(default_factory=time.monotonic)
 
@@ -43,6 +49,7 @@ class BatchStats:
             "mean_batch_size": round(self.instances / self.batches, 2) if self.batches else 0.0,
             "largest_batch": self.largest_batch,
             "failed_instances": self.failed_instances,
+            "retried_batches": self.retried_batches,
         }
 
 
@@ -58,91 +65,142 @@ class AdaptiveBatcher:
         self.run_batch = run_batch
         self.max_batch_size = max_batch_size
         self.max_latency = max_latency_ms / 1000.0
-        self.stats = BatchStats()
-        # One model call at a time: TensorFlow already spreads one call over every core.
-        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="batch")
-        self._queue: asyncio.Queue | None = None
-        self._worker: asyncio.Task | None = None
-        self._last_batch = 1
         # Kinds whose model call is so short that a hop to the thread (and back through the
         # GIL) costs more than it saves; they run on the event loop.
         self.inline_kinds = inline_kinds
+        self.stats = BatchStats()
+        # One model call at a time: TensorFlow already spreads one call over every core.
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._pending: list[tuple[str, Any, asyncio.Future]] = []
+        self._flush: asyncio.Handle | None = None
+        self._flush_soon = False
+        self._running = False
+        self._last_batch = 1
+
+    def __getstate__(self) -> dict:
+        """A copy for another process: settings only, fresh state and counters."""
+        return {"run_batch": self.run_batch, "max_batch_size": self.max_batch_size,
+                "max_latency": self.max_latency, "inline_kinds": self.inline_kinds}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["run_batch"], state["max_batch_size"],
+                      state["max_latency"] * 1000.0, state["inline_kinds"])
 
     async def submit(self, items: Sequence[tuple[str, Any]]) -> list[Any]:
         """Results for ``(kind, value)`` items in order; an item's exception takes its place."""
         loop = asyncio.get_running_loop()
-        if self._worker is None or self._worker.done():
-            self._queue = asyncio.Queue()
-            self._worker = loop.create_task(self._work())
         futures = []
         for kind, value in items:
             future = loop.create_future()
-            self._queue.put_nowait((kind, value, future))
+            self._pending.append((kind, value, future))
             futures.append(future)
         self.stats.requests += 1
+        self._schedule(loop)
+        if len(futures) == 1:
+            try:
+                return [await futures[0]]
+            except Exception as error:  # noqa: BLE001 - reported in its place, as gather does
+                return [error]
         return await asyncio.gather(*futures, return_exceptions=True)
 
-    async def _gather(self) -> list[tuple]:
-        queue = self._queue
-        batch = [await queue.get()]
-        deadline = time.monotonic() + self.max_latency
-        # Wait only for as many as came last time: steady clients send the same number per
-        # round, so the batch is complete once they are in, and a lone client never waits.
-        target = min(self.max_batch_size, self._last_batch)
-        while len(batch) < self.max_batch_size:
-            if len(batch) >= target and queue.empty():
-                break
-            if not queue.empty():
-                batch.append(queue.get_nowait())
-                continue
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            try:
-                batch.append(await asyncio.wait_for(queue.get(), remaining))
-            except TimeoutError:
-                break
-        return batch
+    def _schedule(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._running:
+            return  # the running batch flushes again when it is done
+        if len(self._pending) >= min(self.max_batch_size, self._last_batch):
+            if self._flush is not None and not self._flush_soon:
+                self._flush.cancel()  # the wait is over: as many as last time are here
+                self._flush = None
+            if self._flush is None:
+                self._flush, self._flush_soon = loop.call_soon(self._start, loop), True
+        elif self._flush is None:
+            self._flush = loop.call_later(self.max_latency, self._start, loop)
+            self._flush_soon = False
 
-    async def _work(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            batch = await self._gather()
-            self._last_batch = len(batch)
-            by_kind: dict[str, list[tuple]] = {}
-            for item in batch:
-                by_kind.setdefault(item[0], []).append(item)
+    def _start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._flush = None
+        if self._running or not self._pending:
+            return
+        batch = self._pending[:self.max_batch_size]
+        del self._pending[:self.max_batch_size]
+        self._last_batch = len(batch)
+        by_kind: dict[str, list[tuple]] = {}
+        for item in batch:
+            by_kind.setdefault(item[0], []).append(item)
+        if all(kind in self.inline_kinds for kind in by_kind):
             for kind, items in by_kind.items():
-                await self._run(loop, kind, items)
+                self._run_inline(kind, items)
+            self._after(loop)
+            return
+        self._running = True
+        task = loop.create_task(self._run_in_thread(loop, by_kind))
+        task.add_done_callback(lambda _: self._after(loop))
 
-    async def _run(self, loop, kind: str, items: list[tuple]) -> None:
+    def _after(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._running = False
+        if self._pending:
+            self._schedule(loop)
+
+    def _count(self, items: list[tuple]) -> None:
         self.stats.batches += 1
         self.stats.instances += len(items)
         self.stats.largest_batch = max(self.stats.largest_batch, len(items))
-        values = [value for _, value, _ in items]
+
+    def _run_inline(self, kind: str, items: list[tuple]) -> None:
+        self._count(items)
         try:
+            results = self.run_batch(kind, [value for _, value, _ in items])
+        except Exception as error:  # noqa: BLE001 - isolated below, reported per instance
+            self._isolate(kind, items, error, lambda item: self._run_inline(kind, [item]))
+            return
+        _deliver(items, results)
+
+    async def _run_in_thread(self, loop, by_kind: dict[str, list[tuple]]) -> None:
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(
+                1, thread_name_prefix="batch")
+        for kind, items in by_kind.items():
             if kind in self.inline_kinds:
-                results = self.run_batch(kind, values)
-            else:
-                results = await loop.run_in_executor(self._executor, self.run_batch, kind, values)
+                self._run_inline(kind, items)
+                continue
+            await self._run_threaded(loop, kind, items)
+
+    async def _run_threaded(self, loop, kind: str, items: list[tuple]) -> None:
+        self._count(items)
+        try:
+            results = await loop.run_in_executor(
+                self._executor, self.run_batch, kind, [value for _, value, _ in items])
         except Exception as error:  # noqa: BLE001 - isolated below, reported per instance
             if len(items) == 1:
                 self.stats.failed_instances += 1
                 _resolve(items[0][2], error=error)
                 return
             logger.info("a batch of %d failed (%s); retrying one by one", len(items), error)
+            self.stats.retried_batches += 1
             for item in items:
-                await self._run(loop, kind, [item])
-            self.stats.batches -= len(items)  # count the retries as one batch
-            self.stats.instances -= len(items)
+                await self._run_threaded(loop, kind, [item])
             return
-        for (_, _, future), result in zip(items, results, strict=True):
-            _resolve(future, result=result)
+        _deliver(items, results)
+
+    def _isolate(self, kind: str, items: list[tuple], error: Exception, retry) -> None:
+        if len(items) == 1:
+            self.stats.failed_instances += 1
+            _resolve(items[0][2], error=error)
+            return
+        logger.info("a batch of %d failed (%s); retrying one by one", len(items), error)
+        self.stats.retried_batches += 1
+        for item in items:
+            retry(item)
 
     def close(self) -> None:
-        if self._worker is not None:
-            self._worker.cancel()
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._flush is not None:
+            self._flush.cancel()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _deliver(items: list[tuple], results: Sequence[Any]) -> None:
+    for (_, _, future), result in zip(items, results, strict=True):
+        _resolve(future, result=result)
 
 
 def _resolve(future: asyncio.Future, result: Any = None, error: BaseException | None = None):

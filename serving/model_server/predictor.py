@@ -1,22 +1,21 @@
 """The Fashion-MNIST predictor: a ``kserve.Model`` over the exported SavedModel.
 
-It answers KServe's V1 and V2 endpoints (see :mod:`serving.model_server.protocol` for the
-request shapes) with one model call per batch of concurrent instances
-(:mod:`serving.model_server.batching`).
+It answers KServe's V1 and V2 endpoints, REST and gRPC (see
+:mod:`serving.model_server.protocol` for the request shapes, and the V2 metadata), with one
+model call per batch of concurrent instances (:mod:`serving.model_server.batching`).
 
-Two paths through the same exported model:
-
-* 28×28 grayscale pixels (raw arrays, or PNG/BMP images of the dataset's own format, decoded
-  losslessly) run through the SavedModel's ``serving_pixels`` signature converted at load time
-  to TensorFlow Lite. A TensorFlow function call costs about 1.5 ms of CPU here whatever the
-  batch; the interpreter runs a batch of 5 in 0.4 ms. The conversion is checked against the
-  SavedModel at load and dropped if the two disagree (``--no_fast_path`` skips it).
-* Any other image (JPEG, colour, other sizes) goes through the SavedModel's
-  ``serving_default`` graph, the one TF Serving runs, which decodes, converts and resizes it.
+One path for every request: images of any supported format are decoded to 28×28 pixels in
+Python (:mod:`serving.model_server.images`, the same pixels the SavedModel's ``serving_default``
+graph makes), and pixels run through the SavedModel's ``serving_pixels`` signature converted at
+load time to a LiteRT (TensorFlow Lite) model, run by ``ai-edge-litert``'s interpreter. A
+TensorFlow function call costs 0.4–0.6 ms of CPU here whatever the batch; the interpreter runs
+one image in 0.03 ms and 32 in 0.9 ms. The conversion is checked against the SavedModel at load
+and dropped if the two disagree; ``--no_fast_path`` runs the SavedModel's signature instead.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -27,8 +26,16 @@ from kserve.errors import InferenceError, InvalidInput
 from kserve.protocol.infer_type import InferRequest
 
 from serving.model_server.batching import AdaptiveBatcher
+from serving.model_server.images import (
+    INLINE_DECODE_PIXELS,
+    ImageLimits,
+    OpenedImage,
+    to_model_pixels,
+)
 from serving.model_server.protocol import (
-    IMAGE_BYTES,
+    PIXELS,
+    V2_INPUTS,
+    V2_OUTPUTS,
     ParsedRequest,
     Predictions,
     parse_v1,
@@ -38,7 +45,6 @@ from serving.model_server.protocol import (
 )
 
 DEFAULT_MAX_INSTANCES = 256
-PIXELS = "pixels"
 # How far the converted model's probabilities may be from the SavedModel's (float32 rounding).
 FAST_PATH_TOLERANCE = 1e-4
 
@@ -64,59 +70,107 @@ def resolve_saved_model_dir(model_dir: str) -> str:
 
 
 class LiteRunner:
-    """A TensorFlow Lite signature with one interpreter per batch size.
+    """A LiteRT signature with one interpreter per batch size.
 
     Resizing an interpreter's input re-plans its tensors and the XNNPACK delegate on the next
     call; under adaptive batching the batch size changes from call to call, so each size gets
     an interpreter of its own, made on first use (at most ``max_batch_size``, under 1 MB each)
-    and never resized again.
+    and never resized again. Calls go through the interpreter's tensors directly: the
+    signature runner's per-call checks cost more than the model at small batches.
+
+    Only the model bytes are pickled: a server worker process builds its own interpreters
+    (and never imports TensorFlow).
     """
 
-    def __init__(self, model_content: bytes, signature_key: str, max_batch_size: int):
+    def __init__(self, model_content: bytes, signature_key: str, max_batch_size: int,
+                 num_threads: int = 1):
         self.model_content = model_content
         self.signature_key = signature_key
         self.max_batch_size = max_batch_size
-        # Two threads halve a batch's time here (0.3 vs 0.5 ms for five); the call runs on
-        # the event loop, so the sooner it is done the better. More buy little and pods
-        # often get one or two cores whatever the node has.
-        self.num_threads = min(2, len(os.sched_getaffinity(0)))
+        # One thread: a second halves a batch of 32's wall time (0.48 vs 0.93 ms) but costs
+        # more CPU (XNNPACK's workers spin: 59 vs 33 µs for one image), and under load the
+        # server is CPU-bound, with the HTTP stack, other workers and the clients sharing the
+        # cores.
+        self.num_threads = num_threads
         self._runners: dict[int, Any] = {}
 
-    def _runner(self, batch_size: int):
-        runner = self._runners.get(batch_size)
-        if runner is None:
-            import tensorflow as tf
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_runners": {}}
 
-            interpreter = tf.lite.Interpreter(model_content=self.model_content,
-                                              num_threads=self.num_threads)
-            runner = interpreter.get_signature_runner(self.signature_key)
-            if batch_size <= self.max_batch_size:  # larger ones (load-time probes) are kept out
-                self._runners[batch_size] = runner
-        return runner
+    def _make(self, batch_size: int):
+        from ai_edge_litert.interpreter import Interpreter
+
+        interpreter = Interpreter(model_content=self.model_content,
+                                  num_threads=self.num_threads)
+        signature = interpreter.get_signature_runner(self.signature_key)
+        pixels = signature.get_input_details()["pixels"]
+        outputs = {name: detail["index"]
+                   for name, detail in signature.get_output_details().items()}
+        del signature  # it holds views of the tensors, which resizing would invalidate
+        interpreter.resize_tensor_input(pixels["index"], [batch_size, *pixels["shape"][1:]],
+                                        strict=False)
+        interpreter.allocate_tensors()
+        pixels = pixels["index"]
+
+        def run(batch: np.ndarray) -> dict[str, np.ndarray]:
+            interpreter.set_tensor(pixels, batch)
+            interpreter.invoke()
+            return {name: interpreter.get_tensor(index) for name, index in outputs.items()}
+
+        return run
 
     def __call__(self, pixels: np.ndarray) -> dict[str, np.ndarray]:
-        return self._runner(len(pixels))(pixels=pixels)
+        batch_size = len(pixels)
+        runner = self._runners.get(batch_size)
+        if runner is None:
+            runner = self._make(batch_size)
+            if batch_size <= self.max_batch_size:  # larger ones (load-time probes) are kept out
+                self._runners[batch_size] = runner
+        return runner(np.ascontiguousarray(pixels, dtype=np.float32))
 
 
 class _ProtocolModel(Model):
-    """Parsing and formatting shared by the real predictor and the benchmark's no-op one."""
+    """Parsing, decoding, formatting and metadata shared by the real predictor and the
+    benchmark's no-op one."""
 
-    def __init__(self, name: str, max_instances: int = DEFAULT_MAX_INSTANCES):
+    def __init__(self, name: str, max_instances: int = DEFAULT_MAX_INSTANCES,
+                 image_limits: ImageLimits | None = None):
         super().__init__(name)
         self.max_instances = max_instances
+        self.image_limits = image_limits or ImageLimits()
 
     async def preprocess(self, payload: dict | InferRequest | bytes,
                          headers: dict[str, str] | None = None) -> ParsedRequest:
         if isinstance(payload, InferRequest):
-            return parse_v2(payload, self.max_instances)
-        return parse_v1(payload, self.max_instances)
+            request = parse_v2(payload, self.max_instances, self.image_limits)
+        else:
+            request = parse_v1(payload, self.max_instances, self.image_limits)
+        await decode_images(request)
+        return request
 
     async def postprocess(self, result: tuple[ParsedRequest, Predictions],
                           headers: dict[str, str] | None = None) -> Any:
         request, predictions = result
         if request.protocol == "v2":
-            return v2_response(self.name, request.request_id, predictions)
+            return v2_response(self.name, request, predictions)
         return v1_response(predictions)
+
+    def get_input_types(self) -> list[dict]:
+        return [dict(tensor) for tensor in V2_INPUTS]
+
+    def get_output_types(self) -> list[dict]:
+        return [dict(tensor) for tensor in V2_OUTPUTS]
+
+
+async def decode_images(request: ParsedRequest) -> None:
+    """Decodes the request's images to pixels in place: small ones here, large ones on a
+    worker thread (Pillow releases the GIL while it decodes), so the event loop keeps serving."""
+    for index, item in enumerate(request.items):
+        if isinstance(item, OpenedImage):
+            if item.pixels <= INLINE_DECODE_PIXELS:
+                request.items[index] = to_model_pixels(item)
+            else:
+                request.items[index] = await asyncio.to_thread(to_model_pixels, item)
 
 
 class FashionMnistModel(_ProtocolModel):
@@ -124,38 +178,43 @@ class FashionMnistModel(_ProtocolModel):
 
     def __init__(self, name: str, model_dir: str, *, max_batch_size: int = 32,
                  max_batch_latency_ms: float = 1.0,
-                 max_instances: int = DEFAULT_MAX_INSTANCES, fast_path: bool = True):
-        super().__init__(name, max_instances)
+                 max_instances: int = DEFAULT_MAX_INSTANCES, fast_path: bool = True,
+                 image_limits: ImageLimits | None = None):
+        super().__init__(name, max_instances, image_limits)
         self.model_dir = model_dir
         self.saved_model_dir = ""
         self.fast_path = fast_path
         self.batcher = AdaptiveBatcher(self._run_batch, max_batch_size, max_batch_latency_ms)
-        self._signatures: dict[str, Any] = {}
-        self._lite_runner = None
+        self._signature = None
+        self._lite_runner: LiteRunner | None = None
+
+    def __getstate__(self) -> dict:
+        """What a server worker process gets: the LiteRT model, not TensorFlow's objects."""
+        if self._lite_runner is None:
+            raise RuntimeError("only the LiteRT fast path can be served by several workers; "
+                               "drop --no_fast_path or use --workers=1")
+        return {**self.__dict__, "_signature": None, "_loaded": None}
 
     def load(self) -> bool:
         import tensorflow as tf
 
-        from fmnist.training.export import BYTES_SIGNATURE, PIXELS_SIGNATURE
+        from fmnist.training.export import PIXELS_SIGNATURE
 
         self.saved_model_dir = resolve_saved_model_dir(self.model_dir)
         loaded = tf.saved_model.load(self.saved_model_dir)
-        self._loaded = loaded  # keeps the signatures' variables alive
-        self._signatures = {
-            IMAGE_BYTES: (loaded.signatures[BYTES_SIGNATURE], "image_bytes", tf.string),
-            PIXELS: (loaded.signatures[PIXELS_SIGNATURE], "pixels", tf.float32),
-        }
+        self._loaded = loaded  # keeps the signature's variables alive
+        self._signature = loaded.signatures[PIXELS_SIGNATURE]
         if self.fast_path:
             self._lite_runner = self._convert_to_lite(PIXELS_SIGNATURE)
             if self._lite_runner is not None:
-                self.batcher.inline_kinds = (PIXELS,)  # 0.1 ms: not worth a thread hop
-        # Trace both paths now, not on the first request.
+                self.batcher.inline_kinds = (PIXELS,)  # 0.03 ms an image: no thread hop
+        # Trace the path now, not on the first request.
         self._run_batch(PIXELS, [np.zeros((28, 28), np.float32)])
         self.ready = True
         return self.ready
 
     def _convert_to_lite(self, signature_key: str) -> LiteRunner | None:
-        """The pixels signature as TensorFlow Lite, if it answers like the SavedModel."""
+        """The pixels signature as a LiteRT model, if it answers like the SavedModel."""
         import logging
         import warnings
 
@@ -163,47 +222,36 @@ class FashionMnistModel(_ProtocolModel):
 
         log = logging.getLogger("kserve")
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # tf.lite's notice about its LiteRT successor
+            warnings.simplefilter("ignore")
             converter = tf.lite.TFLiteConverter.from_saved_model(
                 self.saved_model_dir, signature_keys=[signature_key])
             runner = LiteRunner(converter.convert(), signature_key,
                                 self.batcher.max_batch_size)
         probe = np.random.default_rng(0).uniform(0, 255, (64, 28, 28)).astype(np.float32)
-        expected = self._signatures[PIXELS][0](pixels=tf.constant(probe))["probabilities"]
+        expected = self._signature(pixels=tf.constant(probe))["probabilities"]
         difference = float(np.max(np.abs(runner(probe)["probabilities"] - expected.numpy())))
         if difference > FAST_PATH_TOLERANCE:
-            log.warning("TensorFlow Lite answers differ from the SavedModel by %.2g; serving "
-                        "every request through TensorFlow", difference)
+            log.warning("LiteRT answers differ from the SavedModel by %.2g; serving every "
+                        "request through TensorFlow", difference)
             return None
-        log.info("fast path: TensorFlow Lite agrees with the SavedModel to %.1g", difference)
+        log.info("fast path: LiteRT agrees with the SavedModel to %.1g", difference)
         return runner
 
-    def _run_batch(self, kind: str, values: Sequence[Any]) -> list[tuple]:
-        if kind == PIXELS and self._lite_runner is not None:
-            outputs = self._lite_runner(np.stack(values))
-            names = outputs["class_name"]
+    def _run_batch(self, kind: str, values: Sequence[np.ndarray]) -> list[tuple]:
+        batch = np.stack(values)
+        if self._lite_runner is not None:
+            outputs = self._lite_runner(batch)
         else:
-            outputs = self._run_tensorflow(kind, values)
-            names = outputs["class_name"].numpy()
-            outputs = {key: value.numpy() for key, value in outputs.items()}
+            import tensorflow as tf
+
+            outputs = {key: value.numpy() for key, value in
+                       self._signature(pixels=tf.constant(batch, tf.float32)).items()}
         return list(zip(outputs["probabilities"], outputs["class_index"],
-                        [name.decode() for name in names], strict=True))
-
-    def _run_tensorflow(self, kind: str, values: Sequence[Any]) -> dict:
-        import tensorflow as tf
-
-        signature, argument, dtype = self._signatures[kind]
-        batch = np.stack(values) if kind == PIXELS else list(values)
-        try:
-            return signature(**{argument: tf.constant(batch, dtype)})
-        except tf.errors.InvalidArgumentError as error:
-            # TensorFlow's message ends with the reason; the graph trace before it is noise.
-            reason = [line for line in error.message.splitlines() if line.strip()][-1]
-            raise InvalidInput(f"the image cannot be decoded ({reason.strip()})") from None
+                        [name.decode() for name in outputs["class_name"]], strict=True))
 
     async def predict(self, request: ParsedRequest,
                       headers: dict[str, str] | None = None) -> tuple[ParsedRequest, Predictions]:
-        results = await self.batcher.submit(request.items)
+        results = await self.batcher.submit([(PIXELS, pixels) for pixels in request.items])
         for index, result in enumerate(results):
             if isinstance(result, InvalidInput):
                 raise InvalidInput(f"instance {index}: {result.reason}")
@@ -240,6 +288,6 @@ class BareNoOpModel(NoOpModel):
     async def preprocess(self, payload, headers=None) -> ParsedRequest:
         if isinstance(payload, InferRequest):
             count = int(payload.inputs[0].shape[0]) if payload.inputs else 1
-            return ParsedRequest("v2", [(IMAGE_BYTES, None)] * count, payload.id or "")
+            return ParsedRequest("v2", [None] * count, payload.id or "")
         instances = payload.get("instances", []) if isinstance(payload, dict) else []
-        return ParsedRequest("v1", [(IMAGE_BYTES, None)] * max(len(instances), 1))
+        return ParsedRequest("v1", [None] * max(len(instances), 1))

@@ -1,44 +1,65 @@
-"""Request parsing and response formatting for the Fashion-MNIST predictor.
+"""Request parsing, response formatting and V2 metadata for the Fashion-MNIST predictor.
 
 Two request shapes per protocol, checked before anything reaches the model so that one bad
-instance is a 400 naming it, never a failed batch:
+instance is a 4xx naming it, never a failed batch:
 
 * V1 (TF Serving's REST API, as the book's clients call it)::
 
-    {"instances": [{"image_bytes": {"b64": "<PNG or JPEG, any size>"}}]}
+    {"instances": [{"image_bytes": {"b64": "<PNG, JPEG, GIF, BMP or WebP, any size>"}}]}
     {"instances": [[[0, 12, ...28 numbers], ...28 rows]]}          # raw 28×28 pixels, 0–255
     {"instances": [{"pixels": [[...], ...]}]}                      # the same, named
 
   answered with ``{"predictions": [{"probabilities": [...10], "class_index": 9,
   "class_name": "Ankle boot"}]}``.
-* V2 (Open Inference Protocol): one input named ``image_bytes`` (``BYTES`` ``[N]``, base64
-  strings in JSON or raw bytes with the binary extension) or ``pixels`` (``FP32``/``UINT8``/…
-  ``[N, 28, 28]``), answered with the outputs ``probabilities`` ``FP32 [N, 10]``,
-  ``class_index`` ``INT32 [N]`` and ``class_name`` ``BYTES [N]``.
+* V2 (Open Inference Protocol, REST and gRPC): one input named ``image_bytes`` (``BYTES``
+  ``[N]``: raw image bytes with the binary extension or gRPC, base64 strings in JSON) or
+  ``pixels`` (``FP32``/``UINT8``/… ``[N, 28, 28]``), answered with the outputs
+  ``probabilities`` ``FP32 [N, 10]``, ``class_index`` ``INT32 [N]`` and ``class_name``
+  ``BYTES [N]``. ``GET /v2/models/<name>`` lists exactly these (:data:`V2_INPUTS`,
+  :data:`V2_OUTPUTS`).
+
+Images are only opened here (header read, limits checked); the model decodes them
+(:mod:`serving.model_server.images`).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import io
-from dataclasses import dataclass
+import struct
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from kserve.errors import InvalidInput
-from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
+from kserve.protocol.infer_type import (
+    InferInput,
+    InferOutput,
+    InferRequest,
+    InferResponse,
+    RequestedOutput,
+)
 
-from fmnist.dataset.official import IMAGE_SIZE
+from fmnist.dataset.official import IMAGE_SIZE, NUM_CLASSES
+from serving.model_server.images import ImageLimits, OpenedImage, open_image
 
 IMAGE_BYTES = "image_bytes"
 PIXELS = "pixels"
 KINDS = (IMAGE_BYTES, PIXELS)
-# Formats TensorFlow's decode_image reads, by their leading bytes.
-_IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF87a", b"GIF89a", b"BM")
-MAX_IMAGE_PIXELS = 4096 * 4096
-_LOSSLESS_FORMATS = ("PNG", "BMP")
 _V2_PIXEL_TYPES = {"FP32", "FP64", "FP16", "UINT8", "UINT16", "INT8", "INT16", "INT32", "INT64"}
+# V2 model metadata: what a client discovers with GET /v2/models/<name> (-1: any batch size).
+# A request carries exactly one of the two inputs.
+V2_INPUTS = [
+    {"name": IMAGE_BYTES, "datatype": "BYTES", "shape": [-1]},
+    {"name": PIXELS, "datatype": "FP32", "shape": [-1, IMAGE_SIZE, IMAGE_SIZE]},
+]
+V2_OUTPUTS = [
+    {"name": "probabilities", "datatype": "FP32", "shape": [-1, NUM_CLASSES]},
+    {"name": "class_index", "datatype": "INT32", "shape": [-1]},
+    {"name": "class_name", "datatype": "BYTES", "shape": [-1]},
+]
+
+Instance = np.ndarray | OpenedImage  # float32 [28, 28] pixels, or an image still to decode
 
 
 @dataclass
@@ -46,16 +67,17 @@ class ParsedRequest:
     """The instances of one request, ready for the model."""
 
     protocol: str  # "v1" or "v2"
-    items: list[tuple[str, Any]]  # (IMAGE_BYTES, encoded bytes) or (PIXELS, float32 [28, 28])
+    items: list[Instance]
     request_id: str = ""
+    v2_request: InferRequest | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
         return len(self.items)
 
 
-def _check_count(count: int, max_instances: int, field: str) -> None:
+def _check_count(count: int, max_instances: int, field_name: str) -> None:
     if count == 0:
-        raise InvalidInput(f"empty batch: '{field}' has no items; send at least one image")
+        raise InvalidInput(f"empty batch: '{field_name}' has no items; send at least one image")
     if count > max_instances:
         raise InvalidInput(
             f"{count} instances in one request; at most {max_instances} are accepted, "
@@ -63,41 +85,19 @@ def _check_count(count: int, max_instances: int, field: str) -> None:
         )
 
 
-def check_image_bytes(data: bytes, where: str) -> tuple[str, Any]:
-    """Rejects bytes that are not a readable PNG, JPEG, GIF or BMP of a sane size.
-
-    A lossless 28×28 grayscale image (the dataset's own format) is decoded here into pixels:
-    exactly what the graph's decoder would produce, without a TensorFlow call. Anything else
-    stays encoded for the SavedModel's ``serving_default`` graph to decode and resize.
-    """
-    if not data.startswith(_IMAGE_MAGIC):
-        raise InvalidInput(f"{where}: the bytes are not a PNG, JPEG, GIF or BMP image")
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(io.BytesIO(data)) as image:  # reads the header only
-            width, height = image.size
-            if width * height > MAX_IMAGE_PIXELS:
-                raise InvalidInput(
-                    f"{where}: the image is {width}×{height}; send at most {MAX_IMAGE_PIXELS} "
-                    f"pixels (it is resized to {IMAGE_SIZE}×{IMAGE_SIZE} anyway)"
-                )
-            if (image.format in _LOSSLESS_FORMATS and image.mode == "L"
-                    and image.size == (IMAGE_SIZE, IMAGE_SIZE)):
-                return PIXELS, np.asarray(image, dtype=np.float32)
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as error:
-        raise InvalidInput(f"{where}: the image cannot be read ({error})") from None
-    return IMAGE_BYTES, data
-
-
-def decode_b64_image(text: Any, where: str) -> tuple[str, Any]:
-    if not isinstance(text, str):
+def decode_b64_image(text: Any, where: str, limits: ImageLimits) -> OpenedImage:
+    if not isinstance(text, str | bytes):
         raise InvalidInput(f"{where}: expected a base64 string, got {type(text).__name__}")
     try:
         data = base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
         raise InvalidInput(f"{where}: not valid base64") from None
-    return check_image_bytes(data, where)
+    return open_image(data, where, limits)
+
+
+def _check_pixel_values(pixels: np.ndarray, where: str) -> None:
+    if not np.isfinite(pixels).all() or pixels.min() < 0 or pixels.max() > 255:
+        raise InvalidInput(f"{where}: pixel values must be finite numbers in 0–255")
 
 
 def check_pixels(value: Any, where: str) -> np.ndarray:
@@ -113,36 +113,35 @@ def check_pixels(value: Any, where: str) -> np.ndarray:
             f"{where}: pixels must have shape [{IMAGE_SIZE}, {IMAGE_SIZE}], "
             f"got {list(pixels.shape)}"
         )
-    if not np.isfinite(pixels).all() or pixels.min() < 0 or pixels.max() > 255:
-        raise InvalidInput(f"{where}: pixel values must be finite numbers in 0–255")
+    _check_pixel_values(pixels, where)
     return pixels
 
 
-def _v1_instance(instance: Any, index: int) -> tuple[str, Any]:
+def _v1_instance(instance: Any, index: int, limits: ImageLimits) -> Instance:
     where = f"instance {index}"
     if isinstance(instance, dict):
         if IMAGE_BYTES in instance:
             encoded = instance[IMAGE_BYTES]
             if not isinstance(encoded, dict) or "b64" not in encoded:
                 raise InvalidInput(f'{where}: expected "image_bytes": {{"b64": "<base64>"}}')
-            return decode_b64_image(encoded["b64"], f"{where}.image_bytes.b64")
+            return decode_b64_image(encoded["b64"], f"{where}.image_bytes.b64", limits)
         if "b64" in instance:
-            return decode_b64_image(instance["b64"], f"{where}.b64")
+            return decode_b64_image(instance["b64"], f"{where}.b64", limits)
         if PIXELS in instance:
-            return PIXELS, check_pixels(instance[PIXELS], f"{where}.pixels")
+            return check_pixels(instance[PIXELS], f"{where}.pixels")
         raise InvalidInput(
             f'{where}: unknown keys {sorted(instance)}; send {{"image_bytes": {{"b64": ...}}}} '
             f'or {{"pixels": [[...]]}}'
         )
     if isinstance(instance, list):
-        return PIXELS, check_pixels(instance, where)
+        return check_pixels(instance, where)
     raise InvalidInput(
         f"{where}: expected an object with image_bytes or a {IMAGE_SIZE}×{IMAGE_SIZE} array, "
         f"got {type(instance).__name__}"
     )
 
 
-def parse_v1(payload: Any, max_instances: int) -> ParsedRequest:
+def parse_v1(payload: Any, max_instances: int, limits: ImageLimits) -> ParsedRequest:
     """Parses a V1 ``:predict`` body (already JSON-decoded by KServe, or raw bytes)."""
     if isinstance(payload, bytes | bytearray | str):
         import orjson
@@ -157,18 +156,20 @@ def parse_v1(payload: Any, max_instances: int) -> ParsedRequest:
     if not isinstance(instances, list):
         raise InvalidInput('"instances" must be a list')
     _check_count(len(instances), max_instances, "instances")
-    return ParsedRequest("v1", [_v1_instance(instance, i) for i, instance in enumerate(instances)])
+    return ParsedRequest(
+        "v1", [_v1_instance(instance, i, limits) for i, instance in enumerate(instances)])
 
 
-def parse_v2(request: InferRequest, max_instances: int) -> ParsedRequest:
-    """Parses a V2 ``/infer`` request with one ``image_bytes`` or ``pixels`` input."""
+def parse_v2(request: InferRequest, max_instances: int, limits: ImageLimits) -> ParsedRequest:
+    """Parses a V2 ``/infer`` request (REST or gRPC) with one ``image_bytes`` or ``pixels``
+    input."""
     if len(request.inputs) != 1 or request.inputs[0].name not in KINDS:
         names = [tensor.name for tensor in request.inputs]
         raise InvalidInput(
             f"expected exactly one input named {IMAGE_BYTES!r} or {PIXELS!r}, got {names}"
         )
     tensor = request.inputs[0]
-    shape = list(tensor.shape)
+    shape = [int(size) for size in tensor.shape]
     if tensor.name == IMAGE_BYTES:
         if tensor.datatype != "BYTES" or len(shape) != 1:
             raise InvalidInput(
@@ -178,16 +179,17 @@ def parse_v2(request: InferRequest, max_instances: int) -> ParsedRequest:
         _check_count(shape[0], max_instances, IMAGE_BYTES)
         try:
             items = list(tensor.as_numpy().reshape(-1))
-        except (ValueError, TypeError) as error:
+        except (ValueError, TypeError, IndexError, struct.error) as error:
             raise InvalidInput(f"{IMAGE_BYTES}: {error}") from None
         if len(items) != shape[0]:
             raise InvalidInput(f"{IMAGE_BYTES}: shape {shape} but {len(items)} items of data")
+        # Raw bytes (binary extension, gRPC) are the image; JSON strings are its base64.
         parsed = [
-            check_image_bytes(item, f"{IMAGE_BYTES}[{i}]") if isinstance(item, bytes)
-            else decode_b64_image(item, f"{IMAGE_BYTES}[{i}]")
+            open_image(item, f"{IMAGE_BYTES}[{i}]", limits) if isinstance(item, bytes)
+            else decode_b64_image(item, f"{IMAGE_BYTES}[{i}]", limits)
             for i, item in enumerate(items)
         ]
-        return ParsedRequest("v2", parsed, request.id or "")
+        return ParsedRequest("v2", parsed, request.id or "", request)
     if tensor.datatype not in _V2_PIXEL_TYPES:
         raise InvalidInput(f"{PIXELS} must be a numeric tensor, got datatype {tensor.datatype}")
     if shape[1:] != [IMAGE_SIZE, IMAGE_SIZE] or len(shape) != 3:
@@ -196,12 +198,71 @@ def parse_v2(request: InferRequest, max_instances: int) -> ParsedRequest:
         )
     _check_count(shape[0], max_instances, PIXELS)
     try:
-        array = tensor.as_numpy()
-        array = array.reshape(shape)
+        array = np.asarray(tensor.as_numpy(), dtype=np.float32).reshape(shape)
     except (ValueError, TypeError) as error:
         raise InvalidInput(f"{PIXELS}: the data does not fit shape {shape} ({error})") from None
-    parsed = [(PIXELS, check_pixels(image, f"{PIXELS}[{i}]")) for i, image in enumerate(array)]
-    return ParsedRequest("v2", parsed, request.id or "")
+    if not np.isfinite(array).all() or array.min() < 0 or array.max() > 255:
+        valid = np.isfinite(array) & (array >= 0) & (array <= 255)
+        bad = int(np.flatnonzero(~valid.all(axis=(1, 2)))[0])
+        _check_pixel_values(array[bad], f"{PIXELS}[{bad}]")
+    return ParsedRequest("v2", list(array), request.id or "", request)
+
+
+def binary_infer_request(body: bytes, json_length: Any, model_name: str) -> InferRequest:
+    """A V2 REST request with the binary tensor extension (a JSON header of ``json_length``
+    bytes, then each input's raw bytes), its tensors kept raw.
+
+    KServe 0.21's ``InferRequest.from_bytes`` turns every binary input back into JSON-style
+    values, BYTES ones as UTF-8 text (``protocol/infer_type.py`` L636–641, L305–321): a raw
+    image is not UTF-8, so it answered 500, and a pixel tensor became a Python list of floats.
+    Here a BYTES input stays its length-prefixed raw elements and a numeric one its buffer,
+    both read by ``InferInput.as_numpy``; every size is checked against the body (a 400)."""
+    import orjson
+
+    try:
+        length = int(json_length)
+    except (TypeError, ValueError):
+        raise InvalidInput(f"inference-header-content-length must be an integer, "
+                           f"got {json_length!r}") from None
+    if not 0 < length <= len(body):
+        raise InvalidInput(f"inference-header-content-length {length} does not fit the "
+                           f"{len(body)}-byte body")
+    try:
+        header = orjson.loads(body[:length])
+        inputs = header["inputs"]
+        if not isinstance(inputs, list):
+            raise TypeError("'inputs' is not a list")
+    except (orjson.JSONDecodeError, KeyError, TypeError) as error:
+        raise InvalidInput(f"the JSON header of the binary request is not valid: {error}") \
+            from None
+    tensors, start = [], length
+    for entry in inputs:
+        try:
+            tensor = InferInput(name=entry["name"], shape=list(entry["shape"]),
+                                datatype=str(entry["datatype"]),
+                                parameters=entry.get("parameters"))
+        except (KeyError, TypeError) as error:
+            raise InvalidInput(f"input {entry!r} lacks name, shape or datatype ({error})") \
+                from None
+        parameters = entry.get("parameters") or {}
+        if entry.get("data") is not None:
+            tensor.data = entry["data"]
+        elif "binary_data_size" in parameters:
+            size = parameters["binary_data_size"]
+            if not isinstance(size, int) or size < 0 or start + size > len(body):
+                raise InvalidInput(f"input {tensor.name!r}: binary_data_size {size!r} does "
+                                   "not fit the body")
+            tensor._raw_data = body[start:start + size]
+            start += size
+        else:
+            raise InvalidInput(f"input {tensor.name!r} has neither data nor binary_data_size")
+        tensors.append(tensor)
+    outputs = header.get("outputs")
+    requested = [RequestedOutput(name=output["name"], parameters=output.get("parameters"))
+                 for output in outputs] if isinstance(outputs, list) else None
+    return InferRequest(model_name=model_name, infer_inputs=tensors,
+                        request_id=header.get("id"), parameters=header.get("parameters"),
+                        request_outputs=requested)
 
 
 @dataclass
@@ -225,8 +286,13 @@ def v1_response(predictions: Predictions) -> dict:
     }
 
 
-def v2_response(model_name: str, request_id: str, predictions: Predictions) -> InferResponse:
+def v2_response(model_name: str, request: ParsedRequest,
+                predictions: Predictions) -> InferResponse:
+    """The three outputs, in binary when the client asked for it (REST ``binary_data``
+    parameters, gRPC raw inputs), restricted to the outputs it requested, if it named any."""
     count = len(predictions.class_name)
+    # Lists, not arrays: KServe 0.21's InferResponse.to_grpc tests ``output.data`` for truth,
+    # which an array refuses (``protocol/infer_type.py`` L1422–1426).
     outputs = [
         InferOutput("probabilities", [count, predictions.probabilities.shape[1]], "FP32",
                     predictions.probabilities.astype(np.float32).reshape(-1).tolist()),
@@ -234,4 +300,14 @@ def v2_response(model_name: str, request_id: str, predictions: Predictions) -> I
                     [int(index) for index in predictions.class_index]),
         InferOutput("class_name", [count], "BYTES", list(predictions.class_name)),
     ]
-    return InferResponse(response_id=request_id, model_name=model_name, infer_outputs=outputs)
+    source = request.v2_request
+    known = {output.name for output in outputs}
+    requested = list(source.request_outputs or []) if source is not None else []
+    unknown = [output.name for output in requested if output.name not in known]
+    if unknown:
+        raise InvalidInput(f"unknown outputs {unknown}; this model has {sorted(known)}")
+    return InferResponse(
+        response_id=request.request_id, model_name=model_name, infer_outputs=outputs,
+        use_binary_outputs=bool(source is not None and source.use_binary_outputs),
+        requested_outputs=requested or None,
+    )
