@@ -1,5 +1,5 @@
 """The Fashion-MNIST pipeline: ingest → tune (optional) and train three CNNs in parallel →
-select → deploy → predict over HTTP.
+select → batch prediction, and deploy → predict over HTTP.
 
 The parameters are :class:`~fmnist.settings.pipeline.PipelineParameters`: their defaults and
 their descriptions in the docstring come from there (a test checks that the signature lists
@@ -10,11 +10,12 @@ import dataclasses
 from typing import NamedTuple
 
 from kfp import dsl, kubernetes
-from kfp.dsl import HTML, Artifact, Markdown, Model
+from kfp.dsl import HTML, Artifact, Dataset, Markdown, Model
 
 from fmnist.settings.pipeline import PipelineParameters
 from fmnist.settings.platform import MOUNT_PATH, Platform
 from fmnist.settings.schema import args_doc
+from kfp_components.batch_predict import batch_predict
 from kfp_components.deploy import deploy_model
 from kfp_components.freshness import freshness_window
 from kfp_components.ingest import ingest_fashion_mnist
@@ -27,8 +28,9 @@ PIPELINE_NAME = "fashion-mnist-training"
 DESCRIPTION = """Trains basic, dropout and batch-norm CNNs on Fashion-MNIST with
 MultiWorkerMirroredStrategy, keeps the most accurate on the test split, serves it (KServe on
 Kubeflow, the same predictor on 127.0.0.1 locally) if it is blessed, and scores the served
-model over HTTP. With ``tune``, each CNN's hyperparameters are first searched (Katib on
-Kubeflow, Optuna locally) and the best ones train it."""
+model over HTTP; the selected model also scores a dataset in shards (batch prediction). With
+``tune``, each CNN's hyperparameters are first searched (Katib on Kubeflow, Optuna locally)
+and the best ones train it."""
 
 
 class PipelineOutputs(NamedTuple):
@@ -39,6 +41,7 @@ class PipelineOutputs(NamedTuple):
     deployment: Artifact
     serving_url: str
     served_accuracy: float
+    batch_predictions: Dataset
 
 
 def cluster_defaults(platform: Platform) -> PipelineParameters:
@@ -89,6 +92,7 @@ def make_pipeline(parallelism: int = 0, platform: Platform | None = None):
         filters: int = _D.filters,
         precision: str = _D.precision,
         train_examples: int = _D.train_examples,
+        profile_steps: int = _D.profile_steps,
         num_workers: int = _D.num_workers,
         gpus_per_worker: int = _D.gpus_per_worker,
         backend: str = _D.backend,
@@ -101,6 +105,8 @@ def make_pipeline(parallelism: int = 0, platform: Platform | None = None):
         verification_images: int = _D.verification_images,
         prediction_images: int = _D.prediction_images,
         serving: dict = _D.serving,
+        batch_prediction_source: str = _D.batch_prediction_source,
+        batch_prediction_workers: int = _D.batch_prediction_workers,
     ) -> PipelineOutputs:
         window = freshness_window(freshness=freshness)
         window.set_caching_options(False)  # it reads the clock
@@ -136,6 +142,7 @@ def make_pipeline(parallelism: int = 0, platform: Platform | None = None):
                 backend=backend,
                 kubernetes=kubernetes,
                 max_restarts=max_restarts,
+                profile_steps=profile_steps,
             )
             train.set_display_name("train")
             _on_platform(train, platform, volume=True, credentials=True)
@@ -146,6 +153,16 @@ def make_pipeline(parallelism: int = 0, platform: Platform | None = None):
         select.set_display_name("select")
         _on_platform(select, platform)
         best_model = select.outputs["best_model"]
+        batch = batch_predict(
+            model=best_model,
+            dataset=ingest.outputs["dataset"],
+            batch_prediction_source=batch_prediction_source,
+            batch_prediction_workers=batch_prediction_workers,
+            backend=backend,
+            kubernetes=kubernetes,
+        )
+        batch.set_display_name("batch-predict")
+        _on_platform(batch, platform, volume=True, credentials=True)
         deploy = deploy_model(
             model=best_model,
             dataset=ingest.outputs["dataset"],
@@ -177,6 +194,7 @@ def make_pipeline(parallelism: int = 0, platform: Platform | None = None):
             deployment=deploy.outputs["deployment"],
             serving_url=deploy.outputs["url"],
             served_accuracy=predict.outputs["Output"],
+            batch_predictions=batch.outputs["predictions"],
         )
 
     fashion_mnist_pipeline.__doc__ = (

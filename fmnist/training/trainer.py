@@ -195,6 +195,11 @@ def train(
     started = time.time()
     # EpochReport runs before the backup so a logged epoch is never ahead of the checkpoint.
     callbacks = [EpochReport(), make_backup_callback(f"{work_dir}/{BACKUP_DIR}")]
+    # TensorBoard logs under <work_dir>/tensorboard, written by the chief alone.
+    from fmnist.training.tensorboard import tensorboard_callbacks
+
+    callbacks += tensorboard_callbacks(work_dir, is_chief=role.is_chief,
+                                       profile_steps=config.profile_steps)
     model.fit(train_data, epochs=config.epochs, steps_per_epoch=steps_per_epoch,
               validation_data=validation_data, verbose=0, callbacks=callbacks)
     train_seconds = time.time() - started

@@ -5,6 +5,10 @@ Layout of the model directory (the KFP ``Model`` artifact)::
     1/                 SavedModel (version 1, the layout TF Serving and KServe expect)
     result.json        what the chief reported: hyperparameters, history, timings
     history.jsonl      per-epoch metrics
+    tensorboard/       TensorBoard logs: per-epoch scalars, the graph, an optional profile
+
+On Kubernetes the step also points a Kubeflow ``Tensorboard`` at the logs on the shared volume
+(created if absent, left in place when the step ends) and links it in its Markdown output.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from fmnist.kubernetes.storage import copy_tree, stage_dataset
 from fmnist.settings.training import TrainingConfig
 from fmnist.training.export import SAVED_MODEL_VERSION
 from fmnist.training.job import TrainingJobSpec
+from fmnist.training.tensorboard import log_dir
 
 
 def job_name(model_type: str, model_dir: str) -> str:
@@ -40,6 +45,45 @@ def training_backend(backend: str, options: dict[str, Any]):
     return choose_backend("training", backend, local=local, kubernetes=kubernetes)
 
 
+def tensorboard_name(model_type: str, model_dir: str) -> str:
+    """The Tensorboard resource's name, stable across retries of the step."""
+    return stable_name(f"fmnist-tb-{model_type}", model_dir)
+
+
+def publish_tensorboard(name: str, job_dir: str, options: dict[str, Any],
+                        create=None) -> dict[str, Any]:
+    """A Kubeflow ``Tensorboard`` over the job's logs on the shared volume; ``create`` makes or
+    re-attaches to it (default: :func:`fmnist.kubernetes.tensorboard.ensure_tensorboard`)."""
+    from fmnist.kubernetes.tensorboard import build_tensorboard, dashboard_path, logs_path
+    from fmnist.settings.jobs import KubernetesSettings
+
+    settings = KubernetesSettings.from_dict(
+        {k: v for k, v in options.items() if k in KubernetesSettings.specs()})
+    namespace = settings.target_namespace
+    manifest = build_tensorboard(
+        name, namespace,
+        logs_path(log_dir(job_dir), pvc_name=settings.pvc_name, mount_path=settings.mount_path))
+    if create is None:
+        from fmnist.kubernetes.tensorboard import ensure_tensorboard as create
+    create(manifest)
+    return {"logs": log_dir(job_dir), "logspath": manifest["spec"]["logspath"],
+            "resource": f"{namespace}/{name}", "url": dashboard_path(namespace, name)}
+
+
+def tensorboard_markdown(model_type: str, info: dict[str, Any]) -> str:
+    """The training step's Markdown output: where the TensorBoard of this job is."""
+    lines = [f"# TensorBoard: {model_type}", ""]
+    if info.get("url"):
+        lines += [f"[Open TensorBoard]({info['url']}) (Kubeflow `Tensorboard` "
+                  f"`{info['resource']}`, logs `{info['logspath']}`)."]
+    else:
+        lines += [f"Logs in `{info['logs']}` (per-epoch scalars, the graph"
+                  + (", a profile" if info.get("profiled") else "") + ").", "",
+                  "On this machine `fmnist-kfp tensorboard` serves the latest run's logs on "
+                  "127.0.0.1."]
+    return "\n".join(lines) + "\n"
+
+
 def train_step(
     *,
     config: TrainingConfig,
@@ -51,6 +95,7 @@ def train_step(
     gpus_per_worker: int = 0,
     max_restarts: int = 2,
     launcher_options: dict[str, Any] | None = None,
+    create_tensorboard=None,
 ) -> tuple[dict[str, Any], dict[str, float]]:
     """Trains one model; returns the ``Model`` artifact metadata and the metrics to log.
 
@@ -76,6 +121,10 @@ def train_step(
         gpus_per_worker=gpus_per_worker,
         max_restarts=max_restarts,
     ).validate()
+    tensorboard = {"logs": log_dir(model_dir), "profiled": config.profile_steps > 0}
+    if backend == "kubernetes":  # before the job starts, so its progress can be watched
+        tensorboard.update(publish_tensorboard(tensorboard_name(config.model_type, model_dir),
+                                               job_dir, options, create_tensorboard))
     outcome = training_backend(backend, options).run(spec)
     if job_dir != model_dir:
         copy_tree(job_dir, model_dir)
@@ -100,6 +149,7 @@ def train_step(
         "job_name": name,
         "export_uri": f"{job_dir}/{SAVED_MODEL_VERSION}",
         "final_metrics": final,
+        "tensorboard": tensorboard,
     }
     metrics = {
         "train_accuracy": final.get("accuracy", 0.0),
