@@ -194,7 +194,10 @@ def format_chain(nodes: list[dict[str, Any]]) -> str:
         where = f"{node['task']} in {node['run']}"
         if producer.get("pod"):
             where += f", pod {producer['pod']}"
-        lines.append(f"{pad}{via}{node['artifact']} {_short(node['digest'])} from {where}")
+        lines.append(f"{pad}{via}{node['artifact']} {_short(node['digest'])} from {where}"
+                     + (" (as above)" if node.get("repeated") else ""))
+        if node.get("repeated"):
+            continue
         inner = "  " * node["depth"] + ("   " if node["depth"] else "") + "   "
         if node.get("served"):
             lines.append(f"{inner}served: {_value(node['served'])}")
