@@ -70,3 +70,29 @@ def dashboard_path(namespace: str, name: str) -> str:
     """Where the Kubeflow gateway serves it: the controller's VirtualService prefix
     ``/tensorboard/<namespace>/<name>/`` (tensorboard_controller.go, ``generateVirtualService``)."""
     return f"/tensorboard/{namespace}/{name}/"
+
+
+def ensure_tensorboard(manifest: dict[str, Any], custom_api=None, runner=None) -> dict:
+    """Creates the ``Tensorboard`` or re-attaches to the one a previous try of the step made
+    (the runner's create-or-reattach: a 409 means it is there), and returns without waiting:
+    the resource outlives the step and is never cleaned up by it."""
+    from fmnist.kubernetes.runner import JobStatus, RemoteJob, RemoteJobRunner
+
+    if custom_api is None:
+        from kubernetes import client, config
+
+        try:
+            config.load_incluster_config()
+        except config.ConfigException:
+            config.load_kube_config()
+        custom_api = client.CustomObjectsApi()
+    namespace, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
+    return (runner or RemoteJobRunner()).run(RemoteJob(
+        kind=KIND, namespace=namespace, name=name,
+        create=lambda: custom_api.create_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, manifest),
+        read=lambda: custom_api.get_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, name),
+        status=lambda current: JobStatus(done=True),
+        cleanup=lambda why: None,  # long-lived: left in place whatever happens to the step
+        describe_created=f"logs {manifest['spec']['logspath']}"))
