@@ -13,7 +13,7 @@ help:
 	@echo "make test     - run the tests"
 	@echo "make compile  - compile the pipeline and components into compiled/"
 	@echo "make readme   - regenerate the component READMEs and the README's settings tables"
-	@echo "make bench    - training, serving and tuning benchmarks into bench/results/ (needs wrk)"
+	@echo "make bench    - training, serving, tuning, batch prediction and TensorBoard benchmarks into bench/results/ (needs wrk)"
 	@echo "make lint     - ruff"
 
 .tools/bin/uv:
@@ -47,6 +47,8 @@ bench: setup
 	$(PY) -m bench.training $(BENCH_ARGS)
 	$(PY) -m bench.serving $(SERVING_BENCH_ARGS)
 	$(PY) -m bench.tuning $(TUNING_BENCH_ARGS)
+	$(PY) -m bench.batch_prediction $(BATCH_BENCH_ARGS)
+	$(PY) -m bench.tensorboard $(TENSORBOARD_BENCH_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -72,6 +72,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"Report:  {summary['report_path']} (HTML)",
             f"         {summary['report_markdown_path']} (Markdown)",
             _serving_line(summary["deployment"]),
+            _batch_line(summary["batch_prediction"]),
             f"Summary: {summary['summary_path']}",
             f"Took {summary['total_seconds']:.1f} s; steps from cache: {cached}",
         ])
@@ -147,6 +148,12 @@ def _serving_line(deployment: dict) -> str:
     return (f"Serving: {deployment['url']} ({deployment['action']}: {blessing.get('reason')}); "
             f"served accuracy {deployment['served_accuracy']:.4f} over HTTP\n"
             f"         stop it with: fmnist-kfp deployment stop --name {deployment['model_name']}")
+
+
+def _batch_line(batch: dict) -> str:
+    accuracy = f", accuracy {batch['accuracy']:.4f}" if batch.get("accuracy") is not None else ""
+    return (f"Batch:   {batch['rows']:,} rows scored ({batch['errors']} error rows){accuracy}, "
+            f"{batch['images_per_second']:.0f} images/s: {batch['path']}")
 
 
 def _latest_model_dir(summary_path: str) -> str:

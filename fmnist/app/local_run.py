@@ -102,6 +102,16 @@ def _tensorboard_logs(best_model) -> dict[str, str]:
     return logs
 
 
+def _batch_summary(predictions) -> dict[str, Any]:
+    keys = ("source", "rows", "predicted", "errors", "labelled", "accuracy", "workers",
+            "images_per_second", "scoring_images_per_second")
+    summary = {key: predictions.metadata.get(key) for key in keys}
+    for key in ("rows", "predicted", "errors", "labelled", "workers"):
+        if summary[key] is not None:
+            summary[key] = int(summary[key])  # artifact metadata carries numbers as floats
+    return {**summary, "path": predictions.path}
+
+
 def run_local(
     parameters: PipelineParameters,
     *,
@@ -169,6 +179,7 @@ def run_local(
         # The served model back to the dataset: steps, digests, hyperparameters (fmnist.lineage).
         "lineage": _lineage(pipeline_root, outputs.outputs["deployment"].uri),
         "tensorboard": _tensorboard_logs(best_model),  # what `fmnist-kfp tensorboard` serves
+        "batch_prediction": _batch_summary(outputs.outputs["batch_predictions"]),
     }
     summary_path = summary_path or os.path.join(pipeline_root, "summary.json")
     os.makedirs(os.path.dirname(os.path.abspath(summary_path)), exist_ok=True)

@@ -1,0 +1,94 @@
+"""TensorBoard overhead benchmark: training images/s with and without the chief's TensorBoard
+callback (per-epoch scalars and the graph, as every training job writes them).
+
+Writes ``bench/results/tensorboard.json``. Needs the real Fashion-MNIST (``$FASHION_MNIST_DIR``
+or ``--data-source``). One process, one replica, the real input pipeline: two copies of the
+batch-norm CNN are fitted alternately for ``--epochs`` epochs on ``--examples`` training images
+each round, one with the callback the trainer adds on the chief, one without, and the wall
+time of each ``fit`` (callbacks included) gives images/s; the ratio of the medians is the
+overhead. The profiled variant (``profile_steps``) is measured too, for information: it is off
+unless asked for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+
+from bench.common import RESULTS, add_data_source, data_source_missing, ingested_dataset
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_data_source(parser)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--examples", type=int, default=20_000)
+    args = parser.parse_args(argv)
+    if data_source_missing(args):
+        return 2
+    import tf_keras as keras
+
+    from fmnist.dataset.pipeline import training_dataset
+    from fmnist.settings.training import TrainingConfig
+    from fmnist.training.distributed import choose_precision
+    from fmnist.training.models import build_model
+    from fmnist.training.tensorboard import tensorboard_callbacks
+
+    data_dir = ingested_dataset(args.data_source)
+    config = TrainingConfig(model_type="batchnorm")
+    precision = choose_precision(config.precision)
+    keras.mixed_precision.set_global_policy(precision)
+    batch = config.batch_size
+    steps = -(-args.examples // batch)
+    work = tempfile.mkdtemp(prefix="fmnist-tb-bench-")
+    variants = {"without": lambda: [],
+                "with_tensorboard": lambda: tensorboard_callbacks(f"{work}/a", is_chief=True),
+                "with_profile_5_steps": lambda: tensorboard_callbacks(
+                    f"{work}/b", is_chief=True, profile_steps=5)}
+    models, data = {}, {}
+    for name in variants:
+        model = build_model(config)
+        model.compile(optimizer=keras.optimizers.Adam(1e-3),
+                      loss=keras.losses.SparseCategoricalCrossentropy(), metrics=["accuracy"])
+        data[name] = iter(training_dataset(data_dir, "train", batch, shuffle=True, seed=1,
+                                           take=args.examples, augment=True, repeat=True))
+        model.fit(data[name], steps_per_epoch=5, epochs=1, verbose=0)  # trace, fill the cache
+        models[name] = model
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    for round_index in range(args.rounds):
+        for name, callbacks in variants.items():
+            started = time.perf_counter()
+            models[name].fit(data[name], steps_per_epoch=steps, epochs=args.epochs, verbose=0,
+                             callbacks=callbacks())
+            samples[name].append(steps * batch * args.epochs / (time.perf_counter() - started))
+        print(f"round {round_index + 1}: " + json.dumps(
+            {k: round(v[-1], 1) for k, v in samples.items()}), flush=True)
+    medians = {name: round(statistics.median(values), 1) for name, values in samples.items()}
+    result = {
+        "machine": {"cpus": len(os.sched_getaffinity(0)), "platform": platform.platform(),
+                    "python": sys.version.split()[0]},
+        "model_type": config.model_type, "precision": precision, "batch_size": batch,
+        "epochs_per_fit": args.epochs, "examples_per_epoch": steps * batch,
+        "rounds": args.rounds,
+        "images_per_second": medians,
+        "with_tensorboard_vs_without": round(medians["with_tensorboard"] / medians["without"], 3),
+        "with_profile_vs_without": round(medians["with_profile_5_steps"] / medians["without"], 3),
+        "samples": {k: [round(v, 1) for v in values] for k, values in samples.items()},
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / "tensorboard.json"
+    path.write_text(json.dumps(result, indent=2))
+    print(json.dumps(result, indent=2))
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
