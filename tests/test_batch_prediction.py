@@ -151,3 +151,23 @@ def test_a_worker_that_fails_fails_the_job_naming_its_shard(synthetic_dataset, t
     with pytest.raises(BatchPredictionError, match="shard 0 failed with exit code 1") as caught:
         LocalBatchScorer(timeout_seconds=300).run(spec)
     assert "no SavedModel" in str(caught.value)
+
+
+def test_the_compiled_pipeline_scores_the_selected_model_after_select_and_caches_it():
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    spec, platform = yaml.safe_load_all(
+        (root / "compiled" / "fashion_mnist_pipeline.yaml").read_text())
+    task = spec["root"]["dag"]["tasks"]["batch-predict"]
+    assert task["cachingOptions"]["enableCache"] is True  # cached by its inputs
+    assert task["inputs"]["artifacts"]["model"]["taskOutputArtifact"] == {
+        "outputArtifactKey": "best_model", "producerTask": "select-best-model"}
+    parameters = task["inputs"]["parameters"]
+    assert parameters["batch_prediction_source"]["componentInputParameter"] == \
+        "batch_prediction_source"
+    assert parameters["batch_prediction_workers"]["componentInputParameter"] == \
+        "batch_prediction_workers"
+    executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    assert executors["exec-batch-predict"]["pvcMount"][0]["mountPath"] == "/mnt/fmnist"
+    assert spec["root"]["outputDefinitions"]["artifacts"]["batch_predictions"]

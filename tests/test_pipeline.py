@@ -40,7 +40,7 @@ def test_compiled_pipeline_loads_back_with_the_kfp_sdk():
     assert {"epochs", "backend", "kubernetes"} <= set(pipeline.component_spec.inputs)
     assert set(pipeline.component_spec.outputs) == {
         "best_model", "report", "report_markdown", "best_model_type", "deployment",
-        "serving_url", "served_accuracy"}
+        "serving_url", "served_accuracy", "batch_predictions"}
     platform = pipeline.platform_spec.platforms["kubernetes"]
     assert "exec-train-model" in platform.deployment_spec.executors
 
