@@ -159,3 +159,19 @@ def test_tensorboard_without_a_run_says_what_to_do(tmp_path, capsys):
     code = cli_main(["tensorboard", "--summary", str(tmp_path / "summary.json")])
     assert code == 2
     assert "run the pipeline first (make run) or pass --logdir" in capsys.readouterr().err
+
+
+def test_a_cluster_without_the_tensorboard_crd_still_trains_and_says_so():
+    from fmnist.kubernetes.runner import JobRefused
+
+    def refuse(manifest):
+        raise JobRefused("the API server refused to create Tensorboard team-a/x: HTTP 404 "
+                         "Not Found", 404)
+
+    info = publish_tensorboard("fmnist-tb-basic-0123456789", "/mnt/fmnist/jobs/fmnist-basic-1",
+                               {"namespace": "team-a", "pvc_name": "fmnist-data"},
+                               create=refuse)
+    assert "url" not in info and "HTTP 404" in info["error"]
+    markdown = tensorboard_markdown("basic", info)
+    assert "could not be created" in markdown
+    assert "pvc://fmnist-data/jobs/fmnist-basic-1/tensorboard" in markdown

@@ -65,9 +65,18 @@ def publish_tensorboard(name: str, job_dir: str, options: dict[str, Any],
         logs_path(log_dir(job_dir), pvc_name=settings.pvc_name, mount_path=settings.mount_path))
     if create is None:
         from fmnist.kubernetes.tensorboard import ensure_tensorboard as create
-    create(manifest)
-    return {"logs": log_dir(job_dir), "logspath": manifest["spec"]["logspath"],
-            "resource": f"{namespace}/{name}", "url": dashboard_path(namespace, name)}
+    info = {"logs": log_dir(job_dir), "logspath": manifest["spec"]["logspath"],
+            "resource": f"{namespace}/{name}"}
+    from fmnist.kubernetes.runner import RemoteJobError
+
+    try:
+        create(manifest)
+    except RemoteJobError as error:
+        # The logs are written either way; a cluster without Kubeflow's Tensorboard controller
+        # (its CRD absent: 404) or RBAC for it (403) must not stop the training.
+        print(f"no Tensorboard for {name}: {error}", flush=True)
+        return {**info, "error": str(error)}
+    return {**info, "url": dashboard_path(namespace, name)}
 
 
 def tensorboard_markdown(model_type: str, info: dict[str, Any]) -> str:
@@ -76,6 +85,10 @@ def tensorboard_markdown(model_type: str, info: dict[str, Any]) -> str:
     if info.get("url"):
         lines += [f"[Open TensorBoard]({info['url']}) (Kubeflow `Tensorboard` "
                   f"`{info['resource']}`, logs `{info['logspath']}`)."]
+    elif info.get("error"):
+        lines += [f"The Kubeflow `Tensorboard` `{info['resource']}` could not be created "
+                  f"({info['error']}); the logs are at `{info['logspath']}` and in the model "
+                  "artifact's `tensorboard/` folder."]
     else:
         lines += [f"Logs in `{info['logs']}` (per-epoch scalars, the graph"
                   + (", a profile" if info.get("profiled") else "") + ").", "",
