@@ -215,7 +215,7 @@ def test_local_pipeline_runs_end_to_end_then_from_cache(data_parameters, tmp_pat
     assert second["deployment"]["url"] == deployment["url"]
     assert second["deployment"]["served_accuracy"] == deployment["served_accuracy"]
     assert set(second["cache_hits"]) == {"ingest-fashion-mnist", "tune-hyperparameters",
-                                         "train-model", "select-best-model"}
+                                         "train-model", "select-best-model", "batch-predict"}
     assert second["best_model_path"] == first["best_model_path"]
     assert second["best_test_accuracy"] == first["best_test_accuracy"]
 
