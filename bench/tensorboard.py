@@ -7,7 +7,10 @@ batch-norm CNN are fitted alternately for ``--epochs`` epochs on ``--examples`` 
 each round, one with the callback the trainer adds on the chief, one without, and the wall
 time of each ``fit`` (callbacks included) gives images/s; the ratio of the medians is the
 overhead. Other work on a shared machine moves the absolute numbers from minute to minute, so
-the ratio is taken within each round (measurements seconds apart) and its median reported.
+the ratio is taken within each round (measurements seconds apart) and its median reported; and
+since another process taking a core halves a round's wall-clock speed, the same ratio is also
+computed from this process's CPU time (images per CPU second), which such interference barely
+moves: the callback's cost is CPU work in this process.
 The profiled variant (``profile_steps``) is measured too, for information: it is off
 unless asked for.
 """
@@ -64,12 +67,15 @@ def main(argv: list[str] | None = None) -> int:
         model.fit(data[name], steps_per_epoch=5, epochs=1, verbose=0)  # trace, fill the cache
         models[name] = model
     samples: dict[str, list[float]] = {name: [] for name in variants}
+    cpu: dict[str, list[float]] = {name: [] for name in variants}
     for round_index in range(args.rounds):
         for name, callbacks in variants.items():
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             models[name].fit(data[name], steps_per_epoch=steps, epochs=args.epochs, verbose=0,
                              callbacks=callbacks())
-            samples[name].append(steps * batch * args.epochs / (time.perf_counter() - started))
+            images = steps * batch * args.epochs
+            samples[name].append(images / (time.perf_counter() - started))
+            cpu[name].append(images / (time.process_time() - cpu_started))
         print(f"round {round_index + 1}: " + json.dumps(
             {k: round(v[-1], 1) for k, v in samples.items()}), flush=True)
     medians = {name: round(statistics.median(values), 1) for name, values in samples.items()}
@@ -87,7 +93,14 @@ def main(argv: list[str] | None = None) -> int:
         "with_profile_vs_without": round(statistics.median(
             a / b for a, b in zip(samples["with_profile_5_steps"], samples["without"],
                                   strict=True)), 3),
+        "images_per_cpu_second": {name: round(statistics.median(v), 1)
+                                  for name, v in cpu.items()},
+        "cpu_with_tensorboard_vs_without": round(statistics.median(
+            a / b for a, b in zip(cpu["with_tensorboard"], cpu["without"], strict=True)), 3),
+        "cpu_with_profile_vs_without": round(statistics.median(
+            a / b for a, b in zip(cpu["with_profile_5_steps"], cpu["without"], strict=True)), 3),
         "samples": {k: [round(v, 1) for v in values] for k, values in samples.items()},
+        "cpu_samples": {k: [round(v, 1) for v in values] for k, values in cpu.items()},
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / "tensorboard.json"
