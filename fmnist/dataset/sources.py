@@ -178,13 +178,14 @@ def _load_tfds() -> RawDataset:
 
     manual = os.environ.get(DATA_DIR_ENV, "").strip()
     config = tfds.download.DownloadConfig(manual_dir=manual) if manual else None
-    builder = tfds.builder("fashion_mnist", data_dir=tfds_data_dir())
+    data_dir = tfds_data_dir()
     try:
+        builder = tfds.builder("fashion_mnist", data_dir=data_dir)
         builder.download_and_prepare(download_config=config)
     except NonMatchingChecksumError as err:
         raise DataSourceError(
             f"TensorFlow Datasets downloaded fashion_mnist files that do not match its "
-            f"registered checksums: {err}. Remove {builder.data_dir} and its downloads and "
+            f"registered checksums: {err}. Remove {data_dir}/downloads and "
             "try again, or point data_source at the four official IDX .gz files."
         ) from err
     except Exception as err:
