@@ -50,7 +50,7 @@ def test_the_indexed_job_is_what_the_kubernetes_api_knows():
     assert job_problems(manifest) == []
     spec = manifest["spec"]
     assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == ("Indexed", 3, 3)
-    assert spec["backoffLimit"] == 3 and spec["ttlSecondsAfterFinished"] == 3600
+    assert spec["backoffLimit"] == 2 and spec["ttlSecondsAfterFinished"] == 3600
     pod = spec["template"]["spec"]
     assert pod["restartPolicy"] == "Never"
     assert spec["template"]["metadata"]["annotations"] == {"sidecar.istio.io/inject": "false"}
@@ -144,7 +144,7 @@ def test_a_source_the_pods_cannot_read_is_refused_before_anything_is_created(tmp
         with pytest.raises(UserInputError, match="not where the Job's pods can read it"):
             scorer.run(_spec(source="/home/me/images"))
         assert standin.calls == []
-    with pytest.raises(UserInputError, match="needs kubernetes.pvc_name"):
+    with pytest.raises(UserInputError, match="needs the shared claim"):
         IndexedJobScorer(KubernetesSettings(image="x:1", namespace="team-a"))
 
 

@@ -119,7 +119,13 @@ def test_compiled_pipeline_documents_parameters_and_caches_the_right_steps():
     executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
     train = executors["exec-train-model"]
     assert train["pvcMount"][0]["mountPath"] == "/mnt/fmnist"
-    assert train["pvcMount"][0]["constant"] == defaults["kubernetes"]["pvc_name"]
+    # The claim is the platform's, carried by every task; the user's kubernetes dict (empty by
+    # default) is merged over it by the steps, so it cannot drop it.
+    assert defaults["kubernetes"] == {}
+    train_env = {e["name"]: e["value"]
+                 for e in spec["deploymentSpec"]["executors"]["exec-train-model"]["container"][
+                     "env"]}
+    assert train["pvcMount"][0]["constant"] == train_env["FMNIST_PVC_NAME"]
     for executor in ("exec-train-model", "exec-ingest-fashion-mnist"):
         secret = executors[executor]["secretAsEnv"][0]
         assert secret["optional"] is True

@@ -16,6 +16,7 @@ import yaml
 
 from fmnist.errors import UserInputError
 from fmnist.kubernetes.tensorboard import build_tensorboard, dashboard_path, logs_path
+from fmnist.settings.jobs import KubernetesSettings
 from kfp_components.train.step import publish_tensorboard, tensorboard_markdown
 from tests.crd_schemas import _strict
 
@@ -67,7 +68,7 @@ def test_logs_path_takes_the_forms_the_controller_mounts():
 def test_the_training_step_creates_its_tensorboard_and_links_it():
     created = []
     info = publish_tensorboard("fmnist-tb-basic-0123456789", "/mnt/fmnist/jobs/fmnist-basic-1",
-                               {"namespace": "team-a", "pvc_name": "fmnist-data"},
+                               KubernetesSettings(namespace="team-a", pvc_name="fmnist-data"),
                                create=created.append)
     [manifest] = created
     jsonschema.validate(manifest, tensorboard_schema())
@@ -169,7 +170,7 @@ def test_a_cluster_without_the_tensorboard_crd_still_trains_and_says_so():
                          "Not Found", 404)
 
     info = publish_tensorboard("fmnist-tb-basic-0123456789", "/mnt/fmnist/jobs/fmnist-basic-1",
-                               {"namespace": "team-a", "pvc_name": "fmnist-data"},
+                               KubernetesSettings(namespace="team-a", pvc_name="fmnist-data"),
                                create=refuse)
     assert "url" not in info and "HTTP 404" in info["error"]
     markdown = tensorboard_markdown("basic", info)

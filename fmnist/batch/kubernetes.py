@@ -19,7 +19,8 @@ from fmnist.kubernetes.job import build_indexed_job, job_state, to_manifest
 from fmnist.kubernetes.runner import JobStatus, RemoteJob, RemoteJobRunner
 from fmnist.kubernetes.storage import copy_tree, stage_dataset
 from fmnist.scoring.job import ScoringJobSpec, merge_shards
-from fmnist.settings.jobs import KubernetesSettings
+from fmnist.settings.jobs import KubernetesSettings, cluster_settings
+from fmnist.settings.platform import PVC_ENV
 
 _URI_SCHEMES = ("gs://", "s3://")
 
@@ -37,15 +38,14 @@ class IndexedJobScorer:
                  runner: RemoteJobRunner | None = None, poll_seconds: float = 10.0,
                  **setting_overrides):
         if settings is None:
-            from fmnist.settings.platform import component_image
-
-            typed = KubernetesSettings.from_dict(setting_overrides).as_dict()
-            settings = KubernetesSettings(image=component_image(), **typed)
+            # The compiled platform's claim and image under the user's kubernetes parameter.
+            settings = cluster_settings(setting_overrides)
         self.settings = settings.validate()
         if not self.settings.pvc_name:
             raise UserInputError(
-                "batch prediction on Kubernetes needs kubernetes.pvc_name: its pods read the "
-                "model and write their shards on the shared volume")
+                "batch prediction on Kubernetes needs the shared claim its pods and this step "
+                f"both mount: compile the pipeline with {PVC_ENV}=<claim>, or set pvc_name in "
+                "the kubernetes parameter")
         self._api = batch_api
         deadline = self.settings.active_deadline_seconds
         self.runner = runner or RemoteJobRunner(

@@ -74,7 +74,7 @@ def build_indexed_job(spec: ScoringJobSpec, settings: KubernetesSettings):
             completion_mode="Indexed",
             completions=spec.num_shards,
             parallelism=spec.num_shards,
-            backoff_limit=settings.backoff_limit,
+            backoff_limit=spec.retries,
             active_deadline_seconds=settings.active_deadline_seconds or None,
             ttl_seconds_after_finished=settings.ttl_seconds_after_finished,
             template=template,

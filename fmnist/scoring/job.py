@@ -30,6 +30,8 @@ class ScoringJobSpec:
     source: str = ""
     num_shards: int = 1
     batch_size: int = 256
+    # Pods a Kubernetes Job may lose (killed, evicted) before it fails; locally none.
+    retries: int = 2
 
     def validate(self) -> ScoringJobSpec:
         if not is_dns_1035_label(self.name):
@@ -37,6 +39,8 @@ class ScoringJobSpec:
         if not 1 <= self.num_shards <= MAX_BATCH_WORKERS:
             raise UserInputError(f"batch_prediction_workers must be in [1, {MAX_BATCH_WORKERS}],"
                                  f" got {self.num_shards}")
+        if self.retries < 0:
+            raise UserInputError(f"retries must be 0 or more, got {self.retries}")
         if self.batch_size < 1:
             raise UserInputError(f"batch size must be at least 1, got {self.batch_size}")
         return self
