@@ -14,7 +14,8 @@ help:
 	@echo "make compile  - compile the pipeline and components into compiled/"
 	@echo "make readme   - regenerate the component READMEs and the README's settings tables"
 	@echo "make release  - wheel + compiled pipeline and components of this version into dist/"
-	@echo "make bench    - training, serving and tuning benchmarks into bench/results/ (needs wrk)"
+	@echo "make bench    - training, serving, tuning, batch prediction and TensorBoard benchmarks"
+	@echo "               into bench/results/ (needs wrk)"
 	@echo "make lint     - ruff"
 
 .tools/bin/uv:
@@ -52,6 +53,8 @@ bench: setup
 	$(PY) -m bench.training $(BENCH_ARGS)
 	$(PY) -m bench.serving $(SERVING_BENCH_ARGS)
 	$(PY) -m bench.tuning $(TUNING_BENCH_ARGS)
+	$(PY) -m bench.batch_prediction $(BATCH_BENCH_ARGS)
+	$(PY) -m bench.tensorboard $(TENSORBOARD_BENCH_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .

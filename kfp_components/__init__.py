@@ -17,6 +17,7 @@ FOLDERS = {
     "select": "select_best_model",
     "deploy": "deploy_model",
     "predict": "predict_with_served_model",
+    "batch_predict": "batch_predict",
 }
 
 __all__ = ["COMPONENTS", *FOLDERS.values()]

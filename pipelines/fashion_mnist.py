@@ -1,5 +1,5 @@
 """The Fashion-MNIST pipeline: ingest → tune (optional) and train three CNNs in parallel →
-select → deploy → predict over HTTP.
+select → batch prediction, and deploy → predict over HTTP.
 
 The parameters are :class:`~fmnist.settings.pipeline.PipelineParameters`: their defaults and
 their descriptions in the docstring come from there (a test checks that the signature lists
@@ -10,12 +10,13 @@ import dataclasses
 from typing import NamedTuple
 
 from kfp import dsl, kubernetes
-from kfp.dsl import HTML, Artifact, Markdown, Model
+from kfp.dsl import HTML, Artifact, Dataset, Markdown, Model
 
 from fmnist import __version__
 from fmnist.settings.pipeline import PipelineParameters
 from fmnist.settings.platform import MOUNT_PATH, Platform
 from fmnist.settings.schema import args_doc
+from kfp_components.batch_predict import batch_predict
 from kfp_components.deploy import deploy_model
 from kfp_components.freshness import freshness_window
 from kfp_components.ingest import ingest_fashion_mnist
@@ -28,8 +29,9 @@ PIPELINE_NAME = "fashion-mnist-training"
 DESCRIPTION = """Trains basic, dropout and batch-norm CNNs on Fashion-MNIST with
 MultiWorkerMirroredStrategy, keeps the most accurate on the test split, serves it (KServe on
 Kubeflow, the same predictor on 127.0.0.1 locally) if it is blessed, and scores the served
-model over HTTP. With ``tune``, each CNN's hyperparameters are first searched (Katib on
-Kubeflow, Optuna locally) and the best ones train it."""
+model over HTTP; the selected model also scores a dataset in shards (batch prediction). With
+``tune``, each CNN's hyperparameters are first searched (Katib on Kubeflow, Optuna locally)
+and the best ones train it."""
 
 
 class PipelineOutputs(NamedTuple):
@@ -40,16 +42,18 @@ class PipelineOutputs(NamedTuple):
     deployment: Artifact
     serving_url: str
     served_accuracy: float
+    batch_predictions: Dataset
 
 
 def cluster_defaults(platform: Platform) -> PipelineParameters:
-    """The Kubeflow variant's defaults: TFJobs of two workers, TFDS as the data source."""
+    """The Kubeflow variant's defaults: TFJobs of two workers, TFDS as the data source.
+
+    ``kubernetes`` stays ``{}``: the shared claim is not a default the user's dict could
+    replace, but part of the platform every task carries (``FMNIST_PVC_NAME``, see
+    :func:`_on_platform`), under which the steps merge the user's settings
+    (:func:`fmnist.settings.jobs.cluster_settings`)."""
     return dataclasses.replace(
-        PipelineParameters(), data_source="tfds", backend="kubernetes", num_workers=2,
-        # One key only: protobuf orders a dict's keys by hash, so compiles of a larger
-        # default would differ from process to process.
-        kubernetes={"pvc_name": platform.pvc_name},
-    )
+        PipelineParameters(), data_source="tfds", backend="kubernetes", num_workers=2)
 
 
 def _on_platform(task, platform: Platform | None, *, volume: bool = False,
@@ -90,6 +94,7 @@ def make_pipeline(parallelism: int = 0, platform: Platform | None = None):
         filters: int = _D.filters,
         precision: str = _D.precision,
         train_examples: int = _D.train_examples,
+        profile_steps: int = _D.profile_steps,
         num_workers: int = _D.num_workers,
         gpus_per_worker: int = _D.gpus_per_worker,
         backend: str = _D.backend,
@@ -102,6 +107,8 @@ def make_pipeline(parallelism: int = 0, platform: Platform | None = None):
         verification_images: int = _D.verification_images,
         prediction_images: int = _D.prediction_images,
         serving: dict = _D.serving,
+        batch_prediction_source: str = _D.batch_prediction_source,
+        batch_prediction_workers: int = _D.batch_prediction_workers,
     ) -> PipelineOutputs:
         window = freshness_window(freshness=freshness)
         window.set_caching_options(False)  # it reads the clock
@@ -137,6 +144,7 @@ def make_pipeline(parallelism: int = 0, platform: Platform | None = None):
                 backend=backend,
                 kubernetes=kubernetes,
                 max_restarts=max_restarts,
+                profile_steps=profile_steps,
             )
             train.set_display_name("train")
             _on_platform(train, platform, volume=True, credentials=True)
@@ -147,6 +155,16 @@ def make_pipeline(parallelism: int = 0, platform: Platform | None = None):
         select.set_display_name("select")
         _on_platform(select, platform)
         best_model = select.outputs["best_model"]
+        batch = batch_predict(
+            model=best_model,
+            dataset=ingest.outputs["dataset"],
+            batch_prediction_source=batch_prediction_source,
+            batch_prediction_workers=batch_prediction_workers,
+            backend=backend,
+            kubernetes=kubernetes,
+        )
+        batch.set_display_name("batch-predict")
+        _on_platform(batch, platform, volume=True, credentials=True)
         deploy = deploy_model(
             model=best_model,
             dataset=ingest.outputs["dataset"],
@@ -178,6 +196,7 @@ def make_pipeline(parallelism: int = 0, platform: Platform | None = None):
             deployment=deploy.outputs["deployment"],
             serving_url=deploy.outputs["url"],
             served_accuracy=predict.outputs["Output"],
+            batch_predictions=batch.outputs["predictions"],
         )
 
     # The compiled pipeline says which release it is and which image its steps run, in the

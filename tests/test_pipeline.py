@@ -40,7 +40,7 @@ def test_compiled_pipeline_loads_back_with_the_kfp_sdk():
     assert {"epochs", "backend", "kubernetes"} <= set(pipeline.component_spec.inputs)
     assert set(pipeline.component_spec.outputs) == {
         "best_model", "report", "report_markdown", "best_model_type", "deployment",
-        "serving_url", "served_accuracy"}
+        "serving_url", "served_accuracy", "batch_predictions"}
     platform = pipeline.platform_spec.platforms["kubernetes"]
     assert "exec-train-model" in platform.deployment_spec.executors
 
@@ -119,7 +119,13 @@ def test_compiled_pipeline_documents_parameters_and_caches_the_right_steps():
     executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
     train = executors["exec-train-model"]
     assert train["pvcMount"][0]["mountPath"] == "/mnt/fmnist"
-    assert train["pvcMount"][0]["constant"] == defaults["kubernetes"]["pvc_name"]
+    # The claim is the platform's, carried by every task; the user's kubernetes dict (empty by
+    # default) is merged over it by the steps, so it cannot drop it.
+    assert defaults["kubernetes"] == {}
+    train_env = {e["name"]: e["value"]
+                 for e in spec["deploymentSpec"]["executors"]["exec-train-model"]["container"][
+                     "env"]}
+    assert train["pvcMount"][0]["constant"] == train_env["FMNIST_PVC_NAME"]
     for executor in ("exec-train-model", "exec-ingest-fashion-mnist"):
         secret = executors[executor]["secretAsEnv"][0]
         assert secret["optional"] is True
@@ -241,7 +247,7 @@ def test_local_pipeline_runs_end_to_end_then_from_cache(data_parameters, tmp_pat
     assert second["deployment"]["url"] == deployment["url"]
     assert second["deployment"]["served_accuracy"] == deployment["served_accuracy"]
     assert set(second["cache_hits"]) == {"ingest-fashion-mnist", "tune-hyperparameters",
-                                         "train-model", "select-best-model"}
+                                         "train-model", "select-best-model", "batch-predict"}
     assert second["best_model_path"] == first["best_model_path"]
     assert second["best_test_accuracy"] == first["best_test_accuracy"]
 

@@ -73,6 +73,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"Report:  {summary['report_path']} (HTML)",
             f"         {summary['report_markdown_path']} (Markdown)",
             _serving_line(summary["deployment"]),
+            _batch_line(summary["batch_prediction"]),
             f"Summary: {summary['summary_path']}",
             f"Took {summary['total_seconds']:.1f} s; steps from cache: {cached}",
         ])
@@ -150,6 +151,12 @@ def _serving_line(deployment: dict) -> str:
             f"         stop it with: fmnist-kfp deployment stop --name {deployment['model_name']}")
 
 
+def _batch_line(batch: dict) -> str:
+    accuracy = f", accuracy {batch['accuracy']:.4f}" if batch.get("accuracy") is not None else ""
+    return (f"Batch:   {batch['rows']:,} rows scored ({batch['errors']} error rows){accuracy}, "
+            f"{batch['images_per_second']:.0f} images/s: {batch['path']}")
+
+
 def _latest_model_dir(summary_path: str) -> str:
     try:
         with open(summary_path) as handle:
@@ -186,6 +193,51 @@ def cmd_deployment(args: argparse.Namespace) -> int:
         return 1
     print(json.dumps({"name": server.name, "url": server.url, "pid": server.pid,
                       "test_accuracy": server.test_accuracy, "log": server.log_file}, indent=2))
+    return 0
+
+
+def cmd_lineage(args: argparse.Namespace) -> int:
+    """The chain from a model (or a run's served model) back to the dataset."""
+    from fmnist.app.lineage import chain, format_chain, resolve, verify
+
+    index, start = resolve(args.path)
+    nodes = chain(index, start)
+    print(json.dumps(nodes, indent=2) if args.json else format_chain(nodes))
+    if args.verify:
+        changed = verify(nodes)
+        for uri in changed:
+            print(f"changed since it was recorded: {uri}", file=sys.stderr)
+        return 1 if changed else 0
+    return 0
+
+
+def _tensorboard_logs(summary_path: str) -> dict[str, str]:
+    try:
+        with open(summary_path) as handle:
+            logs = json.load(handle).get("tensorboard") or {}
+    except (OSError, json.JSONDecodeError):
+        logs = {}
+    if not logs:
+        raise UserInputError(
+            f"no TensorBoard logs: {summary_path} is missing or names none; run the pipeline "
+            "first (make run) or pass --logdir")
+    return logs
+
+
+def cmd_tensorboard(args: argparse.Namespace) -> int:
+    """TensorBoard on 127.0.0.1 over the latest local run's training logs (foreground)."""
+    if args.logdir:
+        spec = ["--logdir", args.logdir]
+    else:
+        logs = _tensorboard_logs(args.summary)
+        spec = ["--logdir_spec", ",".join(f"{name}:{path}" for name, path in logs.items())]
+    from tensorboard import program
+
+    board = program.TensorBoard()
+    board.configure(argv=["tensorboard", *spec, "--host", args.host, "--port", str(args.port)])
+    print(f"TensorBoard on http://{args.host}:{args.port}/ over {' '.join(spec[1:])}",
+          flush=True)
+    board.main()
     return 0
 
 
@@ -249,6 +301,25 @@ def build_parser() -> argparse.ArgumentParser:
     dep.add_argument("action", choices=("status", "stop"))
     dep.add_argument("--name", default=_D.model_name, help="default %(default)s")
     dep.set_defaults(func=cmd_deployment)
+
+    tbd = commands.add_parser("tensorboard",
+                              help="TensorBoard over the latest local run's training logs")
+    tbd.add_argument("--summary", default="runs/local/summary.json",
+                     help="the run summary naming the logs (default %(default)s)")
+    tbd.add_argument("--logdir", default="", help="serve this directory instead")
+    tbd.add_argument("--host", default="127.0.0.1", help="default %(default)s")
+    tbd.add_argument("--port", type=int, default=6006, help="default %(default)s")
+    tbd.set_defaults(func=cmd_tensorboard)
+
+    lin = commands.add_parser(
+        "lineage", help="which data and run produced a model, and what serves it")
+    lin.add_argument("path", nargs="?", default="runs/local",
+                     help="a model (or other) artifact, a run directory, or the pipeline root "
+                          "(its latest run; default %(default)s)")
+    lin.add_argument("--json", action="store_true", help="the chain as JSON")
+    lin.add_argument("--verify", action="store_true",
+                     help="recompute each artifact's digest; exit 1 if one changed")
+    lin.set_defaults(func=cmd_lineage)
 
     ing = commands.add_parser("ingest", help="ingest Fashion-MNIST into a directory")
     ing.add_argument("--data-source", default="", help="as for run")

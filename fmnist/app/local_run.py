@@ -79,6 +79,39 @@ def _deployment_summary(outputs) -> dict[str, Any]:
     }
 
 
+def _lineage(pipeline_root: str, start_uri: str) -> list[dict[str, Any]]:
+    from fmnist.app.lineage import Index, chain
+
+    index = Index.of(pipeline_root)
+    start = index.artifacts.get(start_uri)
+    return chain(index, start) if start else []
+
+
+def _tensorboard_logs(best_model) -> dict[str, str]:
+    """Each candidate's TensorBoard logs (inside its model artifact), by model type: the
+    selection's lineage names the candidates."""
+    from fmnist.training.tensorboard import log_dir
+
+    logs = {}
+    lineage = best_model.metadata.get("lineage") or {}
+    for entry in (lineage.get("inputs") or {}).get("candidates", []):
+        result = os.path.join(entry["uri"], "result.json")
+        if os.path.exists(result) and os.path.isdir(log_dir(entry["uri"])):
+            with open(result) as handle:
+                logs[json.load(handle)["model_type"]] = log_dir(entry["uri"])
+    return logs
+
+
+def _batch_summary(predictions) -> dict[str, Any]:
+    keys = ("source", "rows", "predicted", "errors", "labelled", "accuracy", "workers",
+            "images_per_second", "scoring_images_per_second")
+    summary = {key: predictions.metadata.get(key) for key in keys}
+    for key in ("rows", "predicted", "errors", "labelled", "workers"):
+        if summary[key] is not None:
+            summary[key] = int(summary[key])  # artifact metadata carries numbers as floats
+    return {**summary, "path": predictions.path}
+
+
 def run_local(
     parameters: PipelineParameters,
     *,
@@ -143,6 +176,10 @@ def run_local(
             s["cache_hit"] for s in recorder.steps if s["step"] not in NEVER_CACHED
         ),
         "parameters": {k: v for k, v in parameters.arguments().items() if k != "data_source"},
+        # The served model back to the dataset: steps, digests, hyperparameters (fmnist.lineage).
+        "lineage": _lineage(pipeline_root, outputs.outputs["deployment"].uri),
+        "tensorboard": _tensorboard_logs(best_model),  # what `fmnist-kfp tensorboard` serves
+        "batch_prediction": _batch_summary(outputs.outputs["batch_predictions"]),
     }
     summary_path = summary_path or os.path.join(pipeline_root, "summary.json")
     os.makedirs(os.path.dirname(os.path.abspath(summary_path)), exist_ok=True)

@@ -82,6 +82,30 @@ def _rows(candidates: list[dict[str, Any]], best: str) -> list[list[str]]:
 
 
 HEADER = ["model", "test accuracy", "parameters", "epochs", "train s", "final train accuracy"]
+LINEAGE_HEADER = ["model", "model digest", "trained by", "hyperparameters", "dataset digest"]
+
+
+def lineage_rows(candidates: list[dict[str, Any]]) -> list[list[str]]:
+    """Which run and data produced each candidate (its ``lineage`` entry, fmnist.lineage)."""
+    rows = []
+    for c in candidates:
+        lineage = c.get("lineage") or {}
+        parameters = lineage.get("parameters") or {}
+        producer = lineage.get("producer") or {}
+        dataset = (lineage.get("inputs") or {}).get("dataset") or {}
+        hyperparameters = parameters.get("hyperparameters") or c.get("hyperparameters") or {}
+        trained_by = " ".join(filter(None, [
+            producer.get("step", ""), parameters.get("job_name", ""),
+            f"({parameters['backend']})" if parameters.get("backend") else "",
+            producer.get("pod", "")]))
+        rows.append([
+            c["model_type"], lineage.get("digest", "")[:19], trained_by,
+            ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                      for k, v in sorted(hyperparameters.items())
+                      if k in ("learning_rate", "batch_size", "filters", "dropout_rate")),
+            dataset.get("digest", "")[:19],
+        ])
+    return rows
 
 
 def markdown_report(candidates: list[dict[str, Any]], best: str, num_test: int) -> str:
@@ -100,6 +124,10 @@ def markdown_report(candidates: list[dict[str, Any]], best: str, num_test: int) 
     for i, name in enumerate(CLASS_NAMES):
         cells = [f"{c['per_class_accuracy'][i]:.3f}" for c in candidates]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    if any(c.get("lineage") for c in candidates):
+        lines += ["", "## Lineage", "", "| " + " | ".join(LINEAGE_HEADER) + " |",
+                  "|" + "---|" * len(LINEAGE_HEADER)]
+        lines += ["| " + " | ".join(row) + " |" for row in lineage_rows(candidates)]
     return "\n".join(lines) + "\n"
 
 
@@ -117,6 +145,9 @@ def html_report(candidates: list[dict[str, Any]], best: str, num_test: int) -> s
         [name] + [f"{c['per_class_accuracy'][i]:.3f}" for c in candidates]
         for i, name in enumerate(CLASS_NAMES)
     ]
+    lineage = ""
+    if any(c.get("lineage") for c in candidates):
+        lineage = "<h2>Lineage</h2>\n" + table(LINEAGE_HEADER, lineage_rows(candidates))
     curves = training_curves_png(candidates)
     matrix = confusion_matrix_png(winner["confusion_matrix"], f"{best}: test confusion matrix")
     return f"""<!doctype html>
@@ -138,5 +169,6 @@ chosen by accuracy on the {num_test:,} test images.</p>
 {table(["class"] + [c["model_type"] for c in candidates], per_class_rows)}
 <h2>Confusion matrix of the winner</h2>
 <img alt="confusion matrix" src="data:image/png;base64,{matrix}">
+{lineage}
 </body></html>
 """

@@ -22,10 +22,12 @@ class Selection:
     html: str
 
 
-def select_best(data_dir: str, model_dirs: list[str], best_model_dir: str) -> Selection:
+def select_best(data_dir: str, model_dirs: list[str], best_model_dir: str,
+                lineages: dict[str, dict[str, Any]] | None = None) -> Selection:
     """Evaluates each model directory on the test split, copies the best to ``best_model_dir``.
 
     Ties go to the smaller model (fewer parameters), then to the earlier candidate.
+    ``lineages``: each model directory's lineage entry, shown in the reports.
     """
     from fmnist.dataset.pipeline import load_arrays
     from fmnist.training.export import SAVED_MODEL_VERSION
@@ -50,6 +52,7 @@ def select_best(data_dir: str, model_dirs: list[str], best_model_dir: str) -> Se
                 "final_metrics": result["final_metrics"],
                 "history": result["history"],
                 "model_dir": model_dir,
+                "lineage": (lineages or {}).get(model_dir) or {},
             }
         )
     best = max(

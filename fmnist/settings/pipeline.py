@@ -1,8 +1,8 @@
 """The pipeline's run parameters: the setting groups combined, plus the per-concern dicts.
 
-Every field comes from one group (data, training, jobs, deploy) or is declared here (the model
-types, the tuning switch and the three JSON-object parameters, each checked against its own
-group: :class:`~fmnist.settings.jobs.KubernetesSettings`,
+Every field comes from one group (data, training, jobs, deploy, batch prediction) or is
+declared here (the model types, the tuning switch and the three JSON-object parameters, each
+checked against its own group: :class:`~fmnist.settings.jobs.KubernetesSettings`,
 :class:`~fmnist.settings.tuning.TuningSettings`, :class:`~fmnist.settings.serving.ServingSettings`).
 The CLI flags, the pipeline's parameters and docstring and the README's tables derive from it.
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from fmnist.settings.batch import BatchPredictionSettings
 from fmnist.settings.data import DataSettings
 from fmnist.settings.jobs import JobSettings, KubernetesSettings
 from fmnist.settings.schema import Settings, each_once, not_empty, one_of, setting
@@ -32,7 +33,8 @@ def _keys(group: type[Settings]) -> str:
 
 
 @dataclass
-class PipelineParameters(DeploySettings, JobSettings, TrainingSettings, DataSettings):
+class PipelineParameters(BatchPredictionSettings, DeploySettings, JobSettings, TrainingSettings,
+                         DataSettings):
     """Run parameters of the Fashion-MNIST pipeline."""
 
     WHAT = "pipeline parameters"

@@ -69,6 +69,10 @@ class TrainingSettings(Hyperparameters):
     train_examples: int = setting(
         0, help="Train on the first N training examples only (0: all of them).",
         rules=[not_negative])
+    profile_steps: int = setting(
+        0, help="Training steps profiled into the job's TensorBoard logs, from the second step "
+                "on (0: none; scalars and the graph are always logged).",
+        rules=[not_negative])
 
 
 @dataclass

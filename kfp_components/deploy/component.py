@@ -63,6 +63,19 @@ def deploy_model(
         json.dump(decision, handle, indent=2)
     with open(blessing.path, "w") as handle:
         json.dump(blessing.metadata, handle)
+    from fmnist.lineage import add_lineage, content_digest
+
+    serves = decision["action"] in SERVES_CANDIDATE
+    # What answers at the URL now: this model (its digest is the served version), or the
+    # earlier model that blessing or a failed rollout kept.
+    served = {"name": model_name, "url": decision.get("url") or "", "backend": backend,
+              "action": decision["action"], "model": model.uri if serves else "earlier model",
+              "version": content_digest(model.path) if serves else ""}
+    if decision.get("storage_uri"):
+        served["storage_uri"] = decision["storage_uri"]
+    add_lineage(deployment, "deploy", "deploy_model", inputs={"model": model, "dataset": dataset},
+                parameters={"model_name": model_name, "blessing_tolerance": blessing_tolerance,
+                            "blessed": record["blessed"]}, served=served)
     outputs = namedtuple("DeployOutputs", ["url", "action", "serves_model"])
     return outputs(decision.get("url") or "", decision["action"],
                    decision["action"] in SERVES_CANDIDATE)

@@ -23,8 +23,12 @@ def ingest_fashion_mnist(
         dataset: TFRecord shards plus ``metadata.json`` (source, checksums, split sizes,
             per-class counts).
     """
+    from fmnist.lineage import add_lineage
     from kfp_components.ingest.step import ingest_step
 
     dataset.metadata.update(ingest_step(data_source, dataset.path,
                                         freshness_window=freshness_window,
                                         expected_sha256=expected_sha256))
+    add_lineage(dataset, "ingest", "ingest_fashion_mnist", inputs={}, parameters={
+        "source": dataset.metadata["source"], "idx_sha256": dataset.metadata["sha256"],
+        "freshness_window": freshness_window})

@@ -44,4 +44,10 @@ def predict_with_served_model(
         metrics.log_metric(name, value)
     with open(metrics.path, "w") as handle:
         json.dump(metrics.metadata, handle)
+    from fmnist.lineage import add_lineage
+
+    add_lineage(metrics, "predict", "predict_with_served_model",
+                inputs={"model": model, "dataset": dataset},
+                parameters={"url": url, "model_name": model_name, "sample_size": sample_size,
+                            "serves_model": serves_model})
     return float(values["served_accuracy"])

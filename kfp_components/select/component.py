@@ -48,4 +48,15 @@ def select_best_model(
         handle.write(outputs.html)
     with open(report_markdown.path, "w") as handle:
         handle.write(outputs.markdown)
+    from fmnist.lineage import LINEAGE_KEY, add_lineage, content_digest
+
+    winner = next(c for c in candidates if c.path == outputs.source_dir)
+    entry = add_lineage(best_model, "select", "select_best_model", inputs={
+        "dataset": dataset, "model": winner, "candidates": candidates}, parameters={
+        "model_type": outputs.best_model_type,
+        "test_accuracy": outputs.metadata["test_accuracy"],
+        "test_examples": outputs.metadata["test_examples"]})
+    for document in (report, report_markdown):
+        document.metadata[LINEAGE_KEY] = {**entry, "uri": document.uri,
+                                          "digest": content_digest(document.path)}
     return outputs.best_model_type

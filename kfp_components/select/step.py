@@ -18,12 +18,14 @@ class SelectionOutputs:
     confusion_matrix: list[list[int]]
     html: str
     markdown: str
+    source_dir: str = ""  # the winning candidate's directory
 
 
 def select_step(data_dir: str, candidates: list[tuple[str, dict[str, Any]]],
                 best_model_dir: str) -> SelectionOutputs:
     """``candidates``: each model's directory and artifact metadata."""
-    selection = select_best(data_dir, [path for path, _ in candidates], best_model_dir)
+    selection = select_best(data_dir, [path for path, _ in candidates], best_model_dir,
+                            {path: metadata.get("lineage") or {} for path, metadata in candidates})
     best = selection.best
     source = next(metadata for path, metadata in candidates if path == best["model_dir"])
     metadata = {
@@ -37,4 +39,4 @@ def select_step(data_dir: str, candidates: list[tuple[str, dict[str, Any]]],
     metrics.update({f"{c['model_type']}_test_accuracy": c["test_accuracy"]
                     for c in selection.candidates})
     return SelectionOutputs(best["model_type"], metadata, metrics, best["confusion_matrix"],
-                            selection.html, selection.markdown)
+                            selection.html, selection.markdown, best["model_dir"])

@@ -1,4 +1,4 @@
-from kfp.dsl import Dataset, Input, Metrics, Model, Output
+from kfp.dsl import Dataset, Input, Markdown, Metrics, Model, Output
 
 from kfp_components.base import component
 
@@ -16,8 +16,10 @@ def train_model(
     backend: str,
     kubernetes: dict,
     max_restarts: int,
+    profile_steps: int,
     model: Output[Model],
     metrics: Output[Metrics],
+    tensorboard: Output[Markdown],
 ):
     """Trains one CNN with MultiWorkerMirroredStrategy and exports it as a SavedModel.
 
@@ -38,17 +40,23 @@ def train_model(
         backend: {setting}
         kubernetes: {setting}
         max_restarts: {setting}
-        model: SavedModel under ``1/`` with the training history; metadata holds the model
-            type, hyperparameters, parameter count, epochs, train time and final metrics.
+        profile_steps: {setting}
+        model: SavedModel under ``1/`` with the training history and TensorBoard logs
+            (``tensorboard/``); metadata holds the model type, hyperparameters, parameter
+            count, epochs, train time, final metrics and lineage.
         metrics: Final training metrics.
+        tensorboard: Where to see the job's TensorBoard: a link to the Kubeflow
+            ``Tensorboard`` this step creates on Kubernetes, the logs' path locally.
     """
     import json
 
+    from fmnist.lineage import add_lineage
     from fmnist.settings.training import TrainingConfig
-    from kfp_components.train.step import train_step
+    from kfp_components.train.step import tensorboard_markdown, train_step
 
     config = TrainingConfig(model_type=model_type, epochs=epochs, precision=precision,
-                            train_examples=train_examples).with_hyperparameters(hyperparameters)
+                            train_examples=train_examples, profile_steps=profile_steps,
+                            ).with_hyperparameters(hyperparameters)
     metadata, values = train_step(
         config=config,
         data_dir=dataset.path,
@@ -64,3 +72,9 @@ def train_model(
         metrics.log_metric(name, value)
     with open(metrics.path, "w") as handle:  # a file, so the cache entry can be reused
         json.dump(values, handle)
+    with open(tensorboard.path, "w") as handle:
+        handle.write(tensorboard_markdown(model_type, metadata["tensorboard"]))
+    add_lineage(model, "train", "train_model", inputs={"dataset": dataset}, parameters={
+        "model_type": model_type, "hyperparameters": hyperparameters, "epochs": epochs,
+        "precision": precision, "train_examples": train_examples, "num_workers": num_workers,
+        "backend": backend, "job_name": metadata["job_name"]})

@@ -5,18 +5,27 @@ Layout of the model directory (the KFP ``Model`` artifact)::
     1/                 SavedModel (version 1, the layout TF Serving and KServe expect)
     result.json        what the chief reported: hyperparameters, history, timings
     history.jsonl      per-epoch metrics
+    tensorboard/       TensorBoard logs: per-epoch scalars, the graph, an optional profile
+
+On Kubernetes the step also points a Kubeflow ``Tensorboard`` at the logs on the shared volume
+(created if absent, left in place when the step ends) and links it in its Markdown output.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fmnist.backends import choose_backend
+from fmnist.errors import UserInputError
 from fmnist.kubernetes.names import stable_name
 from fmnist.kubernetes.storage import copy_tree, stage_dataset
+from fmnist.settings.jobs import KubernetesSettings, cluster_settings
+from fmnist.settings.platform import PVC_ENV
 from fmnist.settings.training import TrainingConfig
 from fmnist.training.export import SAVED_MODEL_VERSION
 from fmnist.training.job import TrainingJobSpec
+from fmnist.training.tensorboard import log_dir
 
 
 def job_name(model_type: str, model_dir: str) -> str:
@@ -24,8 +33,10 @@ def job_name(model_type: str, model_dir: str) -> str:
     return stable_name(f"fmnist-{model_type}", model_dir)
 
 
-def training_backend(backend: str, options: dict[str, Any]):
-    """The launcher of ``backend``: worker processes here, or a TFJob on the cluster."""
+def training_backend(backend: str, settings: KubernetesSettings | None = None,
+                     make_launcher: Callable[[KubernetesSettings], Any] | None = None):
+    """The launcher of ``backend``: worker processes here, or a TFJob on the cluster with the
+    pods' ``settings`` (``make_launcher`` builds it from them; tests give it a client)."""
 
     def local():
         from fmnist.launcher.local import LocalProcessLauncher
@@ -35,9 +46,58 @@ def training_backend(backend: str, options: dict[str, Any]):
     def kubernetes():
         from fmnist.launcher.kubernetes import TFJobLauncher
 
-        return TFJobLauncher(**options)
+        return (make_launcher or TFJobLauncher)(settings)
 
     return choose_backend("training", backend, local=local, kubernetes=kubernetes)
+
+
+def tensorboard_name(model_type: str, model_dir: str) -> str:
+    """The Tensorboard resource's name, stable across retries of the step."""
+    return stable_name(f"fmnist-tb-{model_type}", model_dir)
+
+
+def publish_tensorboard(name: str, job_dir: str, settings: KubernetesSettings,
+                        create=None) -> dict[str, Any]:
+    """A Kubeflow ``Tensorboard`` over the job's logs on the shared volume (``settings``: the
+    job's pod settings); ``create`` makes or re-attaches to it (default:
+    :func:`fmnist.kubernetes.tensorboard.ensure_tensorboard`)."""
+    from fmnist.kubernetes.tensorboard import build_tensorboard, dashboard_path, logs_path
+
+    namespace = settings.target_namespace
+    manifest = build_tensorboard(
+        name, namespace,
+        logs_path(log_dir(job_dir), pvc_name=settings.pvc_name, mount_path=settings.mount_path))
+    if create is None:
+        from fmnist.kubernetes.tensorboard import ensure_tensorboard as create
+    info = {"logs": log_dir(job_dir), "logspath": manifest["spec"]["logspath"],
+            "resource": f"{namespace}/{name}"}
+    try:
+        create(manifest)
+    except Exception as error:  # noqa: BLE001 - best effort, said in the step's outputs
+        # The logs are written either way; a cluster without Kubeflow's Tensorboard controller
+        # (its CRD absent: 404), without RBAC for it (403), or an API client that cannot be
+        # configured must not stop the training.
+        print(f"no Tensorboard for {name}: {error}", flush=True)
+        return {**info, "error": str(error)}
+    return {**info, "url": dashboard_path(namespace, name)}
+
+
+def tensorboard_markdown(model_type: str, info: dict[str, Any]) -> str:
+    """The training step's Markdown output: where the TensorBoard of this job is."""
+    lines = [f"# TensorBoard: {model_type}", ""]
+    if info.get("url"):
+        lines += [f"[Open TensorBoard]({info['url']}) (Kubeflow `Tensorboard` "
+                  f"`{info['resource']}`, logs `{info['logspath']}`)."]
+    elif info.get("error"):
+        lines += [f"The Kubeflow `Tensorboard` `{info['resource']}` could not be created "
+                  f"({info['error']}); the logs are at `{info['logspath']}` and in the model "
+                  "artifact's `tensorboard/` folder."]
+    else:
+        lines += [f"Logs in `{info['logs']}` (per-epoch scalars, the graph"
+                  + (", a profile" if info.get("profiled") else "") + ").", "",
+                  "On this machine `fmnist-kfp tensorboard` serves the latest run's logs on "
+                  "127.0.0.1."]
+    return "\n".join(lines) + "\n"
 
 
 def train_step(
@@ -51,19 +111,28 @@ def train_step(
     gpus_per_worker: int = 0,
     max_restarts: int = 2,
     launcher_options: dict[str, Any] | None = None,
+    make_launcher: Callable[[KubernetesSettings], Any] | None = None,
+    create_tensorboard=None,
 ) -> tuple[dict[str, Any], dict[str, float]]:
     """Trains one model; returns the ``Model`` artifact metadata and the metrics to log.
 
     On Kubernetes the workers are pods that cannot see this step's artifact paths, so the
     dataset is staged on the shared volume (once per dataset) and the job works there; the
     finished model is then copied into ``model_dir`` like the local backend's.
+    ``launcher_options`` is the pipeline's ``kubernetes`` parameter, merged over the compiled
+    platform's pod settings (:func:`~fmnist.settings.jobs.cluster_settings`).
     """
     name = job_name(config.model_type, model_dir)
     job_data_dir, job_dir = data_dir, model_dir
-    options = dict(launcher_options or {})
+    settings = None
     if backend == "kubernetes":
-        shared = options.get("mount_path", "/mnt/fmnist").rstrip("/")
-        job_data_dir = stage_dataset(data_dir, f"{shared}/datasets")
+        settings = cluster_settings(launcher_options)  # checked before anything is copied
+        if not settings.pvc_name:
+            raise UserInputError(
+                "a TFJob needs the shared claim its pods and this step both mount (the staged "
+                f"dataset, the exported model): compile the pipeline with {PVC_ENV}=<claim>, "
+                "or set pvc_name in the kubernetes parameter")
+        shared = settings.mount_path.rstrip("/")
         job_dir = f"{shared}/jobs/{name}"
     spec = TrainingJobSpec(
         name=name,
@@ -76,7 +145,17 @@ def train_step(
         gpus_per_worker=gpus_per_worker,
         max_restarts=max_restarts,
     ).validate()
-    outcome = training_backend(backend, options).run(spec)
+    tensorboard = {"logs": log_dir(model_dir), "profiled": config.profile_steps > 0}
+    if settings is not None:  # every problem found before the dataset is copied
+        from fmnist.kubernetes.tfjob import build_tfjob
+
+        build_tfjob(spec, settings)
+        job_data_dir = stage_dataset(data_dir, f"{shared}/datasets")
+        spec.data_dir = job_data_dir
+        # Before the job starts, so its progress can be watched.
+        tensorboard.update(publish_tensorboard(tensorboard_name(config.model_type, model_dir),
+                                               job_dir, settings, create_tensorboard))
+    outcome = training_backend(backend, settings, make_launcher).run(spec)
     if job_dir != model_dir:
         copy_tree(job_dir, model_dir)
     result = outcome.result
@@ -100,6 +179,7 @@ def train_step(
         "job_name": name,
         "export_uri": f"{job_dir}/{SAVED_MODEL_VERSION}",
         "final_metrics": final,
+        "tensorboard": tensorboard,
     }
     metrics = {
         "train_accuracy": final.get("accuracy", 0.0),

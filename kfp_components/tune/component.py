@@ -84,4 +84,9 @@ def tune_hyperparameters(
         json.dump(metrics.metadata, handle)
     with open(report.path, "w") as handle:
         handle.write(outputs.html)
+    from fmnist.lineage import add_lineage
+
+    add_lineage(search, "tune", "tune_hyperparameters", inputs={"dataset": dataset}, parameters={
+        "model_type": model_type, "tuned": enabled, "backend": backend,
+        "given": asdict(given), "best": asdict(outputs.hyperparameters)})
     return namedtuple("TuneOutputs", ["hyperparameters"])(asdict(outputs.hyperparameters))

@@ -1,0 +1,54 @@
+from kfp.dsl import Dataset, Input, Metrics, Model, Output
+
+from kfp_components.base import component
+
+
+@component
+def batch_predict(
+    model: Input[Model],
+    dataset: Input[Dataset],
+    batch_prediction_source: str,
+    batch_prediction_workers: int,
+    backend: str,
+    kubernetes: dict,
+    predictions: Output[Dataset],
+    metrics: Output[Metrics],
+):
+    """Scores a dataset with the selected model, sharded across workers (Vertex AI's batch
+    prediction, in the pipeline).
+
+    ``local`` runs one worker process per shard; ``kubernetes`` an Indexed Job, one pod per
+    shard (``JOB_COMPLETION_INDEX``), on the shared volume. Inputs are read as the predictor
+    reads them; an input that cannot be read becomes an error row, never a failed step. Cached
+    by its inputs: a source whose files change under the same name is not noticed.
+
+    Args:
+        model: The selected model.
+        dataset: The ingested dataset; its test split is the default source.
+        batch_prediction_source: {setting}
+        batch_prediction_workers: {setting}
+        backend: {setting}
+        kubernetes: {setting}
+        predictions: JSON Lines files (id, class, class_name, probabilities, and label when
+            known; error rows for unreadable inputs) and ``summary.json``; metadata holds the
+            counts, the accuracy when labels exist, images/s and lineage.
+        metrics: Accuracy (when labels exist), rows, error rows, images/s.
+    """
+    import json
+
+    from fmnist.lineage import add_lineage
+    from kfp_components.batch_predict.step import batch_predict_step
+
+    metadata, values = batch_predict_step(
+        model_dir=model.path, data_dir=dataset.path, output_dir=predictions.path,
+        source=batch_prediction_source, workers=batch_prediction_workers, backend=backend,
+        kubernetes=kubernetes)
+    predictions.metadata.update(metadata)
+    for name, value in values.items():
+        metrics.log_metric(name, value)
+    with open(metrics.path, "w") as handle:  # a file, so the cache entry can be reused
+        json.dump(values, handle)
+    add_lineage(predictions, "batch_predict", "batch_predict",
+                inputs={"model": model, "dataset": dataset},
+                parameters={"source": metadata["source"], "workers": batch_prediction_workers,
+                            "backend": backend, "accuracy": metadata["accuracy"]})

@@ -1,0 +1,81 @@
+"""The batch prediction step: the selected model scores a dataset in shards, locally in worker
+processes or on Kubernetes in an Indexed Job, and the step records the counts.
+
+Layout of the output (the KFP ``Dataset`` artifact)::
+
+    predictions-00000-of-00002.jsonl   one row per input (id, class, class_name, probabilities,
+    predictions-00001-of-00002.jsonl   label when known; or id and error)
+    shards/00000-of-00002.json         each shard's counts
+    summary.json                       rows, predictions, error rows, accuracy
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fmnist.backends import choose_backend
+from fmnist.kubernetes.names import stable_name
+from fmnist.scoring.inputs import list_source
+from fmnist.scoring.job import ScoringJobSpec
+from fmnist.settings.batch import BatchPredictionSettings
+
+ROW_FORMAT = ("JSON Lines: id, class, class_name, probabilities (10), label when known; "
+              "an unreadable input is a row with id and error")
+
+
+def job_name(output_dir: str) -> str:
+    """The job's name, stable across retries of the step (a retry re-attaches to its Job)."""
+    return stable_name("fmnist-batch", output_dir)
+
+
+def scoring_backend(backend: str, options: dict[str, Any]):
+    """Worker processes here, or an Indexed Job on the cluster."""
+
+    def local():
+        from fmnist.batch.local import LocalBatchScorer
+
+        return LocalBatchScorer()
+
+    def kubernetes():
+        from fmnist.batch.kubernetes import IndexedJobScorer
+
+        return IndexedJobScorer(**options)
+
+    return choose_backend("batch prediction", backend, local=local, kubernetes=kubernetes)
+
+
+def batch_predict_step(*, model_dir: str, data_dir: str, output_dir: str, source: str = "",
+                       workers: int = 2, backend: str = "local",
+                       kubernetes: dict[str, Any] | None = None,
+                       scorer=None) -> tuple[dict[str, Any], dict[str, float]]:
+    """Scores ``source`` (``""``: the dataset's test split) with the model in ``workers``
+    shards; returns the ``Dataset`` artifact's metadata and the metrics to log. Bad settings
+    and a source that does not exist fail before any worker starts."""
+    BatchPredictionSettings(batch_prediction_source=source,
+                            batch_prediction_workers=workers).validate()
+    listed = list_source(source, data_dir)
+    print(f"batch prediction of {listed.describe()} in {workers} shard(s), {backend}",
+          flush=True)
+    spec = ScoringJobSpec(name=job_name(output_dir), model_dir=model_dir, data_dir=data_dir,
+                          output_dir=output_dir, source=source, num_shards=workers).validate()
+    runner = scorer or scoring_backend(backend, dict(kubernetes or {}))
+    summary = runner.run(spec)
+    seconds = summary.get("job_seconds") or 0.0
+    rate = round(summary["rows"] / seconds, 1) if seconds else 0.0
+    metadata = {
+        "source": source or "the ingested test split",
+        "format": ROW_FORMAT,
+        **{key: summary[key] for key in ("rows", "predicted", "errors", "labelled", "files")},
+        "accuracy": summary["accuracy"],
+        "workers": workers,
+        "backend": backend,
+        "job_name": spec.name,
+        "job_seconds": seconds,
+        "images_per_second": rate,
+        "scoring_images_per_second": summary["scoring_images_per_second"],
+    }
+    metrics = {"rows": float(summary["rows"]), "error_rows": float(summary["errors"]),
+               "images_per_second": rate}
+    if summary["accuracy"] is not None:
+        metrics["accuracy"] = summary["accuracy"]
+    return metadata, metrics
