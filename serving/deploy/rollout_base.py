@@ -1,0 +1,398 @@
+"""What both KServe rollouts share: blessing, verification, whole-object writes, waits, the
+ServingRuntime, SIGTERM handling and the result record.
+
+Every write is a PUT of the whole object with the ``resourceVersion`` just read (the controller
+updates status, so a conflict is retried with a fresh read); labels, annotations and finalizers
+that others set are kept. Waits poll with a deadline, log each change of state and retry
+transient API errors (5xx, 429, timeouts).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+from fmnist.settings.serving import FMNIST_RUNTIME
+from serving.deploy.blessing import BlessingDecision, bless
+from serving.deploy.inference_service import (
+    ANNOTATION_CANDIDATE_MODEL_URI,
+    ANNOTATION_MODEL_URI,
+    ANNOTATION_TEST_ACCURACY,
+    MODEL_ANNOTATIONS,
+    KServeSettings,
+    build_inference_service,
+    build_serving_runtime,
+    to_manifest,
+)
+from serving.deploy.kserve_api import (
+    Conflict,
+    KServeApi,
+    KServeRolloutError,
+    ReadinessTimeout,
+    TransientApiError,
+)
+from serving.deploy.kserve_status import (
+    DeploymentMode,
+    canonical_mode,
+    cluster_local_url,
+    external_url,
+)
+
+Verify = Callable[[str, str], dict]
+Log = Callable[[str], None]
+CONFLICT_RETRIES = 5
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived while a rollout was half done (a BaseException so no library
+    swallows it)."""
+
+
+def annotations_of(isvc: dict) -> dict[str, str]:
+    return dict((isvc.get("metadata") or {}).get("annotations") or {})
+
+
+def model_uri_of(isvc: dict) -> str | None:
+    """The model the stable (rolled-out) revision serves: our annotation, else the spec (when
+    no canary is out)."""
+    annotated = annotations_of(isvc).get(ANNOTATION_MODEL_URI)
+    if annotated:
+        return annotated
+    predictor = ((isvc.get("spec") or {}).get("predictor")) or {}
+    if predictor.get("canaryTrafficPercent") is None:
+        return (predictor.get("model") or {}).get("storageUri")
+    return None
+
+
+def served_accuracy(isvc: dict) -> tuple[float | None, str]:
+    """The served model's test accuracy and, when it is unknown, why."""
+    value = annotations_of(isvc).get(ANNOTATION_TEST_ACCURACY)
+    if value is None:
+        return None, f"annotation {ANNOTATION_TEST_ACCURACY} is missing"
+    try:
+        accuracy = float(value)
+    except ValueError:
+        return None, f"annotation {ANNOTATION_TEST_ACCURACY}={value!r} is not a number"
+    if not 0.0 <= accuracy <= 1.0:
+        return None, f"annotation {ANNOTATION_TEST_ACCURACY}={value!r} is not in [0, 1]"
+    return accuracy, ""
+
+
+def format_accuracy(value: float) -> str:
+    return f"{value:.6f}"
+
+
+def merged_metadata(current: dict, built: dict) -> dict:
+    """``current``'s metadata (resourceVersion, finalizers, others' labels and annotations)
+    with our labels and annotations laid over it; our model annotations are replaced as a
+    set."""
+    metadata = {key: value for key, value in (current.get("metadata") or {}).items()
+                if key != "managedFields"}
+    annotations = {key: value for key, value in (metadata.get("annotations") or {}).items()
+                   if key not in MODEL_ANNOTATIONS}
+    metadata["annotations"] = {**annotations, **(built.get("annotations") or {})}
+    metadata["labels"] = {**(metadata.get("labels") or {}), **(built.get("labels") or {})}
+    return metadata
+
+
+class _SigtermGuard:
+    """While active, the first SIGTERM raises :class:`Terminated` so the half-done rollout is
+    undone; once undoing (``hold()``), further SIGTERMs only get logged."""
+
+    def __init__(self, log: Log):
+        self.log = log
+        self.holding = False
+
+    def hold(self) -> None:
+        self.holding = True
+
+    def __call__(self, signum, frame):
+        if self.holding:
+            self.log("[kserve] SIGTERM: finishing the rollback first")
+            return
+        self.holding = True
+        self.log("[kserve] SIGTERM: rolling back before exiting")
+        raise Terminated()
+
+
+@contextlib.contextmanager
+def sigterm_guard(log: Log):
+    guard = _SigtermGuard(log)
+    if threading.current_thread() is not threading.main_thread():
+        yield guard  # signal handlers can only be set from the main thread
+        return
+    previous = signal.signal(signal.SIGTERM, guard)
+    try:
+        yield guard
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class Rollout:
+    """One deployment of ``storage_uri`` on the InferenceService ``settings.name``."""
+
+    def __init__(self, settings: KServeSettings, api: KServeApi, mode: DeploymentMode,
+                 storage_uri: str, test_accuracy: float, tolerance: float, verify: Verify,
+                 poll_seconds: float, log: Log):
+        self.settings = settings
+        self.api = api
+        self.mode = mode
+        self.name = settings.name
+        self.storage_uri = storage_uri
+        self.test_accuracy = test_accuracy
+        self.tolerance = tolerance
+        self.verify_url = verify
+        self.poll_seconds = poll_seconds
+        self.log = log
+
+    @property
+    def where(self) -> str:
+        return self.api.where(self.name)
+
+    # -- the flow both modes share -------------------------------------------------------
+
+    def deploy(self, current: dict | None) -> dict:
+        if current is None:
+            return self.create()
+        decision = self.blessing(current)
+        self.log(f"[kserve] blessing: {decision.reason}")
+        served = model_uri_of(current)
+        if served == self.storage_uri:
+            return self.unchanged(current, decision)
+        if not decision.blessed:
+            return self.result("rejected", decision, current, reason=decision.reason)
+        return self.update(current, decision, served)
+
+    def update(self, current: dict, decision: BlessingDecision, served: str | None) -> dict:
+        raise NotImplementedError
+
+    def blessing(self, current: dict) -> BlessingDecision:
+        serving_accuracy, unknown = served_accuracy(current)
+        decision = bless(self.test_accuracy, serving_accuracy, self.tolerance)
+        if serving_accuracy is None:
+            decision = replace(decision, reason=f"the serving model's accuracy is unknown "
+                               f"({unknown}): blessed without a comparison")
+        canary = annotations_of(current).get(ANNOTATION_CANDIDATE_MODEL_URI)
+        if canary:
+            self.log(f"[kserve] warning: an earlier rollout left candidate {canary} in place; "
+                     "this one replaces it")
+        return decision
+
+    def create(self) -> dict:
+        decision = bless(self.test_accuracy, None, self.tolerance)
+        self.ensure_serving_runtime()
+        annotations = self.stable_annotations(self.storage_uri, self.test_accuracy)
+        body = self.build(annotations)
+        self.log(f"[kserve] creating {self.where} ({self.mode.mode} mode, from "
+                 f"{self.mode.source}) serving {self.storage_uri}")
+        created = self.create_object(body)
+        isvc = self.wait_rolled_out(created, "new InferenceService")
+        url = self.require_address(isvc)
+        verification = self.verify(url, self.name, "new InferenceService")
+        result = self.result("created", decision, isvc, verification=verification,
+                             reason=f"nothing was served; created {self.where}")
+        if not verification["passed"]:
+            raise KServeRolloutError(
+                f"{self.where} was created but its model {self.storage_uri} failed "
+                f"verification at {url}: {self.describe(verification)}. There is no earlier "
+                "model to roll back to; fix the model or the predictor and deploy again, or "
+                f"delete it (kubectl delete inferenceservice -n {self.api.namespace} "
+                f"{self.name})", result)
+        return result
+
+    def unchanged(self, current: dict, decision: BlessingDecision) -> dict:
+        url = self.require_address(current)
+        verification = self.verify(url, self.name, "served model")
+        result = self.result("unchanged", decision, current, verification=verification,
+                             reason=f"{self.storage_uri} is already served")
+        if not verification["passed"]:
+            raise KServeRolloutError(
+                f"{self.where} already serves {self.storage_uri}, but it failed "
+                f"verification at {url}: {self.describe(verification)}; nothing was changed",
+                result)
+        return result
+
+    def wait_rolled_out(self, written: dict, what: str) -> dict:
+        raise NotImplementedError
+
+    # -- verification ----------------------------------------------------------------------
+
+    def passes(self, verification: dict) -> bool:
+        # A verifier that scores a sample says what the model should score on that sample
+        # (``expected_accuracy``); the test-split accuracy is the yardstick otherwise.
+        accuracy = verification.get("accuracy")
+        expected = verification.get("expected_accuracy", self.test_accuracy)
+        return (verification.get("ok") is True and isinstance(accuracy, int | float)
+                and accuracy >= expected - self.tolerance)
+
+    def verify(self, url: str, model_name: str, what: str) -> dict:
+        self.log(f"[kserve] verifying the {what} at {url}")
+        try:
+            verification = dict(self.verify_url(url, model_name))
+        except Exception as error:  # a verifier that cannot reach the model is a failure
+            verification = {"ok": False, "error": f"{type(error).__name__}: {error}"}
+        verification["passed"] = self.passes(verification)
+        self.log(f"[kserve] verification of the {what}: {verification}")
+        return verification
+
+    @staticmethod
+    def describe(verification: dict) -> str:
+        if "error" in verification:
+            return str(verification["error"])
+        return (f"ok={verification.get('ok')}, accuracy={verification.get('accuracy')}, "
+                f"failures={verification.get('failures')}/{verification.get('requests')}")
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def stable_annotations(self, uri: str, accuracy: float) -> dict[str, str]:
+        return {ANNOTATION_TEST_ACCURACY: format_accuracy(accuracy), ANNOTATION_MODEL_URI: uri}
+
+    def build(self, model_annotations: dict[str, str], *, storage_uri: str | None = None,
+              canary_percent: int | None = None, name: str | None = None) -> dict:
+        return to_manifest(build_inference_service(
+            self.settings, storage_uri=storage_uri or self.storage_uri,
+            annotations=model_annotations, canary_traffic_percent=canary_percent,
+            mode=self.mode, name=name))
+
+    def create_object(self, body: dict) -> dict:
+        """POSTs ``body``; after a transient failure the object may exist: then it is read."""
+        name = body["metadata"]["name"]
+        try:
+            return self.api.create(body)
+        except TransientApiError as error:
+            self.log(f"[kserve] {error}; checking whether it was created")
+            existing = self.retrying(lambda: self.api.get(name), f"read {name}")
+            if existing is None:
+                return self.api.create(body)
+            return existing
+        except Conflict as conflict:
+            raise KServeRolloutError(
+                f"{self.api.where(name)} was created by someone else meanwhile ({conflict}); "
+                "run the step again") from None
+
+    def write(self, body: dict) -> dict:
+        """PUTs ``body`` (ours) over the current object, keeping others' metadata; conflicts
+        and transient failures are retried with a fresh read."""
+        name = body["metadata"]["name"]
+        for attempt in range(1, CONFLICT_RETRIES + 1):
+            current = self.retrying(lambda: self.api.get(name), f"read {name}")
+            if current is None:
+                raise KServeRolloutError(f"{self.api.where(name)} disappeared during the "
+                                         "rollout")
+            merged = {**body, "metadata": merged_metadata(current, body["metadata"])}
+            try:
+                return self.api.replace(merged)
+            except (Conflict, TransientApiError) as error:
+                self.log(f"[kserve] {self.api.where(name)} could not be updated ({error}); "
+                         f"retrying ({attempt}/{CONFLICT_RETRIES})")
+        raise KServeRolloutError(
+            f"{self.api.where(name)} kept changing under this update ({CONFLICT_RETRIES} "
+            "tries); is another deployment running at the same time?")
+
+    def retrying(self, call: Callable, what: str, attempts: int = 5):
+        """``call()``, retried on transient API errors with a growing pause."""
+        for attempt in range(1, attempts + 1):
+            try:
+                return call()
+            except TransientApiError as error:
+                if attempt == attempts:
+                    raise
+                self.log(f"[kserve] {error}; retrying ({attempt}/{attempts})")
+                time.sleep(self.poll_seconds * attempt)
+        raise AssertionError("unreachable")
+
+    # -- waits -------------------------------------------------------------------------------
+
+    def wait(self, what: str, read: Callable[[], object],
+             check: Callable[[object], tuple[bool, str]], *, deadline_hint: str = "") -> object:
+        """Polls ``read()`` until ``check`` says done; logs each new state; retries transient
+        API errors; raises :class:`ReadinessTimeout` at ``ready_timeout_seconds``."""
+        timeout = self.settings.ready_timeout_seconds
+        deadline = time.monotonic() + timeout
+        last = None
+        state = "nothing read yet"
+        while True:
+            try:
+                obj = read()
+            except TransientApiError as error:
+                state = f"the API server did not answer ({error}); retrying"
+            else:
+                self.check_mode(obj)
+                done, state = check(obj)
+                if done:
+                    self.log(f"[kserve] {what}: {state}")
+                    return obj
+            if state != last:
+                self.log(f"[kserve] waiting for the {what}: {state}")
+                last = state
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ReadinessTimeout(
+                    f"{self.where}: the {what} was not ready after {timeout:g} s ({state}). "
+                    f"Look at kubectl describe inferenceservice -n {self.api.namespace} "
+                    f"{self.name} and the predictor pods' logs, or raise "
+                    f"ready_timeout_seconds{deadline_hint}")
+            time.sleep(min(self.poll_seconds, remaining))
+
+    def check_mode(self, isvc) -> None:
+        """Stops a wait for the wrong mode: the status says which mode KServe chose (0.15.1+);
+        it differs when the cluster's default could not be read."""
+        recorded = canonical_mode(((isvc or {}).get("status") or {}).get("deploymentMode"))
+        if recorded and recorded != self.mode.mode:
+            raise KServeRolloutError(
+                f"{self.where} runs in {recorded} mode, not {self.mode.mode} ({self.mode.source})"
+                f"; set serving.deployment_mode to {recorded} and run the step again")
+
+    # -- the ServingRuntime ------------------------------------------------------------------
+
+    def ensure_serving_runtime(self) -> None:
+        """Creates our ServingRuntime when it is missing; a different one is left alone."""
+        if self.settings.runtime != FMNIST_RUNTIME:
+            return
+        wanted = to_manifest(build_serving_runtime(self.settings))
+        existing = self.retrying(lambda: self.api.get_runtime(FMNIST_RUNTIME),
+                                 f"read ServingRuntime {FMNIST_RUNTIME}")
+        if existing is None:
+            self.log(f"[kserve] creating ServingRuntime {self.api.namespace}/{FMNIST_RUNTIME}")
+            self.api.create_runtime(wanted)
+            return
+        have = ((existing.get("spec") or {}).get("containers") or [{}])[0]
+        want = wanted["spec"]["containers"][0]
+        if (have.get("image"), have.get("args")) != (want["image"], want["args"]):
+            self.log(f"[kserve] warning: ServingRuntime {self.api.namespace}/{FMNIST_RUNTIME} "
+                     f"runs {have.get('image')} {have.get('args')}, not {want['image']} "
+                     f"{want['args']}; it is left as it is (changing it restarts every model "
+                     "it serves): apply build_serving_runtime's manifest to update it")
+
+    # -- results -----------------------------------------------------------------------------
+
+    def require_address(self, isvc: dict) -> str:
+        url = cluster_local_url(isvc)
+        if not url:
+            raise KServeRolloutError(f"{self.where} is Ready but reports no cluster-local "
+                                     "address (status.address.url)")
+        return url
+
+    def result(self, action: str, decision: BlessingDecision, isvc: dict | None, *,
+               canary_url: str | None = None, verification: dict | None = None,
+               canary_percent: int | None = None, reason: str = "") -> dict:
+        return {
+            "action": action,
+            "blessing": decision.as_dict(),
+            "url": cluster_local_url(isvc or {}),
+            "external_url": external_url(isvc or {}),
+            "canary_url": canary_url,
+            "verification": verification,
+            "namespace": self.api.namespace,
+            "name": self.name,
+            "mode": self.mode.mode,
+            "runtime": self.settings.runtime,
+            "storage_uri": self.storage_uri,
+            "service_account": self.settings.service_account or None,
+            "canary_traffic_percent": canary_percent,
+            "reason": reason,
+        }
