@@ -1,0 +1,313 @@
+"""The remote-job runner (fmnist/kubernetes/runner.py) with a scripted job and a fake clock:
+no HTTP, no real waiting. The launchers' tests run it against the API stand-ins."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+import urllib3
+from kubernetes.client.exceptions import ApiException
+
+from fmnist.kubernetes.runner import (
+    DEADLINE,
+    ERROR,
+    FAILED,
+    TERMINATED,
+    ApiUnreachable,
+    DeadlineExceeded,
+    JobFailed,
+    JobRefused,
+    JobStatus,
+    JobVanished,
+    RemoteJob,
+    RemoteJobError,
+    RemoteJobRunner,
+    Terminated,
+    api_message,
+    api_status,
+    is_transient,
+)
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+def _api_error(status: int, message: str = "") -> ApiException:
+    error = ApiException(status=status, reason={404: "Not Found", 409: "Conflict",
+                                                 403: "Forbidden", 500: "Internal Server Error",
+                                                 422: "Unprocessable Entity"}.get(status, ""))
+    error.body = json.dumps({"kind": "Status", "message": message})
+    return error
+
+
+def _sdk_wrapped(error: BaseException) -> RuntimeError:
+    """What the kubeflow SDKs raise: RuntimeError with the ApiException as __context__."""
+    try:
+        raise error
+    except Exception:
+        try:
+            raise RuntimeError("Failed to get TFJob: team-a/job")  # noqa: B904 (as the SDK)
+        except RuntimeError as wrapped:
+            return wrapped
+
+
+class Script:
+    """A job whose reads play back ``reads`` (states or exceptions), the last one repeating."""
+
+    def __init__(self, reads, create_errors=()):
+        self.reads = list(reads)
+        self.create_errors = list(create_errors)
+        self.calls: list[str] = []
+
+    def create(self):
+        self.calls.append("create")
+        if self.create_errors:
+            raise self.create_errors.pop(0)
+
+    def read(self):
+        self.calls.append("read")
+        item = self.reads.pop(0) if len(self.reads) > 1 else self.reads[0]
+        if isinstance(item, BaseException):
+            raise item
+        if callable(item):
+            return item()
+        return item
+
+    @staticmethod
+    def status(state: str) -> JobStatus:
+        return JobStatus(done=state in ("Succeeded", "Failed"), failed=state == "Failed",
+                         progress=state, reason="TFJobFailed: 1 Worker replica(s) failed"
+                         if state == "Failed" else "")
+
+    def cleanup(self, why: str):
+        self.calls.append(f"cleanup:{why}")
+
+    def job(self, create: bool = True) -> RemoteJob:
+        return RemoteJob(kind="TFJob", namespace="team-a", name="job", read=self.read,
+                         status=self.status, cleanup=self.cleanup,
+                         create=self.create if create else None, describe_created="2 workers")
+
+
+def _runner(clock: Clock, lines: list[str], **kwargs) -> RemoteJobRunner:
+    return RemoteJobRunner(poll_seconds=5, clock=clock, sleep=clock.sleep, log=lines.append,
+                           **kwargs)
+
+
+def test_creates_polls_and_prints_a_line_per_change():
+    clock, lines = Clock(), []
+    script = Script(["Created", "Running", "Running", "Running", "Succeeded"])
+    assert _runner(clock, lines).run(script.job()) == "Succeeded"
+    assert lines == ["created TFJob team-a/job (2 workers)", "TFJob team-a/job: Created",
+                     "TFJob team-a/job: Running", "TFJob team-a/job: Succeeded"]
+    assert script.calls == ["create"] + ["read"] * 5  # no cleanup after a success
+    assert clock.sleeps == [5] * 4
+
+
+@pytest.mark.parametrize("conflict", [
+    _api_error(409, 'tfjobs.kubeflow.org "job" already exists'),
+    _sdk_wrapped(_api_error(409)),
+    Exception("A Katib Experiment with the name team-a/job already exists."),  # KatibClient
+])
+def test_a_conflict_on_create_reattaches(conflict):
+    clock, lines = Clock(), []
+    script = Script(["Succeeded"], create_errors=[conflict])
+    _runner(clock, lines).run(script.job())
+    assert lines[0] == "re-attaching to the existing TFJob team-a/job"
+    assert script.calls == ["create", "read"]
+
+
+@pytest.mark.parametrize("transient", [
+    _api_error(500), _api_error(503), _api_error(429), _api_error(408),
+    _sdk_wrapped(_api_error(502)),
+    TimeoutError("Timeout to get TFJob: team-a/job"),  # the SDK's client-side timeout
+    _sdk_wrapped(urllib3.exceptions.MaxRetryError(None, "/", "connection refused")),
+    _sdk_wrapped(ConnectionResetError("reset by peer")),
+])
+def test_transient_read_errors_are_retried_and_never_clean_up(transient):
+    clock, lines = Clock(), []
+    script = Script(["Running", transient, transient, transient, "Succeeded"])
+    assert _runner(clock, lines).run(script.job()) == "Succeeded"
+    assert not any(call.startswith("cleanup") for call in script.calls)
+    assert clock.sleeps == [5, 1, 2, 4]  # a poll, then the backoff doubling from 1 s
+    assert sum("failed transiently" in line for line in lines) == 3
+
+
+def test_the_backoff_is_bounded():
+    clock, lines = Clock(), []
+    script = Script([_api_error(503)] * 9 + ["Succeeded"])
+    _runner(clock, lines, retry_seconds=(1, 8)).run(script.job(create=False))
+    assert clock.sleeps == [1, 2, 4, 8, 8, 8, 8, 8, 8]
+
+
+def test_an_api_unreachable_for_too_long_fails_the_step_but_leaves_the_job():
+    clock, lines = Clock(), []
+    script = Script(["Running", _api_error(503)])
+    with pytest.raises(ApiUnreachable, match="TFJob team-a/job.*re-attaches"):
+        _runner(clock, lines, unreachable_seconds=60).run(script.job())
+    assert not any(call.startswith("cleanup") for call in script.calls)
+    assert 60 <= clock.now - 1000 - 5 < 60 + 30  # bounded by the budget plus one backoff
+
+
+def test_a_job_that_vanished_is_an_error_naming_it():
+    clock, lines = Clock(), []
+    script = Script(["Running", _sdk_wrapped(_api_error(404))])
+    with pytest.raises(JobVanished, match="TFJob team-a/job vanished.*404"):
+        _runner(clock, lines).run(script.job())
+    assert not any(call.startswith("cleanup") for call in script.calls)
+
+
+def test_a_failed_job_fails_with_its_reason_and_is_cleaned_up():
+    clock, lines = Clock(), []
+    script = Script(["Running", "Failed"])
+    with pytest.raises(JobFailed, match="TFJob team-a/job failed: TFJobFailed: 1 Worker"):
+        _runner(clock, lines).run(script.job())
+    assert script.calls[-1] == f"cleanup:{FAILED}"
+
+
+def test_a_permanent_read_error_names_the_api_servers_answer_and_cleans_up():
+    clock, lines = Clock(), []
+    script = Script(["Running", _sdk_wrapped(_api_error(403, "tfjobs is forbidden"))])
+    with pytest.raises(RemoteJobError, match="HTTP 403 Forbidden: tfjobs is forbidden"):
+        _runner(clock, lines).run(script.job())
+    assert script.calls[-1] == f"cleanup:{ERROR}"
+
+
+def test_a_refused_create_names_the_api_servers_answer_and_creates_nothing():
+    clock, lines = Clock(), []
+    refusal = _sdk_wrapped(_api_error(422, 'TFJob.kubeflow.org "job" is invalid: kind'))
+    script = Script(["Running"], create_errors=[refusal])
+    with pytest.raises(JobRefused, match="HTTP 422 Unprocessable Entity: TFJob") as refused:
+        _runner(clock, lines).run(script.job())
+    assert refused.value.status == 422
+    assert script.calls == ["create"]
+
+
+def test_a_transient_create_error_is_retried_and_a_conflict_then_reattaches():
+    clock, lines = Clock(), []
+    script = Script(["Succeeded"], create_errors=[_api_error(504), _api_error(409)])
+    _runner(clock, lines).run(script.job())
+    assert script.calls == ["create", "create", "read"]
+    assert lines[-2:] == ["re-attaching to the existing TFJob team-a/job",
+                          "TFJob team-a/job: Succeeded"]
+
+
+def test_the_deadline_cleans_up_and_is_a_timeout():
+    clock, lines = Clock(), []
+    script = Script(["Running"])
+    with pytest.raises(DeadlineExceeded, match="within the step's 12 s"):
+        _runner(clock, lines, timeout_seconds=12).run(script.job())
+    assert script.calls[-1] == f"cleanup:{DEADLINE}"
+    assert clock.now - 1000 == 12  # the last pause is cut to the deadline
+    assert isinstance(DeadlineExceeded("x"), TimeoutError)
+
+
+def test_the_deadline_holds_while_the_api_is_down():
+    clock, lines = Clock(), []
+    script = Script(["Running", _api_error(500)])
+    with pytest.raises(DeadlineExceeded):
+        _runner(clock, lines, timeout_seconds=20).run(script.job())
+    assert clock.now - 1000 == 20 and script.calls[-1] == f"cleanup:{DEADLINE}"
+
+
+class _Unhandled(Exception):
+    """Raised by the test's own SIGTERM handler: the runner did not install one."""
+
+
+@pytest.fixture
+def sigterm_sentinel():
+    def sentinel(signum, frame):
+        raise _Unhandled("SIGTERM reached the handler that was there before the runner")
+
+    previous = signal.signal(signal.SIGTERM, sentinel)
+    yield sentinel
+    signal.signal(signal.SIGTERM, previous)
+
+
+def test_sigterm_while_waiting_cleans_up_and_exits_143(sigterm_sentinel):
+    clock, lines = Clock(), []
+
+    def terminated():
+        os.kill(os.getpid(), signal.SIGTERM)  # the handler runs before this returns
+        return "Running"
+
+    script = Script(["Running", terminated])
+    with pytest.raises(Terminated) as exit_info:
+        _runner(clock, lines).run(script.job())
+    assert exit_info.value.code == 128 + signal.SIGTERM
+    assert script.calls[-1] == f"cleanup:{TERMINATED}"
+    assert signal.getsignal(signal.SIGTERM) is sigterm_sentinel  # restored
+
+
+def test_sigterm_while_the_create_call_is_in_flight_cleans_up_what_it_created(
+        sigterm_sentinel):
+    clock, lines = Clock(), []
+    script = Script(["Running"])
+
+    def create():
+        script.calls.append("create")
+        os.kill(os.getpid(), signal.SIGTERM)  # arrives mid-call; the call still completes
+        script.calls.append("created")
+
+    job = script.job()
+    job.create = create
+    with pytest.raises(Terminated):
+        _runner(clock, lines).run(job)
+    assert script.calls == ["create", "created", f"cleanup:{TERMINATED}"]
+    assert "SIGTERM while creating TFJob team-a/job" in lines[0]
+
+
+def test_a_second_sigterm_during_cleanup_lets_the_cleanup_finish(sigterm_sentinel):
+    clock, lines = Clock(), []
+    script = Script([lambda: os.kill(os.getpid(), signal.SIGTERM)])
+
+    def cleanup(why):
+        os.kill(os.getpid(), signal.SIGTERM)
+        script.calls.append(f"cleanup:{why}")
+
+    job = script.job(create=False)
+    job.cleanup = cleanup
+    with pytest.raises(Terminated):
+        _runner(clock, lines).run(job)
+    assert script.calls[-1] == f"cleanup:{TERMINATED}"
+    assert lines[-1] == "SIGTERM again: finishing the cleanup of TFJob team-a/job first"
+
+
+def test_a_failing_cleanup_does_not_hide_the_original_error():
+    clock, lines = Clock(), []
+    script = Script(["Failed"])
+
+    def cleanup(why):  # as the SDK's delete_job raises it: while handling the ApiException
+        try:
+            raise _api_error(500)
+        except ApiException:
+            raise RuntimeError("Failed to delete TFJob: team-a/job")  # noqa: B904
+
+    job = script.job()
+    job.cleanup = cleanup
+    with pytest.raises(JobFailed):
+        _runner(clock, lines).run(job)
+    assert lines[-1].startswith("could not clean up TFJob team-a/job (failed): HTTP 500")
+
+
+def test_error_classification():
+    assert api_status(_sdk_wrapped(_api_error(503))) == 503
+    assert api_status(ValueError("no API here")) is None
+    assert is_transient(_sdk_wrapped(_api_error(500)))
+    assert not is_transient(_sdk_wrapped(_api_error(404)))
+    assert not is_transient(_sdk_wrapped(_api_error(400)))
+    assert not is_transient(ValueError("a bug"))
+    assert api_message(_api_error(403, "denied")) == "HTTP 403 Forbidden: denied"
+    assert api_message(ValueError("x")) == "ValueError: x"
