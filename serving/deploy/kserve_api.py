@@ -85,11 +85,12 @@ class KServeApi:
 
     # -- InferenceServices and ServingRuntimes ---------------------------------------------
 
-    def get(self, name: str) -> dict | None:
-        """The InferenceService, or None when there is none."""
+    def get(self, name: str, *, absent_ok: bool = True) -> dict | None:
+        """The InferenceService, or None when there is none (``absent_ok``; else a 404
+        raises with the API server's answer in the chain)."""
         return self._call(f"read {ISVC_PLURAL}.{GROUP} {name}",
                           self.custom.get_namespaced_custom_object, GROUP, ISVC_VERSION,
-                          self.namespace, ISVC_PLURAL, name, absent_ok=True)
+                          self.namespace, ISVC_PLURAL, name, absent_ok=absent_ok)
 
     def create(self, body: dict) -> dict:
         return self._call(f"create {ISVC_PLURAL}.{GROUP}",

@@ -1,20 +1,21 @@
-"""What both KServe rollouts share: blessing, verification, whole-object writes, waits, the
-ServingRuntime, SIGTERM handling and the result record.
+"""What both KServe rollouts share: blessing, verification, whole-object writes, the waits,
+the ServingRuntime and the result record.
 
 Every write is a PUT of the whole object with the ``resourceVersion`` just read (the controller
 updates status, so a conflict is retried with a fresh read); labels, annotations and finalizers
-that others set are kept. Waits poll with a deadline, log each change of state and retry
-transient API errors (5xx, 429, timeouts).
+that others set are kept.
+
+Every wait is a job on the one remote-job runner (``fmnist.kubernetes.runner``): it makes the
+write, polls with progress, retries transient reads (5xx, 429, timeouts), stops at
+``ready_timeout_seconds``, and on SIGTERM, at the deadline or when the job fails (a model that
+fails verification) calls the rollout's cleanup — the rollback — before it raises.
 """
 
 from __future__ import annotations
 
-import contextlib
-import signal
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from fmnist.settings.serving import FMNIST_RUNTIME
 from serving.deploy.blessing import BlessingDecision, bless
@@ -42,14 +43,21 @@ from serving.deploy.kserve_status import (
     external_url,
 )
 
+__all__ = ["Check", "Rollout", "Verify", "Log"]
+
 Verify = Callable[[str, str], dict]
 Log = Callable[[str], None]
 CONFLICT_RETRIES = 5
 
 
-class Terminated(BaseException):
-    """SIGTERM arrived while a rollout was half done (a BaseException so no library
-    swallows it)."""
+@dataclass
+class Check:
+    """One read judged: ``done``; ``failed`` (with ``reason``) ends the job as a failure."""
+
+    done: bool
+    progress: str
+    failed: bool = False
+    reason: str = ""
 
 
 def annotations_of(isvc: dict) -> dict[str, str]:
@@ -97,39 +105,6 @@ def merged_metadata(current: dict, built: dict) -> dict:
     metadata["annotations"] = {**annotations, **(built.get("annotations") or {})}
     metadata["labels"] = {**(metadata.get("labels") or {}), **(built.get("labels") or {})}
     return metadata
-
-
-class _SigtermGuard:
-    """While active, the first SIGTERM raises :class:`Terminated` so the half-done rollout is
-    undone; once undoing (``hold()``), further SIGTERMs only get logged."""
-
-    def __init__(self, log: Log):
-        self.log = log
-        self.holding = False
-
-    def hold(self) -> None:
-        self.holding = True
-
-    def __call__(self, signum, frame):
-        if self.holding:
-            self.log("[kserve] SIGTERM: finishing the rollback first")
-            return
-        self.holding = True
-        self.log("[kserve] SIGTERM: rolling back before exiting")
-        raise Terminated()
-
-
-@contextlib.contextmanager
-def sigterm_guard(log: Log):
-    guard = _SigtermGuard(log)
-    if threading.current_thread() is not threading.main_thread():
-        yield guard  # signal handlers can only be set from the main thread
-        return
-    previous = signal.signal(signal.SIGTERM, guard)
-    try:
-        yield guard
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 class Rollout:
@@ -185,17 +160,17 @@ class Rollout:
     def create(self) -> dict:
         decision = bless(self.test_accuracy, None, self.tolerance)
         self.ensure_serving_runtime()
-        annotations = self.stable_annotations(self.storage_uri, self.test_accuracy)
-        body = self.build(annotations)
+        body = self.build(self.stable_annotations(self.storage_uri, self.test_accuracy))
         self.log(f"[kserve] creating {self.where} ({self.mode.mode} mode, from "
                  f"{self.mode.source}) serving {self.storage_uri}")
-        created = self.create_object(body)
-        isvc = self.wait_rolled_out(created, "new InferenceService")
-        url = self.require_address(isvc)
-        verification = self.verify(url, self.name, "new InferenceService")
+        written: dict = {}
+        isvc, url, verification, passed = self.verified_job(
+            "new InferenceService", self.name,
+            create=lambda: written.update(self.create_object(body)),
+            rolled_out=lambda isvc: self.rolled_out(isvc, written, self.name))
         result = self.result("created", decision, isvc, verification=verification,
                              reason=f"nothing was served; created {self.where}")
-        if not verification["passed"]:
+        if not passed:
             raise KServeRolloutError(
                 f"{self.where} was created but its model {self.storage_uri} failed "
                 f"verification at {url}: {self.describe(verification)}. There is no earlier "
@@ -216,8 +191,43 @@ class Rollout:
                 result)
         return result
 
-    def wait_rolled_out(self, written: dict, what: str) -> dict:
+    def rolled_out(self, isvc: dict, written: dict, name: str) -> Check:
+        """Whether ``written`` (of InferenceService ``name``) is rolled out: the mode's rule."""
         raise NotImplementedError
+
+    def verified_job(self, what: str, name: str, *, create: Callable[[], object],
+                     rolled_out: Callable[[dict], Check],
+                     url_of: Callable[[dict], str] | None = None,
+                     cleanup: Callable[[str], None] | None = None
+                     ) -> tuple[dict, str, dict, bool]:
+        """A job that writes, waits until rolled out, then verifies at ``url_of(isvc)`` (the
+        cluster-local address by default). A failed verification fails the job, so the runner
+        calls ``cleanup("failed")``. Returns ``(isvc, url, verification, passed)``."""
+        from fmnist.kubernetes.runner import JobFailed
+
+        url_of = url_of or self.require_address
+        seen: dict = {}
+
+        def check(isvc: dict) -> Check:
+            verdict = rolled_out(isvc)
+            if not verdict.done:
+                return verdict
+            url = url_of(isvc)
+            verification = self.verify(url, name, what)
+            seen.update(isvc=isvc, url=url, verification=verification)
+            if verification["passed"]:
+                return Check(True, f"{verdict.progress}; verified at {url}")
+            return Check(True, verdict.progress, failed=True,
+                         reason=f"verification failed ({self.describe(verification)})")
+
+        try:
+            isvc = self.run_job(what, read=self.reader(name), check=check, create=create,
+                                cleanup=cleanup, name=name)
+        except JobFailed:
+            if "verification" not in seen:
+                raise
+            return seen["isvc"], seen["url"], seen["verification"], False
+        return isvc, seen["url"], seen["verification"], True
 
     # -- verification ----------------------------------------------------------------------
 
@@ -305,38 +315,59 @@ class Rollout:
                 time.sleep(self.poll_seconds * attempt)
         raise AssertionError("unreachable")
 
-    # -- waits -------------------------------------------------------------------------------
+    # -- waits: jobs on the remote-job runner ----------------------------------------------
 
-    def wait(self, what: str, read: Callable[[], object],
-             check: Callable[[object], tuple[bool, str]], *, deadline_hint: str = "") -> object:
-        """Polls ``read()`` until ``check`` says done; logs each new state; retries transient
-        API errors; raises :class:`ReadinessTimeout` at ``ready_timeout_seconds``."""
-        timeout = self.settings.ready_timeout_seconds
-        deadline = time.monotonic() + timeout
-        last = None
-        state = "nothing read yet"
-        while True:
-            try:
-                obj = read()
-            except TransientApiError as error:
-                state = f"the API server did not answer ({error}); retrying"
-            else:
-                self.check_mode(obj)
-                done, state = check(obj)
-                if done:
-                    self.log(f"[kserve] {what}: {state}")
-                    return obj
-            if state != last:
-                self.log(f"[kserve] waiting for the {what}: {state}")
-                last = state
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise ReadinessTimeout(
-                    f"{self.where}: the {what} was not ready after {timeout:g} s ({state}). "
-                    f"Look at kubectl describe inferenceservice -n {self.api.namespace} "
-                    f"{self.name} and the predictor pods' logs, or raise "
-                    f"ready_timeout_seconds{deadline_hint}")
-            time.sleep(min(self.poll_seconds, remaining))
+    def run_job(self, what: str, *, read: Callable[[], dict], check: Callable[[dict], Check],
+                create: Callable[[], object] | None = None,
+                cleanup: Callable[[str], None] | None = None, name: str | None = None,
+                timeout: float | None = None) -> dict:
+        """Makes ``create`` (the write) and polls ``read`` until ``check`` says done, on the
+        runner. SIGTERM, the deadline, a failed check or an error call ``cleanup(why)`` first;
+        then the runner's error is raised (a deadline as :class:`ReadinessTimeout`; SIGTERM
+        exits the step with 143 after the cleanup)."""
+        from fmnist.kubernetes.runner import (
+            DeadlineExceeded,
+            JobRefused,
+            JobStatus,
+            RemoteJob,
+            RemoteJobRunner,
+        )
+
+        timeout = self.settings.ready_timeout_seconds if timeout is None else timeout
+        last = {"progress": "nothing read yet"}
+
+        def status(isvc: dict) -> JobStatus:
+            self.check_mode(isvc)
+            verdict = check(isvc)
+            last["progress"] = verdict.progress
+            return JobStatus(done=verdict.done or verdict.failed, failed=verdict.failed,
+                             progress=verdict.progress, reason=verdict.reason)
+
+        runner = RemoteJobRunner(
+            poll_seconds=self.poll_seconds, timeout_seconds=timeout,
+            retry_seconds=(self.poll_seconds, 8 * self.poll_seconds),
+            unreachable_seconds=timeout, log=self.log)
+        job = RemoteJob(kind="InferenceService", namespace=self.api.namespace,
+                        name=name or self.name, read=read, status=status,
+                        cleanup=cleanup or (lambda why: None), create=create,
+                        describe_created=what)
+        try:
+            return runner.run(job)
+        except DeadlineExceeded as error:
+            raise ReadinessTimeout(
+                f"{self.api.where(name or self.name)}: the {what} was not ready after "
+                f"{timeout:g} s ({last['progress']}). Look at kubectl describe "
+                f"inferenceservice -n {self.api.namespace} {name or self.name} and the "
+                "predictor pods' logs, or raise ready_timeout_seconds") from error
+        except JobRefused as error:
+            cause = error.__cause__
+            raise (cause if isinstance(cause, KServeRolloutError)
+                   else KServeRolloutError(str(error))) from error
+
+    def reader(self, name: str | None = None) -> Callable[[], dict]:
+        """Reads the InferenceService; a 404 raises (the runner: it vanished)."""
+        name = name or self.name
+        return lambda: self.api.get(name, absent_ok=False)
 
     def check_mode(self, isvc) -> None:
         """Stops a wait for the wrong mode: the status says which mode KServe chose (0.15.1+);

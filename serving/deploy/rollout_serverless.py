@@ -16,8 +16,9 @@ Service's, which moves with each spec change KServe passes on; kserve v0.20.0
 (``ksvc_reconciler.go`` v0.15.2 L113-140; v0.20.0 L132-164).
 
 A failed canary is *returned* (``action == "rolled_back"``); a canary that cannot be judged
-(readiness timeout, SIGTERM, an API error while it runs) is rolled back and then raised as
-:class:`KServeRolloutError`, with the result in ``error.result``.
+(readiness timeout, an API error while it runs) is rolled back and then raised as
+:class:`KServeRolloutError`, with the result in ``error.result``; SIGTERM rolls it back and
+exits the step (the runner's rule).
 """
 
 from __future__ import annotations
@@ -44,11 +45,10 @@ from serving.deploy.kserve_status import (
     tag_url,
 )
 from serving.deploy.rollout_base import (
+    Check,
     Rollout,
-    Terminated,
     annotations_of,
     format_accuracy,
-    sigterm_guard,
 )
 
 
@@ -84,21 +84,23 @@ class ServerlessRollout(Rollout):
                  "it without a canary")
         before = predictor_status(current).get("latestCreatedRevision")
         self.ensure_serving_runtime()
-        written = self.write(self.build(self.stable_annotations(self.storage_uri,
-                                                                self.test_accuracy)))
-        isvc = self.wait_revision(written, "replacement", before, None,
-                                  new_revision=makes_revision(current, written))
-        url = self.require_address(isvc)
-        verification = self.verify(url, self.name, "replacement")
+        body = self.build(self.stable_annotations(self.storage_uri, self.test_accuracy))
+        written: dict = {}
+        isvc, url, verification, passed = self.verified_job(
+            "replacement", self.name, create=lambda: written.update(self.write(body)),
+            rolled_out=lambda isvc: self.revision(isvc, written, before, None,
+                                                  new_revision=makes_revision(current, written)))
         result = self.result("created", decision, isvc, verification=verification,
                              reason="nothing was rolled out; the new model replaced it")
-        if not verification["passed"]:
+        if not passed:
             raise KServeRolloutError(
                 f"{self.where}: {self.storage_uri} failed verification at {url} "
                 f"({self.describe(verification)}) and nothing was rolled out before it", result)
         return result
 
     def canary(self, current: dict, decision: BlessingDecision, served: str | None) -> dict:
+        """The canary is one job on the runner: written, waited for, verified; a failure,
+        the deadline, an error or SIGTERM roll it back (the job's cleanup)."""
         percent = self.settings.canary_traffic_percent
         stable = {key: value for key, value in annotations_of(current).items()
                   if key in (ANNOTATION_TEST_ACCURACY, ANNOTATION_MODEL_URI)}
@@ -110,28 +112,33 @@ class ServerlessRollout(Rollout):
         previous = served or "the previous model"
         before = predictor_status(current).get("latestCreatedRevision")
         self.ensure_serving_runtime()
-        written = None
-        with sigterm_guard(self.log) as guard:
+        body = self.build(candidate, canary_percent=percent)
+        written: dict = {}
+        undone: dict = {}
+
+        def rollback(why: str) -> None:
             try:
-                self.log(f"[kserve] canary: {percent}% of traffic to {self.storage_uri}, the "
-                         f"rest to the revision serving {previous}")
-                written = self.write(self.build(candidate, canary_percent=percent))
-                isvc = self.wait_revision(written, "canary", before, percent,
-                                          new_revision=makes_revision(current, written))
-                canary_url = self.canary_url(isvc)
-                verification = self.verify(canary_url, self.name, "canary")
-                passed = verification["passed"]
-            except BaseException as error:
-                guard.hold()
-                self.interrupted(error, written is not None, stable, decision, percent)
-            if not passed:
-                guard.hold()
-                isvc = self.rollback(stable)
-                return self.result(
-                    "rolled_back", decision, isvc, canary_url=canary_url,
-                    verification=verification, canary_percent=percent,
-                    reason=f"the canary failed verification ({self.describe(verification)}); "
-                           f"all traffic is pinned to the revision serving {previous}")
+                undone["isvc"] = self.rollback(stable)
+            except Exception as failure:
+                undone["failure"] = failure
+                raise
+
+        self.log(f"[kserve] canary: {percent}% of traffic to {self.storage_uri}, the rest to "
+                 f"the revision serving {previous}")
+        try:
+            isvc, canary_url, verification, passed = self.verified_job(
+                "canary", self.name, create=lambda: written.update(self.write(body)),
+                rolled_out=lambda isvc: self.revision(
+                    isvc, written, before, percent, new_revision=makes_revision(current, written)),
+                url_of=self.canary_url, cleanup=rollback)
+        except Exception as error:
+            self.interrupted(error, undone, decision, percent)
+        if not passed:
+            return self.result(
+                "rolled_back", decision, undone.get("isvc"), canary_url=canary_url,
+                verification=verification, canary_percent=percent,
+                reason=f"the canary failed verification ({self.describe(verification)}); "
+                       f"all traffic is pinned to the revision serving {previous}")
         return self.promote(decision, verification, canary_url, percent, isvc)
 
     def canary_url(self, isvc: dict) -> str:
@@ -139,7 +146,7 @@ class ServerlessRollout(Rollout):
         url = tag_url(isvc, CANARY_TAG)
         if url:
             return url
-        fallback = predictor_status(isvc).get("address", {}).get("url") or \
+        fallback = (predictor_status(isvc).get("address") or {}).get("url") or \
             cluster_local_url(isvc)
         if not fallback:
             raise KServeRolloutError(f"{self.where} reports no cluster-local address for its "
@@ -150,25 +157,20 @@ class ServerlessRollout(Rollout):
                  "the stable revision")
         return fallback
 
-    def interrupted(self, error: BaseException, written: bool, stable: dict[str, str],
-                    decision: BlessingDecision, percent: int):
-        """Rolls back a canary that could not be judged, then raises."""
-        why = "SIGTERM" if isinstance(error, Terminated) else f"{type(error).__name__}: {error}"
-        if not written:
-            if isinstance(error, Terminated):
-                raise KServeRolloutError(f"interrupted by SIGTERM before the canary was "
-                                         f"written; {self.where} is unchanged") from None
-            raise error
-        try:
-            isvc = self.rollback(stable)
-        except Exception as failure:
+    def interrupted(self, error: Exception, undone: dict, decision: BlessingDecision,
+                    percent: int):
+        """Raises for a canary that could not be judged (the runner has rolled it back)."""
+        why = f"{type(error).__name__}: {error}"
+        if "failure" in undone:
             raise KServeRolloutError(
                 f"the canary of {self.storage_uri} on {self.where} was interrupted ({why}) "
-                f"and rolling it back failed ({failure}); pin the previous model by hand: "
-                f"kubectl patch inferenceservice -n {self.api.namespace} {self.name} "
+                f"and rolling it back failed ({undone['failure']}); pin the previous model by "
+                f"hand: kubectl patch inferenceservice -n {self.api.namespace} {self.name} "
                 "--type=merge -p '{\"spec\":{\"predictor\":{\"canaryTrafficPercent\":0}}}'"
             ) from error
-        result = self.result("rolled_back", decision, isvc, canary_percent=percent,
+        if "isvc" not in undone:
+            raise error  # nothing was written: nothing to roll back
+        result = self.result("rolled_back", decision, undone["isvc"], canary_percent=percent,
                              reason=f"canary interrupted: {why}")
         raise KServeRolloutError(
             f"the canary of {self.storage_uri} on {self.where} was interrupted ({why}); it "
@@ -176,12 +178,20 @@ class ServerlessRollout(Rollout):
 
     def promote(self, decision, verification: dict, canary_url: str, percent: int,
                 canary: dict) -> dict:
+        """Drops canaryTrafficPercent. A verified model is not rolled back if the promotion is
+        interrupted: the job's cleanup only says where things stand."""
         stable = self.stable_annotations(self.storage_uri, self.test_accuracy)
         self.log(f"[kserve] promoting {self.storage_uri} to all traffic")
         before = predictor_status(canary).get("latestCreatedRevision")
-        written = self.write(self.build(stable))
-        isvc = self.wait_revision(written, "promoted model", before, None,
-                                  new_revision=makes_revision(canary, written))
+        body = self.build(stable)
+        written: dict = {}
+        isvc = self.run_job(
+            "promotion", read=self.reader(), create=lambda: written.update(self.write(body)),
+            check=lambda isvc: self.revision(isvc, written, before, None,
+                                             new_revision=makes_revision(canary, written)),
+            cleanup=lambda why: self.log(f"[kserve] promotion of the verified canary "
+                                         f"{self.storage_uri} interrupted ({why}); it is "
+                                         "written and KServe completes it"))
         return self.result(
             "promoted", decision, isvc, canary_url=canary_url,
             verification=verification, canary_percent=percent,
@@ -197,52 +207,43 @@ class ServerlessRollout(Rollout):
                  f"revision ({stable.get(ANNOTATION_MODEL_URI, 'model unknown')})")
         written = self.write(self.build(stable, canary_percent=0))
 
-        def pinned(isvc: dict) -> tuple[bool, str]:
+        def pinned(isvc: dict) -> Check:
             target = pinned_target(isvc)
             rolled_out = predictor_status(isvc).get("latestRolledoutRevision")
             done = (_observed(isvc, written) and target.get("percent") == 100
                     and target.get("revisionName") == rolled_out)
-            return done, ("all traffic on " + str(rolled_out)) if done else describe(isvc)
+            return Check(done, f"all traffic on {rolled_out}" if done else describe(isvc))
 
         try:
-            return self.wait("rollback", lambda: self.read(), pinned)
+            return self.run_job("rollback", read=self.reader(), check=pinned)
         except ReadinessTimeout as error:
             self.log(f"[kserve] warning: {error}")
             return written
 
-    # -- waits -------------------------------------------------------------------------------
+    # -- what "rolled out" means here ------------------------------------------------------
 
-    def read(self) -> dict:
-        isvc = self.api.get(self.name)
-        if isvc is None:
-            raise KServeRolloutError(f"{self.where} disappeared while waiting for it")
-        return isvc
+    def rolled_out(self, isvc: dict, written: dict, name: str) -> Check:
+        return self.revision(isvc, written, None, None, new_revision=True)
 
-    def wait_rolled_out(self, written: dict, what: str) -> dict:
-        return self.wait_revision(written, what, None, None, new_revision=True)
-
-    def wait_revision(self, written: dict, what: str, before: str | None,
-                      percent: int | None, *, new_revision: bool) -> dict:
-        """Waits until the controller has observed ``written``, its latest revision (a new one
+    def revision(self, isvc: dict, written: dict, before: str | None, percent: int | None,
+                 *, new_revision: bool) -> Check:
+        """Whether the controller has observed ``written``, its latest revision (a new one
         after ``before`` when ``new_revision``: the template changed) is ready, and it holds
         ``percent`` of the traffic (None: it is rolled out to all of it)."""
-
-        def check(isvc: dict) -> tuple[bool, str]:
-            predictor = predictor_status(isvc)
-            created = predictor.get("latestCreatedRevision")
-            ready_revision = predictor.get("latestReadyRevision")
-            target = latest_target(isvc)
-            done = (is_true(isvc) and _observed(isvc, written) and bool(created)
-                    and created == ready_revision
-                    and (not new_revision or created != before)
-                    and target.get("revisionName") == ready_revision)
-            if done and percent is None:
-                done = (predictor.get("latestRolledoutRevision") == ready_revision
-                        and target.get("percent") == 100)
-            elif done:
-                done = target.get("percent") == percent
-            return done, (f"{ready_revision} ready" + (f" with {percent}% of the traffic"
-                                                         if percent else ", all traffic")
-                          if done else describe(isvc))
-
-        return self.wait(what, self.read, check)
+        predictor = predictor_status(isvc)
+        created = predictor.get("latestCreatedRevision")
+        ready_revision = predictor.get("latestReadyRevision")
+        target = latest_target(isvc)
+        done = (is_true(isvc) and _observed(isvc, written) and bool(created)
+                and created == ready_revision
+                and (not new_revision or created != before)
+                and target.get("revisionName") == ready_revision)
+        if done and percent is None:
+            done = (predictor.get("latestRolledoutRevision") == ready_revision
+                    and target.get("percent") == 100)
+        elif done:
+            done = target.get("percent") == percent
+        if not done:
+            return Check(False, describe(isvc))
+        share = f"{percent}% of the traffic" if percent else "all traffic"
+        return Check(True, f"{ready_revision} ready with {share}")

@@ -37,12 +37,7 @@ from serving.deploy.kserve_status import (
     is_true,
     predictor_deployment_name,
 )
-from serving.deploy.rollout_base import (
-    Rollout,
-    Terminated,
-    annotations_of,
-    sigterm_guard,
-)
+from serving.deploy.rollout_base import Check, Rollout, annotations_of
 
 
 def _template_annotations(deployment: dict | None) -> dict:
@@ -60,88 +55,91 @@ class StandardRollout(Rollout):
                                   .get("model") or {}).get("storageUri")
         self.ensure_serving_runtime()
         self.delete_candidate(candidate, "left by an earlier rollout")
-        stage = "candidate"
-        with sigterm_guard(self.log) as guard:
-            try:
-                self.log(f"[kserve] candidate: {self.api.where(candidate)} serves "
-                         f"{self.storage_uri} beside {self.where}, which keeps serving "
-                         f"{previous_uri}")
-                body = self.build(self.stable_annotations(self.storage_uri, self.test_accuracy),
-                                  name=candidate)
-                created = self.create_object(body)
-                isvc = self.wait_rolled_out(created, "candidate", name=candidate)
-                candidate_url = self.require_address(isvc)
-                verification = self.verify(candidate_url, candidate, "candidate")
-                if not verification["passed"]:
-                    guard.hold()
-                    self.delete_candidate(candidate, "it failed verification")
-                    return self.result(
-                        "candidate_failed", decision, current, canary_url=candidate_url,
-                        verification=verification,
-                        reason=f"the candidate failed verification "
-                               f"({self.describe(verification)}); {self.where} was not "
-                               f"changed and still serves {previous_uri}")
-                stage = "main"
-                promoted = self.promote_main()
-            except BaseException as error:
-                guard.hold()
-                self.interrupted(error, stage, candidate, stable, previous_uri, decision)
-            guard.hold()
-            self.delete_candidate(candidate, "the main InferenceService serves its model now")
+        self.log(f"[kserve] candidate: {self.api.where(candidate)} serves {self.storage_uri} "
+                 f"beside {self.where}, which keeps serving {previous_uri}")
+        body = self.build(self.stable_annotations(self.storage_uri, self.test_accuracy),
+                          name=candidate)
+        written: dict = {}
+        try:
+            _, candidate_url, verification, passed = self.verified_job(
+                "candidate", candidate, create=lambda: written.update(self.create_object(body)),
+                rolled_out=lambda isvc: self.rolled_out(isvc, written, candidate),
+                cleanup=lambda why: self.delete_candidate(candidate, f"the rollout {why}"))
+        except Exception as error:
+            raise KServeRolloutError(
+                f"the candidate of {self.storage_uri} did not come up ({type(error).__name__}: "
+                f"{error}); it was deleted, and {self.where} was not changed and still serves "
+                f"{previous_uri}") from error
+        if not passed:
+            return self.result(
+                "candidate_failed", decision, current, canary_url=candidate_url,
+                verification=verification,
+                reason=f"the candidate failed verification ({self.describe(verification)}); "
+                       f"{self.where} was not changed and still serves {previous_uri}")
+        promoted = self.promote_main(decision, candidate, stable, previous_uri)
+        self.delete_candidate(candidate, "the main InferenceService serves its model now")
         return self.result(
             "promoted", decision, promoted, canary_url=candidate_url, verification=verification,
             reason=f"the candidate passed verification ({self.describe(verification)}) and "
                    f"{self.where} was rolled over to it")
 
-    def promote_main(self) -> dict:
+    def promote_main(self, decision: BlessingDecision, candidate: str, stable: dict[str, str],
+                     previous_uri: str | None) -> dict:
+        """Rolls the main InferenceService over to the verified model; if that does not
+        finish (deadline, failed verification, an error, SIGTERM), the job's cleanup writes the
+        previous model back and deletes the candidate."""
+        from fmnist.kubernetes.runner import JobFailed
+
         self.log(f"[kserve] updating {self.where} to {self.storage_uri} (maxUnavailable 0: "
                  "its old pods serve until the new ones are ready)")
-        written = self.write(self.build(self.stable_annotations(self.storage_uri,
-                                                                self.test_accuracy)))
-        isvc = self.wait_rolled_out(written, "main InferenceService")
-        url = self.require_address(isvc)
-        check = self.verify(url, self.name, "main InferenceService")
-        if not check["passed"]:
-            raise KServeRolloutError(f"{self.where} fails verification after the rollover "
-                                     f"({self.describe(check)})")
-        return isvc
+        body = self.build(self.stable_annotations(self.storage_uri, self.test_accuracy))
+        written: dict = {}
+        undone: dict = {}
 
-    def interrupted(self, error: BaseException, stage: str, candidate: str,
-                    stable: dict[str, str], previous_uri: str | None,
-                    decision: BlessingDecision):
-        """Undoes what this rollout changed, then raises."""
-        why = "SIGTERM" if isinstance(error, Terminated) else f"{type(error).__name__}: {error}"
+        def restore(why: str) -> None:
+            try:
+                undone["isvc"] = self.restore_main(stable, previous_uri)
+            except Exception as failure:
+                undone["failure"] = failure
+                raise
+            finally:
+                self.delete_candidate(candidate, f"the rollover {why}")
+
         try:
-            self.delete_candidate(candidate, f"the rollout was interrupted ({why})")
-        except Exception as failure:  # the main InferenceService matters more
-            self.log(f"[kserve] warning: could not delete {candidate}: {failure}")
-        if stage == "candidate":
-            raise KServeRolloutError(
-                f"the candidate of {self.storage_uri} was interrupted ({why}); {self.where} "
-                f"was not changed and still serves {previous_uri}") from error
-        try:
-            isvc = self.restore_main(stable, previous_uri)
+            isvc, url, verification, passed = self.verified_job(
+                "main InferenceService", self.name,
+                create=lambda: written.update(self.write(body)),
+                rolled_out=lambda isvc: self.rolled_out(isvc, written, self.name),
+                cleanup=restore)
+            if passed:
+                return isvc
+            why = f"it failed verification after the rollover ({self.describe(verification)})"
+            error: Exception = JobFailed(why)
         except Exception as failure:
+            why, error = f"{type(failure).__name__}: {failure}", failure
+        if "failure" in undone or "isvc" not in undone:
             raise KServeRolloutError(
-                f"{self.where} was being moved to {self.storage_uri} when the rollout was "
-                f"interrupted ({why}), and writing {previous_uri} back failed ({failure}); "
-                f"set spec.predictor.model.storageUri back to {previous_uri} by hand "
-                f"(kubectl edit inferenceservice -n {self.api.namespace} {self.name})"
-            ) from error
-        result = self.result("rolled_back", decision, isvc,
-                             reason=f"the rollover was interrupted ({why}); {previous_uri} is "
+                f"{self.where} was being moved to {self.storage_uri} ({why}), and writing "
+                f"{previous_uri} back failed ({undone.get('failure')}); set "
+                f"spec.predictor.model.storageUri back to {previous_uri} by hand (kubectl edit "
+                f"inferenceservice -n {self.api.namespace} {self.name})") from error
+        result = self.result("rolled_back", decision, undone["isvc"],
+                             reason=f"the rollover did not finish ({why}); {previous_uri} is "
                                     "served again")
         raise KServeRolloutError(
-            f"{self.where} was being moved to {self.storage_uri} when the rollout was "
-            f"interrupted ({why}); {previous_uri} was written back", result) from error
+            f"{self.where} was being moved to {self.storage_uri} ({why}); {previous_uri} was "
+            "written back", result) from error
 
     def restore_main(self, stable: dict[str, str], previous_uri: str | None) -> dict:
         if not previous_uri:
             raise KServeRolloutError("the previous model's URI is unknown")
         self.log(f"[kserve] rolling back: {self.where} serves {previous_uri} again")
         annotations = {**stable, ANNOTATION_MODEL_URI: previous_uri}
-        written = self.write(self.build(annotations, storage_uri=previous_uri))
-        return self.wait_rolled_out(written, "rollback", uri=previous_uri)
+        body = self.build(annotations, storage_uri=previous_uri)
+        written: dict = {}
+        return self.run_job("rollback", read=self.reader(),
+                            create=lambda: written.update(self.write(body)),
+                            check=lambda isvc: self.rolled_out(isvc, written, self.name))
 
     def delete_candidate(self, candidate: str, why: str) -> None:
         existing = self.retrying(lambda: self.api.get(candidate), f"read {candidate}")
@@ -149,43 +147,29 @@ class StandardRollout(Rollout):
             self.log(f"[kserve] deleting {self.api.where(candidate)}: {why}")
             self.retrying(lambda: self.api.delete(candidate), f"delete {candidate}")
 
-    # -- waits -------------------------------------------------------------------------------
+    # -- what "rolled out" means here --------------------------------------------------------
 
-    def wait_rolled_out(self, written: dict, what: str, *, name: str | None = None,
-                        uri: str | None = None) -> dict:
+    def rolled_out(self, isvc: dict, written: dict, name: str) -> Check:
         """Ready, an address, and the Deployment rolled out on a template that carries the
         model written (its annotations come from the InferenceService's, kserve v0.15.2
         ``components/predictor.go`` L99-101 and L444-458, ``deployment_reconciler.go``
         L141-155)."""
-        name = name or self.name
-        expected = uri or annotations_of(written).get(ANNOTATION_MODEL_URI)
-        state = {}
-
-        def read() -> dict:
-            isvc = self.api.get(name)
-            if isvc is None:
-                raise KServeRolloutError(f"{self.api.where(name)} disappeared while waiting "
-                                         "for it")
-            state["deployment"] = self.api.get_deployment(predictor_deployment_name(name))
-            return isvc
-
-        def check(isvc: dict) -> tuple[bool, str]:
-            deployment = state.get("deployment")
-            failed = deployment_failed(deployment)
-            if failed:
-                raise KServeRolloutError(f"the Deployment of {self.api.where(name)} cannot "
-                                         f"roll out: {failed}")
-            carries = _template_annotations(deployment).get(ANNOTATION_MODEL_URI) == expected
-            done = (is_true(isvc) and carries and deployment_rolled_out(deployment)
-                    and bool(cluster_local_url(isvc)))
-            if done:
-                return True, f"rolled out {expected}"
-            status = (deployment or {}).get("status") or {}
-            return False, (f"{describe(isvc)}; Deployment "
-                           + ("not created yet" if deployment is None else
-                              f"{'on' if carries else 'not yet on'} the new template, "
-                              f"{status.get('updatedReplicas', 0)} updated / "
-                              f"{status.get('availableReplicas', 0)} available / "
-                              f"{status.get('replicas', 0)} replicas"))
-
-        return self.wait(what, read, check)
+        expected = annotations_of(written).get(ANNOTATION_MODEL_URI)
+        deployment = self.retrying(
+            lambda: self.api.get_deployment(predictor_deployment_name(name)),
+            f"read deployment of {name}")
+        failed = deployment_failed(deployment)
+        if failed:
+            raise KServeRolloutError(f"the Deployment of {self.api.where(name)} cannot roll "
+                                     f"out: {failed}")
+        carries = _template_annotations(deployment).get(ANNOTATION_MODEL_URI) == expected
+        if (is_true(isvc) and carries and deployment_rolled_out(deployment)
+                and cluster_local_url(isvc)):
+            return Check(True, f"rolled out {expected}")
+        status = (deployment or {}).get("status") or {}
+        return Check(False, f"{describe(isvc)}; Deployment "
+                     + ("not created yet" if deployment is None else
+                        f"{'on' if carries else 'not yet on'} the new template, "
+                        f"{status.get('updatedReplicas', 0)} updated / "
+                        f"{status.get('availableReplicas', 0)} available / "
+                        f"{status.get('replicas', 0)} replicas"))
