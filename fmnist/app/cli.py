@@ -27,7 +27,8 @@ def _parameters(args: argparse.Namespace, **overrides) -> PipelineParameters:
 def _endpoint(args: argparse.Namespace):
     from fmnist.app.kfp_client import Endpoint
 
-    return Endpoint(host=args.host, namespace=args.namespace, token_file=args.token_file).validate()
+    return Endpoint(host=args.host, namespace=args.namespace, token_file=args.token_file,
+                    backend_version=args.kfp_backend_version).validate()
 
 
 def _cluster_arguments(args: argparse.Namespace) -> dict:
@@ -122,6 +123,9 @@ def _add_endpoint_options(parser: argparse.ArgumentParser, required: bool) -> No
     group.add_argument("--namespace", default="", help="user namespace (multi-user Kubeflow)")
     group.add_argument("--token-file", default="",
                        help=f"file holding a bearer token (default: ${TOKEN_ENV})")
+    group.add_argument("--kfp-backend-version", default="",
+                       help="the KFP backend's version, when its healthz cannot tell (releases "
+                            "before 2.16 report 'unknown'); at least 2.14.0 is needed")
     group.add_argument("--package", default=DEFAULT_PACKAGE, help="default %(default)s")
     group.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="default %(default)s")
 
