@@ -18,8 +18,14 @@ The rules it enforces, each from upstream source:
 * Nulls the schema does not allow are pruned from what is stored, never rejected
   (apiextensions-apiserver v0.36.3 ``pkg/apiserver/customresource_handler.go`` L1431-1440,
   ``pkg/apiserver/schema/defaulting/prunenulls.go`` L21-50).
-* SelfSubjectAccessReview answers ``status.allowed`` for the verbs in ``allowed``
-  (kubernetes/api ``authorization/v1`` types).
+* API discovery: ``GET /apis/<group>/<version>`` lists the resources served there (an
+  ``APIResourceList``), 404 when the group/version is not served (kubernetes/apiserver
+  ``pkg/endpoints/discovery``).
+* SelfSubjectAccessReview, made as the ``Impersonate-User`` when given, answers
+  ``status.allowed``: with ``rbac=True`` by the stored Roles and RoleBindings (a rule allows when
+  its apiGroups, resources (``resource/subresource``), verbs and resourceNames match, ``*``
+  matching all: kubernetes ``pkg/apis/rbac/v1/evaluation_helpers.go`` ``RuleAllows``), else by
+  ``allowed``; impersonation needs the ``impersonate`` verb (403 when ``impersonation`` is off).
 
 Faults can be injected per request (``fail``): an HTTP status, a delay past the client's
 timeout, or a dropped connection.
@@ -50,6 +56,11 @@ CORE = {
     ("serving.kserve.io", "v1beta1", "inferenceservices"): "InferenceService",
     ("serving.kserve.io", "v1alpha1", "servingruntimes"): "ServingRuntime",
     ("security.istio.io", "v1beta1", "authorizationpolicies"): "AuthorizationPolicy",
+    ("rbac.authorization.k8s.io", "v1", "roles"): "Role",
+    ("rbac.authorization.k8s.io", "v1", "rolebindings"): "RoleBinding",
+    ("kubeflow.org", "v1", "tfjobs"): "TFJob",
+    ("kubeflow.org", "v1beta1", "experiments"): "Experiment",
+    ("kubeflow.org", "v1beta1", "trials"): "Trial",
 }
 CLUSTER_SCOPED = {
     ("apiextensions.k8s.io", "v1", "customresourcedefinitions"): "CustomResourceDefinition",
@@ -115,9 +126,13 @@ class ApiServerStandIn(LoopbackServer):
     ``before_read``). ``allowed``: the (verb, group, resource) a SelfSubjectAccessReview
     allows (None: all); ``forbidden_namespaces``: where every request answers 403."""
 
-    def __init__(self, *, allowed: set | None = None, forbidden_namespaces: set | None = None):
+    def __init__(self, *, allowed: set | None = None, forbidden_namespaces: set | None = None,
+                 rbac: bool = False):
         self.served = set(CORE) | set(CLUSTER_SCOPED)
         self.allowed = allowed
+        self.rbac = rbac
+        self.impersonation = True
+        self.impersonated: list[str | None] = []
         self.forbidden_namespaces = set(forbidden_namespaces or ())
         self.calls: list[tuple[str, str, dict | None]] = []
         self.objects: dict[tuple, dict] = {}
@@ -135,6 +150,14 @@ class ApiServerStandIn(LoopbackServer):
         class Handler(JsonRequestHandler):
             def _route(self, method: str, body=None):
                 standin.calls.append((method, self.path, copy.deepcopy(body)))
+                if "selfsubjectaccessreviews" in self.path:
+                    user = self.headers.get("Impersonate-User")
+                    standin.impersonated.append(user)
+                    if user and not standin.impersonation:
+                        return reply_json(self, status_reply(
+                            403, "Forbidden", f'users "{user}" is forbidden: User "standin" '
+                            'cannot impersonate resource "users" in API group ""'), 403)
+                    body = {**(body or {}), "_user": user}
                 fault = standin._fault(method, self.path)
                 if fault is not None:
                     if fault.drop:
@@ -195,6 +218,19 @@ class ApiServerStandIn(LoopbackServer):
     def dispatch(self, method: str, path: str, body) -> tuple[int, dict | None]:
         if path.startswith("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"):
             return self._access_review(body)
+        discovery = re.match(r"^/apis/([^/]+)/([^/?]+)/?(?:\?|$)", path)
+        if discovery and method == "GET":
+            resources = [{"name": plural, "singularName": "", "namespaced": True, "kind": kind,
+                          "verbs": ["create", "delete", "get", "list", "patch", "update",
+                                    "watch"]}
+                         for (group, version, plural), kind in CORE.items()
+                         if (group, version) == (discovery[1], discovery[2])
+                         and (group, version, plural) in self.served]
+            if not resources:
+                return 404, None
+            return 200, {"kind": "APIResourceList", "apiVersion": "v1",
+                         "groupVersion": f"{discovery[1]}/{discovery[2]}",
+                         "resources": resources}
         match = _PATH.match(path)
         if not match:
             return 404, None
@@ -334,16 +370,44 @@ class ApiServerStandIn(LoopbackServer):
     # -- SelfSubjectAccessReview -------------------------------------------------------------
 
     def _access_review(self, body: dict):
-        attributes = ((body or {}).get("spec") or {}).get("resourceAttributes") or {}
+        body = dict(body or {})
+        user = body.pop("_user", None)
+        attributes = (body.get("spec") or {}).get("resourceAttributes") or {}
         resource = attributes.get("resource", "")
         if attributes.get("subresource"):
             resource += "/" + attributes["subresource"]
-        allowed = self.allowed is None or (
-            (attributes.get("verb"), attributes.get("group", ""), resource) in self.allowed)
-        reply = {**(body or {}), "apiVersion": "authorization.k8s.io/v1",
+        verb, group = attributes.get("verb"), attributes.get("group", "")
+        if self.rbac:
+            allowed = self._rbac_allows(user, attributes.get("namespace", ""), verb, group,
+                                        resource, attributes.get("name", ""))
+        else:
+            allowed = self.allowed is None or (verb, group, resource) in self.allowed
+        reply = {**body, "apiVersion": "authorization.k8s.io/v1",
                  "kind": "SelfSubjectAccessReview",
                  "status": {"allowed": allowed, "reason": "" if allowed else "no RBAC rule"}}
         return 201, reply
+
+    def _rbac_allows(self, user, namespace, verb, group, resource, name) -> bool:
+        parts = (user or "").split(":")
+        if len(parts) != 4 or parts[:2] != ["system", "serviceaccount"]:
+            return False
+        account_namespace, account = parts[2], parts[3]
+        for (kind, ns, _), binding in list(self.objects.items()):
+            if kind != "RoleBinding" or ns != namespace:
+                continue
+            if not any(subject.get("kind") == "ServiceAccount" and subject.get("name") == account
+                       and subject.get("namespace", ns) == account_namespace
+                       for subject in binding.get("subjects") or []):
+                continue
+            role = self.objects.get(("Role", ns, binding["roleRef"]["name"]))
+            for rule in (role or {}).get("rules") or []:
+                def has(values, wanted):
+                    return "*" in (values or []) or wanted in (values or [])
+                if (has(rule.get("apiGroups"), group) and has(rule.get("resources"), resource)
+                        and has(rule.get("verbs"), verb)
+                        and (not rule.get("resourceNames") or name in rule["resourceNames"])):
+                    return True
+        return False
 
     # -- for the tests -------------------------------------------------------------------
 
