@@ -48,11 +48,15 @@ request`` (controller-runtime v0.19.1 ``response.go`` L63-83, kubernetes/apiserv
 from __future__ import annotations
 
 import copy
+import http.client
 import json
 import re
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler
+from urllib.parse import urlsplit
 
 from tests.apiserver_standin import ApiServerStandIn, status_reply
+from tests.loopback import LoopbackServer
 
 ISVC_CRD = ("inferenceservice.serving.kserve.io_v1beta1.yaml", "v1beta1")
 RUNTIME_CRD = ("servingruntime.serving.kserve.io_v1alpha1.yaml", "v1alpha1")
@@ -463,8 +467,6 @@ class KServeStandIn(ApiServerStandIn):
     def answering(self, url: str, path: str = "/v1/models/x:predict") -> tuple[str | None, str]:
         """Which InferenceService and model answer ``url`` from a pipeline pod (no sidecar):
         ``(storage_uri, isvc_name)``, or ``(None, why)`` when the request fails."""
-        from urllib.parse import urlsplit
-
         host = urlsplit(url).hostname or ""
         match = re.match(r"^(?:(latest|prev)-)?([a-z0-9-]+?)(-predictor)?\.([a-z0-9-]+)"
                          r"\.svc\.cluster\.local$", host)
@@ -525,6 +527,13 @@ class KServeStandIn(ApiServerStandIn):
         return "403 RBAC: access denied"
 
     istio = False  # True: enforce the profile's Istio policies
+    backend = None  # (isvc_name, storage_uri) -> the base URL of a server running that model
+
+    def network(self) -> ClusterNetwork:
+        """The cluster's network as an HTTP proxy on loopback: point ``HTTP_PROXY`` at it and
+        requests to ``*.svc.cluster.local`` reach whichever model :meth:`answering` names, on
+        the server ``backend(isvc_name, storage_uri)`` gives."""
+        return ClusterNetwork(self)
 
     # -- for the tests ------------------------------------------------------------------------
 
@@ -553,6 +562,58 @@ class KServeStandIn(ApiServerStandIn):
 
     def isvc(self, name: str = "fashion-mnist", namespace: str = "kubeflow") -> dict:
         return self.get("InferenceService", name, namespace)
+
+
+class ClusterNetwork(LoopbackServer):
+    """A forward proxy: absolute-form requests for cluster-local hosts are routed as the
+    stand-in's routing says (403 ``RBAC: access denied`` from Istio, 503 with no endpoint)."""
+
+    def __init__(self, standin: KServeStandIn):
+        network = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _forward(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                parts = urlsplit(self.path)
+                path = parts.path + (f"?{parts.query}" if parts.query else "")
+                uri, who = standin.answering(self.path, parts.path)
+                network.requests.append((self.command, self.path, uri))
+                if uri is None:
+                    code = 403 if who.startswith("403") else 503
+                    return self._reply(code, (who[4:] if code == 403 else who).encode())
+                target = urlsplit(standin.backend(who, uri))
+                connection = http.client.HTTPConnection(target.hostname, target.port,
+                                                        timeout=60)
+                headers = {k: v for k, v in self.headers.items()
+                           if k.lower() not in ("host", "proxy-connection", "connection")}
+                connection.request(self.command, path, body=body, headers=headers)
+                answer = connection.getresponse()
+                data = answer.read()
+                self.send_response(answer.status)
+                for key, value in answer.getheaders():
+                    if key.lower() not in ("transfer-encoding", "connection",
+                                           "content-length"):
+                        self.send_header(key, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                connection.close()
+
+            def _reply(self, code: int, data: bytes):
+                self.send_response(code)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = _forward
+
+        self.requests: list[tuple[str, str, str | None]] = []
+        self._serve(Handler)
 
 
 def _path_match(patterns: list | None, path: str) -> bool:

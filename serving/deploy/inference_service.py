@@ -300,3 +300,53 @@ def to_manifest(obj) -> dict:
     from kubernetes.client import ApiClient
 
     return ApiClient().sanitize_for_serialization(obj)
+
+
+# -- what our annotations say about a served InferenceService ---------------------------------
+
+
+def annotations_of(isvc: dict) -> dict[str, str]:
+    return dict((isvc.get("metadata") or {}).get("annotations") or {})
+
+
+def model_uri_of(isvc: dict) -> str | None:
+    """The model the stable (rolled-out) revision serves: our annotation, else the spec (when
+    no canary is out)."""
+    annotated = annotations_of(isvc).get(ANNOTATION_MODEL_URI)
+    if annotated:
+        return annotated
+    predictor = ((isvc.get("spec") or {}).get("predictor")) or {}
+    if predictor.get("canaryTrafficPercent") is None:
+        return (predictor.get("model") or {}).get("storageUri")
+    return None
+
+
+def served_accuracy(isvc: dict) -> tuple[float | None, str]:
+    """The served model's test accuracy and, when it is unknown, why."""
+    value = annotations_of(isvc).get(ANNOTATION_TEST_ACCURACY)
+    if value is None:
+        return None, f"annotation {ANNOTATION_TEST_ACCURACY} is missing"
+    try:
+        accuracy = float(value)
+    except ValueError:
+        return None, f"annotation {ANNOTATION_TEST_ACCURACY}={value!r} is not a number"
+    if not 0.0 <= accuracy <= 1.0:
+        return None, f"annotation {ANNOTATION_TEST_ACCURACY}={value!r} is not in [0, 1]"
+    return accuracy, ""
+
+
+def format_accuracy(value: float) -> str:
+    return f"{value:.6f}"
+
+
+def merged_metadata(current: dict, built: dict) -> dict:
+    """``current``'s metadata (resourceVersion, finalizers, others' labels and annotations)
+    with our labels and annotations laid over it; our model annotations are replaced as a
+    set."""
+    metadata = {key: value for key, value in (current.get("metadata") or {}).items()
+                if key != "managedFields"}
+    annotations = {key: value for key, value in (metadata.get("annotations") or {}).items()
+                   if key not in MODEL_ANNOTATIONS}
+    metadata["annotations"] = {**annotations, **(built.get("annotations") or {})}
+    metadata["labels"] = {**(metadata.get("labels") or {}), **(built.get("labels") or {})}
+    return metadata

@@ -30,6 +30,8 @@ from serving.deploy.inference_service import (
     ANNOTATION_MODEL_URI,
     ANNOTATION_PREVIOUS_MODEL_URI,
     ANNOTATION_TEST_ACCURACY,
+    annotations_of,
+    format_accuracy,
 )
 from serving.deploy.kserve_api import KServeRolloutError, ReadinessTimeout
 from serving.deploy.kserve_status import (
@@ -44,12 +46,7 @@ from serving.deploy.kserve_status import (
     predictor_status,
     tag_url,
 )
-from serving.deploy.rollout_base import (
-    Check,
-    Rollout,
-    annotations_of,
-    format_accuracy,
-)
+from serving.deploy.rollout_base import Check, Rollout
 
 
 def _observed(isvc: dict, written: dict) -> bool:

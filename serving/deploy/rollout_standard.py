@@ -26,6 +26,7 @@ from serving.deploy.blessing import BlessingDecision
 from serving.deploy.inference_service import (
     ANNOTATION_MODEL_URI,
     ANNOTATION_TEST_ACCURACY,
+    annotations_of,
     candidate_name,
 )
 from serving.deploy.kserve_api import KServeRolloutError
@@ -37,7 +38,7 @@ from serving.deploy.kserve_status import (
     is_true,
     predictor_deployment_name,
 )
-from serving.deploy.rollout_base import Check, Rollout, annotations_of
+from serving.deploy.rollout_base import Check, Rollout
 
 
 def _template_annotations(deployment: dict | None) -> dict:
