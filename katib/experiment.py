@@ -1,11 +1,15 @@
 """The Katib Experiment manifest, built from the kubeflow-katib SDK's models.
 
 Each trial is a TFJob from :func:`fmnist.kubernetes.tfjob.build_tfjob`, the same one a pipeline
-run launches, with ``${trialParameters.<name>}`` in place of every searched flag's value.
+run launches, with ``${trialParameters.<name>}`` in place of every searched flag's value. Its
+pods run the trainer under :mod:`katib.trial_process`, so that a trainer killed by a signal
+stays retryable under ``restartPolicy: ExitCode`` inside Katib's metrics-collector wrapper
+(see there for the rules).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 from fmnist.errors import UserInputError
@@ -24,6 +28,13 @@ from katib.settings import (
 )
 from katib.webhook import webhook_problems
 
+TRIAL_PROCESS = ["python", "-m", "katib.trial_process", "--"]
+# Katib's pod webhook joins the primary container's command and args with spaces into one
+# ``sh -c`` string, unquoted (kubeflow/katib v0.19.0 pkg/webhook/v1beta1/pod/utils.go lines
+# 191-194): an argument with a space or a shell metacharacter would be split or interpreted.
+_SHELL_SAFE = re.compile(r"[\w@%+=:,./-]*")
+_PLACEHOLDER = re.compile(r"\$\{trialParameters\.[^}]+\}")
+
 
 def _trial_spec(settings: ExperimentSettings, search_space: SearchSpace, data_dir: str) -> dict:
     """The trial TFJob as a manifest, with placeholders for the searched flags' values."""
@@ -35,6 +46,7 @@ def _trial_spec(settings: ExperimentSettings, search_space: SearchSpace, data_di
         name=settings.name, config=settings.training_config(), data_dir=data_dir,
         export_dir=f"{trial_dir}/1", work_dir=trial_dir, num_workers=settings.num_workers,
         use_chief=settings.use_chief, gpus_per_worker=settings.gpus_per_worker,
+        max_restarts=settings.max_restarts,
     )
     manifest = to_manifest(build_tfjob(spec, replace(settings.kubernetes,
                                                      namespace=settings.target_namespace)))
@@ -48,11 +60,28 @@ def _trial_spec(settings: ExperimentSettings, search_space: SearchSpace, data_di
             metadata["labels"]["fmnist/model-type"] = placeholder(name)
     for replica in manifest["spec"]["tfReplicaSpecs"].values():
         for container in replica["template"]["spec"]["containers"]:
-            command = container["command"]
+            command = TRIAL_PROCESS + container["command"]
             for name in search_space.names:
                 flag = "--" + name.replace("_", "-")
                 command[command.index(flag) + 1] = placeholder(name)
+            unsafe = [arg for arg in command
+                      if not _SHELL_SAFE.fullmatch(_PLACEHOLDER.sub("", arg))]
+            if unsafe:
+                raise UserInputError(
+                    f"trial command arguments {unsafe} hold spaces or shell characters, which "
+                    "Katib's metrics collector would split or interpret (it runs the command "
+                    "as one unquoted sh -c string): use paths and values without them")
+            container["command"] = command
     return manifest
+
+
+def max_failed_trial_count(settings: ExperimentSettings) -> int:
+    """Katib fails an Experiment once ``failed >= maxFailedTrialCount`` (kubeflow/katib v0.19.0
+    pkg/controller.v1beta1/experiment/util/status_util.go line 205, trials with unavailable
+    metrics counting as failed); our budget fails the search once *more* trials than it
+    failed, as the local search does. Its webhook wants it at most ``maxTrialCount``
+    (pkg/webhook/v1beta1/experiment/validator/validator.go lines 104-109)."""
+    return min(settings.max_failed_trial_count + 1, settings.max_trial_count)
 
 
 def build_experiment(settings: ExperimentSettings, search_space: SearchSpace, data_dir: str):
@@ -149,7 +178,7 @@ def build_experiment(settings: ExperimentSettings, search_space: SearchSpace, da
             parameters=parameters,
             parallel_trial_count=settings.parallel_trial_count,
             max_trial_count=settings.max_trial_count,
-            max_failed_trial_count=settings.max_failed_trial_count,
+            max_failed_trial_count=max_failed_trial_count(settings),
             resume_policy=settings.resume_policy,
             metrics_collector_spec=V1beta1MetricsCollectorSpec(
                 collector=V1beta1CollectorSpec(kind="StdOut"),

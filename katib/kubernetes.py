@@ -1,15 +1,21 @@
-"""The Kubernetes backend of the tuning step: the search is a Katib Experiment.
-
-It behaves like the TFJob launcher (google-cloud-pipeline-components' remote-job pattern):
+"""The Kubernetes backend of the tuning step: the search is a Katib Experiment, run by the
+remote-job runner (:mod:`fmnist.kubernetes.runner`), like the training step's TFJob:
 
 * the Experiment is built and validated before anything is created, and named by the settings,
-  so a retried launcher pod re-attaches to the Experiment it created instead of starting a
-  second one;
+  so a retried launcher pod re-attaches to the Experiment it created (HTTP 409 on create)
+  instead of starting a second one; the SIGTERM guard is in place before the create call;
 * it waits with the kubeflow-katib SDK, printing a line whenever the progress changes (trials
-  succeeded, running, failed and early-stopped, and the best trial so far);
+  succeeded, running, failed and early-stopped, and the best trial so far); transient API
+  errors (5xx, 429, timeouts, dropped connections) are retried, never taken for a failure;
 * it fails the step when the Experiment fails, naming Katib's reason and message (the retired
-  KFP Katib launcher printed the failed Experiment as its output instead);
+  KFP Katib launcher printed the failed Experiment as its output instead), and deletes it so
+  that a retried step starts a fresh search instead of re-attaching to the failed one;
 * it deletes the Experiment when the run is terminated (SIGTERM) or the step's deadline passes.
+
+Katib's conditions are cumulative, one per type, a re-set type moving to the end (kubeflow/katib
+v0.19.0 ``pkg/apis/controller/experiments/v1beta1/util.go`` lines 112-160, ``trials/v1beta1/
+util.go`` 124-155): the outcome is read from ``Failed=True`` then ``Succeeded=True``, not from
+the order.
 
 What it returns is a :class:`~katib.results.TuningResult`, the same as the local search's: the
 best trial's values typed as the trainer's, and every trial with its status and objective.
@@ -17,15 +23,23 @@ best trial's values typed as the trainer's, and every trial with its status and 
 
 from __future__ import annotations
 
-import signal
 import sys
-import time
 from dataclasses import asdict
 
-from fmnist.backends import sigterm_as_exit
 from fmnist.errors import TuningError
+from fmnist.kubernetes.runner import FAILED as FAILED_JOB
+from fmnist.kubernetes.runner import JobStatus, RemoteJob, RemoteJobError, RemoteJobRunner
 from katib.experiment import build_experiment
-from katib.results import TrialRecord, TuningResult, typed_assignments
+from katib.results import (
+    EARLY_STOPPED,
+    FAILED,
+    KILLED,
+    METRICS_UNAVAILABLE,
+    SUCCEEDED,
+    TrialRecord,
+    TuningResult,
+    typed_assignments,
+)
 from katib.search_space import SearchSpace
 from katib.settings import API_VERSION, OBJECTIVE_TYPES, TRIAL_NAME_PARAMETER, ExperimentSettings
 
@@ -33,10 +47,20 @@ GROUP, VERSION = API_VERSION.split("/")
 EXPERIMENT_PLURAL = "experiments"
 
 
-def _latest_condition(status):
-    """The most recent condition that holds (Katib appends them in order), or None."""
+# A trial's outcome, most decisive first; then whether it is under way.
+_TRIAL_STATES = (FAILED, METRICS_UNAVAILABLE, EARLY_STOPPED, KILLED, SUCCEEDED, "Running",
+                 "Created")
+
+
+def _holds(status, kind: str):
+    """The condition of type ``kind`` if it is True, else None."""
     conditions = (status.conditions if status else None) or []
-    return next((c for c in reversed(conditions) if c.status == "True"), None)
+    return next((c for c in conditions if c.type == kind and c.status == "True"), None)
+
+
+def _state(status, kinds: tuple[str, ...]) -> str:
+    """The first of ``kinds`` whose condition holds, else ``Pending``."""
+    return next((kind for kind in kinds if _holds(status, kind) is not None), "Pending")
 
 
 def _value(metric, strategy: str) -> float | None:
@@ -68,11 +92,15 @@ class KatibExperimentLauncher:
     """Runs a search as a Katib Experiment; see the module docstring."""
 
     def __init__(self, katib_client=None, poll_seconds: float = 15.0,
-                 timeout_seconds: float = 0.0, out=None):
+                 timeout_seconds: float = 0.0, out=None, request_timeout_seconds: float = 60.0,
+                 clock=None, sleep=None):
         self._client = katib_client
-        self.poll_seconds = poll_seconds
-        self.timeout_seconds = timeout_seconds  # 0: wait as long as the Experiment runs
         self.out = out or sys.stdout
+        # timeout 0: wait as long as the Experiment runs
+        injected = {k: v for k, v in (("clock", clock), ("sleep", sleep)) if v is not None}
+        self.runner = RemoteJobRunner(poll_seconds=poll_seconds, timeout_seconds=timeout_seconds,
+                                      log=self._say, **injected)
+        self.request_timeout_seconds = request_timeout_seconds
 
     def client(self, namespace: str):
         if self._client is None:
@@ -84,76 +112,56 @@ class KatibExperimentLauncher:
     def _say(self, message: str) -> None:
         print(message, file=self.out, flush=True)
 
-    def _exists(self, name: str, namespace: str) -> bool:
-        # The SDK's get_experiment turns every error into RuntimeError; 404 must be told apart.
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            self.client(namespace).custom_api.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, EXPERIMENT_PLURAL, name)
-            return True
-        except ApiException as err:
-            if err.status == 404:
-                return False
-            raise
-
-    def _delete(self, name: str, namespace: str) -> None:
-        try:
-            self.client(namespace).delete_experiment(name, namespace=namespace)
-            self._say(f"deleted Katib Experiment {namespace}/{name}")
-        except (RuntimeError, TimeoutError) as err:  # already gone, or the API is unreachable
-            self._say(f"could not delete Katib Experiment {namespace}/{name}: {err}")
-
     def run(self, settings: ExperimentSettings, search_space: SearchSpace,
             data_dir: str) -> TuningResult:
         experiment = build_experiment(settings, search_space, data_dir)  # validates first
         name, namespace = settings.name, settings.target_namespace
         client = self.client(namespace)
-        started = time.time()
-        if self._exists(name, namespace):
-            self._say(f"re-attaching to the existing Katib Experiment {namespace}/{name}")
-        else:
-            client.create_experiment(experiment, namespace=namespace)
-            self._say(f"created Katib Experiment {namespace}/{name} ({settings.algorithm}, "
-                      f"{settings.max_trial_count} trials, {settings.parallel_trial_count} at a "
-                      f"time, objective {settings.objective_metric})")
-        previous = sigterm_as_exit()
-        try:
-            finished = self._wait(settings, started)
-        except BaseException:  # terminated (SIGTERM), timed out, or interrupted
-            self._delete(name, namespace)
-            raise
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
-        condition = _latest_condition(finished.status)
-        if condition.type == "Failed":
-            raise TuningError(f"Katib Experiment {namespace}/{name} failed: {condition.reason}: "
-                              f"{condition.message} ({self._progress(settings, finished)})")
-        return self._result(settings, finished, time.time() - started)
+        timeout = self.request_timeout_seconds
+        started = self.runner.clock()
 
-    def _wait(self, settings: ExperimentSettings, started: float):
-        """Polls until the Experiment succeeds or fails; returns it."""
-        name, namespace = settings.name, settings.target_namespace
-        seen = None
-        while True:
-            experiment = self.client(namespace).get_experiment(name, namespace=namespace)
-            progress = self._progress(settings, experiment)
-            if progress != seen:
-                seen = progress
-                self._say(f"Katib Experiment {namespace}/{name}: {progress}")
-            condition = _latest_condition(experiment.status)
-            if condition is not None and condition.type in ("Succeeded", "Failed"):
-                return experiment
-            if self.timeout_seconds and time.time() - started > self.timeout_seconds:
-                raise TimeoutError(f"Katib Experiment {namespace}/{name} did not finish in "
-                                   f"{self.timeout_seconds:.0f} s")
-            time.sleep(self.poll_seconds)
+        def read():
+            """The Experiment, and its trials once it has finished (so that a transient error
+            listing them is retried like any other read)."""
+            current = client.get_experiment(name, namespace=namespace, timeout=timeout)
+            trials = None
+            if _holds(current.status, SUCCEEDED) is not None:
+                trials = client.list_trials(name, namespace=namespace, timeout=timeout)
+            return current, trials
+
+        def status(snapshot) -> JobStatus:
+            current, _ = snapshot
+            progress = self._progress(settings, current)
+            failed = _holds(current.status, FAILED)
+            if failed is not None:
+                return JobStatus(done=True, failed=True, progress=progress,
+                                 reason=f"{failed.reason}: {failed.message} ({progress})")
+            return JobStatus(done=_holds(current.status, SUCCEEDED) is not None,
+                             progress=progress)
+
+        def cleanup(why: str) -> None:
+            if why == FAILED_JOB:
+                self._say(f"deleting the failed Katib Experiment {namespace}/{name} so that a "
+                          "retry of this step starts a fresh search")
+            client.delete_experiment(name, namespace=namespace)
+            self._say(f"deleted Katib Experiment {namespace}/{name}")
+
+        job = RemoteJob(
+            kind="Katib Experiment", namespace=namespace, name=name,
+            create=lambda: client.create_experiment(experiment, namespace=namespace),
+            read=read, status=status, cleanup=cleanup,
+            describe_created=f"{settings.algorithm}, {settings.max_trial_count} trials, "
+                             f"{settings.parallel_trial_count} at a time, objective "
+                             f"{settings.objective_metric}")
+        try:
+            finished, trials = self.runner.run(job)
+        except RemoteJobError as error:
+            raise TuningError(str(error)) from error
+        return self._result(settings, finished, trials, self.runner.clock() - started)
 
     @staticmethod
     def _progress(settings: ExperimentSettings, experiment) -> str:
         status = experiment.status
-        condition = _latest_condition(status)
         spec = experiment.spec
         total = (spec.max_trial_count if spec else None) or settings.max_trial_count
         counts = ", ".join(
@@ -161,7 +169,8 @@ class KatibExperimentLauncher:
                 ("trials_succeeded", "succeeded"), ("trials_running", "running"),
                 ("trials_failed", "failed"), ("trials_early_stopped", "early-stopped"))
         )
-        line = f"{condition.type if condition else 'Pending'}: {counts} of {total} trials"
+        state = _state(status, ("Failed", "Succeeded", "Restarting", "Running", "Created"))
+        line = f"{state}: {counts} of {total} trials"
         optimal = status.current_optimal_trial if status else None
         best = _metrics(optimal.observation if optimal else None, settings.metric_strategy)
         if optimal and optimal.best_trial_name and settings.objective_metric in best:
@@ -173,15 +182,15 @@ class KatibExperimentLauncher:
                      f"({values})")
         return line
 
-    def _result(self, settings: ExperimentSettings, experiment, seconds: float) -> TuningResult:
+    def _result(self, settings: ExperimentSettings, experiment, trials,
+                seconds: float) -> TuningResult:
         name, namespace = settings.name, settings.target_namespace
         optimal = experiment.status.current_optimal_trial
         best = _metrics(optimal.observation if optimal else None, settings.metric_strategy)
         if not optimal or not optimal.best_trial_name or settings.objective_metric not in best:
             raise TuningError(f"Katib Experiment {namespace}/{name} succeeded without an optimal "
                               f"trial reporting {settings.objective_metric}")
-        trials = [self._trial(settings, trial) for trial in
-                  self.client(namespace).list_trials(name, namespace=namespace)]
+        trials = [self._trial(settings, trial) for trial in trials or []]
         return TuningResult(
             experiment=name,
             backend="kubernetes",
@@ -201,7 +210,6 @@ class KatibExperimentLauncher:
     def _trial(settings: ExperimentSettings, trial) -> TrialRecord:
         name = trial.metadata.name
         status = trial.status
-        condition = _latest_condition(status)
         metrics = _metrics(status.observation if status else None, settings.metric_strategy)
         elapsed = 0.0
         if status and status.start_time and status.completion_time:
@@ -210,7 +218,7 @@ class KatibExperimentLauncher:
             name=name,
             parameters=typed_assignments(
                 _assignments(trial.spec.parameter_assignments if trial.spec else None)),
-            status=condition.type if condition else "Pending",
+            status=_state(status, _TRIAL_STATES),
             objective=metrics.pop(settings.objective_metric, None),
             metrics=metrics,
             epochs=_epochs_run(f"{settings.trials_root}/{name}"),

@@ -50,6 +50,15 @@ LOCAL_ALGORITHMS = ("random", "grid", "tpe", "multivariate-tpe")
 # hyperopt's TPE settings that Optuna has deprecated: Optuna's own defaults apply locally.
 _KATIB_ONLY_SETTINGS = ("gamma", "prior_weight")
 _METRIC = re.compile(METRICS_FILTER)
+# Go's time.RFC3339Nano as time.Parse accepts it (fractional seconds optional): how Katib's
+# collector recognises a line's leading timestamp (file-metricscollector.go lines 89-97).
+_RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)")
+
+
+def without_timestamp(line: str) -> str:
+    """The line after its leading RFC 3339 timestamp, if it has one."""
+    first, _, rest = line.partition(" ")
+    return rest if _RFC3339.fullmatch(first) else line
 # What counts against maxFailedTrialCount: a trial that broke, or one that reported nothing.
 FAILED_STATES = (FAILED, METRICS_UNAVAILABLE)
 
@@ -152,6 +161,7 @@ class _EpochCollector:
         self.reports: list[dict[str, float]] = []
 
     def on_line(self, worker: str, line: str) -> None:
+        line = without_timestamp(line)
         if worker != self.chief or not line.startswith("epoch="):
             return
         metrics = {m.group(1): float(m.group(2)) for m in _METRIC.finditer(line)

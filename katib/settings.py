@@ -5,9 +5,16 @@ runs it with Optuna.
 
 Trials score on a validation split carved from the training split (``--validation-examples``);
 the test split stays unseen until model selection. Katib reads the metrics from the trainer's
-stdout: every epoch prints one ``key=value`` line (``epoch=3 epochs=10 loss=0.3100
-accuracy=0.8900 val_loss=0.2800 val_accuracy=0.9000 seconds=... images_per_second=...``), one
-report per epoch, which is what median stopping compares at ``start_step``.
+stdout: every epoch prints one line, an RFC 3339 UTC timestamp and ``key=value`` pairs
+(``2025-01-01T12:00:03.123456Z epoch=3 epochs=10 loss=0.3100 accuracy=0.8900 val_loss=0.2800
+val_accuracy=0.9000 seconds=... images_per_second=...``), one report per epoch, which is what
+median stopping compares at ``start_step``. The timestamp matters: Katib's collector takes a
+line's first token as its time when it parses as RFC 3339 and stores ``0001-01-01T00:00:00Z``
+otherwise (kubeflow/katib v0.19.0 ``pkg/metricscollector/v1beta1/file-metricscollector/
+file-metricscollector.go`` lines 89-97), and ``latest`` is the value with the greatest time, ties
+going to whichever row the database returns last (``pkg/controller.v1beta1/trial/
+trial_controller_util.go`` lines 227-234 over ``pkg/db/v1beta1/mysql/mysql.go`` line 134,
+``ORDER BY time`` only): without timestamps a trial's "latest" epoch depends on row order.
 """
 
 from __future__ import annotations
@@ -94,6 +101,9 @@ class ExperimentSettings:
     num_workers: int = 1  # per trial TFJob
     use_chief: bool = False  # an extra Chief replica per trial (it trains too)
     gpus_per_worker: int = 0
+    # Pods of a trial's TFJob recreated after a kill (its runPolicy.backoffLimit follows it); as
+    # the local search's trials get.
+    max_restarts: int = 1
     output_dir: str = ""  # trials write under <output_dir>/<name>/<trial>; default: the PVC's
     retain_trials: bool = False  # keep finished trials' TFJobs (and pods) for debugging
 
@@ -158,6 +168,8 @@ class ExperimentSettings:
                             "output_dir (an object-store URI) or kubernetes.pvc_name")
         if self.gpus_per_worker < 0:
             problems.append(f"gpus_per_worker must be 0 or more, got {self.gpus_per_worker}")
+        if self.max_restarts < 0:
+            problems.append(f"max_restarts must be 0 or more, got {self.max_restarts}")
         return problems
 
     def search_problems(self, search_space: SearchSpace | None = None) -> list[str]:

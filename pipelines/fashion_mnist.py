@@ -42,13 +42,14 @@ class PipelineOutputs(NamedTuple):
 
 
 def cluster_defaults(platform: Platform) -> PipelineParameters:
-    """The Kubeflow variant's defaults: TFJobs of two workers, TFDS as the data source."""
+    """The Kubeflow variant's defaults: TFJobs of two workers, TFDS as the data source.
+
+    ``kubernetes`` stays ``{}``: the shared claim is not a default the user's dict could
+    replace, but part of the platform every task carries (``FMNIST_PVC_NAME``, see
+    :func:`_on_platform`), under which the steps merge the user's settings
+    (:func:`fmnist.settings.jobs.cluster_settings`)."""
     return dataclasses.replace(
-        PipelineParameters(), data_source="tfds", backend="kubernetes", num_workers=2,
-        # One key only: protobuf orders a dict's keys by hash, so compiles of a larger
-        # default would differ from process to process.
-        kubernetes={"pvc_name": platform.pvc_name},
-    )
+        PipelineParameters(), data_source="tfds", backend="kubernetes", num_workers=2)
 
 
 def _on_platform(task, platform: Platform | None, *, volume: bool = False,

@@ -1,32 +1,92 @@
-"""A stand-in for the Kubernetes API server: just the Katib Experiment and Trial endpoints the
-Katib launcher uses (through the real KatibClient), recording every call. It stores what we
-create, plays back experiment statuses on successive reads and lists the trials it is given,
-all shaped like Katib v1beta1's objects; it is no cluster and runs no trials."""
+"""A stand-in for the Kubernetes API server with Katib v0.19.0 installed: the Experiment and
+Trial endpoints the Katib launcher uses through the real KatibClient, recording every call. It is
+no cluster; each rule cites the upstream file (kubeflow/katib tag v0.19.0 unless said).
+
+* Admission, in the API server's order (see tests/k8s_standin.py for the 404/400/422
+  citations), then Katib's validating webhook: the namespace must carry
+  ``katib.kubeflow.org/metrics-collector-injection: enabled``
+  (pkg/webhook/v1beta1/experiment/validation_webhook.go lines 74-91) and the Experiment must
+  pass the validator (validator.go; re-implemented in katib/webhook.py, whose own tests hold it
+  to upstream); a refusal is HTTP 400 (validation_webhook.go lines 93-97, ``admission.Errored(
+  http.StatusBadRequest, err)``); a second create of a name is 409.
+* Conditions are cumulative, one per type; a re-set type moves to the end, Running flips to
+  False before Succeeded/Failed (pkg/apis/controller/experiments/v1beta1/util.go lines 112-160,
+  trials/v1beta1/util.go 124-155); reasons and messages from
+  pkg/controller.v1beta1/experiment/util/status_util.go (no ``MaxFailedTrialsReached``: a
+  max-failed stop is ``ExperimentFailed``).
+* Two ways to play an Experiment: *scripted* statuses, one per read (the launcher's logic), or
+  *run*: the controller suggests trials, renders each trial's TFJob from the template
+  (pkg/controller.v1beta1/experiment/manifest/generator.go ``applyParameters``), runs it with
+  the TFJob controller model (tests/tfjob_operator.py) and real processes, wraps the primary
+  pod's command as Katib's pod webhook does (:func:`katib_wrap`), collects the metrics as the
+  StdOut collector does (:func:`collect`, :func:`observation`) and ends the Experiment by
+  status_util.go's rules. Early stopping *decisions* are not modelled (the wrapper's early-stop
+  branch is).
+"""
 
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import re
+import tempfile
+from datetime import datetime
+from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-from tests.loopback import JsonRequestHandler, LoopbackServer, reply_json
+from tests.k8s_standin import Clock, FaultyServer, admission, selects, status_body
+from tests.loopback import JsonRequestHandler, reply_json
+from tests.tfjob_operator import ROLE_LABEL, Kubelet, Pod, TFJobController, is_true
 
 API_VERSION = "kubeflow.org/v1beta1"
-EXPERIMENT_LABEL = "katib.kubeflow.org/experiment"
-_EXPERIMENTS = re.compile(r"^/apis/kubeflow\.org/v1beta1/namespaces/([^/]+)/experiments"
+EXPERIMENT_LABEL = "katib.kubeflow.org/experiment"  # SDK constants.py line 38
+TRIAL_LABEL = "katib.kubeflow.org/trial"  # pkg/controller.v1beta1/consts/const.go line 71
+INJECTION_LABEL = "katib.kubeflow.org/metrics-collector-injection"
+EXPERIMENT_WEBHOOK = "validator.experiment.katib.kubeflow.org"  # webhooks.yaml line 7
+_EXPERIMENTS = re.compile(r"^/apis/kubeflow\.org/([^/]+)/namespaces/([^/]+)/experiments"
                           r"(?:/([^/?]+))?")
-_TRIALS = re.compile(r"^/apis/kubeflow\.org/v1beta1/namespaces/([^/]+)/trials(?:\?|$)")
-# Katib's condition reasons and messages (pkg/controller.v1beta1/experiment/util/status_util.go).
+_TRIALS = re.compile(r"^/apis/kubeflow\.org/([^/]+)/namespaces/([^/]+)/trials(?:\?|$)")
+# Katib's condition reasons and messages (pkg/controller.v1beta1/experiment/util/status_util.go
+# lines 35-41 and 195-233; experiment_controller.go line 234).
 _REASONS = {
     "Created": ("ExperimentCreated", "Experiment is created"),
     "Running": ("ExperimentRunning", "Experiment is running"),
     "Succeeded": ("ExperimentMaxTrialsReached",
                   "Experiment has succeeded because max trial count has reached"),
-    "Failed": ("ExperimentMaxFailedTrialsReached",
-               "Experiment has failed because max failed count has reached"),
+    "Failed": ("ExperimentFailed", "Experiment has failed because max failed count has reached"),
 }
 _NOT_FOUND = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound",
               "code": 404}
+ZERO_TIME = "0001-01-01T00:00:00Z"  # Go's time.Time{} in RFC 3339
+# Go's time.RFC3339Nano ("2006-01-02T15:04:05.999999999Z07:00"): on parsing, the fraction is
+# optional; the zone is Z or ±hh:mm.
+_RFC3339 = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)")
+
+
+# ---------------------------------------------------------------------------------------------
+# Objects shaped like Katib's
+
+
+def set_condition(conditions: list[dict], type_: str, status: str, reason: str,
+                  message: str) -> list[dict]:
+    """experiments/v1beta1/util.go setCondition (lines 112-128): unchanged status and reason:
+    nothing; else the type is removed and appended at the end."""
+    current = next((c for c in conditions if c["type"] == type_), None)
+    if current and current["status"] == status and current["reason"] == reason:
+        return conditions
+    return [c for c in conditions if c["type"] != type_] + [
+        {"type": type_, "status": status, "reason": reason, "message": message}]
+
+
+def finish(conditions: list[dict], type_: str, reason: str, message: str) -> list[dict]:
+    """MarkExperimentStatusSucceeded/Failed (util.go lines 145-160), and the trial's
+    (trials/v1beta1/util.go lines 150-155): Running to False first."""
+    running = next((c for c in conditions if c["type"] == "Running"), None)
+    if running is not None:
+        conditions = set_condition(conditions, "Running", "False", running["reason"],
+                                   running["message"])
+    return set_condition(conditions, type_, "True", reason, message)
 
 
 def _metrics(metrics: dict[str, float]) -> list[dict]:
@@ -40,15 +100,13 @@ def trial(name: str, parameters: dict[str, str], metrics: dict[str, float] | Non
           namespace: str = "team-a") -> dict:
     """A Trial as Katib writes it: the assignments as strings (``trialName`` among them, as the
     experiment's trial parameters reference it), the conditions in order, the observation."""
-    conditions = [{"type": "Created", "status": "True", "reason": "TrialCreated",
-                   "message": "Trial is created"}]
+    conditions = set_condition([], "Created", "True", "TrialCreated", "Trial is created")
     if condition != "Created":
-        running = "True" if condition == "Running" else "False"
-        conditions.append({"type": "Running", "status": running, "reason": "TrialRunning",
-                           "message": "Trial is running"})
+        conditions = set_condition(conditions, "Running", "True", "TrialRunning",
+                                   "Trial is running")
     if condition not in ("Created", "Running"):
-        conditions.append({"type": condition, "status": "True", "reason": f"Trial{condition}",
-                           "message": f"Trial is {condition.lower()}"})
+        conditions = finish(conditions, condition, f"Trial{condition}",
+                            f"Trial is {condition.lower()}")
     status = {"conditions": conditions, "startTime": "2025-01-01T10:00:00Z"}
     if condition not in ("Created", "Running"):
         status["completionTime"] = "2025-01-01T10:05:30Z"
@@ -70,17 +128,13 @@ def state(condition: str, succeeded: int = 0, running: int = 0, failed: int = 0,
           message: str = "") -> dict:
     """An Experiment status as Katib writes it; ``best`` is a :func:`trial` that becomes the
     ``currentOptimalTrial`` (Katib's placeholder, an empty one, when None)."""
-    conditions = [{"type": "Created", "status": "True", "reason": _REASONS["Created"][0],
-                   "message": _REASONS["Created"][1]}]
+    conditions = set_condition([], "Created", "True", *_REASONS["Created"])
     if condition != "Created":
-        conditions.append({"type": "Running", "status": "True" if condition == "Running"
-                           else "False", "reason": _REASONS["Running"][0],
-                           "message": _REASONS["Running"][1]})
+        conditions = set_condition(conditions, "Running", "True", *_REASONS["Running"])
     if condition in ("Succeeded", "Failed"):
         default_reason, default_message = _REASONS[condition]
-        conditions.append({"type": condition, "status": "True",
-                           "reason": reason or default_reason,
-                           "message": message or default_message})
+        conditions = finish(conditions, condition, reason or default_reason,
+                            message or default_message)
     optimal = {"bestTrialName": "", "observation": {}}
     if best is not None:
         optimal = {"bestTrialName": best["metadata"]["name"],
@@ -101,16 +155,384 @@ def katib_client_for(url: str, namespace: str = "team-a"):
 
     configuration = client.Configuration()
     configuration.host = url
+    configuration.retries = 0  # our runner retries; urllib3's silent ones would hide it
     return KatibClient(client_configuration=configuration, namespace=namespace)
 
 
-class KatibStandIn(LoopbackServer):
-    def __init__(self, states: list[dict] | None = None, trials: list[dict] | None = None):
-        self.calls: list[tuple[str, str, dict | None]] = []
+# ---------------------------------------------------------------------------------------------
+# The metrics collector and the pod webhook
+
+
+def _parse_time(token: str) -> datetime | None:
+    match = _RFC3339.fullmatch(token)
+    if not match:
+        return None
+    year, month, day, hour, minute, second, fraction, zone = match.groups()
+    try:
+        moment = datetime.fromisoformat(f"{year}-{month}-{day}T{hour}:{minute}:{second}"
+                                        f"{(fraction or '')[:7]}"
+                                        f"{'+00:00' if zone == 'Z' else zone}")
+    except ValueError:
+        return None
+    return moment
+
+
+def collect(lines: list[str], metrics: list[str], pattern: str) -> list[tuple[str, str, str]]:
+    """(timestamp, name, value) as Katib's StdOut collector records them:
+    pkg/metricscollector/v1beta1/file-metricscollector/file-metricscollector.go lines 76-110:
+    only lines containing a metric name; the first space-separated token is the time if it
+    parses as RFC3339Nano, else ``0001-01-01T00:00:00Z``; every filter match whose name is a
+    metric, in order."""
+    found = []
+    for line in lines:
+        if not any(m in line for m in metrics):
+            continue
+        first, _, _ = line.partition(" ")
+        stamp = first if " " in line and _parse_time(first) is not None else ZERO_TIME
+        for match in re.finditer(pattern, line):
+            name, value = match.group(1).strip(), match.group(2).strip()
+            if name in metrics:
+                found.append((stamp, name, value))
+    return found
+
+
+def observation(records: list[tuple[str, str, str]], metrics: list[str]) -> list[dict]:
+    """A trial's observation from the stored rows: pkg/controller.v1beta1/trial/
+    trial_controller_util.go lines 205-234: ``latest`` is the value with the greatest time,
+    a tie going to the row read later (``!After``); min and max over values that parse as
+    numbers. The rows come back ``ORDER BY time`` (pkg/db/v1beta1/mysql/mysql.go line 134)
+    with no tie-breaker: ties keep their insertion order here, which upstream does not
+    promise. An objective never seen is ``unavailable``."""
+    rows = sorted(enumerate(records), key=lambda item: (_parse_time(item[1][0]) or
+                                                        _parse_time(ZERO_TIME), item[0]))
+    result = []
+    for metric in metrics:
+        values = [(stamp, value) for _, (stamp, name, value) in rows if name == metric]
+        if not values:
+            result.append({"name": metric, "latest": "unavailable", "min": "unavailable",
+                           "max": "unavailable"})
+            continue
+        latest = values[-1][1]
+        numbers = []
+        for _, value in values:
+            try:
+                numbers.append(float(value))
+            except ValueError:
+                pass
+        result.append({"name": metric, "latest": latest,
+                       "min": str(min(numbers)) if numbers else "unavailable",
+                       "max": str(max(numbers)) if numbers else "unavailable"})
+    return result
+
+
+def katib_wrap(command: list[str], metrics_file: str, early_stopping: bool) -> list[str]:
+    """The primary container's command as Katib's pod webhook rewrites it for the StdOut
+    collector (pkg/webhook/v1beta1/pod/utils.go ``wrapWorkerContainer`` lines 155-195,
+    ``getEarlyStoppingCommand`` 201-215, ``getMarkCompletedCommand`` 217-221), then as the
+    kubelet expands it (``$$`` becomes ``$``: kubernetes third_party/forked/golang/expansion/
+    expand.go)."""
+    args = list(command)
+    shell = ["sh", "-c"]
+    if args[:1] in (["sh"], ["bash"]) and args[1:2] == ["-c"]:
+        shell, args = args[:2], args[2:]
+    directory = str(Path(metrics_file).parent)
+    args.append(f"1>{metrics_file} 2>&1")
+    if early_stopping:
+        args += ["||", f"if test -f {directory}/$$$$.pid && [ $(head -n 1 {directory}/$$.pid) "
+                       "= early-stopped ]; then echo Training Container was Early Stopped; "
+                       "else echo Training Container was Failed; exit 1; fi"]
+    args += ["&&", f"echo completed > {directory}/$$$$.pid"]
+    return shell + [kubernetes_expand(" ".join(args))]
+
+
+def kubernetes_expand(text: str) -> str:
+    """How the kubelet expands a container's command and args with no variables defined
+    (kubernetes third_party/forked/golang/expansion/expand.go ``Expand`` and
+    ``tryReadVariableName``): ``$$`` becomes ``$``; ``$(name)`` of an undefined name is kept
+    as written, ``$$`` inside it too; any other ``$`` stays."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "$" and i + 1 < len(text):
+            if text[i + 1] == "$":
+                out.append("$")
+                i += 2
+                continue
+            if text[i + 1] == "(":
+                end = text.find(")", i + 2)
+                end = len(text) - 1 if end == -1 else end
+                out.append(text[i:end + 1])
+                i = end + 1
+                continue
+        out.append(text[i])
+        i += 1
+    return "".join(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# An Experiment that really runs
+
+
+class ExperimentRun:
+    """Katib's controllers for one Experiment, ticked on each read of it."""
+
+    def __init__(self, experiment: dict, kubelet: Kubelet, clock, work_dir: Path):
+        self.experiment = experiment
+        self.kubelet = kubelet
+        self.clock = clock
+        self.work_dir = work_dir
+        self.status: dict = {}
+        self.trials: dict[str, dict] = {}  # name -> Trial
+        self.jobs: dict[str, TFJobController] = {}  # trial name -> its TFJob
+        self.created = False
+
+    @property
+    def spec(self) -> dict:
+        return self.experiment["spec"]
+
+    @property
+    def metrics(self) -> list[str]:
+        objective = self.spec["objective"]
+        return [objective["objectiveMetricName"], *objective.get("additionalMetricNames", [])]
+
+    def tick(self) -> None:
+        conditions = self.status.setdefault("conditions", [])
+        if not self.created:
+            self.created = True
+            self.status["conditions"] = set_condition(conditions, "Created", "True",
+                                                      *_REASONS["Created"])
+            self.status["startTime"] = self.clock()
+            return
+        if is_true(conditions, "Succeeded") or is_true(conditions, "Failed"):
+            return
+        for name, job in self.jobs.items():
+            job.tick()
+            self._judge_trial(name, job)
+        self._suggest()
+        self._update_status()
+
+    def _suggest(self) -> None:
+        """New trials while fewer than parallelTrialCount run and maxTrialCount is not
+        reached; values spread over each feasible space, deterministic."""
+        spec = self.spec
+        active = sum(not self._finished(t) for t in self.trials.values())
+        while (active < spec.get("parallelTrialCount", 3)
+               and len(self.trials) < spec.get("maxTrialCount", 10 ** 9)):
+            index = len(self.trials)
+            # suggestionclient.go line 177: <experiment>-<8 random characters>.
+            suffix = hashlib.sha256(f"{self.experiment['metadata']['name']}{index}".encode()
+                                    ).hexdigest()[:8]
+            name = f"{self.experiment['metadata']['name']}-{suffix}"
+            assignments = {p["name"]: _suggest_value(p, index) for p in spec["parameters"]}
+            self._create_trial(name, assignments)
+            active += 1
+
+    def _create_trial(self, name: str, assignments: dict[str, str]) -> None:
+        namespace = self.experiment["metadata"]["namespace"]
+        template = self.spec["trialTemplate"]
+        text = json.dumps(template["trialSpec"])
+        for parameter in template["trialParameters"]:  # generator.go applyParameters
+            reference = parameter["reference"]
+            value = (name if reference == "${trialSpec.Name}" else
+                     namespace if reference == "${trialSpec.Namespace}" else
+                     assignments[reference])
+            text = text.replace("${trialParameters." + parameter["name"] + "}", value)
+        job = json.loads(text)
+        job["metadata"].update(name=name, namespace=namespace)
+        primary = template.get("primaryPodLabels") or {ROLE_LABEL: "master"}
+        early = "earlyStopping" in self.spec
+        work = self.work_dir / name
+
+        def katib_pod_webhook(controller: TFJobController, pod: Pod) -> None:
+            """inject_webhook.go lines 149-195: every pod gets the trial label; only the
+            primary pod (primaryPodLabels) is wrapped, with an emptyDir for the metrics file
+            (here a directory of its own per pod)."""
+            pod.labels[TRIAL_LABEL] = name
+            if all(pod.labels.get(k) == v for k, v in primary.items()):
+                log_dir = work / f"{pod.name}-{pod.uid[:8]}"
+                log_dir.mkdir(parents=True, exist_ok=True)
+                pod.command = katib_wrap(pod.command, str(log_dir / "metrics.log"), early)
+                pod.env["KATIB_TRIAL_NAME"] = name
+                pod.metrics_dir = log_dir
+
+        self.jobs[name] = TFJobController(job, self.kubelet, self.clock, run_processes=True,
+                                          mutate_pod=katib_pod_webhook)
+        conditions = set_condition([], "Created", "True", "TrialCreated", "Trial is created")
+        self.trials[name] = {
+            "apiVersion": API_VERSION, "kind": "Trial",
+            "metadata": {"name": name, "namespace": namespace,
+                         "labels": {EXPERIMENT_LABEL: self.experiment["metadata"]["name"]}},
+            "spec": {"parameterAssignments": [{"name": k, "value": v}
+                                              for k, v in assignments.items()]},
+            "status": {"conditions": conditions, "startTime": self.clock()},
+        }
+
+    @staticmethod
+    def _finished(trial: dict) -> bool:
+        return any(is_true(trial["status"]["conditions"], kind) for kind in
+                   ("Succeeded", "Failed", "MetricsUnavailable", "EarlyStopped", "Killed"))
+
+    def _judge_trial(self, name: str, job: TFJobController) -> None:
+        """trial/util/job_util.go lines 68-114 (failure checked before success) and
+        trial_controller_util.go lines 47-132; metrics come from the primary pod's file once
+        its command completed (cmd/metricscollector main.go lines 424-430)."""
+        trial = self.trials[name]
+        if self._finished(trial):
+            return
+        status = trial["status"]
+        conditions = job.status.get("conditions", [])
+        failed = next((c for c in conditions if c["type"] == "Failed"
+                       and c["status"] == "True"), None)
+        if failed is not None:
+            status["conditions"] = finish(status["conditions"], "Failed",
+                                          f"TrialFailed. Job reason: {failed['reason']}",
+                                          f"Trial has failed. Job message: {failed['message']}")
+            status["completionTime"] = self.clock()
+            return
+        if is_true(conditions, "Succeeded"):
+            status["observation"] = {"metrics": observation(self._collected(job),
+                                                            self.metrics)}
+            objective = status["observation"]["metrics"][0]
+            kind = "MetricsUnavailable" if objective["latest"] == "unavailable" else "Succeeded"
+            status["conditions"] = finish(status["conditions"], kind,
+                                          "TrialSucceeded" if kind == "Succeeded"
+                                          else "MetricsUnavailable", f"Trial is {kind}")
+            status["completionTime"] = self.clock()
+            return
+        status["conditions"] = set_condition(status["conditions"], "Running", "True",
+                                             "TrialRunning", "Trial is running")
+
+    def _collected(self, job: TFJobController) -> list[tuple[str, str, str]]:
+        records = []
+        for pod in job.pods.values():
+            directory = getattr(pod, "metrics_dir", None)
+            if directory is None or pod.process is None:
+                continue
+            marker = directory / f"{pod.process.pid}.pid"  # echo completed > $$.pid
+            if marker.exists() and marker.read_text().strip() == "completed":
+                pattern = self.spec["metricsCollectorSpec"]["source"]["filter"][
+                    "metricsFormat"][0]
+                lines = (directory / "metrics.log").read_text(errors="replace").splitlines()
+                records += collect(lines, self.metrics, pattern)
+        return records
+
+    def _update_status(self) -> None:
+        counts = {kind: 0 for kind in ("Succeeded", "Failed", "EarlyStopped",
+                                       "MetricsUnavailable", "Killed")}
+        running = 0
+        for trial in self.trials.values():
+            kind = next((k for k in counts if is_true(trial["status"]["conditions"], k)), None)
+            if kind:
+                counts[kind] += 1
+            else:
+                running += 1
+        status = self.status
+        status.update(trials=len(self.trials), trialsSucceeded=counts["Succeeded"],
+                      trialsFailed=counts["Failed"], trialsEarlyStopped=counts["EarlyStopped"],
+                      trialMetricsUnavailable=counts["MetricsUnavailable"],
+                      trialsRunning=running)
+        status["currentOptimalTrial"] = self._optimal()
+        # status_util.go UpdateExperimentStatusCondition, lines 187-235: goal, then max failed,
+        # then max trials.
+        spec = self.spec
+        completed = sum(counts.values())
+        failed = counts["Failed"] + counts["MetricsUnavailable"]
+        most_failed = spec.get("maxFailedTrialCount")
+        if self._goal_reached():
+            status["conditions"] = finish(status["conditions"], "Succeeded",
+                                          "ExperimentGoalReached", "Experiment has succeeded "
+                                          "because Objective goal has reached")
+        elif most_failed is not None and failed != 0 and failed >= most_failed:
+            status["conditions"] = finish(status["conditions"], "Failed", *_REASONS["Failed"])
+        elif completed >= spec.get("maxTrialCount", 10 ** 9):
+            status["conditions"] = finish(status["conditions"], "Succeeded",
+                                          *_REASONS["Succeeded"])
+        else:
+            status["conditions"] = set_condition(status["conditions"], "Running", "True",
+                                                 *_REASONS["Running"])
+
+    def _objective(self, trial: dict) -> float | None:
+        objective = self.spec["objective"]
+        name = objective["objectiveMetricName"]
+        strategy = next((s["value"] for s in objective.get("metricStrategies", [])
+                         if s["name"] == name), "latest")
+        for metric in (trial["status"].get("observation") or {}).get("metrics", []):
+            if metric["name"] == name:
+                try:
+                    return float(metric[strategy])
+                except ValueError:
+                    return None
+        return None
+
+    def _optimal(self) -> dict:
+        maximize = self.spec["objective"]["type"] == "maximize"
+        scored = [(self._objective(t), t) for t in self.trials.values()
+                  if is_true(t["status"]["conditions"], "Succeeded")]
+        scored = [(v, t) for v, t in scored if v is not None]
+        if not scored:
+            return {"bestTrialName": "", "observation": {}}
+        _, best = (max if maximize else min)(scored, key=lambda item: item[0])
+        return {"bestTrialName": best["metadata"]["name"],
+                "parameterAssignments": best["spec"]["parameterAssignments"],
+                "observation": best["status"]["observation"]}
+
+    def _goal_reached(self) -> bool:
+        goal = self.spec["objective"].get("goal")
+        optimal = self.status.get("currentOptimalTrial") or {}
+        if goal is None or not optimal.get("bestTrialName"):
+            return False
+        value = self._objective(self.trials[optimal["bestTrialName"]])
+        maximize = self.spec["objective"]["type"] == "maximize"
+        return value is not None and (value >= goal if maximize else value <= goal)
+
+    def delete(self) -> None:
+        for job in self.jobs.values():
+            job.delete()
+
+
+def _suggest_value(parameter: dict, index: int) -> str:
+    """Points spread over the feasible space: the middle, then the quarters, ..."""
+    space = parameter["feasibleSpace"]
+    if "list" in space:
+        return space["list"][index % len(space["list"])]
+    fractions = [0.5, 0.25, 0.75, 0.125, 0.875, 0.375, 0.625]
+    fraction = fractions[index % len(fractions)]
+    low, high = float(space["min"]), float(space["max"])
+    if space.get("distribution") == "logUniform":
+        value = low * (high / low) ** fraction
+    else:
+        value = low + (high - low) * fraction
+    if parameter["parameterType"] == "int":
+        step = int(space.get("step") or 1)
+        return str(int(low) + round((value - low) / step) * step)
+    return f"{value:.6g}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The server
+
+
+class KatibStandIn(FaultyServer):
+    """``states`` are played back one per read (the last repeating) and ``trials`` listed;
+    with ``run=True`` the Experiment really runs instead (see :class:`ExperimentRun`).
+    ``namespaces``: those labelled for Katib's metrics-collector injection."""
+
+    def __init__(self, states: list[dict] | None = None, trials: list[dict] | None = None, *,
+                 run: bool = False, namespaces: tuple[str, ...] = ("team-a", "kubeflow"),
+                 work_dir: Path | None = None):
+        self._init_faults()
         self.experiments: dict[tuple[str, str], dict] = {}  # (namespace, name) -> what we sent
-        # Statuses played back on successive reads of an experiment, the last one repeating.
         self.states = states or [state("Succeeded")]
         self.trials = trials or []
+        self.run = run
+        self.namespaces = set(namespaces)
+        self.clock = Clock()
+        self._tmp = None
+        if work_dir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="katib-standin-")
+            work_dir = Path(self._tmp.name)
+        self.work_dir = work_dir
+        self.kubelet = Kubelet(work_dir / "pods")
+        self.runs: dict[tuple[str, str], ExperimentRun] = {}
         self._reads = 0
         standin = self
 
@@ -118,47 +540,106 @@ class KatibStandIn(LoopbackServer):
             def do_POST(self):
                 body = self._body()
                 standin.calls.append(("POST", self.path, body))
-                match = _EXPERIMENTS.match(self.path)
-                if not match or match[2]:
-                    return reply_json(self, _NOT_FOUND, 404)
-                key = (match[1], body["metadata"]["name"])
-                if key in standin.experiments:
-                    return reply_json(self, {**_NOT_FOUND, "reason": "AlreadyExists",
-                                             "code": 409}, 409)
-                standin.experiments[key] = body
-                reply_json(self, body, 201)
+                standin.on_post(self, body)
 
             def do_GET(self):
                 standin.calls.append(("GET", self.path, None))
-                if (match := _EXPERIMENTS.match(self.path)) and match[2]:
-                    experiment = standin.experiments.get((match[1], match[2]))
-                    if experiment is None:
-                        return reply_json(self, _NOT_FOUND, 404)
-                    return reply_json(self, standin._with_status(experiment))
-                if match := _TRIALS.match(self.path):
-                    query = parse_qs(urlsplit(self.path).query)
-                    selector = query.get("labelSelector", [""])[0]
-                    items = [t for t in standin.trials
-                             if t["metadata"]["namespace"] == match[1]
-                             and _selects(selector, t["metadata"].get("labels", {}))]
-                    return reply_json(self, {"apiVersion": API_VERSION, "kind": "TrialList",
-                                             "metadata": {}, "items": items})
-                reply_json(self, _NOT_FOUND, 404)
+                standin.on_get(self)
 
             def do_DELETE(self):
                 standin.calls.append(("DELETE", self.path, self._body()))
-                match = _EXPERIMENTS.match(self.path)
-                if match and match[2] and standin.experiments.pop((match[1], match[2]), None):
-                    return reply_json(self, {"kind": "Status", "apiVersion": "v1",
-                                             "status": "Success"})
-                reply_json(self, _NOT_FOUND, 404)
+                standin.on_delete(self)
 
         self._serve(Handler)
 
-    def _with_status(self, experiment: dict) -> dict:
+    def _webhook_problems(self, body: dict) -> list[str]:
+        from katib.webhook import webhook_problems
+
+        namespace = (body.get("metadata") or {}).get("namespace", "")
+        if namespace not in self.namespaces:
+            name = body["metadata"].get("name", "")
+            return [f'Cannot create the Experiment "{name}" in namespace "{namespace}": the '
+                    f'namespace lacks label "{INJECTION_LABEL}: enabled"']
+        return webhook_problems(body)
+
+    def on_post(self, handler, body: dict) -> None:
+        match = _EXPERIMENTS.match(handler.path)
+        if not match or match[3]:
+            return reply_json(handler, _NOT_FOUND, 404)
+        if self._fault(handler, "POST", "experiments"):
+            return None
+        body = copy.deepcopy(body)
+        body.setdefault("metadata", {})["namespace"] = match[2]
+        if admission(handler, body, match[1], group="kubeflow.org", served="v1beta1",
+                     kind="Experiment", plural="experiments", webhook=EXPERIMENT_WEBHOOK,
+                     webhook_code=400, problems=self._webhook_problems):
+            return None
+        key = (match[2], body["metadata"]["name"])
+        with self.lock:
+            if key in self.experiments:
+                return reply_json(handler, status_body(
+                    409, "AlreadyExists",
+                    f'experiments.kubeflow.org "{key[1]}" already exists'), 409)
+            self.experiments[key] = body
+            if self.run:
+                self.runs[key] = ExperimentRun(body, self.kubelet, self.clock,
+                                               self.work_dir / "trials")
+        reply_json(handler, body, 201)
+        return None
+
+    def on_get(self, handler) -> None:
+        path = urlsplit(handler.path).path
+        if (match := _EXPERIMENTS.match(path)) and match[3]:
+            if self._fault(handler, "GET", "experiments"):
+                return None
+            key = (match[2], match[3])
+            experiment = self.experiments.get(key)
+            if experiment is None or match[1] != "v1beta1":
+                return reply_json(handler, _NOT_FOUND, 404)
+            with self.lock:
+                reply_json(handler, self._with_status(key, experiment))
+                if key in self.runs:
+                    self.runs[key].tick()  # the controllers act after the read: status lags
+            return None
+        if match := _TRIALS.match(handler.path):
+            if self._fault(handler, "GET", "trials"):
+                return None
+            selector = parse_qs(urlsplit(handler.path).query).get("labelSelector", [""])[0]
+            items = [t for t in self._trials(match[2])
+                     if selects(selector, t["metadata"].get("labels", {}))]
+            return reply_json(handler, {"apiVersion": API_VERSION, "kind": "TrialList",
+                                        "metadata": {}, "items": items})
+        return reply_json(handler, _NOT_FOUND, 404)
+
+    def on_delete(self, handler) -> None:
+        match = _EXPERIMENTS.match(handler.path)
+        if self._fault(handler, "DELETE", "experiments"):
+            return None
+        if match and match[3]:
+            with self.lock:
+                found = self.experiments.pop((match[2], match[3]), None)
+                run = self.runs.pop((match[2], match[3]), None)
+            if run is not None:
+                run.delete()
+            if found is not None:
+                return reply_json(handler, {"kind": "Status", "apiVersion": "v1",
+                                            "status": "Success"})
+        return reply_json(handler, _NOT_FOUND, 404)
+
+    def _with_status(self, key, experiment: dict) -> dict:
+        if key in self.runs:
+            return {**copy.deepcopy(experiment),
+                    "status": json.loads(json.dumps(self.runs[key].status))}
         status = self.states[min(self._reads, len(self.states) - 1)]
         self._reads += 1
         return {**copy.deepcopy(experiment), "status": status}
+
+    def _trials(self, namespace: str) -> list[dict]:
+        found = [t for t in self.trials if t["metadata"]["namespace"] == namespace]
+        for (ns, _), run in list(self.runs.items()):
+            if ns == namespace:
+                found += [copy.deepcopy(t) for t in run.trials.values()]
+        return found
 
     def add_experiment(self, name: str, namespace: str = "team-a", **spec) -> None:
         """An Experiment already on the cluster (created by an earlier try of the step)."""
@@ -170,14 +651,11 @@ class KatibStandIn(LoopbackServer):
     def katib_client(self, namespace: str = "team-a"):
         return katib_client_for(self.url, namespace)
 
-    def methods(self) -> list[tuple[str, str]]:
-        return [(method, path.split("?")[0]) for method, path, _ in self.calls]
-
-    def posts(self) -> list[dict]:
-        return [body for method, _, body in self.calls if method == "POST"]
-
-
-def _selects(selector: str, labels: dict[str, str]) -> bool:
-    """Equality-based label selectors (``a=b,c=d``), what the SDK sends."""
-    pairs = [term.split("=", 1) for term in selector.split(",") if term]
-    return all(labels.get(key) == value for key, value in pairs)
+    def __exit__(self, *exc):
+        result = super().__exit__(*exc)
+        for run in list(self.runs.values()):
+            run.delete()
+        self.kubelet.close()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+        return result

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -89,7 +90,9 @@ def test_two_workers_train_one_model_and_resume_after_a_worker_is_killed(
     assert 1 <= resumed_at < 6
     # No epoch before the checkpoint was trained twice: at most the epoch in flight is lost.
     after_restart = output.split("restart 1/2")[1]
-    assert after_restart.count("[test-two-workers/worker-0] epoch=") == 6 - resumed_at
+    # Each epoch line: "[job/worker-0] <timestamp> epoch=N ...".
+    assert len(re.findall(r"\[test-two-workers/worker-0\] \S+Z epoch=", after_restart)) == \
+        6 - resumed_at
     assert result.result["replicas"] == 2
     assert result.result["global_batch_size"] == 64  # per-replica batch × replicas
     assert [e["epoch"] for e in result.result["history"]] == [1, 2, 3, 4, 5, 6]

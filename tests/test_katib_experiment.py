@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import re
 from pathlib import Path
 
 import jsonschema
@@ -21,6 +20,7 @@ from katib.settings import METRICS_FILTER, REPORTED_METRICS, EarlyStopping, Expe
 from katib.webhook import webhook_problems
 from tests.crd_schemas import validate_strict
 from tests.katib_schemas import validate_katib
+from tests.katib_standin import ZERO_TIME, collect, observation
 
 DATA_DIR = "/mnt/fmnist/dataset"
 
@@ -47,30 +47,12 @@ def _flag(command: list[str], flag: str) -> str:
     return command[command.index(flag) + 1]
 
 
-def _katib_parse(lines: list[str], pattern: str, metrics: list[str]) -> list[tuple[str, str]]:
-    """What Katib's StdOut collector records from these lines (parseLogsInTextFormat in
-    pkg/metricscollector/v1beta1/file-metricscollector): every filter match whose name is a
-    collected metric, in order."""
-    found = []
-    for line in lines:
-        if not any(m in line for m in metrics):
-            continue
-        for match in re.finditer(pattern, line):
-            name, value = match.group(1).strip(), match.group(2).strip()
-            if name in metrics:
-                found.append((name, value))
-    return found
-
-
-def _epoch_line(epoch: int, epochs: int, logs: dict[str, float]) -> str:
-    """The trainer's EpochReport line, built by the very expression in trainer.py (which the
-    test below checks is still there)."""
-    entry = {"epoch": epoch, **logs, "seconds": 12.345, "finished_at": 1.7e9,
+def _epoch_line(epoch: int, epochs: int, logs: dict[str, float], when: float) -> str:
+    """The trainer's own epoch line (fmnist.training.trainer.epoch_line, what EpochReport
+    prints), for the history entry EpochReport builds."""
+    entry = {"epoch": epoch, **logs, "seconds": 12.345, "finished_at": when,
              "images_per_second": 4321.0}
-    return " ".join(
-        [f"epoch={epoch}", f"epochs={epochs}"]
-        + [f"{k}={v:.4f}" for k, v in entry.items() if k not in ("epoch", "finished_at")]
-    )
+    return trainer_module.epoch_line(entry, epochs, when)
 
 
 @pytest.mark.parametrize(
@@ -139,10 +121,9 @@ def test_the_default_space_of_the_default_model_builds_for_every_algorithm(algor
 
 def test_the_collector_parses_the_trainers_epoch_lines_into_the_objective():
     source = Path(trainer_module.__file__).read_text()
-    # The line format _epoch_line copies, and where val_accuracy comes from: Keras prefixes the
-    # "accuracy" metric with val_ when fit() has validation data.
-    for fragment in ('f"{k}={v:.4f}"', 'f"epoch={epoch + 1}"', 'f"epochs={config.epochs}"',
-                     'SparseCategoricalAccuracy(name="accuracy")',
+    # Where val_accuracy comes from: Keras prefixes the "accuracy" metric with val_ when fit()
+    # has validation data; EpochReport prints epoch_line.
+    for fragment in ('SparseCategoricalAccuracy(name="accuracy")', "epoch_line(entry",
                      "validation_data=validation_data", "if num_validation"):
         assert fragment in source, f"the trainer no longer contains {fragment!r}"
 
@@ -160,16 +141,32 @@ def test_the_collector_parses_the_trainers_epoch_lines_into_the_objective():
         log.append(_epoch_line(epoch, epochs, {
             "loss": 0.5 / epoch, "accuracy": 0.8 + epoch / 100,
             "val_loss": 0.6 / epoch, "val_accuracy": 0.79 + epoch / 100,
-        }))
-    assert log[2].startswith("epoch=1 epochs=10 loss=0.5000 accuracy=0.8100 val_loss=0.6000 "
-                             "val_accuracy=0.8000 seconds=12.3450")
-    records = _katib_parse(log, pattern, metrics)
-    objective_values = [v for n, v in records if n == "val_accuracy"]
+        }, when=1.7e9 + 30 * epoch + 0.25))
+    assert log[2] == ("2023-11-14T22:13:50.250000Z epoch=1 epochs=10 loss=0.5000 "
+                      "accuracy=0.8100 val_loss=0.6000 val_accuracy=0.8000 seconds=12.3450 "
+                      "images_per_second=4321.0000")
+    records = collect(log, metrics, pattern)
+    objective_values = [v for _, n, v in records if n == "val_accuracy"]
     # One report per epoch: what median stopping's start_step counts.
     assert objective_values == [f"{0.79 + e / 100:.4f}" for e in range(1, epochs + 1)]
-    assert float(objective_values[-1]) == pytest.approx(0.89)
-    assert {n for n, _ in records} == set(metrics)  # "accuracy" is not read out of val_accuracy
-    assert [v for n, v in records if n == "accuracy"][0] == "0.8100"
+    # Every report carries its own time (not Go's zero time): "latest" is the last epoch
+    # whatever order the database returns the rows in.
+    stamps = [stamp for stamp, n, _ in records if n == "val_accuracy"]
+    assert ZERO_TIME not in stamps and stamps == sorted(set(stamps))
+    for rows in (records, list(reversed(records))):
+        [found] = [m for m in observation(rows, metrics) if m["name"] == "val_accuracy"]
+        assert found["latest"] == "0.8900" and found["max"] == "0.89"
+
+
+def test_without_timestamps_latest_would_depend_on_row_order():
+    """Why the timestamp: lines without one all get 0001-01-01T00:00:00Z and "latest" is
+    whichever tied row the database returns last."""
+    log = ["epoch=1 val_accuracy=0.9000", "epoch=2 val_accuracy=0.8000"]
+    records = collect(log, ["val_accuracy"], METRICS_FILTER)
+    assert {stamp for stamp, _, _ in records} == {ZERO_TIME}
+    latest = {observation(rows, ["val_accuracy"])[0]["latest"]
+              for rows in (records, list(reversed(records)))}
+    assert latest == {"0.8000", "0.9000"}
 
 
 def test_strict_validation_catches_a_misspelt_field():

@@ -1,17 +1,20 @@
-"""The Katib launcher through the real KatibClient against a stand-in of the Kubernetes API that
-records calls (it checks what we send and how we react to experiment states; it runs no
-trials)."""
+"""The Katib launcher through the real KatibClient against the API stand-in
+(tests/katib_standin.py): scripted Experiment statuses for the launcher's logic, and one search
+that really runs (trials are TFJobs whose pods run the trainer). Time is fake where the statuses
+are scripted: every wait is bounded by a deadline in fake seconds, so a regression fails fast
+instead of hanging until pytest's timeout."""
 
 from __future__ import annotations
 
 import io
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
 import textwrap
-import time
+import threading
 from pathlib import Path
 
 import pytest
@@ -23,6 +26,7 @@ from katib.kubernetes import KatibExperimentLauncher
 from katib.results import EARLY_STOPPED, FAILED, SUCCEEDED
 from katib.search_space import SearchSpace
 from tests.crd_schemas import validate_strict
+from tests.k8s_standin import FakeTime
 from tests.katib_schemas import validate_katib
 from tests.katib_standin import KatibStandIn, katib_client_for, state, trial
 
@@ -69,9 +73,16 @@ def _space(algorithm: str = "tpe") -> SearchSpace:
     return SearchSpace.default(algorithm, "dropout")
 
 
+POLL = 15.0
+DEADLINE = 3600.0  # fake seconds
+
+
 def _launcher(standin: KatibStandIn, **kwargs) -> KatibExperimentLauncher:
-    return KatibExperimentLauncher(standin.katib_client(), poll_seconds=0.02, out=io.StringIO(),
-                                   **kwargs)
+    time = FakeTime()
+    values = dict(poll_seconds=POLL, timeout_seconds=DEADLINE, out=io.StringIO(),
+                  request_timeout_seconds=2, clock=time, sleep=time.sleep)
+    values.update(kwargs)
+    return KatibExperimentLauncher(standin.katib_client(), **values)
 
 
 def _history(settings: ExperimentSettings, trial_name: str, epochs: list[int]) -> None:
@@ -110,7 +121,8 @@ def test_creates_one_valid_experiment_and_returns_the_typed_best_trial(tmp_path)
                                       "dropout_rate": 0.35}  # trialName dropped
     assert type(result.best_parameters["learning_rate"]) is float
     assert type(result.best_parameters["batch_size"]) is int
-    assert result.early_stopping is False and result.seconds >= 0
+    assert result.early_stopping is False
+    assert result.seconds == 5 * POLL  # six reads, five polls apart (fake time)
     assert result.base_config["model_type"] == "dropout"
     assert result.base_config["validation_examples"] == 6000
     final = result.training_config(epochs=20)  # ready to train with
@@ -159,7 +171,8 @@ def test_a_retried_launcher_reattaches_instead_of_creating_a_second_experiment(t
         standin.add_experiment("fmnist-tune", maxTrialCount=4)  # created by the first try
         launcher = _launcher(standin)
         result = launcher.run(_settings(tmp_path), _space(), DATA_DIR)
-    assert standin.posts() == []
+    assert len(standin.posts()) == 1  # answered 409 AlreadyExists
+    assert standin.experiments[("team-a", "fmnist-tune")]["spec"] == {"maxTrialCount": 4}
     assert "re-attaching to the existing Katib Experiment team-a/fmnist-tune" in \
         launcher.out.getvalue()
     assert result.best_trial == "fmnist-tune-b7k2x9q1"
@@ -174,12 +187,15 @@ def test_a_failed_experiment_fails_the_step_with_katibs_reason(tmp_path):
             launcher.run(_settings(tmp_path), _space(), DATA_DIR)
     message = str(failure.value)
     assert "Katib Experiment team-a/fmnist-tune failed" in message
-    assert "ExperimentMaxFailedTrialsReached" in message
-    assert "Experiment has failed because max failed count has reached" in message
+    # status_util.go v0.19.0: the reason is ExperimentFailed (there is no MaxFailed... one).
+    assert "ExperimentFailed: Experiment has failed because max failed count has reached" \
+        in message
     assert "3 failed" in message
-    # Nothing is reported as a result, and the Experiment stays for inspection.
+    # Nothing is reported as a result; the failed Experiment is deleted, so that a retry of the
+    # step searches afresh instead of re-attaching to the failure.
     assert not any("/trials" in path for _, path in standin.methods())
-    assert ("team-a", "fmnist-tune") in standin.experiments
+    assert ("DELETE", EXPERIMENT) in standin.methods() and standin.experiments == {}
+    assert "deleting the failed Katib Experiment" in launcher.out.getvalue()
 
 
 def test_success_without_an_optimal_trial_is_a_failure_not_a_result(tmp_path):
@@ -190,39 +206,162 @@ def test_success_without_an_optimal_trial_is_a_failure_not_a_result(tmp_path):
 
 def test_the_step_deadline_deletes_the_experiment(tmp_path):
     with KatibStandIn([state("Running", running=3)]) as standin:
-        launcher = _launcher(standin, timeout_seconds=0.3)
-        with pytest.raises(TimeoutError):
+        launcher = _launcher(standin, timeout_seconds=100)
+        with pytest.raises(TimeoutError, match="within the step's 100 s"):
             launcher.run(_settings(tmp_path), _space(), DATA_DIR)
     assert ("DELETE", EXPERIMENT) in standin.methods()
     assert standin.experiments == {}
     assert "deleted Katib Experiment team-a/fmnist-tune" in launcher.out.getvalue()
 
 
-def test_sigterm_deletes_the_experiment(tmp_path):
+_CHILD = """
+import sys
+sys.path.insert(0, {repo!r})
+from pathlib import Path
+from katib.kubernetes import KatibExperimentLauncher
+from tests.katib_standin import katib_client_for
+from tests.test_katib_launcher import DATA_DIR, _settings, _space
+launcher = KatibExperimentLauncher(katib_client_for({url!r}), poll_seconds=0.05,
+                                   timeout_seconds=120)
+print("launching", flush=True)
+launcher.run(_settings(Path({tmp!r})), _space(), DATA_DIR)
+"""
+
+
+def _launch_child(standin, tmp_path) -> tuple[subprocess.Popen, queue.Queue]:
+    script = textwrap.dedent(_CHILD.format(repo=os.getcwd(), url=standin.url,
+                                           tmp=str(tmp_path)))
+    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    lines: queue.Queue = queue.Queue()
+
+    def pump():
+        for line in process.stdout:
+            lines.put(line.rstrip("\n"))
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return process, lines
+
+
+def _read_until(lines: queue.Queue, text: str, seen: list[str]) -> bool:
+    """The child's output until a line holds ``text`` (True) or it ends (False); bounded."""
+    while True:
+        line = lines.get(timeout=60)
+        if line is None:
+            return False
+        seen.append(line)
+        if text in line:
+            return True
+
+
+def test_sigterm_while_waiting_deletes_the_experiment(tmp_path):
     """A terminated pipeline run sends SIGTERM to the launcher pod: the Experiment goes too."""
+    seen: list[str] = []
     with KatibStandIn([state("Running", running=3)]) as standin:
-        script = textwrap.dedent(f"""
-            import sys
-            sys.path.insert(0, {os.getcwd()!r})
-            from pathlib import Path
-            from katib.kubernetes import KatibExperimentLauncher
-            from tests.katib_standin import katib_client_for
-            from tests.test_katib_launcher import DATA_DIR, _settings, _space
-            launcher = KatibExperimentLauncher(katib_client_for({standin.url!r}),
-                                               poll_seconds=0.05)
-            launcher.run(_settings(Path({str(tmp_path)!r})), _space(), DATA_DIR)
-        """)
-        process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                                   text=True)
-        deadline = time.time() + 60
-        while not standin.posts() and time.time() < deadline:
-            time.sleep(0.05)
-        time.sleep(0.3)
-        process.send_signal(signal.SIGTERM)
-        output, _ = process.communicate(timeout=60)
+        process, lines = _launch_child(standin, tmp_path)
+        try:
+            assert _read_until(lines, "Running:", seen), "\n".join(seen)
+            process.send_signal(signal.SIGTERM)
+            while _read_until(lines, "\0", seen):
+                pass
+            process.wait(timeout=60)
+        finally:
+            process.kill()
+    output = "\n".join(seen)
     assert process.returncode == 128 + signal.SIGTERM, output
     assert ("DELETE", EXPERIMENT) in standin.methods()
     assert "deleted Katib Experiment team-a/fmnist-tune" in output
+
+
+def test_sigterm_while_the_create_call_is_in_flight_deletes_the_experiment(tmp_path):
+    """The stand-in holds the create until the signal has been handled (at 1cd2394 the handler
+    came after create returned: the Experiment was left running)."""
+    seen: list[str] = []
+    with KatibStandIn([state("Running", running=3)]) as standin:
+        gate = standin.gate("POST", "experiments")
+        process, lines = _launch_child(standin, tmp_path)
+        try:
+            assert gate.arrived.wait(60), "the create call never arrived"
+            process.send_signal(signal.SIGTERM)
+            _read_until(lines, "SIGTERM while creating", seen)  # handled, or the child died
+            gate.release()
+            while _read_until(lines, "\0", seen):
+                pass
+            process.wait(timeout=60)
+        finally:
+            process.kill()
+    output = "\n".join(seen)
+    assert process.returncode == 128 + signal.SIGTERM, output
+    assert ("DELETE", EXPERIMENT) in standin.methods(), output
+    assert standin.experiments == {}
+
+
+@pytest.mark.parametrize("fault", [500, 503, "timeout", "reset"])
+def test_a_transient_api_error_mid_run_leaves_the_experiment_and_the_step_succeeds(
+        tmp_path, fault):
+    with KatibStandIn(PROGRESS, [FIRST, BEST]) as standin:
+        standin.timeout_hold_seconds = 0.6
+        launcher = _launcher(standin, request_timeout_seconds=0.5)
+        original = standin.on_get
+
+        def after_two_reads(handler):
+            if sum(m == "GET" for m, _ in standin.methods()) == 3:
+                standin.inject("GET", "experiments", fault)
+            original(handler)
+
+        standin.on_get = after_two_reads
+        standin.inject("GET", "trials", 503)  # and once listing the trials at the end
+        result = launcher.run(_settings(tmp_path), _space(), DATA_DIR)
+    assert result.best_trial == "fmnist-tune-b7k2x9q1"
+    assert not any(m == "DELETE" for m, _ in standin.methods())
+    assert launcher.out.getvalue().count("failed transiently") >= 2
+
+
+def test_an_experiment_deleted_behind_our_back_is_an_error_naming_it(tmp_path):
+    with KatibStandIn([state("Running", running=3)]) as standin:
+        launcher = _launcher(standin)
+        original = standin.on_get
+
+        def vanish(handler):
+            if sum(m == "GET" for m, _ in standin.methods()) == 3:
+                standin.experiments.clear()
+            original(handler)
+
+        standin.on_get = vanish
+        with pytest.raises(TuningError, match="Katib Experiment team-a/fmnist-tune vanished"):
+            launcher.run(_settings(tmp_path), _space(), DATA_DIR)
+    assert not any(m == "DELETE" for m, _ in standin.methods())
+
+
+def test_a_wrong_api_version_or_kind_is_refused_at_once(tmp_path, monkeypatch):
+    """What the API server answers (tests/k8s_standin.py cites it): a body apiVersion other
+    than the path's is 400, a misspelt kind 422; the step fails with it."""
+    import katib.kubernetes as module
+
+    build = module.build_experiment
+    for field, value, answer in (("api_version", "kubeflow.org/v1", "HTTP 400 Bad Request"),
+                                 ("kind", "Experimnet", "HTTP 422 Unprocessable Entity")):
+        def wrong(*args, field=field, value=value):
+            experiment = build(*args)
+            setattr(experiment, field, value)
+            return experiment
+
+        monkeypatch.setattr(module, "build_experiment", wrong)
+        with KatibStandIn() as standin:
+            with pytest.raises(TuningError, match=answer):
+                _launcher(standin).run(_settings(tmp_path), _space(), DATA_DIR)
+            assert standin.experiments == {}
+
+
+def test_katibs_webhook_refusal_is_a_400_naming_the_rule(tmp_path):
+    """The namespace must be labelled for metrics-collector injection (validation_webhook.go
+    v0.19.0 lines 74-97): a 400 from the webhook, reported as it is."""
+    with KatibStandIn(namespaces=("other",)) as standin:
+        with pytest.raises(TuningError, match='HTTP 400 Bad Request: admission webhook '
+                                              '"validator.experiment.katib.kubeflow.org" denied '
+                                              'the request: Cannot create the Experiment'):
+            _launcher(standin).run(_settings(tmp_path), _space(), DATA_DIR)
 
 
 def test_the_previous_sigterm_handler_is_restored(tmp_path):
@@ -236,6 +375,15 @@ def test_the_previous_sigterm_handler_is_restored(tmp_path):
         assert signal.getsignal(signal.SIGTERM) is handler
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_the_failed_trial_budget_means_more_than_that_many_failed(tmp_path):
+    """Katib fails once failed >= maxFailedTrialCount (status_util.go v0.19.0 line 205); our
+    budget fails once more than it failed, as the local search does."""
+    with KatibStandIn([PROGRESS[-1]], [BEST]) as standin:
+        _launcher(standin).run(_settings(tmp_path, max_failed_trial_count=2), _space(),
+                               DATA_DIR)
+    assert standin.posts()[0]["spec"]["maxFailedTrialCount"] == 3
 
 
 @pytest.mark.parametrize(("overrides", "problem"), [

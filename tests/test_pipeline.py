@@ -119,8 +119,15 @@ def test_compiled_pipeline_documents_parameters_and_caches_the_right_steps():
     executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
     train = executors["exec-train-model"]
     assert train["pvcMount"][0]["mountPath"] == "/mnt/fmnist"
-    assert train["pvcMount"][0]["constant"] == defaults["kubernetes"]["pvc_name"]
-    # No Secret unless FMNIST_CREDENTIALS_SECRET names one (tests/test_cluster_versions.py).
+    # The claim is the platform's, carried by every task; the user's kubernetes dict (empty by
+    # default) is merged over it by the steps, so it cannot drop it.
+    assert defaults["kubernetes"] == {}
+    train_env = {e["name"]: e["value"]
+                 for e in spec["deploymentSpec"]["executors"]["exec-train-model"]["container"][
+                     "env"]}
+    assert train["pvcMount"][0]["constant"] == train_env["FMNIST_PVC_NAME"]
+    # No Secret unless FMNIST_CREDENTIALS_SECRET names one: KFP backends before 2.15.0 drop
+    # `optional` (tests/test_issue10.py).
     assert not any("secretAsEnv" in executor for executor in executors.values())
     # Tuning: off by default; each model's search step feeds its training step (handing the
     # given values on when off), is cached, and its Katib trials share the volume.

@@ -2,7 +2,12 @@
 
 A *data source* is one of:
 
-* ``"tfds"``: TensorFlow Datasets downloads and verifies the dataset (needs internet);
+* ``"tfds"``: TensorFlow Datasets downloads and verifies the dataset (needs internet, unless
+  ``FASHION_MNIST_DIR`` holds the four official files: TFDS then takes them from there as
+  manually downloaded files, still checked against its registered checksums). TFDS prepares
+  it under ``$TFDS_DATA_DIR``, else a directory in the temporary directory: the image runs as
+  a user without a home directory, where TFDS's default ``~/tensorflow_datasets`` is not
+  writable;
 * a local directory, ``file://`` URI, or any URI ``tf.io.gfile`` reads (``gs://``, ``s3://``
   with tensorflow-io, ``hdfs://``) holding the four official ``.gz`` IDX files;
 * an ``http(s)://`` URL of a mirror holding them.
@@ -14,6 +19,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
+import tempfile
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -26,6 +33,7 @@ from fmnist.errors import DataSourceError
 from fmnist.settings.data import DATA_DIR_ENV, TFDS_SOURCE
 
 HTTP_TIMEOUT_SECONDS = 60
+TFDS_DATA_DIR_ENV = "TFDS_DATA_DIR"  # TFDS's own variable (tensorflow_datasets/core/constants.py)
 
 
 @dataclass
@@ -143,22 +151,55 @@ def _load_idx(location: str, expected_sha256: dict[str, str]) -> RawDataset:
     )
 
 
-def _load_tfds() -> RawDataset:
-    try:
-        import tensorflow_datasets as tfds
+def tfds_data_dir() -> str:
+    """Where TFDS prepares the dataset: ``$TFDS_DATA_DIR``, else a directory under the temporary
+    directory (any user may write there; the image's user has no home directory)."""
+    return os.environ.get(TFDS_DATA_DIR_ENV, "").strip() or os.path.join(
+        tempfile.gettempdir(), "fmnist-tensorflow-datasets")
 
-        builder = tfds.builder("fashion_mnist")
-        builder.download_and_prepare()
-        loaded = [
-            next(iter(tfds.as_numpy(builder.as_dataset(split=split).batch(100_000))))
-            for split in ("train", "test")
-        ]
-    except Exception as err:  # TFDS raises many types for offline/download failures
+
+def _download_failed(error: BaseException) -> bool:
+    """Whether ``error`` (or one it was raised from) is a failed download, not a bug."""
+    import requests
+    from tensorflow_datasets.core.download.util import DownloadError
+
+    while error is not None:
+        if isinstance(error, DownloadError | requests.RequestException | urllib.error.URLError
+                      | socket.gaierror | ConnectionError | TimeoutError):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def _load_tfds() -> RawDataset:
+    # Imported outside any handler: a missing module is a packaging bug, never "no network".
+    import tensorflow_datasets as tfds
+    from tensorflow_datasets.core.download.download_manager import NonMatchingChecksumError
+
+    manual = os.environ.get(DATA_DIR_ENV, "").strip()
+    config = tfds.download.DownloadConfig(manual_dir=manual) if manual else None
+    data_dir = tfds_data_dir()
+    try:
+        builder = tfds.builder("fashion_mnist", data_dir=data_dir)
+        builder.download_and_prepare(download_config=config)
+    except NonMatchingChecksumError as err:
         raise DataSourceError(
-            f"TensorFlow Datasets could not provide fashion_mnist: {err}. On a machine without "
-            f"network, set {DATA_DIR_ENV} (or the data_source parameter) to a directory holding "
-            "the four official IDX .gz files."
+            f"TensorFlow Datasets downloaded fashion_mnist files that do not match its "
+            f"registered checksums: {err}. Remove {data_dir}/downloads and "
+            "try again, or point data_source at the four official IDX .gz files."
         ) from err
+    except Exception as err:
+        if not _download_failed(err):
+            raise  # a bug, or a full disk: its own message says what
+        raise DataSourceError(
+            f"TensorFlow Datasets could not download fashion_mnist: {err}. On a machine "
+            f"without network, set {DATA_DIR_ENV} (or the data_source parameter) to a "
+            "directory holding the four official IDX .gz files."
+        ) from err
+    loaded = [
+        next(iter(tfds.as_numpy(builder.as_dataset(split=split).batch(100_000))))
+        for split in ("train", "test")
+    ]
     splits = {}
     for split, examples in zip(("train", "test"), loaded, strict=True):
         images = np.asarray(examples["image"], dtype=np.uint8).reshape(-1, IMAGE_SIZE, IMAGE_SIZE)

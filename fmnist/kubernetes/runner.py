@@ -289,8 +289,9 @@ class RemoteJobRunner:
                     return
                 if not is_transient(error):
                     status = api_status(error)
-                    raise JobRefused(f"the API server refused to create {job.where}: "
-                                     f"{api_message(error)}", status) from error
+                    by = "the API server refused to" if status else "could not"
+                    raise JobRefused(f"{by} create {job.where}: {api_message(error)}",
+                                     status) from error
                 trouble_since = self._retry(job, "creating", error, started, trouble_since,
                                             delay)
                 delay = min(delay * 2, self.retry_seconds[1])

@@ -1,25 +1,52 @@
-"""The Kubernetes backend: each training job is a Kubeflow TFJob.
+"""The Kubernetes backend: each training job is a Kubeflow TFJob, run by the remote-job runner
+(:mod:`fmnist.kubernetes.runner`: create or re-attach by the job's stable name, SIGTERM guard
+before the create call, transient API errors retried, cleanup on SIGTERM, deadline or failure).
 
-It behaves like a well-made remote-job launcher (google-cloud-pipeline-components' pattern):
+What is particular to TFJobs:
 
-* the job name is deterministic (from the pipeline run and task), so a retried launcher pod
-  re-attaches to the TFJob it created instead of starting a second one;
-* it waits with the kubeflow-training SDK, printing each state change, and streams the chief's
-  log while the job runs (or prints it when the job ended before it was seen running);
-* it fails the step when the TFJob fails, naming the operator's reason;
-* it deletes the TFJob when the run is terminated (SIGTERM) or the step's deadline passes.
+* **Terminal state.** TFJob conditions are cumulative, one per type, and once ``Failed=True``
+  is set the list is frozen; a job can even carry ``Succeeded=True`` *and* ``Failed=True``
+  (kubeflow/trainer v1.9.2 ``pkg/util/status.go`` lines 103-145). So ``Failed=True``
+  anywhere fails the step, then ``Succeeded=True`` ends it; the *last* condition is only what
+  ``kubectl`` shows as the state, printed as progress.
+* **One restart budget.** ``max_restarts`` bounds restarts here as it does on the local
+  backend. The operator does not: under ``restartPolicy: ExitCode`` it recreates a pod that
+  exited with a code >= 128 without limit, because ``runPolicy.backoffLimit`` only counts
+  container restarts of running pods (kubeflow/trainer v1.9.2 ``pkg/core/job.go``
+  ``PastBackoffLimit`` lines 95-133, ``pkg/controller.v1/common/job.go`` lines 176-198 with a
+  work queue whose ``NumRequeues`` is always 0; issue kubeflow/trainer#2045). The launcher
+  counts restarts itself — each ``Restarting`` transition of the job, each replica pod
+  recreated under a new UID, each container restart — and fails the job (and deletes it) once
+  they exceed ``max_restarts``. ``backoffLimit`` is set to match (:func:`backoff_limit`).
+* **Logs.** The master pod's (``training.kubeflow.org/job-role=master``: the Chief, else Worker
+  0) new log lines are printed on each poll, across pod restarts; a log read that fails is
+  skipped, never waited on (the SDK's ``get_job_logs(follow=True)`` hangs forever when its
+  stream breaks: upstream-training-katib.md §7c).
+* **A failed job is deleted** after its reason is reported, so a retried step creates a fresh
+  TFJob instead of re-attaching to the failure.
 """
 
 from __future__ import annotations
 
-import signal
 import sys
-import threading
-import time
+from dataclasses import dataclass, field
 
-from fmnist.backends import sigterm_as_exit
 from fmnist.errors import TrainingJobError
-from fmnist.kubernetes.tfjob import build_tfjob
+from fmnist.kubernetes.runner import (
+    FAILED,
+    JobStatus,
+    RemoteJob,
+    RemoteJobError,
+    RemoteJobRunner,
+)
+from fmnist.kubernetes.tfjob import (
+    CONTAINER_NAME,
+    JOB_NAME_LABEL,
+    JOB_ROLE_LABEL,
+    REPLICA_INDEX_LABEL,
+    REPLICA_TYPE_LABEL,
+    build_tfjob,
+)
 from fmnist.settings.jobs import KubernetesSettings
 from fmnist.training.job import TrainingJobResult, TrainingJobSpec
 from fmnist.training.trainer import read_result
@@ -28,8 +55,44 @@ TFJOB_KIND = "TFJob"
 TFJOB_PLURAL = "tfjobs"
 
 
+def _true(conditions, kind: str):
+    return next((c for c in conditions if c.type == kind and c.status == "True"), None)
+
+
+@dataclass
+class RestartCount:
+    """Restarts seen so far: new ``Restarting`` transitions of the TFJob, replica pods
+    recreated under a new UID (``ExitCode``: the operator deletes a failed pod and creates a
+    new one of the same name, pkg/controller.v1/common/pod.go v1.9.2 lines 350-366) and
+    container restarts inside a pod (``OnFailure``/``Always``). Polls can miss a short-lived
+    ``Restarting`` condition or pod, so the larger of the two counts is taken."""
+
+    transitions: set[str] = field(default_factory=set)
+    uids: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+    container_restarts: dict[str, int] = field(default_factory=dict)
+
+    def update(self, conditions, pods) -> int:
+        for c in conditions:
+            if c.type == "Restarting" and c.status == "True":
+                self.transitions.add(str(c.last_transition_time or c.last_update_time))
+        for pod in pods:
+            labels = pod.metadata.labels or {}
+            slot = (labels.get(REPLICA_TYPE_LABEL, ""), labels.get(REPLICA_INDEX_LABEL, ""))
+            self.uids.setdefault(slot, set()).add(pod.metadata.uid)
+            statuses = (pod.status.container_statuses if pod.status else None) or []
+            restarts = sum(s.restart_count or 0 for s in statuses)
+            self.container_restarts[pod.metadata.uid] = max(
+                restarts, self.container_restarts.get(pod.metadata.uid, 0))
+        from_pods = sum(len(uids) - 1 for uids in self.uids.values()) + sum(
+            self.container_restarts.values())
+        return max(len(self.transitions), from_pods)
+
+
 class TFJobLauncher:
-    """Runs a training job as a TFJob; see the module docstring."""
+    """Runs a training job as a TFJob; see the module docstring. ``settings`` default to the
+    step's (:func:`fmnist.settings.jobs.cluster_settings`: the compiled image and volume under
+    no user settings). ``clock`` and ``sleep`` go to the :class:`RemoteJobRunner` (tests wait
+    without waiting); ``request_timeout_seconds`` bounds each API call."""
 
     def __init__(
         self,
@@ -38,20 +101,24 @@ class TFJobLauncher:
         poll_seconds: float = 10.0,
         timeout_seconds: float = 0.0,
         out=None,
-        **setting_overrides,
+        request_timeout_seconds: float = 60.0,
+        clock=None,
+        sleep=None,
     ):
         if settings is None:
-            from fmnist.settings.platform import component_image
+            from fmnist.settings.jobs import cluster_settings
 
-            typed = KubernetesSettings.from_dict(setting_overrides).as_dict()
-            settings = KubernetesSettings(image=component_image(), **typed)
+            settings = cluster_settings({})
         self.settings = settings.validate()
         self._client = training_client
-        self.poll_seconds = poll_seconds
+        self.out = out or sys.stdout
         # The step's own deadline: the job's, plus time for pods to be scheduled and cleaned.
         deadline = self.settings.active_deadline_seconds
-        self.timeout_seconds = timeout_seconds or (deadline + 600 if deadline else 0)
-        self.out = out or sys.stdout
+        timeout = timeout_seconds or (deadline + 600 if deadline else 0)
+        injected = {k: v for k, v in (("clock", clock), ("sleep", sleep)) if v is not None}
+        self.runner = RemoteJobRunner(poll_seconds=poll_seconds, timeout_seconds=timeout,
+                                      log=self._say, **injected)
+        self.request_timeout_seconds = request_timeout_seconds
 
     @property
     def namespace(self) -> str:
@@ -68,97 +135,93 @@ class TFJobLauncher:
     def _say(self, message: str) -> None:
         print(message, file=self.out, flush=True)
 
-    def _exists(self, name: str) -> bool:
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            self.client.custom_api.get_namespaced_custom_object(
-                "kubeflow.org", "v1", self.namespace, TFJOB_PLURAL, name
-            )
-            return True
-        except ApiException as err:
-            if err.status == 404:
-                return False
-            raise
-
-    def _delete(self, name: str) -> None:
-        try:
-            self.client.delete_job(name, namespace=self.namespace, job_kind=TFJOB_KIND)
-            self._say(f"deleted TFJob {self.namespace}/{name}")
-        except RuntimeError as err:  # already gone, or the API is unreachable: say so
-            self._say(f"could not delete TFJob {name}: {err}")
-
-    def _conditions(self, name: str) -> list:
-        return self.client.get_job_conditions(
-            name=name, namespace=self.namespace, job_kind=TFJOB_KIND
-        )
-
-    def _logs(self, name: str) -> str:
-        try:
-            logs, _ = self.client.get_job_logs(
-                name, namespace=self.namespace, job_kind=TFJOB_KIND
-            )
-        except Exception as err:  # logs are a courtesy; the job's outcome is what counts
-            return f"(no logs: {err})"
-        return "\n".join(f"[{pod}] {text}" for pod, text in logs.items())
-
     def run(self, spec: TrainingJobSpec) -> TrainingJobResult:
         tfjob = build_tfjob(spec, self.settings)  # validates before anything is created
-        name = spec.name
-        started = time.time()
-        if self._exists(name):
-            self._say(f"re-attaching to the existing TFJob {self.namespace}/{name}")
-        else:
-            self.client.create_job(job=tfjob, namespace=self.namespace)
-            self._say(f"created TFJob {self.namespace}/{name} "
-                      f"({spec.replicas} replicas)")
-        previous = sigterm_as_exit()
+        started = self.runner.clock()
+        watch = _Watch(self, spec)
+        job = RemoteJob(
+            kind=TFJOB_KIND, namespace=self.namespace, name=spec.name,
+            create=lambda: self.client.create_job(job=tfjob, namespace=self.namespace),
+            read=watch.read, status=watch.status, cleanup=watch.cleanup,
+            describe_created=f"{spec.replicas} replicas, at most {spec.max_restarts} restarts",
+        )
         try:
-            state = self._wait(name, started)
-        except BaseException:  # terminated (SIGTERM), timed out, or interrupted
-            self._delete(name)
-            raise
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
-        if self._streamer is not None:
-            self._streamer.join(timeout=30)  # the pods have exited: the stream drains
-        else:
-            self._say(self._logs(name))
-        if state.type != "Succeeded":
-            raise TrainingJobError(
-                f"TFJob {self.namespace}/{name} failed: {state.reason}: {state.message}"
-            )
+            self.runner.run(job)
+        except RemoteJobError as error:
+            raise TrainingJobError(str(error)) from error
         # The work dir is on shared storage: a PVC mount or a bucket.
-        return TrainingJobResult(read_result(spec.work_dir), round(time.time() - started, 2), 0)
+        return TrainingJobResult(read_result(spec.work_dir),
+                                 round(self.runner.clock() - started, 2), watch.restarts)
 
-    def _stream_logs(self, name: str) -> None:
-        """Follows the chief's (worker 0's) log with the SDK, which prints each line."""
 
-        def follow():
+class _Watch:
+    """Reads one TFJob with its pods, judges it, prints the master's new log lines."""
+
+    def __init__(self, launcher: TFJobLauncher, spec: TrainingJobSpec):
+        self.launcher = launcher
+        self.spec = spec
+        self.counter = RestartCount()
+        self.restarts = 0
+        self.printed: dict[str, int] = {}  # pod UID -> log lines printed
+
+    def read(self):
+        launcher, timeout = self.launcher, self.launcher.request_timeout_seconds
+        job = launcher.client.get_job(self.spec.name, namespace=launcher.namespace,
+                                      job_kind=TFJOB_KIND, timeout=timeout)
+        pods = launcher.client.core_api.list_namespaced_pod(
+            launcher.namespace, label_selector=f"{JOB_NAME_LABEL}={self.spec.name}",
+            _request_timeout=timeout).items
+        return job, pods
+
+    def status(self, snapshot) -> JobStatus:
+        job, pods = snapshot
+        self._print_master_log(pods)
+        conditions = (job.status.conditions if job.status else None) or []
+        self.restarts = self.counter.update(conditions, pods)
+        last = conditions[-1] if conditions else None
+        state = last.type if last else "Pending (no status yet)"
+        progress = state + (f", {self.restarts} restart(s)" if self.restarts else "") + (
+            f" ({last.message})" if last is not None and last.message else "")
+        failed = _true(conditions, "Failed")
+        if failed is not None:
+            return JobStatus(done=True, failed=True, progress=progress,
+                             reason=f"{failed.reason}: {failed.message}")
+        if _true(conditions, "Succeeded") is not None:
+            return JobStatus(done=True, progress=progress)
+        if self.restarts > self.spec.max_restarts:
+            restarting = next((c for c in reversed(conditions) if c.type == "Restarting"), None)
+            return JobStatus(
+                done=True, failed=True, progress=progress,
+                reason=f"{self.restarts} restarts, more than max_restarts="
+                       f"{self.spec.max_restarts}" + (f" (last: {restarting.message})"
+                                                     if restarting is not None else ""))
+        return JobStatus(progress=progress)
+
+    def _print_master_log(self, pods) -> None:
+        """New lines of the master pod's ``tensorflow`` container; a failed read is skipped."""
+        launcher = self.launcher
+        for pod in pods:
+            if (pod.metadata.labels or {}).get(JOB_ROLE_LABEL) != "master":
+                continue
+            if pod.status is None or pod.status.phase == "Pending":
+                continue
             try:
-                self.client.get_job_logs(name, namespace=self.namespace, job_kind=TFJOB_KIND,
-                                         is_master=True, follow=True)
-            except Exception as err:  # logs are a courtesy; the job's outcome is what counts
-                self._say(f"(log stream ended: {err})")
+                text = launcher.client.core_api.read_namespaced_pod_log(
+                    pod.metadata.name, launcher.namespace, container=CONTAINER_NAME,
+                    _request_timeout=launcher.request_timeout_seconds)
+            except Exception:  # logs are a courtesy; the job's outcome is what counts
+                continue
+            lines = [line for line in (text or "").splitlines() if line.strip()]
+            done = self.printed.get(pod.metadata.uid, 0)
+            for line in lines[done:]:
+                launcher._say(f"[{pod.metadata.name}] {line}")
+            self.printed[pod.metadata.uid] = max(done, len(lines))
 
-        self._streamer = threading.Thread(target=follow, daemon=True)
-        self._streamer.start()
-
-    def _wait(self, name: str, started: float):
-        seen = None
-        self._streamer = None
-        while True:
-            conditions = self._conditions(name)
-            latest = next((c for c in reversed(conditions) if c.status == "True"), None)
-            if latest is not None and latest.type != seen:
-                seen = latest.type
-                self._say(f"TFJob {name}: {latest.type}"
-                          + (f" ({latest.message})" if latest.message else ""))
-                if latest.type == "Running" and self._streamer is None:
-                    self._stream_logs(name)
-            if latest is not None and latest.type in ("Succeeded", "Failed"):
-                return latest
-            if self.timeout_seconds and time.time() - started > self.timeout_seconds:
-                raise TimeoutError(f"TFJob {name} did not finish in {self.timeout_seconds:.0f} s")
-            time.sleep(self.poll_seconds)
+    def cleanup(self, why: str) -> None:
+        launcher = self.launcher
+        if why == FAILED:
+            launcher._say(f"deleting the failed TFJob {launcher.namespace}/{self.spec.name} so "
+                          "that a retry of this step starts afresh")
+        launcher.client.delete_job(self.spec.name, namespace=launcher.namespace,
+                                   job_kind=TFJOB_KIND)
+        launcher._say(f"deleted TFJob {launcher.namespace}/{self.spec.name}")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from typing import Any
 
 from fmnist.errors import UserInputError
 from fmnist.settings.names import has_tag, namespace_rule, quantity_rule
@@ -32,8 +34,10 @@ class JobSettings(Settings):
         0, help="GPUs per worker (`nvidia.com/gpu`); NCCL all-reduce when more than 0.",
         rules=[not_negative])
     max_restarts: int = setting(
-        2, help="Whole-job restarts after a worker is killed; training resumes from the last "
-                "epoch checkpoint.",
+        2, help="Restarts a training job may take after its workers are killed (exit code "
+                ">= 128), resuming from the last epoch checkpoint: whole-job restarts locally, "
+                "pods recreated by the training operator on Kubernetes; one more fails the "
+                "job.",
         rules=[not_negative])
 
     def cross_problems(self) -> list[str]:
@@ -81,11 +85,10 @@ class KubernetesSettings(Settings):
                  "s3:// or gs:// data.")
     service_account: str = setting("", help="ServiceAccount of the TFJob pods.")
     restart_policy: str = setting(
-        "ExitCode", help="Pod restart policy: `ExitCode` retries preempted workers (exit codes "
-                         ">= 128) and fails on bugs (1-127).",
+        "ExitCode", help="Replica restart policy: `ExitCode` recreates workers killed by a "
+                         "signal (exit codes >= 128) and fails on bugs (1-127); how many "
+                         "restarts a job gets is `max_restarts`.",
         rules=[one_of(RESTART_POLICIES, "restart policy")])
-    backoff_limit: int = setting(3, help="Retries of a failing TFJob (runPolicy.backoffLimit).",
-                                 rules=[not_negative])
     active_deadline_seconds: int = setting(
         0, help="Deadline of each TFJob (runPolicy.activeDeadlineSeconds); 0: none.",
         rules=[not_negative])
@@ -113,3 +116,56 @@ class KubernetesSettings(Settings):
             raise UserInputError(problems[0] if len(problems) == 1 else
                                  "invalid kubernetes settings: " + "; ".join(problems))
         return self
+
+
+# Where a pod reads its own namespace; the KFP backend reads it the same way (kubeflow/pipelines
+# 2.15.0 backend/src/v2/config/env.go lines 94-103).
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def step_namespace() -> str:
+    """The namespace this step's pod runs in; empty off the cluster."""
+    try:
+        with open(SERVICE_ACCOUNT_NAMESPACE) as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
+
+
+def cluster_settings(user: dict[str, Any] | None) -> KubernetesSettings:
+    """The settings of the TFJob (and Katib trial) pods a step creates: the compiled
+    platform's under the user's ``kubernetes`` parameter. The one place the two merge.
+
+    From the platform (:mod:`fmnist.settings.platform`, baked into every task's environment):
+    the image (``FMNIST_COMPONENT_IMAGE``) and the shared claim (``FMNIST_PVC_NAME``) at
+    ``MOUNT_PATH``, where this step's pod has it mounted. The user's keys override the rest.
+    Refused before anything is created, naming the fix: a claim or mount path other than the
+    one this step mounts (the pods would not see the staged dataset, nor this step their
+    model), and pods in another namespace than this step's while they mount a claim (a pod can
+    only mount a PersistentVolumeClaim of its own namespace)."""
+    from fmnist.settings.platform import MOUNT_PATH, PVC_ENV, component_image
+
+    typed, problems = KubernetesSettings.coerce_values(dict(user or {}))
+    if problems:
+        raise UserInputError(f"invalid {KubernetesSettings.WHAT}: " + "; ".join(problems))
+    compiled_claim = os.environ.get(PVC_ENV, "").strip()
+    base = {"pvc_name": compiled_claim, "mount_path": MOUNT_PATH} if compiled_claim else {}
+    settings = KubernetesSettings(image=component_image(), **{**base, **typed})
+    if compiled_claim and (settings.pvc_name, settings.mount_path) != (compiled_claim,
+                                                                       MOUNT_PATH):
+        raise UserInputError(
+            f"this step mounts the claim {compiled_claim!r} at {MOUNT_PATH} (compiled with "
+            f"{PVC_ENV}); the TFJob pods must mount the same claim at the same path to read "
+            "the staged dataset and leave the model where this step copies it from, but the "
+            f"kubernetes parameter asks for {settings.pvc_name!r} at {settings.mount_path}: "
+            f"drop pvc_name and mount_path from it, or compile with {PVC_ENV}="
+            f"{settings.pvc_name}")
+    here = step_namespace()
+    if settings.pvc_name and settings.namespace and here and settings.namespace != here:
+        raise UserInputError(
+            f"the kubernetes parameter puts the TFJobs in namespace {settings.namespace!r}, but "
+            f"this step runs in {here!r}, where the claim {settings.pvc_name!r} is: a pod can "
+            "only mount a PersistentVolumeClaim of its own namespace. Drop namespace from the "
+            f"kubernetes parameter (the TFJobs then run in {here!r}), or run the pipeline in "
+            f"{settings.namespace!r}")
+    return settings.validate()

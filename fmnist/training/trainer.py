@@ -5,8 +5,11 @@ in each worker with the ``TF_CONFIG`` the Kubeflow training operator (or the loc
 injects. Every worker trains; the chief alone exports the SavedModel, writes ``result.json`` and
 the per-epoch history, and keeps the checkpoint that a restarted job resumes from.
 
-Each epoch prints one ``key=value`` line (``epoch=3 loss=... accuracy=... val_accuracy=...``):
-readable in logs and parsed as-is by Katib's StdOut metrics collector.
+Each epoch prints one line, a UTC timestamp then ``key=value`` pairs
+(``2025-01-01T12:00:03.123456Z epoch=3 epochs=10 loss=... accuracy=... val_accuracy=...``):
+readable in logs and parsed as-is by Katib's StdOut metrics collector, which takes a first token
+that parses as RFC 3339 as the report's time and otherwise stores 0001-01-01 (see
+:mod:`katib.settings`).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import logging
 import os
 import sys
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from fmnist.errors import UserInputError
@@ -40,6 +44,16 @@ def read_result(work_dir: str) -> dict[str, Any]:
         raise UserInputError(f"{work_dir} is not a trained model directory (no {RESULT_FILE})")
     with tf.io.gfile.GFile(path) as handle:
         return json.load(handle)
+
+
+def epoch_line(entry: dict[str, Any], epochs: int, when: float) -> str:
+    """The line an epoch prints: ``<RFC 3339 UTC time, microseconds> epoch=E epochs=N k=v ...``
+    (``entry`` as the history holds it; ``when`` a POSIX time)."""
+    stamp = datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return " ".join(
+        [stamp, f"epoch={entry['epoch']}", f"epochs={epochs}"]
+        + [f"{k}={v:.4f}" for k, v in entry.items() if k not in ("epoch", "finished_at")]
+    )
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, TrainingConfig]:
@@ -173,14 +187,7 @@ def train(
             entry["seconds"] = round(seconds, 3)
             entry["finished_at"] = round(time.time(), 3)
             entry["images_per_second"] = round(num_train / seconds, 1)
-            print(
-                " ".join(
-                    [f"epoch={epoch + 1}", f"epochs={config.epochs}"]
-                    + [f"{k}={v:.4f}" for k, v in entry.items()
-                       if k not in ("epoch", "finished_at")]
-                ),
-                flush=True,
-            )
+            print(epoch_line(entry, config.epochs, time.time()), flush=True)
             if role.is_chief:
                 with tf.io.gfile.GFile(history_path, "a") as handle:
                     handle.write(json.dumps(entry) + "\n")

@@ -9,11 +9,15 @@ Layout of the model directory (the KFP ``Model`` artifact)::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fmnist.backends import choose_backend
+from fmnist.errors import UserInputError
 from fmnist.kubernetes.names import stable_name
 from fmnist.kubernetes.storage import copy_tree, stage_dataset
+from fmnist.settings.jobs import KubernetesSettings, cluster_settings
+from fmnist.settings.platform import PVC_ENV
 from fmnist.settings.training import TrainingConfig
 from fmnist.training.export import SAVED_MODEL_VERSION
 from fmnist.training.job import TrainingJobSpec
@@ -24,8 +28,10 @@ def job_name(model_type: str, model_dir: str) -> str:
     return stable_name(f"fmnist-{model_type}", model_dir)
 
 
-def training_backend(backend: str, options: dict[str, Any]):
-    """The launcher of ``backend``: worker processes here, or a TFJob on the cluster."""
+def training_backend(backend: str, settings: KubernetesSettings | None = None,
+                     make_launcher: Callable[[KubernetesSettings], Any] | None = None):
+    """The launcher of ``backend``: worker processes here, or a TFJob on the cluster with the
+    pods' ``settings`` (``make_launcher`` builds it from them; tests give it a client)."""
 
     def local():
         from fmnist.launcher.local import LocalProcessLauncher
@@ -35,7 +41,7 @@ def training_backend(backend: str, options: dict[str, Any]):
     def kubernetes():
         from fmnist.launcher.kubernetes import TFJobLauncher
 
-        return TFJobLauncher(**options)
+        return (make_launcher or TFJobLauncher)(settings)
 
     return choose_backend("training", backend, local=local, kubernetes=kubernetes)
 
@@ -51,19 +57,27 @@ def train_step(
     gpus_per_worker: int = 0,
     max_restarts: int = 2,
     launcher_options: dict[str, Any] | None = None,
+    make_launcher: Callable[[KubernetesSettings], Any] | None = None,
 ) -> tuple[dict[str, Any], dict[str, float]]:
     """Trains one model; returns the ``Model`` artifact metadata and the metrics to log.
 
     On Kubernetes the workers are pods that cannot see this step's artifact paths, so the
     dataset is staged on the shared volume (once per dataset) and the job works there; the
     finished model is then copied into ``model_dir`` like the local backend's.
+    ``launcher_options`` is the pipeline's ``kubernetes`` parameter, merged over the compiled
+    platform's pod settings (:func:`~fmnist.settings.jobs.cluster_settings`).
     """
     name = job_name(config.model_type, model_dir)
     job_data_dir, job_dir = data_dir, model_dir
-    options = dict(launcher_options or {})
+    settings = None
     if backend == "kubernetes":
-        shared = options.get("mount_path", "/mnt/fmnist").rstrip("/")
-        job_data_dir = stage_dataset(data_dir, f"{shared}/datasets")
+        settings = cluster_settings(launcher_options)  # checked before anything is copied
+        if not settings.pvc_name:
+            raise UserInputError(
+                "a TFJob needs the shared claim its pods and this step both mount (the staged "
+                f"dataset, the exported model): compile the pipeline with {PVC_ENV}=<claim>, "
+                "or set pvc_name in the kubernetes parameter")
+        shared = settings.mount_path.rstrip("/")
         job_dir = f"{shared}/jobs/{name}"
     spec = TrainingJobSpec(
         name=name,
@@ -76,7 +90,13 @@ def train_step(
         gpus_per_worker=gpus_per_worker,
         max_restarts=max_restarts,
     ).validate()
-    outcome = training_backend(backend, options).run(spec)
+    if settings is not None:  # every problem found before the dataset is copied
+        from fmnist.kubernetes.tfjob import build_tfjob
+
+        build_tfjob(spec, settings)
+        job_data_dir = stage_dataset(data_dir, f"{shared}/datasets")
+        spec.data_dir = job_data_dir
+    outcome = training_backend(backend, settings, make_launcher).run(spec)
     if job_dir != model_dir:
         copy_tree(job_dir, model_dir)
     result = outcome.result

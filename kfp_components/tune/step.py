@@ -13,7 +13,7 @@ from typing import Any
 from fmnist.backends import choose_backend
 from fmnist.errors import UserInputError
 from fmnist.kubernetes.names import stable_name
-from fmnist.settings.jobs import KubernetesSettings
+from fmnist.settings.jobs import cluster_settings
 from fmnist.settings.training import Hyperparameters, TrainingConfig
 from fmnist.settings.tuning import TuningSettings
 from katib.results import TuningResult
@@ -74,20 +74,22 @@ def tune_step(*, model_type: str, base: TrainingConfig, tuning: dict[str, Any], 
 
     def on_kubernetes():
         from fmnist.kubernetes.storage import stage_dataset
-        from fmnist.settings.platform import component_image
+        from katib.experiment import build_experiment
         from katib.kubernetes import KatibExperimentLauncher
 
-        pods = KubernetesSettings(image=component_image(), **(kubernetes or {}))
-        cluster_settings = replace(settings, kubernetes=pods)
-        cluster_settings.validate(space)  # before the dataset is copied
-        data = stage_dataset(data_dir, f"{pods.mount_path.rstrip('/')}/datasets")
+        # The compiled image and claim under the user's settings, checked (namespace, claim).
+        pods = cluster_settings(kubernetes)
+        on_cluster = replace(settings, kubernetes=pods)
+        data = f"{pods.mount_path.rstrip('/')}/datasets"
+        build_experiment(on_cluster, space, data)  # every problem before the dataset is copied
+        data = stage_dataset(data_dir, data)
         katib = launcher
         if katib is None:
             deadline = pods.active_deadline_seconds  # a trial's: the search may take them all
             katib = KatibExperimentLauncher(
-                timeout_seconds=deadline * cluster_settings.max_trial_count + 600
+                timeout_seconds=deadline * on_cluster.max_trial_count + 600
                 if deadline else 0.0)
-        return lambda: katib.run(cluster_settings, space, data)
+        return lambda: katib.run(on_cluster, space, data)
 
     run = choose_backend("tuning", backend, local=local, kubernetes=on_kubernetes)
     return run()

@@ -1,0 +1,310 @@
+"""The kubernetes paths of the training and tuning steps, end to end, as a KFP pod runs them.
+
+The pipeline is compiled with ``FMNIST_COMPONENT_IMAGE=registry.example/team/fmnist:9.9.9``;
+each step's code then runs in a process whose environment is only what the compiled YAML sets for
+its executor (``deploymentSpec.executors.<exec>.container.env``: kubeflow/pipelines 2.15.0
+backend/src/v2/driver/driver.go lines 250-254 copy it into the pod; see
+/work/notes/upstream-kfp-kubeflow.md §8), against the API stand-ins. Their "operator" runs the
+TFJob's pods as processes here, with the TF_CONFIG the training operator injects, on the shared
+directory that stands for the claim, so staging the dataset, training, exporting and copying the
+model back all really happen. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fmnist.errors import UserInputError
+from fmnist.settings.training import TrainingConfig
+from tests.k8s_standin import KubernetesStandIn
+from tests.katib_standin import KatibStandIn
+
+REPO = Path(__file__).resolve().parent.parent
+IMAGE = "registry.example/team/fmnist:9.9.9"
+STEP_SECONDS = 900  # the most one step here may take (2 shared cores)
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory) -> dict:
+    """The pipeline compiled against IMAGE: each executor's image and environment."""
+    out = tmp_path_factory.mktemp("compiled") / "pipeline.yaml"
+    script = ("from kfp import compiler\n"
+              "from pipelines.fashion_mnist import fashion_mnist_pipeline\n"
+              f"compiler.Compiler().compile(fashion_mnist_pipeline, {str(out)!r})\n")
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO), "FMNIST_COMPONENT_IMAGE": IMAGE}
+    subprocess.run([sys.executable, "-c", script], env=env, cwd=REPO, check=True,
+                   timeout=600)
+    spec = next(yaml.safe_load_all(out.read_text()))
+    return {name: {"image": executor["container"]["image"],
+                   "env": {e["name"]: e["value"] for e in executor["container"].get("env", [])}}
+            for name, executor in spec["deploymentSpec"]["executors"].items()}
+
+
+def _run_step(compiled: dict, executor: str, script: str, tmp_path: Path) -> dict:
+    """Runs ``script`` with the executor's environment (and the interpreter's path); its last
+    output line is JSON."""
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO), **compiled[executor]["env"]}
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=STEP_SECONDS)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _images(tfjob: dict) -> set[str]:
+    return {c["image"] for replica in tfjob["spec"]["tfReplicaSpecs"].values()
+            for c in replica["template"]["spec"]["containers"]}
+
+
+@pytest.mark.slow
+def test_every_step_and_everything_it_creates_runs_the_compiled_image(compiled):
+    assert {e["image"] for e in compiled.values()} == {IMAGE}  # every step's own image
+    for executor in compiled.values():
+        assert executor["env"]["FMNIST_COMPONENT_IMAGE"] == IMAGE
+
+
+@pytest.mark.slow
+def test_the_serving_runtime_runs_the_compiled_image(compiled, tmp_path):
+    found = _run_step(compiled, "exec-deploy-model", """
+        import json
+        from serving.deploy.inference_service import KServeSettings, build_serving_runtime
+        runtime = build_serving_runtime(KServeSettings(namespace="team-a"))
+        print(json.dumps([c.image for c in runtime.spec.containers]))
+    """, tmp_path)
+    assert found == [IMAGE]
+
+
+@pytest.mark.slow
+def test_the_training_step_runs_a_tfjob_end_to_end(compiled, synthetic_dataset, tmp_path):
+    """train_step(backend="kubernetes") as the train executor runs it: the user's kubernetes
+    settings (namespace, cpu, no claim) merged over the compiled claim; the dataset staged on
+    the claim; a TFJob of two workers in the compiled image, each pod with the TF_CONFIG the
+    operator injects; the export copied back into the step's Model artifact."""
+    volume, model_dir = tmp_path / "volume", tmp_path / "artifacts" / "model"
+    volume.mkdir()
+    with KubernetesStandIn(run_processes=True, work_dir=tmp_path / "pods") as standin:
+        metadata = _run_step(compiled, "exec-train-model", f"""
+            import json
+            import fmnist.settings.platform as platform
+            platform.MOUNT_PATH = {str(volume)!r}  # where the claim is mounted on this machine
+            from fmnist.launcher.kubernetes import TFJobLauncher
+            from fmnist.settings.training import TrainingConfig
+            from kfp_components.train.step import train_step
+            from tests.k8s_standin import KubernetesStandIn
+
+            class Remote(KubernetesStandIn):
+                def __init__(self):
+                    pass
+                url = {standin.url!r}
+
+            config = TrainingConfig(model_type="basic", epochs=2, train_examples=512,
+                                    validation_examples=200, batch_size=64, filters=8)
+            metadata, metrics = train_step(
+                config=config, data_dir={str(synthetic_dataset)!r}, model_dir={str(model_dir)!r},
+                backend="kubernetes", num_workers=2, max_restarts=1,
+                launcher_options={{"namespace": "kubeflow", "cpu": "1", "memory": "2Gi"}},
+                make_launcher=lambda settings: TFJobLauncher(
+                    settings, training_client=Remote().training_client(), poll_seconds=0.2,
+                    timeout_seconds={STEP_SECONDS - 60}))
+            print(json.dumps(metadata))
+        """, tmp_path)
+        [(key, controller)] = standin.jobs.items()
+        tfjob = standin.posts()[0]
+        pods = {pod.name: pod for pod in controller.pods.values()}
+    assert metadata["backend"] == "kubernetes" and metadata["job_name"] == key[1]
+    assert metadata["replicas"] == 2 and metadata["restarts"] == 0
+    assert (model_dir / "1" / "saved_model.pb").exists()  # copied back
+    assert json.loads((model_dir / "result.json").read_text())["epochs"] == 2
+    [staged] = list((volume / "datasets").iterdir())
+    assert (staged / "metadata.json").exists()
+    # The image, the claim the step mounts (the compiled FMNIST_PVC_NAME) and the user's cpu.
+    assert _images(tfjob) == {IMAGE}
+    worker = tfjob["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert worker["volumes"][0]["persistentVolumeClaim"]["claimName"] == \
+        compiled["exec-train-model"]["env"]["FMNIST_PVC_NAME"]
+    assert worker["containers"][0]["volumeMounts"][0]["mountPath"] == str(volume)
+    assert worker["containers"][0]["resources"]["limits"]["cpu"] == "1"
+    assert tfjob["spec"]["runPolicy"]["backoffLimit"] == 2  # max_restarts 1
+    # TF_CONFIG as the operator injects it (tensorflow.go v1.9.2 lines 136-184).
+    configs = {name: json.loads(pod.env["TF_CONFIG"]) for name, pod in pods.items()}
+    assert {name: c["task"] for name, c in configs.items()} == {
+        f"{key[1]}-worker-0": {"type": "worker", "index": 0},
+        f"{key[1]}-worker-1": {"type": "worker", "index": 1}}
+    assert all(len(c["cluster"]["worker"]) == 2 and c["environment"] == "cloud"
+               for c in configs.values())
+    log = pods[f"{key[1]}-worker-0"].log()
+    assert "epoch=2 epochs=2" in log and "Z epoch=1 epochs=2" in log  # timestamped lines
+
+
+@pytest.mark.slow
+def test_the_tuning_step_runs_a_katib_experiment_end_to_end(compiled, synthetic_dataset,
+                                                             tmp_path):
+    """tune_step(backend="kubernetes") as the tune executor runs it: an Experiment whose trials
+    are TFJobs in the compiled image, run here under Katib's metrics-collector wrapper (with
+    early stopping: the || branch) and collected from their timestamped epoch lines; the best
+    trial's values come back typed."""
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    with KatibStandIn(run=True, namespaces=("kubeflow",), work_dir=tmp_path / "katib") as standin:
+        found = _run_step(compiled, "exec-tune-hyperparameters", f"""
+            import json
+            import fmnist.settings.platform as platform
+            platform.MOUNT_PATH = {str(volume)!r}
+            from fmnist.settings.training import TrainingConfig
+            from katib.kubernetes import KatibExperimentLauncher
+            from kfp_components.tune.step import tune_step
+            from tests.katib_standin import katib_client_for
+
+            tuning = {{"algorithm": "random", "max_trials": 2, "parallel_trials": 1,
+                       "epochs": 2, "train_examples": 256, "validation_examples": 200,
+                       "early_stopping": True, "min_trials_required": 1, "start_step": 1}}
+            result = tune_step(
+                model_type="basic", base=TrainingConfig(model_type="basic", filters=8),
+                tuning=tuning, data_dir={str(synthetic_dataset)!r},
+                output_dir={str(tmp_path / "artifacts" / "search")!r}, backend="kubernetes",
+                kubernetes={{"namespace": "kubeflow"}},
+                launcher=KatibExperimentLauncher(
+                    katib_client_for({standin.url!r}, "kubeflow"), poll_seconds=0.2,
+                    timeout_seconds={STEP_SECONDS - 60}))
+            print(json.dumps(result.as_dict()))
+        """, tmp_path)
+        [experiment] = standin.posts()
+        [run] = standin.runs.values()
+        trials = dict(run.trials)
+    trial_spec = experiment["spec"]["trialTemplate"]["trialSpec"]
+    assert _images(trial_spec) == {IMAGE}
+    assert "earlyStopping" in experiment["spec"]
+    assert len(trials) == 2 and found["best_trial"] in trials
+    for name, trial in trials.items():
+        conditions = [(c["type"], c["status"]) for c in trial["status"]["conditions"]]
+        assert conditions[-1] == ("Succeeded", "True"), (name, conditions)
+        history = [json.loads(line) for line in
+                   (volume / "katib" / experiment["metadata"]["name"] / name /
+                    "history.jsonl").read_text().splitlines()]
+        [objective] = [m for m in trial["status"]["observation"]["metrics"]
+                       if m["name"] == "val_accuracy"]
+        # latest is the last epoch: the lines carry their times.
+        assert objective["latest"] == f"{history[-1]['val_accuracy']:.4f}"
+    best = max(trials.values(), key=lambda t: float(t["status"]["observation"]["metrics"][0][
+        "latest"]))
+    assert found["best_trial"] == best["metadata"]["name"]
+    assert isinstance(found["best_parameters"]["batch_size"], int)  # typed as the trainer's
+
+
+def test_the_trial_tfjobs_get_the_runs_workers_and_gpus(synthetic_dataset, tmp_path):
+    """The tune step takes num_workers and gpus_per_worker: every trial's TFJob has them."""
+    from kfp_components.tune.step import tune_step
+    from tests.katib_standin import state
+    from tests.test_katib_launcher import BEST, _launcher
+
+    with KatibStandIn([state("Succeeded", succeeded=1, best=BEST)], [BEST]) as standin:
+        tune_step(model_type="dropout", base=TrainingConfig(model_type="dropout"),
+                  tuning={"algorithm": "random", "max_trials": 4, "early_stopping": False},
+                  data_dir=str(synthetic_dataset), output_dir=str(tmp_path / "search"),
+                  backend="kubernetes", num_workers=3, gpus_per_worker=1,
+                  kubernetes={"namespace": "team-a", "pvc_name": "fmnist-pvc",
+                              "mount_path": str(tmp_path / "volume")},
+                  launcher=_launcher(standin))
+    [posted] = standin.posts()
+    replicas = posted["spec"]["trialTemplate"]["trialSpec"]["spec"]["tfReplicaSpecs"]
+    assert set(replicas) == {"Worker"} and replicas["Worker"]["replicas"] == 3
+    container = replicas["Worker"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
+
+
+# ---------------------------------------------------------------------------------------------
+# The user's kubernetes settings, merged over the compiled platform in one place
+
+
+@pytest.fixture
+def on_the_cluster(monkeypatch, tmp_path):
+    """A step pod's situation: the compiled claim in the environment, mounted at ``volume``,
+    and the namespace it runs in (team-a)."""
+    import fmnist.settings.jobs as jobs
+    import fmnist.settings.platform as platform
+
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    namespace_file = tmp_path / "namespace"
+    namespace_file.write_text("team-a")
+    monkeypatch.setenv("FMNIST_PVC_NAME", "fmnist-data")
+    monkeypatch.setenv("FMNIST_COMPONENT_IMAGE", IMAGE)
+    monkeypatch.setattr(platform, "MOUNT_PATH", str(volume))
+    monkeypatch.setattr(jobs, "SERVICE_ACCOUNT_NAMESPACE", str(namespace_file))
+    return volume
+
+
+class _Recorded(Exception):
+    pass
+
+
+def test_user_settings_are_merged_over_the_compiled_claim(on_the_cluster, synthetic_dataset,
+                                                          tmp_path):
+    """At 1cd2394 the pipeline's kubernetes parameter replaced the compiled {"pvc_name": ...}:
+    --kubernetes '{"namespace": ..., "cpu": ...}' made a TFJob without a volume."""
+    from fmnist.kubernetes.tfjob import build_tfjob, to_manifest
+    from kfp_components.train.step import train_step
+
+    made = {}
+
+    def make_launcher(settings):
+        class Launcher:
+            def run(self, spec):
+                made["tfjob"] = to_manifest(build_tfjob(spec, settings))
+                raise _Recorded()
+        return Launcher()
+
+    with pytest.raises(_Recorded):
+        train_step(config=TrainingConfig(model_type="basic"), data_dir=str(synthetic_dataset),
+                   model_dir=str(tmp_path / "model"), backend="kubernetes",
+                   launcher_options={"namespace": "team-a", "cpu": "4"},
+                   make_launcher=make_launcher)
+    pod = made["tfjob"]["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == "fmnist-data"
+    assert pod["containers"][0]["volumeMounts"][0]["mountPath"] == str(on_the_cluster)
+    assert pod["containers"][0]["resources"]["limits"]["cpu"] == "4"
+    assert pod["containers"][0]["image"] == IMAGE
+    command = pod["containers"][0]["command"]
+    assert command[command.index("--data-dir") + 1].startswith(f"{on_the_cluster}/datasets/")
+
+
+@pytest.mark.parametrize(("kubernetes", "problem"), [
+    ({"namespace": "team-b"}, "puts the TFJobs in namespace 'team-b', but this step runs in "
+                              "'team-a'"),
+    ({"pvc_name": "other-claim"}, "this step mounts the claim 'fmnist-data'"),
+    ({"mount_path": "/data"}, "this step mounts the claim 'fmnist-data'"),
+])
+def test_pods_that_could_not_share_the_claim_are_refused_before_anything(
+        on_the_cluster, synthetic_dataset, tmp_path, kubernetes, problem):
+    from kfp_components.train.step import train_step
+    from kfp_components.tune.step import tune_step
+
+    with KubernetesStandIn() as standin, KatibStandIn() as katib:
+        with pytest.raises(UserInputError, match=problem.replace("'", ".")):
+            train_step(config=TrainingConfig(model_type="basic"),
+                       data_dir=str(synthetic_dataset), model_dir=str(tmp_path / "model"),
+                       backend="kubernetes", launcher_options=kubernetes)
+        with pytest.raises(UserInputError, match=problem.replace("'", ".")):
+            tune_step(model_type="basic", base=TrainingConfig(model_type="basic"),
+                      tuning={"algorithm": "random"}, data_dir=str(synthetic_dataset),
+                      output_dir=str(tmp_path / "search"), backend="kubernetes",
+                      kubernetes=kubernetes)
+    assert standin.calls == [] and katib.calls == []
+    assert list(on_the_cluster.iterdir()) == []  # nothing staged
+
+
+def test_a_tfjob_needs_a_shared_claim(monkeypatch, synthetic_dataset, tmp_path):
+    from kfp_components.train.step import train_step
+
+    monkeypatch.delenv("FMNIST_PVC_NAME", raising=False)
+    with pytest.raises(UserInputError, match="needs the shared claim.*FMNIST_PVC_NAME"):
+        train_step(config=TrainingConfig(model_type="basic"), data_dir=str(synthetic_dataset),
+                   model_dir=str(tmp_path / "model"), backend="kubernetes",
+                   launcher_options={"namespace": "team-a"})
