@@ -86,9 +86,9 @@ def test_item3_deploy_verifies_the_cluster_local_address_and_canary_tag():
 
 def test_item4_a_kfp_store_model_without_credentials_is_refused_before_any_write(
         exported_model, synthetic_dataset, monkeypatch):
-    from kfp_components.deploy.step import deploy as deploy_step
-
     from kubernetes.config import kube_config
+
+    from kfp_components.deploy.step import deploy as deploy_step
 
     with KServeStandIn() as standin:  # the step finds the cluster through the kubeconfig
         monkeypatch.setenv("KUBECONFIG", str(standin.kubeconfig(NS)))
