@@ -249,6 +249,7 @@ def _read_until(lines: queue.Queue, text: str, seen: list[str]) -> bool:
     while True:
         line = lines.get(timeout=60)
         if line is None:
+            lines.put(None)  # the end stays visible to the next reader
             return False
         seen.append(line)
         if text in line:

@@ -388,6 +388,7 @@ def _wait_for(lines: queue.Queue, text: str, seen: list[str], seconds: float = 6
     while True:
         line = lines.get(timeout=seconds)
         if line is None:
+            lines.put(None)  # the end stays visible to the next reader
             return False
         seen.append(line)
         if text in line:
