@@ -5,7 +5,7 @@ UV := $(or $(shell command -v uv 2>/dev/null),.tools/bin/uv)
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup run serve test compile readme bench lint clean help
+.PHONY: setup run serve test compile readme bench lint clean help mutation
 
 help:
 	@echo "make run      - run the pipeline end to end on this machine (kfp.local)"
@@ -15,6 +15,7 @@ help:
 	@echo "make readme   - regenerate the component READMEs and the README's settings tables"
 	@echo "make bench    - training, serving and tuning benchmarks into bench/results/ (needs wrk)"
 	@echo "make lint     - ruff"
+	@echo "make mutation - mutation testing of the cluster-side modules (MUTANTS=glob to narrow)"
 
 .tools/bin/uv:
 	python3 -m venv .tools
@@ -48,8 +49,16 @@ bench: setup
 	$(PY) -m bench.serving $(SERVING_BENCH_ARGS)
 	$(PY) -m bench.tuning $(TUNING_BENCH_ARGS)
 
+# Mutation testing (mutmut 3, configured in pyproject.toml [tool.mutmut]); not part of `test`.
+# The tests find the upstream CRDs through FMNIST_CRDS_DIR from inside mutants/.
+MUTANTS ?=
+mutation: setup
+	FMNIST_CRDS_DIR=$(abspath ..)/shared/crds $(VENV)/bin/mutmut run $(MUTANTS) || true
+	$(VENV)/bin/mutmut export-cicd-stats
+	$(PY) -m tests.mutation.score $(MUTANTS)
+
 lint: setup
 	$(VENV)/bin/ruff check .
 
 clean:
-	rm -rf runs bench/results .pytest_cache
+	rm -rf runs bench/results .pytest_cache mutants
