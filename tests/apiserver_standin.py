@@ -142,6 +142,12 @@ class ApiServerStandIn(LoopbackServer):
         self._kubeconfig_dir: tempfile.TemporaryDirectory | None = None
         self._serve(self._handler())
 
+    def _serve(self, handler_class) -> None:
+        super()._serve(handler_class)
+        # Shut down within 20 ms rather than serve_forever's default half second.
+        self.thread = threading.Thread(
+            target=lambda: self.server.serve_forever(poll_interval=0.02), daemon=True)
+
     # -- the HTTP side ---------------------------------------------------------------------
 
     def _handler(self):
