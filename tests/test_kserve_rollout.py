@@ -264,7 +264,8 @@ def test_the_same_model_is_unchanged_but_verified(standin):
     serve_old_model(standin, 0.90)
     verifier = Verifier(standin, {OLD: 0.90})
     result = deploy(standin, OLD, 0.90, verifier)
-    assert result["action"] == "unchanged"
+    assert result["action"] == "unchanged" and result["url"] == ADDRESS
+    assert result["reason"] == f"{OLD} is already served"
     assert verifier.urls == [ADDRESS] and result["verification"]["passed"]
     assert not standin.isvc_writes()
 
@@ -555,6 +556,11 @@ def test_standard_mode_verifies_a_candidate_before_touching_the_main_service(raw
     assert main["spec"]["predictor"]["model"]["storageUri"] == NEW
     assert ("InferenceService", NS, f"{NAME}-canary") not in raw.objects  # cleaned up
     assert raw.answering(RAW_ADDRESS)[0] == NEW
+    assert model_annotations(raw.isvc()) == {ANNOTATION_TEST_ACCURACY: "0.950000",
+                                             ANNOTATION_MODEL_URI: NEW}
+    assert result["verification"]["passed"] and result["url"] == RAW_ADDRESS
+    assert "rolled over" in result["reason"] and "passed verification" in result["reason"]
+    assert result["blessing"]["serving_accuracy"] == 0.90
 
 
 def test_standard_mode_waits_for_the_deployment_not_the_inference_services_generation(raw):
@@ -581,6 +587,8 @@ def test_a_failed_candidate_leaves_the_main_service_untouched_and_says_so(raw):
     result = deploy(raw, NEW, 0.95, verifier)
     assert result["action"] == "candidate_failed"  # not rolled_back: nothing was changed
     assert "was not changed" in result["reason"] and OLD in result["reason"]
+    assert result["verification"]["accuracy"] == 0.40 and not result["verification"]["passed"]
+    assert result["canary_url"] == CANDIDATE_ADDRESS
     assert not puts(raw) and result["url"] == RAW_ADDRESS
     assert ("InferenceService", NS, f"{NAME}-canary") not in raw.objects
     assert raw.answering(RAW_ADDRESS)[0] == OLD
@@ -596,7 +604,10 @@ def test_a_main_rollout_that_does_not_finish_writes_the_previous_model_back(raw)
     forward, back = puts(raw)
     assert forward["spec"]["predictor"]["model"]["storageUri"] == NEW
     assert back["spec"]["predictor"]["model"]["storageUri"] == OLD
-    assert model_annotations(raw.isvc())[ANNOTATION_MODEL_URI] == OLD
+    assert model_annotations(raw.isvc()) == {ANNOTATION_TEST_ACCURACY: "0.900000",
+                                             ANNOTATION_MODEL_URI: OLD}
+    assert raw.answering(RAW_ADDRESS)[0] == OLD
+    assert OLD in error.value.result["reason"]
     assert ("InferenceService", NS, f"{NAME}-canary") not in raw.objects
 
 
@@ -623,3 +634,31 @@ def test_a_candidate_left_by_an_interrupted_run_is_replaced(raw):
     logs = []
     assert deploy(raw, NEW, 0.95, logs=logs)["action"] == "promoted"
     assert any("left by an earlier rollout" in line for line in logs)
+
+
+def test_a_service_that_never_rolled_out_is_replaced_without_a_canary(standin):
+    """KServe ignores canaryTrafficPercent until a revision was rolled out (ksvc_reconciler.go
+    v0.20.0 L134): a canary there would take all traffic, so the new model replaces it."""
+    standin.ready_for = lambda isvc: isvc["spec"]["predictor"]["model"]["storageUri"] != OLD
+    with pytest.raises(ReadinessTimeout):
+        deploy(standin, OLD, 0.90, ready_timeout_seconds=0.2)
+    standin.calls.clear()
+    logs = []
+    verifier = Verifier(standin, {NEW: 0.95})
+    result = deploy(standin, NEW, 0.95, verifier, logs=logs)
+    assert result["action"] == "created" and "nothing was rolled out" in result["reason"]
+    (replacement,) = puts(standin)
+    assert "canaryTrafficPercent" not in replacement["spec"]["predictor"]
+    assert verifier.calls == [(ADDRESS, NAME, NEW)]
+    assert any("without a canary" in line for line in logs)
+
+
+def test_a_canary_whose_rollback_fails_says_how_to_pin_the_old_model(standin):
+    serve_old_model(standin)
+    standin.ready_for = lambda isvc: isvc["spec"]["predictor"]["model"]["storageUri"] != NEW
+    # Every update after the canary's fails: the rollback cannot be written.
+    standin.faults.append(Fault("PUT", f"inferenceservices/{NAME}", status=500, times=99,
+                                skip=1))
+    with pytest.raises(KServeRolloutError, match="rolling it back failed.*kubectl patch "
+                                                 ".*canaryTrafficPercent.*:0"):
+        deploy(standin, NEW, 0.95, ready_timeout_seconds=0.2)

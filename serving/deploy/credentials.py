@@ -86,19 +86,21 @@ def credential_problems(api: KServeApi, service_account: str, log) -> list[str]:
 
 
 def _secret_problem(secret: dict, name: str) -> str | None:
-    data = {**(secret.get("data") or {}), **(secret.get("stringData") or {})}
+    # ``data`` is base64 (what the API server returns); ``stringData`` as written (a manifest).
+    data = {key: _decoded(value) for key, value in (secret.get("data") or {}).items()}
+    data.update(secret.get("stringData") or {})
     annotations = (secret.get("metadata") or {}).get("annotations") or {}
     if SECRET_KEY not in data or ACCESS_KEY not in data:
         return (f"Secret {name!r} has no {ACCESS_KEY} and {SECRET_KEY} keys (KFP's own "
                 f"mlpipeline-minio-artifact names them accesskey/secretkey, which KServe does "
                 f"not read); {SETUP}")
-    endpoint = annotations.get(ENDPOINT_ANNOTATION) or _decoded(data.get(ENDPOINT_KEY))
+    endpoint = annotations.get(ENDPOINT_ANNOTATION) or data.get(ENDPOINT_KEY)
     if not endpoint:
         return (f"Secret {name!r} has no {ENDPOINT_ANNOTATION} annotation, so KServe would "
                 f"fetch from AWS instead of KFP's object store; annotate it with "
                 f"{ENDPOINT_ANNOTATION}: minio-service.kubeflow:9000 and "
                 f"{USE_HTTPS_ANNOTATION}: \"0\"")
-    use_https = annotations.get(USE_HTTPS_ANNOTATION) or _decoded(data.get(USE_HTTPS_KEY))
+    use_https = annotations.get(USE_HTTPS_ANNOTATION) or data.get(USE_HTTPS_KEY)
     if "://" not in endpoint and use_https != "0":
         return (f"Secret {name!r} names endpoint {endpoint} without a scheme and without "
                 f"{USE_HTTPS_ANNOTATION}: \"0\", so KServe would use HTTPS, which KFP's object "
@@ -107,7 +109,7 @@ def _secret_problem(secret: dict, name: str) -> str | None:
 
 
 def _decoded(value: str | None) -> str | None:
-    """A Secret's ``data`` value is base64; ``stringData`` (as written) is not."""
+    """A Secret's ``data`` value, decoded from base64 (left as it is when it is not)."""
     import base64
     import binascii
 

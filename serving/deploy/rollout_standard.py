@@ -151,11 +151,12 @@ class StandardRollout(Rollout):
     # -- what "rolled out" means here --------------------------------------------------------
 
     def rolled_out(self, isvc: dict, written: dict, name: str) -> Check:
-        """Ready, an address, and the Deployment rolled out on a template that carries the
-        model written (its annotations come from the InferenceService's, kserve v0.15.2
-        ``components/predictor.go`` L99-101 and L444-458, ``deployment_reconciler.go``
-        L141-155)."""
-        expected = annotations_of(written).get(ANNOTATION_MODEL_URI)
+        """Ready, an address, and the Deployment rolled out on a template whose model-URI
+        annotation is the ``storageUri`` written (the pod template carries the
+        InferenceService's annotations: kserve v0.15.2 ``components/predictor.go`` L99-101 and
+        L444-458, ``deployment_reconciler.go`` L141-155)."""
+        expected = (((written.get("spec") or {}).get("predictor") or {}).get("model")
+                    or {}).get("storageUri")
         deployment = self.retrying(
             lambda: self.api.get_deployment(predictor_deployment_name(name)),
             f"read deployment of {name}")
