@@ -5,7 +5,7 @@ UV := $(or $(shell command -v uv 2>/dev/null),.tools/bin/uv)
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup run serve test compile readme release bench lint clean help
+.PHONY: setup run serve test compile readme release bench lint clean help mutation
 
 help:
 	@echo "make run      - run the pipeline end to end on this machine (kfp.local)"
@@ -17,6 +17,7 @@ help:
 	@echo "make bench    - training, serving, tuning, batch prediction and TensorBoard benchmarks"
 	@echo "               into bench/results/ (needs wrk)"
 	@echo "make lint     - ruff"
+	@echo "make mutation - mutation testing of the cluster-side modules (MUTANTS=glob to narrow)"
 
 .tools/bin/uv:
 	python3 -m venv .tools
@@ -56,8 +57,16 @@ bench: setup
 	$(PY) -m bench.batch_prediction $(BATCH_BENCH_ARGS)
 	$(PY) -m bench.tensorboard $(TENSORBOARD_BENCH_ARGS)
 
+# Mutation testing (mutmut 3, configured in pyproject.toml [tool.mutmut]); not part of `test`.
+# The tests find the upstream CRDs through FMNIST_CRDS_DIR from inside mutants/.
+MUTANTS ?=
+mutation: setup
+	FMNIST_CRDS_DIR=$(abspath ..)/shared/crds $(VENV)/bin/mutmut run $(MUTANTS) || true
+	$(VENV)/bin/mutmut export-cicd-stats
+	$(PY) -m tests.mutation.score $(MUTANTS)
+
 lint: setup
 	$(VENV)/bin/ruff check .
 
 clean:
-	rm -rf runs bench/results .pytest_cache
+	rm -rf runs bench/results .pytest_cache mutants

@@ -64,10 +64,10 @@ def _on_platform(task, platform: Platform | None, *, volume: bool = False,
         return
     for name, value in platform.env().items():
         task.set_env_variable(name, value)
-    if credentials:
+    if credentials and platform.credentials_secret:  # only when one was named: see Platform
         kubernetes.use_secret_as_env(
             task, secret_name=platform.credentials_secret,
-            secret_key_to_env={key: key for key in platform.credential_keys}, optional=True,
+            secret_key_to_env={key: key for key in platform.credential_keys},
         )
     if volume:
         kubernetes.mount_pvc(task, pvc_name=platform.pvc_name, mount_path=MOUNT_PATH)

@@ -85,8 +85,15 @@ def cron_problem(cron: str) -> str | None:
     return f"Schedule cron is not a supported format: {cron!r} (Expected 5 to 6 fields)"
 
 
+# What KFP 2.15.0's API server answers on /apis/v2beta1/healthz (kubeflow/pipelines 2.15.0
+# backend/src/apiserver/main.go L362-364; released images say tag_name "unknown" before 2.16).
+HEALTHZ_2_15 = {"commit_sha": "unknown", "tag_name": "unknown", "multi_user": False,
+                "pipeline_store": "database"}
+
+
 class KfpStandIn(LoopbackServer):
-    def __init__(self):
+    def __init__(self, healthz: dict | None = None):
+        self.healthz = HEALTHZ_2_15 if healthz is None else healthz
         self.calls: list[dict] = []
         self.experiments: dict[str, dict] = {}
         self.pipelines: dict[str, dict] = {}
@@ -133,7 +140,7 @@ class KfpStandIn(LoopbackServer):
                 call = self._record("GET")
                 path, query = call["path"], call["query"]
                 if path == f"{API}/healthz":
-                    return self._reply({"multi_user": False})
+                    return self._reply(standin.healthz)
                 if path == f"{API}/experiments":
                     name = _filter_value(query)
                     found = [e for e in standin.experiments.values() if e["display_name"] == name]

@@ -1,317 +1,633 @@
-"""A stand-in for the Kubernetes API server with KServe installed: the InferenceService and
-ServingRuntime endpoints the rollout uses, recording every call, and a toy controller.
+"""A stand-in for a cluster with KServe: the API server (``tests.apiserver_standin``), KServe's
+validating webhook, a controller that plays KServe over Knative (Serverless) or over a
+Deployment (Standard), and the cluster's network (who answers at a cluster-local host, and
+whether the profile's Istio policy lets a sidecar-less pipeline pod through). It is no
+cluster; every rule below cites where it comes from (details in /work/notes/upstream-kserve.md).
 
-The API side behaves as the API server does for custom resources with a status subresource:
-POST answers 409 when the object exists, GET 404 with a ``NotFound`` Status when it does not,
-PUT needs the current ``metadata.resourceVersion`` (409 when stale), ``metadata.generation``
-grows when the spec changes, and status written by the controller bumps the resourceVersion.
+**Status lags writes.** A write returns the object with its *old* status; the controller acts
+on it only after ``lag`` further reads of the InferenceService or its Deployment, and a new
+revision (or pod) becomes ready ``ready_after`` reads after that (a controller reconciles after
+the API server answered, kserve v0.20.0 ``controller.go`` L421-438).
 
-The controller side plays KServe Serverless: a change of the predictor (other than
-``canaryTrafficPercent``) or of the annotations creates a revision; once it is ready
-``canaryTrafficPercent`` splits traffic between it (tag ``latest``) and the last rolled-out
-revision (tag ``prev``), and without the field the latest revision is rolled out to 100%.
-``ready_for(isvc)`` decides whether a written object's latest revision becomes ready (a
-revision that does not leaves the traffic as it was and Ready False). It is no cluster.
+**Serverless** (Knative; the default of Kubeflow's and KServe's installs, F1.2/F1.3):
+
+* a change of the revision template (the predictor less ``canaryTrafficPercent``, the
+  annotations and labels: ``components/predictor.go`` v0.15.2 L99-101, L444-458,
+  ``ksvc_reconciler.go`` L149-166) creates revision ``<isvc>-predictor-0000N``;
+* the traffic follows ``ksvc_reconciler.go`` v0.15.2 L113-140: ``canaryTrafficPercent`` splits
+  only once a revision was rolled out, the latest target is tagged ``latest`` only with the
+  annotation ``serving.kserve.io/enable-tag-routing: "true"``, the other ``prev``;
+  ``latestRevision`` targets route to the latest *ready* revision (Knative);
+* ``latestRolledoutRevision`` moves when the latest ready revision has 100 %, and
+  ``previousRolledoutRevision`` appears from the second rollout on; empty fields are left out,
+  never null (``inference_service_status.go`` v0.20.0 L575-635, L76);
+* ``observedGeneration`` is the Knative Service's generation, which moves only when the spec
+  KServe derives changes (L635, F5.1); url/address are copied only while it is Ready (L612-618);
+  traffic URLs are the external tag URLs (knative-v1.16.2 ``traffic.go`` L96-144).
+
+**Standard** (raw): a Deployment ``<isvc>-predictor`` with the InferenceService's annotations and
+labels on its pod template (``deployment_reconciler.go`` v0.15.2 L141-155), its own generation
+(an HPA scaling it bumps it: ``hpa_scale``), rolled out by a Deployment controller that also
+lags; the InferenceService's ``observedGeneration`` is the Deployment's (``inference_service_
+status.go`` v0.20.0 L449-456); status carries only url, address, conditions, deploymentMode
+(F2.7); ``canaryTrafficPercent`` is ignored (F3.1). Old pods answer until the new ones are
+available (a RollingUpdate; a replacement that never gets ready leaves the old ones serving).
+
+**Modes.** ``status.deploymentMode`` from 0.15.1 (spelled Serverless/RawDeployment up to 0.15,
+Knative/Standard from 0.16); an annotation value the version does not know falls back to the
+default (``utils.go`` v0.15.2 L176-191, v0.20.0 L224-248).
+
+**Webhook** (``inference_service_validation.go`` v0.15.2 / v0.16.0 / v0.20.0): the name regex
+(L43), a deploymentMode annotation that differs from the status is refused (L447-457), the
+autoscaler rules picked by the annotations (L210-230, L241-255, L291-329, L406-428), replica
+bounds (``component.go`` v0.20.0 L374-388); refusals are 403 ``admission webhook ... denied the
+request`` (controller-runtime v0.19.1 ``response.go`` L63-83, kubernetes/apiserver v0.33.9
+``statuserror.go`` L28-60).
 """
 
 from __future__ import annotations
 
 import copy
+import http.client
 import json
 import re
-import tempfile
-import threading
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler
+from urllib.parse import urlsplit
 
-import yaml
-
-from tests.loopback import JsonRequestHandler, LoopbackServer, reply_json
+from tests.apiserver_standin import ApiServerStandIn, status_reply
+from tests.loopback import LoopbackServer
 
 ISVC_CRD = ("inferenceservice.serving.kserve.io_v1beta1.yaml", "v1beta1")
 RUNTIME_CRD = ("servingruntime.serving.kserve.io_v1alpha1.yaml", "v1alpha1")
-
-_ISVC = re.compile(
-    r"^/apis/serving\.kserve\.io/v1beta1/namespaces/([^/]+)/inferenceservices(?:/([^/?]+))?/?(?:\?|$)"
-)
-_RUNTIME = re.compile(
-    r"^/apis/serving\.kserve\.io/v1alpha1/namespaces/([^/]+)/servingruntimes(?:/([^/?]+))?/?(?:\?|$)"
-)
-
-
-def _status(code: int, reason: str, message: str, name: str = "", kind: str = "") -> dict:
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": message, "reason": reason, "code": code,
-            "details": {"name": name, "group": "serving.kserve.io", "kind": kind}}
+WEBHOOK = "inferenceservice.kserve-webhook-server.validator"
+ISVC_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+MODE_ANNOTATION = "serving.kserve.io/deploymentMode"
+TAG_ANNOTATION = "serving.kserve.io/enable-tag-routing"
+SOURCE_URI_ANNOTATION = "internal.serving.kserve.io/storage-initializer-sourceuri"
+PROFILE_OPEN_PATHS = ("/healthz", "/metrics", "/wait-for-drain")
 
 
 @dataclass
-class _Controller:
-    """What the toy controller remembers about one InferenceService."""
+class _Revision:
+    name: str
+    uri: str
+    ticks_left: int
+    ok: bool
+    ready: bool = False
+    failed: bool = False
 
+
+@dataclass
+class _State:
+    """What the controller remembers about one InferenceService."""
+
+    pending: bool = True
+    reads: int = 0
+    mode: str = ""
+    ksvc_generation: int = 0
+    ksvc_spec: str = ""
     template: str = ""
-    revisions: int = 0
-    latest_created: str = ""
-    latest_ready: str = ""
-    latest_rolled_out: str = ""
-    previous_rolled_out: str = ""
+    revisions: list = field(default_factory=list)
+    rolled_out: str = ""
+    previous: str = ""
+    urls: dict = field(default_factory=dict)
+    # Standard: the Deployment controller's view
+    served_uri: str = ""  # what the available pods serve
+    rollout_ticks: int = 0
+    rollout_ok: bool = True
 
 
-class KServeStandIn(LoopbackServer):
-    def __init__(self, url_template: str = "http://{host}.{namespace}.example.com",
-                 kserve_installed: bool = True, tag_routing: bool = True):
-        self.calls: list[tuple[str, str, dict | None]] = []
-        self.isvcs: dict[tuple[str, str], dict] = {}
-        self.runtimes: dict[tuple[str, str], dict] = {}
-        self.controllers: dict[tuple[str, str], _Controller] = {}
-        # ``url_template.format(host=..., namespace=...)``: a fixed URL (no fields) points every
-        # address at one local server.
-        self.url_template = url_template
-        self.kserve_installed = kserve_installed
-        self.tag_routing = tag_routing  # False: traffic entries carry no tag or url
-        self.ready_for = lambda isvc: True  # whether a write's latest revision becomes ready
-        self.conflicts = 0  # the next this many PUTs of an InferenceService answer 409
-        self._version = 100
-        self._lock = threading.Lock()
-        self._kubeconfig_dir: tempfile.TemporaryDirectory | None = None
-        self._serve(self._handler())
+class KServeStandIn(ApiServerStandIn):
+    """``version``: the KServe modelled, e.g. (0, 15, 2); ``default_mode``: the
+    inferenceservice-config default as spelled there (in ``config_namespace``)."""
 
-    # -- the HTTP side ---------------------------------------------------------------------
+    def __init__(self, *, version: tuple = (0, 15, 2), default_mode: str = "Serverless",
+                 domain: str = "example.com", kserve_installed: bool = True, lag: int = 1,
+                 ready_after: int = 1, config_namespace: str = "kubeflow", **kwargs):
+        super().__init__(**kwargs)
+        if not kserve_installed:
+            self.served -= {("serving.kserve.io", "v1beta1", "inferenceservices"),
+                            ("serving.kserve.io", "v1alpha1", "servingruntimes")}
+        self.version = version
+        self.domain = domain
+        self.lag = lag
+        self.ready_after = ready_after
+        self.honour_tag_routing = True
+        self.ready_for = lambda isvc: True  # whether the model in a write comes up
+        self.states: dict[tuple[str, str], _State] = {}
+        self.put({"apiVersion": "v1", "kind": "ConfigMap",
+                  "metadata": {"name": "inferenceservice-config", "namespace": config_namespace},
+                  "data": {"deploy": json.dumps({"defaultDeploymentMode": default_mode})}})
 
-    def _handler(self):
-        standin = self
+    # -- names as the version spells them --------------------------------------------------
 
-        class Handler(JsonRequestHandler):
-            def _route(self, method: str, body=None):
-                standin.calls.append((method, self.path, copy.deepcopy(body)))
-                with standin._lock:
-                    code, reply = standin._dispatch(method, self.path, body)
-                if reply is None:  # what the API server says for a resource it does not serve
-                    data = b"404 page not found\n"
-                    self.send_response(404)
-                    self.send_header("Content-Type", "text/plain; charset=utf-8")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                    return
-                reply_json(self, reply, code)
+    def spelled(self, mode: str) -> str:
+        new = self.version >= (0, 16, 0)
+        return {"Serverless": "Knative" if new else "Serverless",
+                "Standard": "Standard" if new else "RawDeployment"}[mode]
 
-            def do_GET(self):
-                self._route("GET")
+    def canonical(self, value: str | None) -> str | None:
+        known = ({"Serverless", "Knative", "RawDeployment", "Standard"}
+                 if self.version >= (0, 16, 0) else {"Serverless", "RawDeployment"})
+        if value not in known:
+            return None
+        return "Standard" if value in ("RawDeployment", "Standard") else "Serverless"
 
-            def do_POST(self):
-                self._route("POST", self._body())
+    def default_mode(self) -> str:
+        config = next(obj for (kind, _, name), obj in self.objects.items()
+                      if kind == "ConfigMap" and name == "inferenceservice-config")
+        value = json.loads(config["data"]["deploy"])["defaultDeploymentMode"]
+        return self.canonical(value) or "Serverless"
 
-            def do_PUT(self):
-                self._route("PUT", self._body())
+    # -- the webhook -------------------------------------------------------------------------
 
-            def do_DELETE(self):
-                self._route("DELETE")
+    def admit(self, kind: str, body: dict, old: dict | None):
+        if kind != "InferenceService":
+            return None
+        reason = self._validate(body, old)
+        if reason is None:
+            return None
+        return 403, status_reply(403, "Forbidden", f'admission webhook "{WEBHOOK}" denied the '
+                                 f"request: {reason}", body["metadata"].get("name", ""),
+                                 "inferenceservices", "serving.kserve.io")
 
-        return Handler
+    def _validate(self, isvc: dict, old: dict | None) -> str | None:
+        annotations = dict((isvc.get("metadata") or {}).get("annotations") or {})
+        name = isvc["metadata"].get("name", "")
+        if not ISVC_NAME.match(name):
+            return (f"the InferenceService \"{name}\" is invalid: a InferenceService name must "
+                    "consist of lower case alphanumeric characters or '-', and must start with "
+                    "alphabetical character.")
+        mode = annotations.get(MODE_ANNOTATION)
+        if self.version >= (0, 17, 0) and mode in ("RawDeployment", "Serverless"):
+            mode = {"RawDeployment": "Standard", "Serverless": "Knative"}[mode]  # defaulter
+            annotations[MODE_ANNOTATION] = mode
+            isvc["metadata"]["annotations"] = annotations
+        status_mode = ((old or {}).get("status") or {}).get("deploymentMode")
+        if old is not None and status_mode and mode is not None and mode != status_mode:
+            return (f"update rejected: deploymentMode cannot be changed from '{status_mode}' "
+                    f"to '{mode}'")
+        klass = annotations.get("serving.kserve.io/autoscalerClass")
+        if klass is not None and klass not in ("hpa", "external", "keda", "none"):
+            return f"[{klass}] is not a supported autoscaler class type"
+        predictor = (isvc.get("spec") or {}).get("predictor") or {}
+        lo, hi = predictor.get("minReplicas", 1), predictor.get("maxReplicas", 0)
+        if lo < 0:
+            return "'MinReplicas' cannot be less than 0"
+        if hi < 0:
+            return "'MaxReplicas' cannot be less than 0"
+        if lo > hi and hi != 0:
+            return "'MinReplicas' cannot be greater than MaxReplicas"
+        raw = "Standard" if self.version >= (0, 16, 0) else "RawDeployment"
+        if mode == raw:
+            if klass == "hpa":
+                return self._hpa(predictor)
+            if klass == "keda" and predictor.get("scaleMetric") is not None:
+                return "ScaleMetric is not supported for KEDA"
+            return None
+        if annotations.get("autoscaling.knative.dev/class") == "hpa.autoscaling.knative.dev":
+            return self._hpa(predictor)
+        return self._kpa(predictor)
 
-    def _dispatch(self, method: str, path: str, body) -> tuple[int, dict | None]:
-        if self.kserve_installed and (match := _ISVC.match(path)):
-            return self._isvc(method, match[1], match[2], body)
-        if self.kserve_installed and (match := _RUNTIME.match(path)):
-            return self._runtime(method, match[1], match[2], body)
-        return 404, None
+    @staticmethod
+    def _hpa(predictor: dict) -> str | None:
+        metric = predictor.get("scaleMetric", "cpu")
+        if metric not in ("cpu", "memory"):
+            return f"[{metric}] is not a supported metric"
+        target = predictor.get("scaleTarget")
+        if target is not None:
+            if (metric == "cpu" and target < 1) or target > 100:  # Go's && binds before ||
+                return "the target utilization percentage should be a [1-100] integer"
+            if metric == "memory" and target < 1:
+                return "the target memory should be greater than 1 MiB"
+        return None
 
-    def _next_version(self) -> str:
-        self._version += 1
-        return str(self._version)
+    @staticmethod
+    def _kpa(predictor: dict) -> str | None:
+        if predictor.get("deploymentStrategy") is not None:
+            return "customizing deploymentStrategy is only supported for raw deployment mode"
+        metric = predictor.get("scaleMetric", "concurrency")
+        if metric not in ("concurrency", "rps"):
+            return f"[{metric}] is not a supported metric"
+        if metric == "rps" and predictor.get("scaleTarget") is not None \
+                and predictor["scaleTarget"] < 1:
+            return "the target for rps should be greater than 1"
+        return None
 
-    def _isvc(self, method, namespace, name, body):
+    # -- the controller ----------------------------------------------------------------------
+
+    def after_write(self, kind, namespace, name, old):
+        if kind == "InferenceService":
+            state = self.states.setdefault((namespace, name), _State())
+            state.pending, state.reads = True, 0
+
+    def after_delete(self, kind, namespace, name):
+        if kind == "InferenceService":
+            self.states.pop((namespace, name), None)
+            self.objects.pop(("Deployment", namespace, f"{name}-predictor"), None)
+
+    def before_read(self, kind, namespace, name):
+        if kind == "InferenceService":
+            self.tick(namespace, name)
+        elif kind == "Deployment" and name.endswith("-predictor"):
+            self.tick(namespace, name[: -len("-predictor")])
+
+    def tick(self, namespace: str, name: str) -> None:
         key = (namespace, name)
-        if method == "GET" and name is None:
-            items = [obj for (ns, _), obj in self.isvcs.items() if ns == namespace]
-            return 200, {"apiVersion": "serving.kserve.io/v1beta1",
-                         "kind": "InferenceServiceList", "items": items}
-        if method == "POST":
-            name = ((body or {}).get("metadata") or {}).get("name", "")
-            key = (namespace, name)
-            if key in self.isvcs:
-                return 409, _status(409, "AlreadyExists", f'inferenceservices.serving.kserve.io '
-                                    f'"{name}" already exists', name, "inferenceservices")
-            return 201, self._store(key, body, None)
-        existing = self.isvcs.get(key)
-        if existing is None:
-            return 404, _status(404, "NotFound", f'inferenceservices.serving.kserve.io "{name}" '
-                                "not found", name, "inferenceservices")
-        if method == "GET":
-            return 200, copy.deepcopy(existing)
-        if method == "DELETE":
-            del self.isvcs[key]
-            self.controllers.pop(key, None)
-            return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success"}
-        if method == "PUT":
-            version = ((body or {}).get("metadata") or {}).get("resourceVersion")
-            if not version:
-                return 422, _status(422, "Invalid", "metadata.resourceVersion: Invalid value: "
-                                    "0x0: must be specified for an update", name,
-                                    "InferenceService")
-            if self.conflicts > 0 or version != existing["metadata"]["resourceVersion"]:
-                self.conflicts = max(0, self.conflicts - 1)
-                return 409, _status(409, "Conflict", f'Operation cannot be fulfilled on '
-                                    f'inferenceservices.serving.kserve.io "{name}": the object '
-                                    "has been modified; please apply your changes to the latest "
-                                    "version and try again", name, "inferenceservices")
-            return 200, self._store(key, body, existing)
-        return 405, _status(405, "MethodNotAllowed", f"{method} is not supported")
-
-    def _store(self, key, body: dict, existing: dict | None) -> dict:
-        """Writes ``body`` as the API server would, then lets the controller react."""
-        stored = {k: copy.deepcopy(v) for k, v in body.items() if k != "status"}
-        metadata = stored.setdefault("metadata", {})
-        metadata["namespace"] = key[0]
-        if existing is None:
-            metadata.update(uid=f"uid-{key[1]}", generation=1,
-                            creationTimestamp="2026-01-01T00:00:00Z")
+        state = self.states.get(key)
+        if state is None or ("InferenceService", namespace, name) not in self.objects:
+            return
+        isvc = self.objects[("InferenceService", namespace, name)]
+        state.reads += 1
+        if not state.mode:
+            status_mode = (isvc.get("status") or {}).get("deploymentMode")
+            annotated = (isvc["metadata"].get("annotations") or {}).get(MODE_ANNOTATION)
+            state.mode = (self.canonical(status_mode) or self.canonical(annotated)
+                          or self.default_mode())
+        acted = state.pending and state.reads > self.lag
+        if acted:
+            state.pending = False
+        if state.mode == "Serverless":
+            self._serverless(key, isvc, state, acted)
         else:
-            old = existing["metadata"]
-            changed = stored.get("spec") != existing.get("spec")
-            metadata.update(uid=old["uid"], creationTimestamp=old["creationTimestamp"],
-                            generation=old["generation"] + (1 if changed else 0))
-        metadata["resourceVersion"] = self._next_version()
-        self.isvcs[key] = stored
-        reply = copy.deepcopy(stored)
-        if existing is not None and "status" in existing:
-            reply["status"] = copy.deepcopy(existing["status"])
-        stored["status"] = self._reconcile(key, stored, (existing or {}).get("status"))
-        metadata["resourceVersion"] = self._next_version()  # the controller's status write
-        return reply
+            self._standard(key, isvc, state, acted)
 
-    def _runtime(self, method, namespace, name, body):
-        if method == "POST":
-            name = ((body or {}).get("metadata") or {}).get("name", "")
-            if (namespace, name) in self.runtimes:
-                return 409, _status(409, "AlreadyExists", f"{name} already exists", name,
-                                    "servingruntimes")
-            stored = copy.deepcopy(body)
-            stored["metadata"].update(namespace=namespace, resourceVersion=self._next_version())
-            self.runtimes[(namespace, name)] = stored
-            return 201, stored
-        existing = self.runtimes.get((namespace, name))
-        if existing is None:
-            return 404, _status(404, "NotFound", f'servingruntimes.serving.kserve.io "{name}" '
-                                "not found", name, "servingruntimes")
-        if method == "GET":
-            return 200, existing
-        if method == "PUT":
-            stored = copy.deepcopy(body)
-            stored["metadata"].update(namespace=namespace, resourceVersion=self._next_version())
-            self.runtimes[(namespace, name)] = stored
-            return 200, stored
-        return 405, _status(405, "MethodNotAllowed", f"{method} is not supported")
+    def _progress(self, revision: _Revision) -> None:
+        if revision.ready or revision.failed:
+            return
+        revision.ticks_left -= 1
+        if revision.ticks_left < 0:
+            revision.ready, revision.failed = revision.ok, not revision.ok
 
-    # -- the controller side ----------------------------------------------------------------
-
-    def _url(self, host: str, namespace: str) -> str:
-        return self.url_template.format(host=host, namespace=namespace)
-
-    def _reconcile(self, key, isvc: dict, previous_status: dict | None) -> dict:
+    def _serverless(self, key, isvc, state: _State, acted: bool) -> None:
         namespace, name = key
-        state = self.controllers.setdefault(key, _Controller())
         predictor = dict(isvc["spec"]["predictor"])
         canary = predictor.pop("canaryTrafficPercent", None)
-        template = json.dumps({"predictor": predictor,
-                               "annotations": isvc["metadata"].get("annotations") or {}},
-                              sort_keys=True)
-        if template != state.template:
-            state.template = template
-            state.revisions += 1
-            state.latest_created = f"{name}-predictor-{state.revisions:05d}"
-        generation = isvc["metadata"]["generation"]
-        if not self.ready_for(isvc):
-            status = copy.deepcopy(previous_status or {})
-            status["observedGeneration"] = generation
-            status["conditions"] = [{
-                "type": "Ready", "status": "False", "reason": "RevisionMissing",
-                "message": f"Revision {state.latest_created} failed: container not ready",
-            }]
-            return status
-        state.latest_ready = state.latest_created
-        if canary is None or not state.latest_rolled_out:
-            if state.latest_rolled_out != state.latest_ready:
-                state.previous_rolled_out = state.latest_rolled_out
-                state.latest_rolled_out = state.latest_ready
-            canary = 100
-        traffic = [self._target(namespace, name, "latest", state.latest_ready, canary, True)]
-        if canary < 100 and state.latest_rolled_out != state.latest_ready:
-            traffic.append(self._target(namespace, name, "prev", state.latest_rolled_out,
-                                        100 - canary, False))
+        annotations = isvc["metadata"].get("annotations") or {}
+        if acted:
+            template = json.dumps({"predictor": predictor, "annotations": annotations,
+                                   "labels": isvc["metadata"].get("labels") or {}},
+                                  sort_keys=True)
+            if template != state.template:
+                state.template = template
+                state.revisions.append(_Revision(
+                    f"{name}-predictor-{len(state.revisions) + 1:05d}",
+                    predictor["model"]["storageUri"], self.ready_after, self.ready_for(isvc)))
+            tagged = annotations.get(TAG_ANNOTATION) == "true" and self.honour_tag_routing
+            ksvc_spec = json.dumps([template, canary, state.rolled_out, tagged])
+            if ksvc_spec != state.ksvc_spec:
+                state.ksvc_spec = ksvc_spec
+                state.ksvc_generation += 1
         else:
-            traffic[0]["percent"] = 100
+            for revision in state.revisions:
+                self._progress(revision)
+        if not state.ksvc_spec:
+            return
+        spec = json.loads(state.ksvc_spec)
+        canary, rolled_out_then, tagged = spec[1], spec[2], spec[3]
+        created = state.revisions[-1] if state.revisions else None
+        ready = next((r for r in reversed(state.revisions) if r.ready), None)
+        targets = []
+        if ready is not None:
+            if canary is not None and rolled_out_then:
+                targets.append({"revisionName": ready.name, "latestRevision": True,
+                                "percent": canary, **({"tag": "latest"} if tagged else {})})
+                if canary < 100:
+                    targets.append({"revisionName": rolled_out_then, "latestRevision": False,
+                                    "percent": 100 - canary, **({"tag": "prev"} if tagged
+                                                                 else {})})
+            else:
+                targets.append({"revisionName": ready.name, "latestRevision": True,
+                                "percent": 100, **({"tag": "latest"} if tagged else {})})
+        for target in targets:
+            if "tag" in target:
+                target["url"] = (f"http://{target['tag']}-{name}-predictor.{namespace}."
+                                 f"{self.domain}")
+            if (target["latestRevision"] and target["percent"] == 100
+                    and state.rolled_out != target["revisionName"]):
+                state.previous = state.rolled_out
+                state.rolled_out = target["revisionName"]
+        config_ready = created is not None and created.ready
+        routes_ready = ready is not None
+        ksvc_ready = config_ready and routes_ready
+        if ksvc_ready:
+            state.urls = {
+                "url": f"http://{name}-predictor.{namespace}.{self.domain}",
+                "address": f"http://{name}-predictor.{namespace}.svc.cluster.local"}
+
+        def condition(kind, ok, failed=False):
+            value = "True" if ok else ("False" if failed else "Unknown")
+            entry = {"type": kind, "status": value}
+            if not ok and created is not None:
+                entry.update(reason="RevisionFailed" if failed else "RevisionMissing",
+                             message=f"Revision {created.name} "
+                                     + ("failed: container not ready" if failed
+                                        else "is not ready yet"))
+            return entry
+
+        failed = created is not None and created.failed
+        ingress = bool(state.urls)
+        predictor_status = {
+            "latestCreatedRevision": created.name if created else None,
+            "latestReadyRevision": ready.name if ready else None,
+            "latestRolledoutRevision": state.rolled_out or None,
+            "previousRolledoutRevision": state.previous or None,
+            "url": state.urls.get("url"),
+            "address": {"url": state.urls["address"]} if state.urls else None,
+            "traffic": targets or None,
+        }
+        status = {
+            "observedGeneration": state.ksvc_generation or None,
+            "url": f"http://{name}.{namespace}.{self.domain}" if ingress else None,
+            "address": ({"url": f"http://{name}.{namespace}.svc.cluster.local"}
+                        if ingress else None),
+            "conditions": [
+                condition("IngressReady", ingress),
+                condition("LatestDeploymentReady", config_ready, failed),
+                condition("PredictorReady", ksvc_ready, failed),
+                condition("Ready", ksvc_ready and ingress, failed),
+                condition("RoutesReady", routes_ready),
+            ],
+            "components": {"predictor": predictor_status},
+        }
+        self._write_isvc_status(key, status, "Serverless")
+
+    def _standard(self, key, isvc, state: _State, acted: bool) -> None:
+        namespace, name = key
+        deployment_key = ("Deployment", namespace, f"{name}-predictor")
+        deployment = self.objects.get(deployment_key)
+        if acted:
+            wanted = self._deployment(namespace, name, isvc)
+            if deployment is None:
+                wanted["metadata"].update(generation=1, resourceVersion=self.next_version())
+                wanted["status"] = {"observedGeneration": 0}
+                self.objects[deployment_key] = deployment = wanted
+                state.rollout_ticks, state.rollout_ok = -1, self.ready_for(isvc)
+            elif wanted["spec"] != deployment["spec"]:
+                template_changed = wanted["spec"]["template"] != deployment["spec"]["template"]
+                deployment["spec"] = wanted["spec"]
+                deployment["metadata"]["generation"] += 1
+                deployment["metadata"]["resourceVersion"] = self.next_version()
+                if template_changed:
+                    state.rollout_ticks, state.rollout_ok = -1, self.ready_for(isvc)
+            return self._standard_status(key, isvc, state, deployment)
+        if deployment is None:
+            return None
+        metadata, status = deployment["metadata"], deployment["status"]
+        replicas = deployment["spec"]["replicas"]
+        if status.get("observedGeneration", 0) < metadata["generation"]:
+            status["observedGeneration"] = metadata["generation"]  # the controller catches up
+            if state.rollout_ticks == -1:
+                state.rollout_ticks = self.ready_after
+                status.update(updatedReplicas=0, replicas=status.get("availableReplicas", 0))
+        elif state.rollout_ticks > 0:
+            state.rollout_ticks -= 1
+        elif state.rollout_ticks == 0:
+            state.rollout_ticks = -2
+            if state.rollout_ok:
+                status.update(replicas=replicas, updatedReplicas=replicas,
+                              availableReplicas=replicas, readyReplicas=replicas)
+                state.served_uri = deployment["spec"]["template"]["metadata"]["annotations"][
+                    SOURCE_URI_ANNOTATION]
+            else:  # the surge pod never gets ready; the old ones keep running
+                status.update(replicas=status.get("availableReplicas", 0) + 1,
+                              updatedReplicas=1)
+        available = status.get("availableReplicas", 0)
+        done = (status.get("updatedReplicas") == replicas and available >= replicas)
+        status["conditions"] = [
+            {"type": "Available", "status": "True" if available >= replicas else "False",
+             "reason": "MinimumReplicasAvailable" if available >= replicas else
+             "MinimumReplicasUnavailable"},
+            {"type": "Progressing", "status": "True",
+             "reason": "NewReplicaSetAvailable" if done else "ReplicaSetUpdated"},
+        ]
+        return self._standard_status(key, isvc, state, deployment)
+
+    def _deployment(self, namespace: str, name: str, isvc: dict) -> dict:
+        predictor = isvc["spec"]["predictor"]
+        model = predictor["model"]
+        labels = {**(isvc["metadata"].get("labels") or {}),
+                  "serving.kserve.io/inferenceservice": name, "component": "predictor",
+                  "app": f"isvc.{name}-predictor"}
+        annotations = {**(isvc["metadata"].get("annotations") or {}),
+                       SOURCE_URI_ANNOTATION: model["storageUri"]}
+        probe = model.get("readinessProbe") or {"tcpSocket": {"port": 8080}}
         return {
-            "observedGeneration": generation,
-            "url": self._url(name, namespace),
-            "address": {"url": f"http://{name}.{namespace}.svc.cluster.local"},
-            "conditions": [{"type": "Ready", "status": "True"},
-                           {"type": "PredictorReady", "status": "True"}],
-            "components": {"predictor": {
-                "latestCreatedRevision": state.latest_created,
-                "latestReadyRevision": state.latest_ready,
-                "latestRolledoutRevision": state.latest_rolled_out,
-                "previousRolledoutRevision": state.previous_rolled_out or None,
-                "url": self._url(f"{name}-predictor", namespace),
-                "traffic": traffic,
-            }},
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": f"{name}-predictor", "namespace": namespace,
+                         "labels": labels, "uid": f"uid-deployment-{name}",
+                         "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {
+                "replicas": max(int(predictor.get("minReplicas", 1)), 1),
+                "selector": {"matchLabels": {"app": f"isvc.{name}-predictor"}},
+                "strategy": predictor.get("deploymentStrategy") or {
+                    "type": "RollingUpdate",
+                    "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}},
+                "template": {"metadata": {"labels": labels, "annotations": annotations},
+                             "spec": {"containers": [{"name": "kserve-container",
+                                                      "readinessProbe": probe}]}},
+            },
         }
 
-    def _target(self, namespace, name, tag, revision, percent, latest) -> dict:
-        target = {"revisionName": revision, "percent": percent, "latestRevision": latest}
-        if self.tag_routing:
-            target.update(tag=tag, url=self._url(f"{tag}-{name}-predictor", namespace))
-        return target
+    def _standard_status(self, key, isvc, state: _State, deployment: dict) -> None:
+        namespace, name = key
+        status = deployment.get("status") or {}
+        conditions = {c["type"]: c for c in status.get("conditions") or []}
+        available = conditions.get("Available", {}).get("status") == "True"
+        progressed = conditions.get("Progressing", {}).get("reason") == "NewReplicaSetAvailable"
+        ready = available or progressed
+        value = "True" if ready else "Unknown"
+        self._write_isvc_status(key, {
+            "observedGeneration": status.get("observedGeneration") or None,
+            "url": f"http://{name}-{namespace}.{self.domain}",
+            "address": {"url": f"http://{name}-predictor.{namespace}.svc.cluster.local"},
+            "conditions": [{"type": "IngressReady", "status": "True"},
+                           {"type": "PredictorReady", "status": value},
+                           {"type": "Ready", "status": value}],
+            "components": {"predictor": {
+                "url": f"http://{name}-predictor-{namespace}.{self.domain}" if ready else None}},
+        }, "Standard")
 
-    # -- for the tests ----------------------------------------------------------------------
+    def _write_isvc_status(self, key, status: dict, mode: str) -> None:
+        if self.version >= (0, 15, 1):
+            status["deploymentMode"] = self.spelled(mode)
+        object_key = ("InferenceService", *key)
+        if self.objects[object_key].get("status") != status:
+            self.write_status(object_key, status)
+
+    def hpa_scale(self, name: str, replicas: int, namespace: str = "kubeflow") -> None:
+        """The HPA scales the Deployment: its generation moves, the InferenceService's not."""
+        deployment = self.objects[("Deployment", namespace, f"{name}-predictor")]
+        deployment["spec"]["replicas"] = replicas
+        deployment["metadata"]["generation"] += 1
+
+    # -- the cluster's network -----------------------------------------------------------------
+
+    def answering(self, url: str, path: str = "/v1/models/x:predict") -> tuple[str | None, str]:
+        """Which InferenceService and model answer ``url`` from a pipeline pod (no sidecar):
+        ``(storage_uri, isvc_name)``, or ``(None, why)`` when the request fails."""
+        host = urlsplit(url).hostname or ""
+        match = re.match(r"^(?:(latest|prev)-)?([a-z0-9-]+?)(-predictor)?\.([a-z0-9-]+)"
+                         r"\.svc\.cluster\.local$", host)
+        if not match:
+            return None, f"cannot resolve {host} from inside the cluster"
+        tag, name, namespace = match[1], match[2], match[4]
+        with self.lock:
+            isvc = self.objects.get(("InferenceService", namespace, name))
+            state = self.states.get((namespace, name))
+            if isvc is None or state is None:
+                return None, f"no Service {host}"
+            denied = self._istio(isvc, path)
+            if denied:
+                return None, denied
+            if state.mode == "Standard":
+                return (state.served_uri or None), name if state.served_uri else \
+                    "503 no ready endpoints"
+            targets = (((isvc.get("status") or {}).get("components") or {})
+                       .get("predictor") or {}).get("traffic") or []
+            if tag:
+                target = next((t for t in targets if t.get("tag") == tag), None)
+            else:  # a split: the stable share answers most requests
+                target = max(targets, key=lambda t: t["percent"], default=None)
+            if target is None:
+                return None, f"no route for {host}"
+            revision = next(r for r in state.revisions if r.name == target["revisionName"])
+            return revision.uri, name
+
+    def _istio(self, isvc: dict, path: str) -> str | None:
+        """The profile's ``ns-owner-access-istio`` admits a sidecar-less caller only on the
+        health paths (kubeflow/kubeflow v1.10.0 ``profile_controller.go`` L432-503); any
+        other request needs an ALLOW AuthorizationPolicy in the namespace whose selector
+        matches the predictor pod and whose rule matches the path (Istio's path match: exact,
+        ``prefix*``, ``*suffix``, ``*``; istio/api ``security/v1beta1/authorization.proto``)."""
+        if not self.istio:
+            return None
+        if path in PROFILE_OPEN_PATHS:
+            return None
+        namespace = isvc["metadata"]["namespace"]
+        labels = {**(isvc["metadata"].get("labels") or {}), "component": "predictor",
+                  "serving.kserve.io/inferenceservice": isvc["metadata"]["name"]}
+        for (kind, ns, _), policy in self.objects.items():
+            if kind != "AuthorizationPolicy" or ns != namespace:
+                continue
+            spec = policy.get("spec") or {}
+            if spec.get("action", "ALLOW") != "ALLOW":
+                continue
+            wanted = (spec.get("selector") or {}).get("matchLabels") or {}
+            if any(labels.get(k) != v for k, v in wanted.items()):
+                continue
+            for rule in spec.get("rules") or []:
+                if rule.get("from"):
+                    continue  # a pod without a sidecar has no peer identity
+                operations = [t.get("operation") or {} for t in rule.get("to") or [{}]]
+                if any(_path_match(op.get("paths"), path) and
+                       ("POST" in op.get("methods", ["POST"])) for op in operations):
+                    return None
+        return "403 RBAC: access denied"
+
+    istio = False  # True: enforce the profile's Istio policies
+    backend = None  # (isvc_name, storage_uri) -> the base URL of a server running that model
+
+    def network(self) -> ClusterNetwork:
+        """The cluster's network as an HTTP proxy on loopback: point ``HTTP_PROXY`` at it and
+        requests to ``*.svc.cluster.local`` reach whichever model :meth:`answering` names, on
+        the server ``backend(isvc_name, storage_uri)`` gives."""
+        return ClusterNetwork(self)
+
+    # -- for the tests ------------------------------------------------------------------------
 
     def kserve_client(self, namespace: str = "kubeflow"):
-        """A ``kserve.KServeClient`` talking to this stand-in.
-
-        ``KServeClient()`` always loads a kubeconfig; this one points at the stand-in and is
-        loaded into a private Configuration (not the process-wide default), to which the
-        client's API objects are then bound."""
+        """A ``kserve.KServeClient`` whose API objects talk to this stand-in."""
         from kserve import KServeClient
         from kubernetes import client
 
-        if self._kubeconfig_dir is None:
-            self._kubeconfig_dir = tempfile.TemporaryDirectory(prefix="kserve-standin-")
-        path = Path(self._kubeconfig_dir.name) / "kubeconfig"
-        path.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "standin",
-            "clusters": [{"name": "standin", "cluster": {"server": self.url}}],
-            "users": [{"name": "standin", "user": {"token": "standin"}}],
-            "contexts": [{"name": "standin", "context": {"cluster": "standin",
-                                                          "user": "standin",
-                                                          "namespace": namespace}}],
-        }))
-        configuration = client.Configuration()
-        kserve_client = KServeClient(config_file=str(path), client_configuration=configuration,
+        api_client = self.api_client(namespace)
+        kserve_client = KServeClient(config_file=str(self.kubeconfig(namespace)),
+                                     client_configuration=client.Configuration(),
                                      persist_config=False)
-        api_client = client.ApiClient(configuration)
         kserve_client.api_instance = client.CustomObjectsApi(api_client)
         kserve_client.core_api = client.CoreV1Api(api_client)
         kserve_client.app_api = client.AppsV1Api(api_client)
-        kserve_client.hpa_v2_api = client.AutoscalingV2Api(api_client)
         return kserve_client
-
-    def __exit__(self, *exc):
-        super().__exit__(*exc)
-        if self._kubeconfig_dir is not None:
-            self._kubeconfig_dir.cleanup()
-
-    def methods(self) -> list[tuple[str, str]]:
-        return [(method, path.split("?")[0]) for method, path, _ in self.calls]
 
     def isvc_writes(self) -> list[tuple[str, dict]]:
         """The POST and PUT bodies sent for InferenceServices, in order."""
         return [(method, body) for method, path, body in self.calls
-                if method in ("POST", "PUT") and _ISVC.match(path)]
+                if method in ("POST", "PUT") and "/inferenceservices" in path]
 
     def runtime_writes(self) -> list[tuple[str, dict]]:
         return [(method, body) for method, path, body in self.calls
-                if method in ("POST", "PUT") and _RUNTIME.match(path)]
+                if method in ("POST", "PUT") and "/servingruntimes" in path]
 
     def isvc(self, name: str = "fashion-mnist", namespace: str = "kubeflow") -> dict:
-        return copy.deepcopy(self.isvcs[(namespace, name)])
+        return self.get("InferenceService", name, namespace)
+
+
+class ClusterNetwork(LoopbackServer):
+    """A forward proxy: absolute-form requests for cluster-local hosts are routed as the
+    stand-in's routing says (403 ``RBAC: access denied`` from Istio, 503 with no endpoint)."""
+
+    def __init__(self, standin: KServeStandIn):
+        network = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _forward(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                parts = urlsplit(self.path)
+                path = parts.path + (f"?{parts.query}" if parts.query else "")
+                uri, who = standin.answering(self.path, parts.path)
+                network.requests.append((self.command, self.path, uri))
+                if uri is None:
+                    code = 403 if who.startswith("403") else 503
+                    return self._reply(code, (who[4:] if code == 403 else who).encode())
+                target = urlsplit(standin.backend(who, uri))
+                connection = http.client.HTTPConnection(target.hostname, target.port,
+                                                        timeout=60)
+                headers = {k: v for k, v in self.headers.items()
+                           if k.lower() not in ("host", "proxy-connection", "connection")}
+                connection.request(self.command, path, body=body, headers=headers)
+                answer = connection.getresponse()
+                data = answer.read()
+                self.send_response(answer.status)
+                for key, value in answer.getheaders():
+                    if key.lower() not in ("transfer-encoding", "connection",
+                                           "content-length"):
+                        self.send_header(key, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                connection.close()
+
+            def _reply(self, code: int, data: bytes):
+                self.send_response(code)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = _forward
+
+        self.requests: list[tuple[str, str, str | None]] = []
+        self._serve(Handler)
+
+
+def _path_match(patterns: list | None, path: str) -> bool:
+    if not patterns:
+        return True
+    for pattern in patterns:
+        if pattern == "*" or pattern == path:
+            return True
+        if pattern.endswith("*") and path.startswith(pattern[:-1]):
+            return True
+        if pattern.startswith("*") and path.endswith(pattern[1:]):
+            return True
+    return False
+
+
+def copy_of(obj: dict) -> dict:
+    return copy.deepcopy(obj)

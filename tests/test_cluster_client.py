@@ -239,3 +239,68 @@ def test_a_run_of_an_uploaded_version_is_checked_against_that_version(kfp_api):
     client.run_pipeline(**arguments, params={"epochs": 3})
     with pytest.raises(ApiException, match="not required by pipeline: epoch"):
         client.run_pipeline(**arguments, params={"epoch": 3})
+
+
+# -- the KFP backend's version ------------------------------------------------------------------
+# kubeflow/pipelines: dsl.Collected resolves from 2.14.0 (commit ed828b5, #11725); healthz
+# answers commit_sha, tag_name, multi_user on both paths (2.4.1 main.go L224-234, 2.5.0
+# L271-281) and pipeline_store from 2.14.0 (commit ea20731060); released images report
+# tag_name "unknown" before 2.16 (fixed by 94841d6c85); through ml-pipeline-ui the fields are
+# apiServerTagName and pipelineStore (2.15.0 frontend/server/handlers/healthz.ts L20-29).
+HEALTHZ_2_5 = {"commit_sha": "unknown", "tag_name": "unknown", "multi_user": True}
+HEALTHZ_2_16 = {"commit_sha": "abc", "tag_name": "2.16.0", "multi_user": True,
+                "pipeline_store": "database"}
+UI_HEALTHZ_2_15 = {"apiServerCommitHash": "unknown", "apiServerTagName": "unknown",
+                   "apiServerMultiUser": True, "multi_user": True, "apiServerReady": True,
+                   "buildDate": "", "frontendCommitHash": "", "frontendTagName": "",
+                   "pipelineStore": "database"}
+
+
+def _writes(standin) -> list[dict]:
+    return [call for call in standin.calls if call["method"] == "POST"]
+
+
+@pytest.mark.parametrize("command", [
+    ["upload"], ["run", "--wait"], ["schedule", "create", "--cron", "0 3 * * *"]])
+def test_a_backend_older_than_2_14_is_refused_before_any_write(command, capsys, monkeypatch,
+                                                               tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with KfpStandIn(healthz=HEALTHZ_2_5) as standin:
+        code = cli_main([*command, "--host", standin.url])
+        err = capsys.readouterr().err
+        assert code == 2, err
+        assert "needs KFP 2.14.0 or newer" in err and "Kubeflow 1.10" in err
+        assert "--kfp-backend-version" in err
+        assert not _writes(standin)
+        healthz = [call for call in standin.calls if call["path"].endswith("/healthz")]
+        assert healthz and healthz[0]["path"] == f"{API}/healthz"
+
+
+@pytest.mark.parametrize("healthz", [HEALTHZ_2_16, UI_HEALTHZ_2_15],
+                         ids=["tag 2.16.0", "ml-pipeline-ui shape, unknown tag, pipelineStore"])
+def test_a_supported_backend_is_accepted(healthz, capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with KfpStandIn(healthz=healthz) as standin:
+        assert cli_main(["upload", "--host", standin.url]) == 0, capsys.readouterr().err
+        assert standin.find("POST", f"{API}/pipelines/upload")
+
+
+def test_an_explicit_old_tag_is_refused_and_the_override_is_honoured(capsys, monkeypatch,
+                                                                      tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with KfpStandIn(healthz={**HEALTHZ_2_16, "tag_name": "2.5.0"}) as standin:
+        assert cli_main(["upload", "--host", standin.url]) == 2
+        assert "is 2.5.0" in capsys.readouterr().err
+    with KfpStandIn(healthz=HEALTHZ_2_5) as standin:
+        assert cli_main(["upload", "--host", standin.url, "--kfp-backend-version", "2.15.0"]) == 0
+        assert standin.find("POST", f"{API}/pipelines/upload")
+        assert cli_main(["upload", "--host", standin.url, "--kfp-backend-version", "2.5.0"]) == 2
+        assert "is 2.5.0" in capsys.readouterr().err
+
+
+def test_a_healthz_that_is_not_json_says_what_to_check(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert cli_main(["upload", "--host", "http://127.0.0.1:9"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot read the Kubeflow Pipelines backend's version" in err
+    assert "--kfp-backend-version" in err

@@ -198,8 +198,10 @@ def test_the_tuning_step_runs_a_katib_experiment_end_to_end(compiled, synthetic_
     assert isinstance(found["best_parameters"]["batch_size"], int)  # typed as the trainer's
 
 
-def test_the_trial_tfjobs_get_the_runs_workers_and_gpus(synthetic_dataset, tmp_path):
+def test_the_trial_tfjobs_get_the_runs_workers_and_gpus(synthetic_dataset, tmp_path,
+                                                        monkeypatch):
     """The tune step takes num_workers and gpus_per_worker: every trial's TFJob has them."""
+    monkeypatch.delenv("FMNIST_PVC_NAME", raising=False)
     from kfp_components.tune.step import tune_step
     from tests.katib_standin import state
     from tests.test_katib_launcher import BEST, _launcher

@@ -19,6 +19,7 @@ from serving.deploy.inference_service import (
     check_storage_uri,
     to_manifest,
 )
+from serving.deploy.kserve_status import SERVERLESS, STANDARD, DeploymentMode
 from tests.crd_schemas import validate_strict
 from tests.kserve_standin import ISVC_CRD, RUNTIME_CRD
 
@@ -31,10 +32,16 @@ def settings(**overrides) -> KServeSettings:
     return KServeSettings(**{"namespace": "kubeflow", "image": IMAGE, **overrides})
 
 
-def isvc_manifest(storage_uri=URIS[0], canary=None, annotations=None, **overrides) -> dict:
+RAW = DeploymentMode(STANDARD, "RawDeployment", "test")
+STANDARD_MODE = DeploymentMode(STANDARD, "Standard", "test")
+SERVERLESS_MODE = DeploymentMode(SERVERLESS, None, "test")
+
+
+def isvc_manifest(storage_uri=URIS[0], canary=None, annotations=None, mode=SERVERLESS_MODE,
+                  name=None, **overrides) -> dict:
     return to_manifest(build_inference_service(
         settings(**overrides), storage_uri=storage_uri, annotations=annotations,
-        canary_traffic_percent=canary))
+        canary_traffic_percent=canary, mode=mode, name=name))
 
 
 @pytest.mark.parametrize(
@@ -55,6 +62,65 @@ def test_every_inference_service_variant_passes_the_crd(runtime, storage_uri, ca
                         "tensorflow": "kserve-tensorflow-serving"}[runtime]
     assert predictor["model"]["runtime"] == expected_runtime
     assert ("batcher" in predictor) == (runtime == "tensorflow")
+
+
+@pytest.mark.parametrize(
+    "runtime,mode,metric,candidate",
+    list(itertools.product(("fmnist-predictor", "tensorflow"), (RAW, STANDARD_MODE),
+                           ("", "cpu", "memory"), (False, True))),
+)
+def test_every_standard_mode_variant_passes_the_crd(runtime, mode, metric, candidate):
+    name = "fashion-mnist-canary" if candidate else None
+    manifest = isvc_manifest(URIS[1], None, {ANNOTATION_MODEL_URI: URIS[1]}, mode=mode,
+                             name=name, runtime=runtime, scale_metric=metric,
+                             service_account="fmnist-serving")
+    validate_strict(manifest, *ISVC_CRD)
+    metadata, predictor = manifest["metadata"], manifest["spec"]["predictor"]
+    assert metadata["annotations"]["serving.kserve.io/deploymentMode"] == mode.annotation
+    assert metadata["annotations"]["serving.kserve.io/autoscalerClass"] == "hpa"
+    assert TAG_ROUTING_ANNOTATION not in metadata["annotations"]
+    assert predictor["deploymentStrategy"]["rollingUpdate"] == {"maxUnavailable": 0,
+                                                                "maxSurge": 1}
+    served = name or "fashion-mnist"
+    path = (f"/v1/models/{served}" if runtime == "tensorflow"
+            else f"/v2/models/{served}/ready")
+    assert predictor["model"]["readinessProbe"]["httpGet"] == {"path": path, "port": 8080}
+    assert predictor["scaleMetric"] == (metric or "cpu")
+    assert metadata["name"] == served
+    assert (metadata["labels"].get("fmnist.kubeflow.org/role") == "candidate") == candidate
+    assert metadata["labels"]["app.kubernetes.io/part-of"] == "fmnist-kfp"
+
+
+@pytest.mark.parametrize("mode,settings_values,message", [
+    (SERVERLESS_MODE, {"scale_metric": "cpu"}, "cannot scale a Serverless"),
+    (SERVERLESS_MODE, {"scale_metric": "memory"}, "cannot scale a Serverless"),
+    (RAW, {"scale_metric": "concurrency"}, "cannot scale a Standard"),
+    (RAW, {"scale_metric": "rps"}, "cannot scale a Standard"),
+    (RAW, {"scale_metric": "cpu", "scale_target": 101}, "1..100"),
+    (RAW, {"scale_metric": "memory", "scale_target": 101}, "1..100"),
+])
+def test_scaling_kserves_webhook_refuses_is_refused_by_the_builder(mode, settings_values,
+                                                                    message):
+    with pytest.raises(UserInputError, match=message):
+        isvc_manifest(mode=mode, **settings_values)
+
+
+@pytest.mark.parametrize("mode,metric,target", [
+    (SERVERLESS_MODE, "", 0), (SERVERLESS_MODE, "rps", 1), (SERVERLESS_MODE, "concurrency", 3),
+    (RAW, "", 0), (RAW, "cpu", 100), (RAW, "memory", 1), (RAW, "memory", 100),
+])
+def test_scaling_kserves_webhook_admits_passes(mode, metric, target):
+    predictor = isvc_manifest(mode=mode, scale_metric=metric,
+                              scale_target=target)["spec"]["predictor"]
+    default_metric, default_target = {SERVERLESS: ("concurrency", 8),
+                                      STANDARD: ("cpu", 80)}[mode.mode]
+    assert predictor["scaleMetric"] == (metric or default_metric)
+    assert predictor["scaleTarget"] == (target or default_target)
+
+
+def test_standard_mode_refuses_a_canary_percent():
+    with pytest.raises(UserInputError, match="only in Serverless"):
+        isvc_manifest(canary=10, mode=RAW)
 
 
 @pytest.mark.parametrize("runtime", ["fmnist-predictor", "tensorflow"])
@@ -155,9 +221,10 @@ def test_validation_can_fail():
     ({"min_replicas": 4, "max_replicas": 2}, "min_replicas=4 is greater than max_replicas=2"),
     ({"max_replicas": 0, "min_replicas": 0}, "max_replicas >= 1"),
     ({"scale_metric": "latency"}, "unknown scale metric 'latency'"),
-    ({"scale_target": 0}, "scale_target=0"),
+    ({"scale_target": -1}, "scale_target=-1"),
+    ({"deployment_mode": "Raw"}, "unknown deployment mode 'Raw'"),
     ({"name": "Fashion_MNIST"}, "DNS-1035 label"),
-    ({"name": "f" * 46}, "at most 45 characters"),
+    ({"name": "f" * 42}, "at most 41 characters"),
     ({"name": "1fmnist"}, "DNS-1035 label"),
     ({"namespace": "Kubeflow"}, "not a Kubernetes namespace name"),
     ({"cpu": "one"}, "cpu 'one' is not a Kubernetes quantity"),

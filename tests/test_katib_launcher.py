@@ -249,12 +249,14 @@ def _read_until(lines: queue.Queue, text: str, seen: list[str]) -> bool:
     while True:
         line = lines.get(timeout=60)
         if line is None:
+            lines.put(None)  # the end stays visible to the next reader
             return False
         seen.append(line)
         if text in line:
             return True
 
 
+@pytest.mark.process
 def test_sigterm_while_waiting_deletes_the_experiment(tmp_path):
     """A terminated pipeline run sends SIGTERM to the launcher pod: the Experiment goes too."""
     seen: list[str] = []
@@ -274,6 +276,7 @@ def test_sigterm_while_waiting_deletes_the_experiment(tmp_path):
     assert "deleted Katib Experiment team-a/fmnist-tune" in output
 
 
+@pytest.mark.process
 def test_sigterm_while_the_create_call_is_in_flight_deletes_the_experiment(tmp_path):
     """The stand-in holds the create until the signal has been handled (at 1cd2394 the handler
     came after create returned: the Experiment was left running)."""
@@ -420,7 +423,8 @@ def test_the_standins_objects_are_shaped_like_katibs():
     assert parsed.status.observation.metrics[0].latest == "0.9123"
 
 
-def test_the_tuning_step_stages_the_dataset_and_runs_its_experiment(synthetic_dataset, tmp_path):
+def test_the_tuning_step_stages_the_dataset_and_runs_its_experiment(synthetic_dataset, tmp_path,
+                                                                    monkeypatch):
     """The kubernetes path of the pipeline's tuning step: the dataset is staged on the shared
     volume, the Experiment (named from the step's output location, so a retry re-attaches)
     searches with the step's settings on the staged copy, and the best values come back
@@ -428,6 +432,7 @@ def test_the_tuning_step_stages_the_dataset_and_runs_its_experiment(synthetic_da
     from fmnist.settings.training import TrainingConfig
     from kfp_components.tune.step import experiment_name, tune_step
 
+    monkeypatch.delenv("FMNIST_PVC_NAME", raising=False)  # not in a compiled pipeline's pod
     output_dir = str(tmp_path / "artifacts" / "search")
     name = experiment_name("dropout", output_dir)
     best = trial(f"{name}-b7k2x9q1", {"learning_rate": "0.0012", "batch_size": "64",

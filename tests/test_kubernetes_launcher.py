@@ -388,12 +388,14 @@ def _wait_for(lines: queue.Queue, text: str, seen: list[str], seconds: float = 6
     while True:
         line = lines.get(timeout=seconds)
         if line is None:
+            lines.put(None)  # the end stays visible to the next reader
             return False
         seen.append(line)
         if text in line:
             return True
 
 
+@pytest.mark.process
 def test_sigterm_while_the_create_call_is_in_flight_deletes_what_was_created(tmp_path):
     """The stand-in holds the create until the signal has been handled; at 1cd2394 the
     handler was installed only after create returned, so the job was left behind."""
@@ -418,6 +420,7 @@ def test_sigterm_while_the_create_call_is_in_flight_deletes_what_was_created(tmp
     assert f"deleted TFJob kubeflow/{NAME}" in output
 
 
+@pytest.mark.process
 def test_sigterm_while_waiting_deletes_the_job(tmp_path):
     seen: list[str] = []
     with KubernetesStandIn(running_ticks=100_000) as standin:

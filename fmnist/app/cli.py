@@ -26,7 +26,8 @@ def _parameters(args: argparse.Namespace, **overrides) -> PipelineParameters:
 def _endpoint(args: argparse.Namespace):
     from fmnist.app.kfp_client import Endpoint
 
-    return Endpoint(host=args.host, namespace=args.namespace, token_file=args.token_file).validate()
+    return Endpoint(host=args.host, namespace=args.namespace, token_file=args.token_file,
+                    backend_version=args.kfp_backend_version).validate()
 
 
 def _cluster_arguments(args: argparse.Namespace) -> dict:
@@ -91,6 +92,17 @@ def cmd_upload(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_preflight(args: argparse.Namespace) -> int:
+    """Checks the cluster before a first run; exit 0 when ready, 1 when something is missing."""
+    from fmnist.app import preflight
+
+    endpoint = _endpoint(args)
+    api_client = preflight.api_client_from(args.kubeconfig, args.context)
+    rows = preflight.preflight(endpoint, api_client, preflight.cluster_from(args))
+    print(preflight.render(rows))
+    return 0 if preflight.ready(rows) else 1
+
+
 def cmd_schedule(args: argparse.Namespace) -> int:
     from fmnist.app import kfp_client as cluster
 
@@ -124,6 +136,9 @@ def _add_endpoint_options(parser: argparse.ArgumentParser, required: bool) -> No
     group.add_argument("--namespace", default="", help="user namespace (multi-user Kubeflow)")
     group.add_argument("--token-file", default="",
                        help=f"file holding a bearer token (default: ${TOKEN_ENV})")
+    group.add_argument("--kfp-backend-version", default="",
+                       help="the KFP backend's version, when its healthz cannot tell (releases "
+                            "before 2.16 report 'unknown'); at least 2.14.0 is needed")
     group.add_argument("--package", default=DEFAULT_PACKAGE, help="default %(default)s")
     group.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="default %(default)s")
 
@@ -283,6 +298,25 @@ def build_parser() -> argparse.ArgumentParser:
     sch.add_argument("--id", default="", help="disable: the recurring run ID")
     _add_pipeline_parameters(sch)
     sch.set_defaults(func=cmd_schedule)
+
+    pre = commands.add_parser("preflight", help="check a cluster before a first run (exit 0: "
+                                                "ready)")
+    _add_endpoint_options(pre, required=True)
+    pre.add_argument("--kubeconfig", default="", help="default: $KUBECONFIG or ~/.kube/config")
+    pre.add_argument("--context", default="", help="kubeconfig context (default: current)")
+    pre.add_argument("--runner-service-account", default="",
+                     help="the steps' ServiceAccount (default: default-editor with --namespace, "
+                          "else pipeline-runner in kubeflow)")
+    pre.add_argument("--pvc", default="", help="shared claim (default: $FMNIST_PVC_NAME or "
+                                               "fmnist-data)")
+    pre.add_argument("--credentials-secret", default="",
+                     help="compile-time credentials Secret (default: "
+                          "$FMNIST_CREDENTIALS_SECRET; none when empty)")
+    pre.add_argument("--serving-namespace", default="",
+                     help="namespace of the InferenceService (default: the pipeline's)")
+    pre.add_argument("--serving-service-account", default="",
+                     help="ServiceAccount KServe fetches models with (default fmnist-serving)")
+    pre.set_defaults(func=cmd_preflight)
 
     srv = commands.add_parser("serve", help="serve a model on this machine (foreground)")
     srv.add_argument("--model-dir", default="",

@@ -17,6 +17,12 @@ from typing import Any
 from fmnist.errors import UserInputError
 
 TOKEN_ENV = "KF_PIPELINES_TOKEN"
+# dsl.Collected (the fan-in of the models trained in parallel) is resolved by KFP backends from
+# 2.14.0 on (kubeflow/pipelines commit ed828b5, #11725; 2.5.0 driver.go L1763-1772 skips
+# ParallelFor tasks and fails with "subTaskName, ..., not in tasks").
+MIN_BACKEND = (2, 14, 0)
+BACKEND_FLAG = "--kfp-backend-version"
+HEALTHZ_PATH = "/apis/v2beta1/healthz"  # served by every KFP 2.x API server and UI
 DEFAULT_PACKAGE = "compiled/fashion_mnist_pipeline.yaml"
 DEFAULT_EXPERIMENT = "fashion-mnist"
 _CRON_FIELD = re.compile(r"^[\d*?/,LW#A-Z-]+$", re.IGNORECASE)
@@ -27,6 +33,7 @@ class Endpoint:
     host: str
     namespace: str = ""
     token_file: str = ""
+    backend_version: str = ""  # what the user says the KFP backend is (skips detection)
 
     def validate(self) -> Endpoint:
         parsed = urllib.parse.urlparse(self.host or "")
@@ -49,10 +56,98 @@ class Endpoint:
         import kfp
 
         self.validate()
+        check_backend(self)
         kwargs: dict[str, Any] = {"host": self.host, "existing_token": self.token()}
         if self.namespace:
             kwargs["namespace"] = self.namespace
         return kfp.Client(**kwargs)
+
+
+def parse_version(text: str) -> tuple[int, int, int] | None:
+    """``2.15.0`` (or ``v2.15.0``, ``2.15.0-rc.1``) as a tuple; None for ``unknown`` and the
+    like."""
+    import re
+
+    match = re.match(r"^v?(\d+)\.(\d+)(?:\.(\d+))?", (text or "").strip())
+    return (int(match[1]), int(match[2]), int(match[3] or 0)) if match else None
+
+
+def _dotted(version: tuple) -> str:
+    return ".".join(str(part) for part in version)
+
+
+@dataclass(frozen=True)
+class BackendVersion:
+    """What the backend's healthz says: a version when its tag names one, else only whether it
+    is at least 2.14.0 (``pipeline_store``, added in 2.14.0, commit ea20731060)."""
+
+    version: tuple | None
+    at_least_minimum: bool
+    evidence: str
+
+
+def read_backend_version(endpoint: Endpoint, timeout: float = 30.0) -> BackendVersion:
+    """A raw GET of the API server's healthz, directly or through the Kubeflow UI.
+
+    The kfp SDK's ``get_kfp_healthz`` drops ``tag_name`` (not in the healthz proto:
+    kubeflow/pipelines 2.15.0 ``backend/api/v2beta1/healthz.proto`` L59-77), so this reads the
+    JSON itself: ``tag_name``/``pipeline_store`` from the API server (2.15.0
+    ``backend/src/apiserver/main.go`` L355-364), ``apiServerTagName``/``pipelineStore`` through
+    ml-pipeline-ui (``frontend/server/handlers/healthz.ts`` L20-29). Released images before 2.16
+    say ``tag_name: unknown`` (the release workflow passed no build args; fixed by 94841d6c85).
+    """
+    import httpx
+
+    headers = {"Accept": "application/json"}
+    token = endpoint.token()
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    url = endpoint.host.rstrip("/") + HEALTHZ_PATH
+    try:
+        response = httpx.get(url, headers=headers, timeout=timeout)
+        body = response.json() if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError) as error:
+        response, body = None, f"{type(error).__name__}: {error}"
+    if not isinstance(body, dict):
+        got = body if isinstance(body, str) else (
+            f"HTTP {response.status_code} {response.headers.get('content-type', '')}")
+        raise UserInputError(
+            f"cannot read the Kubeflow Pipelines backend's version at {url} ({got}; a login "
+            f"page? check --host and the token); if you know it, pass {BACKEND_FLAG} "
+            "(e.g. 2.15.0)")
+    tag = str(body.get("tag_name", body.get("apiServerTagName", "")) or "")
+    store = body.get("pipeline_store", body.get("pipelineStore"))
+    version = parse_version(tag)
+    if version:
+        return BackendVersion(version, version >= MIN_BACKEND, f"healthz tag {tag}")
+    if store is not None:
+        return BackendVersion(None, True, f"healthz has pipeline_store ({store}): 2.14.0 or "
+                                          f"newer (tag {tag or 'empty'})")
+    return BackendVersion(None, False, f"healthz has no pipeline_store and tag "
+                                       f"{tag or 'empty'}")
+
+
+def check_backend(endpoint: Endpoint) -> str:
+    """Refuses a KFP backend that cannot run the compiled pipeline, naming the minimum;
+    returns what was found. ``endpoint.backend_version`` overrides the detection."""
+    minimum = _dotted(MIN_BACKEND)
+    advice = (f"this pipeline needs KFP {minimum} or newer (dsl.Collected); Kubeflow 1.10 ships "
+              "KFP 2.4.1/2.5.0, Kubeflow 1.11 ships 2.15.0: upgrade the backend")
+    if endpoint.backend_version:
+        declared = parse_version(endpoint.backend_version)
+        if declared is None:
+            raise UserInputError(f"{BACKEND_FLAG} {endpoint.backend_version!r} is not a version; "
+                                 "give e.g. 2.15.0")
+        if declared < MIN_BACKEND:
+            raise UserInputError(f"the KFP backend is {_dotted(declared)} ({BACKEND_FLAG}): "
+                                 f"{advice}")
+        return f"{_dotted(declared)} (given with {BACKEND_FLAG})"
+    found = read_backend_version(endpoint)
+    if not found.at_least_minimum:
+        what = _dotted(found.version) if found.version else f"older than {minimum}"
+        raise UserInputError(f"the KFP backend at {endpoint.host} is {what} ({found.evidence}): "
+                             f"{advice}; if it is in fact newer, say so with {BACKEND_FLAG}")
+    return _dotted(found.version) if found.version else found.evidence
 
 
 def cron_expression(text: str) -> str:

@@ -42,12 +42,17 @@ class Platform:
 
     The training and tuning steps and their TFJob pods share ``pvc_name`` at ``MOUNT_PATH``
     (dataset copy, checkpoints, exports); ingestion and training get the object-store
-    credentials of ``credentials_secret`` as environment variables (for s3:// data sources).
+    credentials of ``credentials_secret`` as environment variables (for s3:// data sources),
+    only when one is named: the compiled YAML then needs that Secret to exist. None is
+    referenced by default, because KFP backends before 2.15.0 drop ``optional`` on a Secret
+    turned into env vars (kubeflow/pipelines commit 55ec846, first in 2.15.0; 2.5.0
+    ``backend/src/common/util/json.go`` L72-75 ignores the unknown field), so a missing
+    optional Secret would stop the pods in CreateContainerConfigError.
     """
 
     image: str
     pvc_name: str = "fmnist-data"
-    credentials_secret: str = "fmnist-object-store"
+    credentials_secret: str = ""
     credential_keys: tuple[str, ...] = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 
     @classmethod
@@ -55,7 +60,7 @@ class Platform:
         return cls(
             image=component_image(),
             pvc_name=os.environ.get(PVC_ENV, "").strip() or cls.pvc_name,
-            credentials_secret=os.environ.get(SECRET_ENV, "").strip() or cls.credentials_secret,
+            credentials_secret=os.environ.get(SECRET_ENV, "").strip(),
         )
 
     def env(self) -> dict[str, str]:

@@ -20,8 +20,23 @@ FMNIST_RUNTIME = "fmnist-predictor"  # our ServingRuntime, and the settings valu
 TENSORFLOW_RUNTIME = "tensorflow"  # the settings value choosing KServe's TF Serving runtime
 SERVING_RUNTIMES = (FMNIST_RUNTIME, TENSORFLOW_RUNTIME)
 SCALE_METRICS = ("concurrency", "rps", "cpu", "memory")
-# "latest-<name>-predictor" (the canary's tag host) must fit a 63-character DNS label.
-MAX_SERVICE_NAME_LENGTH = 45
+# KServe's webhook: Knative's autoscaler (KPA) takes concurrency or rps, the HPA of Standard
+# mode cpu or memory (kserve v0.15.2 pkg/constants/constants.go L215-232).
+KPA_SCALE_METRICS = ("concurrency", "rps")
+HPA_SCALE_METRICS = ("cpu", "memory")
+# Derived, not a KServe rule (KServe's webhook has no length limit): in Serverless mode the
+# canary's tag host "latest-<name>-predictor" must fit a 63-character DNS label (62 at 45), and
+# in Standard mode the candidate "<name>-canary" gets the Deployment label value
+# "isvc.<name>-canary-predictor" (kserve v0.15.2 pkg/constants/constants.go L538-540), which
+# must fit the 63 characters of a label value: 41 keeps both.
+MAX_SERVICE_NAME_LENGTH = 41
+# How KServe spells its modes: "Serverless"/"RawDeployment" up to 0.15, "Knative"/"Standard"
+# from 0.16 (which still reads the old names; kserve v0.20.0 pkg/constants/constants.go
+# L561-587). Empty: the InferenceService's own mode, else the cluster's default.
+DEPLOYMENT_MODES = ("", "Serverless", "Knative", "RawDeployment", "Standard")
+# The ServiceAccount (and its Secret) that manifests/serving-credentials creates: KServe's
+# storage initializer reads KFP's object store with it.
+KFP_STORE_SERVICE_ACCOUNT = "fmnist-serving"
 STORAGE_SCHEMES = ("pvc://", "s3://", "gs://")
 _BUCKET_NAME = r"^[a-z0-9][a-z0-9._-]*[a-z0-9]$"  # S3 and GCS bucket names
 LOCAL_SERVING_KEYS = ("max_batch_size", "max_batch_latency_ms")  # what the local backend uses
@@ -31,8 +46,9 @@ def _service_name(name: str, value: str) -> str | None:
     if not is_dns_1035_label(value, MAX_SERVICE_NAME_LENGTH):
         return (f"InferenceService name {value!r} must be a DNS-1035 label of at most "
                 f"{MAX_SERVICE_NAME_LENGTH} characters (lowercase letters, digits and '-', "
-                "starting with a letter), so that KServe's 'latest-<name>-predictor' host fits a "
-                "DNS label; e.g. 'fashion-mnist'")
+                "starting with a letter), so that the names KServe derives from it (the "
+                "canary's 'latest-<name>-predictor' host, the candidate's "
+                "'isvc.<name>-canary-predictor' label) fit; e.g. 'fashion-mnist'")
     return None
 
 
@@ -121,16 +137,26 @@ def _service_account(name: str, value: str) -> str | None:
 
 
 def _scale_metric(name: str, value: str) -> str | None:
-    if value not in SCALE_METRICS:
+    if value and value not in SCALE_METRICS:
         return (f"unknown scale metric {value!r}; KServe accepts {', '.join(SCALE_METRICS)} "
-                "(concurrency: in-flight requests per replica)")
+                "(concurrency or rps in Serverless mode, cpu or memory in Standard mode), or "
+                "leave it empty for the mode's default")
     return None
 
 
 def _scale_target(name: str, value: int) -> str | None:
-    if value < 1:
+    if value < 0:
         return (f"scale_target={value} must be at least 1 (e.g. 8 concurrent requests per "
-                "replica)")
+                "replica), or 0 for the mode's default")
+    return None
+
+
+def _deployment_mode(name: str, value: str) -> str | None:
+    if value not in DEPLOYMENT_MODES:
+        return (f"unknown deployment mode {value!r}; use Serverless (Knative, KServe's and "
+                "Kubeflow's default), RawDeployment (Standard mode on KServe up to 0.15, as "
+                "Kubeflow 1.10 and 1.11 ship) or Standard (KServe 0.16 and later), or leave it "
+                "empty to follow the InferenceService or the cluster's default")
     return None
 
 
@@ -182,14 +208,21 @@ class ServingSettings(Settings):
                           rules=[quantity_rule])
     min_replicas: int = setting(1, help="Fewest predictor replicas (0: scale to zero).")
     max_replicas: int = setting(3, help="Most predictor replicas.")
-    scale_metric: str = setting("concurrency", help="Autoscaling metric: " +
-                                ", ".join(SCALE_METRICS) + ".", rules=[_scale_metric])
-    scale_target: int = setting(8, help="Autoscaling target per replica (e.g. in-flight "
-                                "requests for concurrency).", rules=[_scale_target])
+    scale_metric: str = setting(
+        "", help="Autoscaling metric: concurrency or rps (Serverless), cpu or memory (Standard);"
+                 " empty: concurrency in Serverless, cpu in Standard.", rules=[_scale_metric])
+    scale_target: int = setting(
+        0, help="Autoscaling target per replica (in-flight requests for concurrency, percent "
+                "for cpu); 0: 8 in Serverless, 80 in Standard.", rules=[_scale_target])
+    deployment_mode: str = setting(
+        "", help="KServe deployment mode: Serverless, RawDeployment or Standard (raw mode's "
+                 "names before and from KServe 0.16); empty: the InferenceService's own, else "
+                 "the cluster's default.", rules=[_deployment_mode])
     canary_traffic_percent: int = setting(
         10, help="Share of traffic a new model gets while it is verified.", rules=[_canary])
     service_account: str = setting(
-        "", help="ServiceAccount whose Secret holds the storage credentials.",
+        "", help="ServiceAccount whose Secret holds the storage credentials; empty: "
+                 "`fmnist-serving` for models in KFP's object store, none otherwise.",
         rules=[_service_account])
     max_batch_size: int = setting(32, help="Most instances per model call (adaptive "
                                   "batching; locally too).", rules=[_batch_size])
@@ -197,7 +230,8 @@ class ServingSettings(Settings):
         1.0, help="Longest a request waits for others to fill a batch (locally too).",
         rules=[_batch_latency])
     ready_timeout_seconds: float = setting(
-        600.0, help="How long a new revision may take to become Ready.", rules=[_ready_timeout])
+        600.0, help="How long a new revision (or candidate) may take to become Ready.",
+        rules=[_ready_timeout])
 
     @property
     def predictor_image(self) -> str:

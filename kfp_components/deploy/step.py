@@ -8,7 +8,12 @@ from typing import Any
 from fmnist.backends import choose_backend
 from fmnist.errors import UserInputError
 from fmnist.settings.jobs import BACKENDS
-from fmnist.settings.serving import DeploySettings, ServingSettings, check_storage_uri
+from fmnist.settings.serving import (
+    KFP_STORE_SERVICE_ACCOUNT,
+    DeploySettings,
+    ServingSettings,
+    check_storage_uri,
+)
 
 # Outcomes after which the deployment serves the candidate model.
 SERVES_CANDIDATE = ("created", "promoted", "unchanged")
@@ -38,11 +43,12 @@ def serving_problems(serving: dict[str, Any], backend: str, model_name: str,
 
 def storage_uri_for(model_uri: str, override: str = "") -> str:
     """Where KServe's storage initializer fetches the model: the override, else the model
-    artifact's own URI (KFP's MinIO store speaks S3, so ``minio://`` becomes ``s3://``)."""
+    artifact's own URI (KFP's object store speaks S3, so ``minio://`` becomes ``s3://``)."""
+    from serving.deploy.credentials import as_s3
+
     if override:
         return check_storage_uri(override)
-    if model_uri.startswith("minio://"):
-        model_uri = "s3://" + model_uri[len("minio://"):]
+    model_uri = as_s3(model_uri)
     try:
         return check_storage_uri(model_uri)
     except UserInputError:
@@ -52,10 +58,29 @@ def storage_uri_for(model_uri: str, override: str = "") -> str:
         ) from None
 
 
+def from_kfp_store(model_uri: str, override: str = "") -> bool:
+    """Whether KServe fetches the model from KFP's own object store (and so needs the
+    credentials of ``manifests/serving-credentials``)."""
+    from serving.deploy.credentials import in_kfp_store
+
+    return not override and in_kfp_store(model_uri)
+
+
+def service_account_for(model_uri: str, settings: ServingSettings) -> str:
+    """The predictor's ServiceAccount: the setting, else ``fmnist-serving`` (the one the setup
+    manifests create) for a model in KFP's object store, else none."""
+    if settings.service_account:
+        return settings.service_account
+    return KFP_STORE_SERVICE_ACCOUNT if from_kfp_store(model_uri, settings.storage_uri) else ""
+
+
 def deploy(*, model_dir: str, model_uri: str, test_accuracy: float, data_dir: str,
            backend: str, model_name: str, tolerance: float, verification_images: int,
-           serving: dict[str, Any], log=print) -> dict:
+           serving: dict[str, Any], log=print, kserve_client=None) -> dict:
     """Blesses, deploys and verifies the model; returns the decision record.
+
+    ``kserve_client``: the ``kserve.KServeClient`` of the kubernetes backend (None: one from
+    the pod's or the kubeconfig's credentials).
 
     Raises ``DeploymentError`` when the new model failed verification (after rolling back) or
     nothing could be served; a model that is not blessed is a normal outcome (``rejected``).
@@ -80,12 +105,16 @@ def deploy(*, model_dir: str, model_uri: str, test_accuracy: float, data_dir: st
         from serving.deploy.inference_service import KServeSettings
         from serving.deploy.kubernetes import deploy_with_kserve
 
-        service = KServeSettings(name=model_name, **settings.as_dict()).validate()
+        values = {**settings.as_dict(),
+                  "service_account": service_account_for(model_uri, settings)}
+        service = KServeSettings(name=model_name, **values).validate()
 
         def run() -> dict:
             decision = deploy_with_kserve(
                 service, storage_uri=storage_uri_for(model_uri, settings.storage_uri),
-                test_accuracy=test_accuracy, tolerance=tolerance, verify=verify, log=log)
+                test_accuracy=test_accuracy, tolerance=tolerance, verify=verify,
+                client=kserve_client, log=log,
+                needs_credentials=from_kfp_store(model_uri, settings.storage_uri))
             return {**decision, "backend": "kubernetes"}
 
         return run

@@ -47,14 +47,16 @@ def compare(url: str, model_name: str, images: np.ndarray, labels: np.ndarray,
 
 
 def make_verifier(model_dir: str, model_name: str, images: np.ndarray, labels: np.ndarray, *,
-                  min_agreement: float = 1.0, log=None) -> Callable[[str], dict]:
-    """``verify(url) -> dict`` for deployments: ok when every request succeeds and the served
-    classes agree with the in-process ones (at least ``min_agreement`` of them)."""
+                  min_agreement: float = 1.0, log=None) -> Callable[..., dict]:
+    """``verify(url, served_name=model_name) -> dict`` for deployments: ok when every request
+    succeeds and the served classes agree with the in-process ones (at least ``min_agreement``
+    of them). ``served_name``: the name the server registered the model under (KServe's
+    Standard-mode candidate serves it under its own InferenceService name)."""
     expected = in_process_predictions(model_dir, images)
 
-    def verify(url: str) -> dict:
-        result = compare(url, model_name, images, labels, expected, min_agreement=min_agreement,
-                         log=log)
+    def verify(url: str, served_name: str | None = None) -> dict:
+        result = compare(url, served_name or model_name, images, labels, expected,
+                         min_agreement=min_agreement, log=log)
         if log:
             log(f"verified {url}: {result['requests']} requests, {result['failures']} failed, "
                 f"accuracy {result['accuracy']:.4f}, agreement {result['agreement']:.4f}")

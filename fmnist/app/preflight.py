@@ -1,0 +1,325 @@
+"""``fmnist-kfp preflight``: is this cluster ready for a first run? Each check prints what it
+found and, for a miss, the fix; the exit code says whether every required piece is there.
+
+It asks, with the user's kubeconfig and the KFP endpoint:
+
+* the KFP backend's version (at least 2.14.0: ``kfp_client.check_backend``);
+* the APIs the pipeline creates objects of, with their served versions, from API discovery
+  (``/apis/<group>/<version>``, readable by every authenticated user): TFJob
+  (``kubeflow.org/v1``; Kubeflow 1.11's example install ships Trainer v2 instead:
+  kubeflow/manifests v1.11.0 ``example/kustomization.yaml`` L93-96), Experiment and Trial
+  (``kubeflow.org/v1beta1``), InferenceService (``serving.kserve.io/v1beta1``) and
+  ServingRuntime (``serving.kserve.io/v1alpha1``);
+* KServe's default deployment mode (inferenceservice-config, for information);
+* the shared ReadWriteMany claim, the compile-time credentials Secret (when one is named), the
+  serving ServiceAccount and its S3 Secret (``serving.deploy.credentials``), and the Istio
+  policy that lets pipeline pods reach the predictors (when Istio is installed);
+* every permission the pipeline's steps use, as SelfSubjectAccessReviews made *as* the
+  pipeline's ServiceAccount (impersonation; Kubeflow's kubeflow-edit lets a profile's users
+  impersonate its ServiceAccounts): ``pipeline-runner`` on standalone KFP, the profile's
+  ``default-editor`` on multi-user Kubeflow.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from fmnist.errors import UserInputError
+
+ISTIO_POLICY = "fmnist-serving-in-cluster"
+SETUP = "manifests/"
+
+# (group, version, plural, what, fix)
+APIS = (
+    ("kubeflow.org", "v1", "tfjobs", "TFJob (Training Operator v1)",
+     "install Training Operator v1: Kubeflow 1.11's example install ships Trainer v2 (no "
+     "TFJob); apply kubeflow/manifests applications/training-operator/upstream/overlays/kubeflow"
+     " (kubectl apply --server-side -k \"github.com/kubeflow/manifests/applications/"
+     "training-operator/upstream/overlays/kubeflow?ref=v1.11.0\")"),
+    ("kubeflow.org", "v1beta1", "experiments", "Katib Experiment",
+     "install Katib (applications/katib in kubeflow/manifests); only needed with --tune"),
+    ("kubeflow.org", "v1beta1", "trials", "Katib Trial",
+     "install Katib (applications/katib in kubeflow/manifests); only needed with --tune"),
+    ("serving.kserve.io", "v1beta1", "inferenceservices", "KServe InferenceService",
+     "install KServe 0.14 or newer (applications/kserve in kubeflow/manifests)"),
+    ("serving.kserve.io", "v1alpha1", "servingruntimes", "KServe ServingRuntime",
+     "install KServe 0.14 or newer (applications/kserve in kubeflow/manifests)"),
+)
+
+# (verb, group, resource, subresource, what for): what the steps' code calls.
+PERMISSIONS = (
+    ("create", "kubeflow.org", "tfjobs", "", "train: create the TFJob"),
+    ("get", "kubeflow.org", "tfjobs", "", "train: follow the TFJob"),
+    ("delete", "kubeflow.org", "tfjobs", "", "train: delete it on SIGTERM or failure"),
+    ("list", "", "pods", "", "train: find the chief pod"),
+    ("get", "", "pods", "log", "train: read the chief's log"),
+    ("create", "kubeflow.org", "experiments", "", "tune: create the Experiment"),
+    ("get", "kubeflow.org", "experiments", "", "tune: follow the Experiment"),
+    ("delete", "kubeflow.org", "experiments", "", "tune: delete it on SIGTERM"),
+    ("list", "kubeflow.org", "trials", "", "tune: report the trials"),
+    ("get", "serving.kserve.io", "inferenceservices", "", "deploy: read the service"),
+    ("create", "serving.kserve.io", "inferenceservices", "", "deploy: create it (and the "
+                                                               "Standard-mode candidate)"),
+    ("update", "serving.kserve.io", "inferenceservices", "", "deploy: canary, promote, "
+                                                               "roll back"),
+    ("delete", "serving.kserve.io", "inferenceservices", "", "deploy: remove the candidate"),
+    ("get", "serving.kserve.io", "servingruntimes", "", "deploy: read our runtime"),
+    ("create", "serving.kserve.io", "servingruntimes", "", "deploy: create our runtime"),
+    ("get", "apps", "deployments", "", "deploy: follow a Standard-mode rollout"),
+    ("get", "", "serviceaccounts", "", "deploy: check the storage credentials"),
+    ("get", "", "secrets", "", "deploy: check the storage credentials"),
+)
+
+
+@dataclass
+class Row:
+    """One check: ``ok`` True (fine), False (a miss: not ready) or None (information)."""
+
+    check: str
+    ok: bool | None
+    found: str
+    fix: str = ""
+
+
+@dataclass
+class Cluster:
+    """Where the pipeline runs and what it is compiled against."""
+
+    namespace: str
+    runner_service_account: str
+    pvc: str
+    credentials_secret: str
+    serving_namespace: str
+    serving_service_account: str
+    multi_user: bool
+
+
+def _call(api_client, path: str, method: str = "GET", body=None, headers=None):
+    return api_client.call_api(path, method, body=body, header_params=headers or {},
+                               response_type="object", auth_settings=["BearerToken"],
+                               _return_http_data_only=True, _preload_content=True,
+                               _request_timeout=30)
+
+
+def _status(error) -> int | None:
+    return getattr(error, "status", None)
+
+
+def check_kfp(endpoint) -> Row:
+    from fmnist.app.kfp_client import MIN_BACKEND, check_backend
+
+    minimum = ".".join(map(str, MIN_BACKEND))
+    try:
+        return Row("KFP backend", True, check_backend(endpoint))
+    except UserInputError as error:
+        return Row("KFP backend", False, str(error),
+                   f"KFP {minimum} or newer (Kubeflow 1.11), or --kfp-backend-version")
+
+
+def check_apis(api_client) -> list[Row]:
+    rows = []
+    for group, version, plural, what, fix in APIS:
+        try:
+            listing = _call(api_client, f"/apis/{group}/{version}")
+            served = plural in {resource.get("name") for resource in
+                                (listing or {}).get("resources") or []}
+        except Exception as error:
+            if _status(error) != 404:
+                rows.append(Row(what, None, f"cannot ask the API server: {error}"))
+                continue
+            served = False
+        if served:
+            rows.append(Row(what, True, f"{plural}.{group}, served at {version}"))
+        else:
+            rows.append(Row(what, False, f"{plural}.{group}/{version} is not served", fix))
+    return rows
+
+
+def check_mode(api) -> Row:
+    from serving.deploy.kubernetes import cluster_default_mode
+
+    value = cluster_default_mode(api, log=lambda line: None)
+    if value is None:
+        return Row("KServe default mode", None, "unknown (inferenceservice-config not "
+                                                "readable): the deploy step assumes Serverless",
+                   "set serving.deployment_mode if the cluster defaults to raw mode")
+    return Row("KServe default mode", None, f"{value} (inferenceservice-config)")
+
+
+def check_pvc(core, cluster: Cluster) -> Row:
+    fix = (f"kubectl apply -k {SETUP}pvc -n {cluster.namespace} (a ReadWriteMany claim named "
+           f"as FMNIST_PVC_NAME at compile time)")
+    what = f"PVC {cluster.namespace}/{cluster.pvc}"
+    try:
+        claim = core.read_namespaced_persistent_volume_claim(cluster.pvc, cluster.namespace,
+                                                              _request_timeout=30)
+    except Exception as error:
+        if _status(error) == 404:
+            return Row(what, False, "missing", fix)
+        return Row(what, None, f"cannot read it: {error}")
+    modes = list(claim.spec.access_modes or [])
+    if "ReadWriteMany" not in modes:
+        return Row(what, False, f"access modes {modes}: the step and every TFJob worker mount it "
+                                "at once", fix + "; its storage class must offer ReadWriteMany")
+    phase = claim.status.phase if claim.status else None
+    return Row(what, True if phase == "Bound" else None, f"ReadWriteMany, {phase}")
+
+
+def check_secret(core, cluster: Cluster) -> Row:
+    what = f"credentials Secret {cluster.namespace}/{cluster.credentials_secret}"
+    fix = ("create it with the keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (it was named "
+           "with FMNIST_CREDENTIALS_SECRET at compile time)")
+    try:
+        secret = core.read_namespaced_secret(cluster.credentials_secret, cluster.namespace,
+                                             _request_timeout=30)
+    except Exception as error:
+        if _status(error) == 404:
+            return Row(what, False, "missing: the ingest and train pods would not start "
+                                    "(CreateContainerConfigError)", fix)
+        return Row(what, None, f"cannot read it: {error}")
+    keys = set((secret.data or {}).keys())
+    wanted = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
+    if not wanted <= keys:
+        return Row(what, False, f"keys {sorted(keys)}", fix)
+    return Row(what, True, "has AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
+
+
+def check_serving_credentials(api, cluster: Cluster) -> Row:
+    from serving.deploy.credentials import credential_problems
+
+    what = f"serving credentials {api.namespace}/{cluster.serving_service_account}"
+    problems = credential_problems(api, cluster.serving_service_account, log=lambda line: None)
+    if problems:
+        return Row(what, False, problems[0].split(";")[0],
+                   f"kubectl apply -k {SETUP}serving-credentials -n {api.namespace} (see "
+                   "credentials.env.example)")
+    return Row(what, True, "ServiceAccount with an S3 Secret for KFP's object store")
+
+
+def check_istio_policy(api_client, custom, cluster: Cluster) -> Row | None:
+    try:
+        _call(api_client, "/apis/security.istio.io/v1beta1")
+    except Exception:
+        return None  # no Istio: nothing stands between pipeline pods and the predictors
+    what = f"Istio policy {cluster.serving_namespace}/{ISTIO_POLICY}"
+    fix = f"kubectl apply -k {SETUP}serving-access -n {cluster.serving_namespace}"
+    try:
+        custom.get_namespaced_custom_object("security.istio.io", "v1beta1",
+                                            cluster.serving_namespace, "authorizationpolicies",
+                                            ISTIO_POLICY, _request_timeout=30)
+    except Exception as error:
+        if _status(error) == 404:
+            return Row(what, False, "missing: the deploy and predict steps (no sidecar) would "
+                                    "get 403 RBAC: access denied from the predictors", fix)
+        return Row(what, None, f"cannot read it: {error}")
+    return Row(what, True, "lets pipeline pods call /v1/models/* and /v2/models/*")
+
+
+def check_permissions(api_client, cluster: Cluster) -> list[Row]:
+    from kubernetes import client
+
+    user = (f"system:serviceaccount:{cluster.namespace}:{cluster.runner_service_account}")
+    fix = (f"kubectl apply -k {SETUP}standalone-rbac" if not cluster.multi_user else
+           "the profile's default-editor gets it from kubeflow-edit once the component is "
+           "installed with Kubeflow's roles (e.g. training-operator's kubeflow-training-edit)")
+    rows = []
+    headers: dict[str, str] = {"Impersonate-User": user}
+    who = cluster.runner_service_account
+    for verb, group, resource, subresource, why in PERMISSIONS:
+        review = client.V1SelfSubjectAccessReview(spec=client.V1SelfSubjectAccessReviewSpec(
+            resource_attributes=client.V1ResourceAttributes(
+                namespace=cluster.namespace, verb=verb, group=group, resource=resource,
+                subresource=subresource or None)))
+        body = api_client.sanitize_for_serialization(review)
+        try:
+            answer = _call(api_client, "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+                           "POST", body, {**headers, "Content-Type": "application/json"})
+        except Exception as error:
+            if headers and _status(error) == 403:
+                rows.append(Row("permissions", None, f"you may not impersonate {user}; "
+                                                     "showing your own permissions instead"))
+                headers, who = {}, "you"
+                answer = _call(api_client,
+                               "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+                               "POST", body, {"Content-Type": "application/json"})
+            else:
+                rows.append(Row(f"{verb} {resource}", None, f"cannot ask: {error}"))
+                continue
+        allowed = bool(((answer or {}).get("status") or {}).get("allowed"))
+        name = f"{resource}/{subresource}" if subresource else resource
+        name = f"{name}.{group}" if group else name
+        rows.append(Row(f"{who} may {verb} {name}", allowed, why, "" if allowed else fix))
+    return rows
+
+
+def preflight(endpoint, api_client, cluster: Cluster, *, check_backend: bool = True
+              ) -> list[Row]:
+    from kubernetes import client
+
+    from serving.deploy.kserve_api import KServeApi
+
+    rows = [check_kfp(endpoint)] if check_backend else []
+    rows += check_apis(api_client)
+    core = client.CoreV1Api(api_client)
+    serving = KServeApi(api_client, cluster.serving_namespace)
+    rows.append(check_mode(serving))
+    rows.append(check_pvc(core, cluster))
+    if cluster.credentials_secret:
+        rows.append(check_secret(core, cluster))
+    rows.append(check_serving_credentials(serving, cluster))
+    istio = check_istio_policy(api_client, client.CustomObjectsApi(api_client), cluster)
+    if istio is not None:
+        rows.append(istio)
+    rows += check_permissions(api_client, cluster)
+    return rows
+
+
+def ready(rows: list[Row]) -> bool:
+    return all(row.ok is not False for row in rows)
+
+
+def render(rows: list[Row], width: int = 100) -> str:
+    marks = {True: "ok", False: "MISSING", None: "note"}
+    name_width = min(max(len(row.check) for row in rows), 48)
+    lines = []
+    for row in rows:
+        lines.append(f"{marks[row.ok]:<8} {row.check:<{name_width}}  {row.found}")
+        if row.fix and row.ok is not True:
+            lines.append(f"{'':<8} {'':<{name_width}}  fix: {row.fix}")
+    verdict = ("ready for a first run" if ready(rows) else
+               f"NOT ready: {sum(row.ok is False for row in rows)} missing")
+    return "\n".join(lines + ["", verdict])
+
+
+def api_client_from(kubeconfig: str = "", context: str = ""):
+    """An ApiClient from the kubeconfig (``$KUBECONFIG`` or ~/.kube/config)."""
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    try:
+        config.load_kube_config(config_file=kubeconfig or None, context=context or None,
+                                client_configuration=configuration, persist_config=False)
+    except Exception as error:
+        raise UserInputError(f"cannot load the kubeconfig ({error}); point --kubeconfig or "
+                             "$KUBECONFIG at one for the cluster") from None
+    return client.ApiClient(configuration)
+
+
+def cluster_from(args) -> Cluster:
+    from fmnist.settings.platform import PVC_ENV, SECRET_ENV
+    from fmnist.settings.serving import KFP_STORE_SERVICE_ACCOUNT
+
+    multi_user = bool(args.namespace)
+    namespace = args.namespace or "kubeflow"
+    return Cluster(
+        namespace=namespace,
+        runner_service_account=args.runner_service_account or (
+            "default-editor" if multi_user else "pipeline-runner"),
+        pvc=args.pvc or os.environ.get(PVC_ENV, "").strip() or "fmnist-data",
+        credentials_secret=(args.credentials_secret
+                            or os.environ.get(SECRET_ENV, "").strip()),
+        serving_namespace=args.serving_namespace or namespace,
+        serving_service_account=args.serving_service_account or KFP_STORE_SERVICE_ACCOUNT,
+        multi_user=multi_user,
+    )

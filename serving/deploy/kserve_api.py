@@ -1,0 +1,180 @@
+"""The Kubernetes API calls of a KServe rollout, and what their failures mean.
+
+Every call carries a timeout. An API server answers a missing object with 404 and a
+``NotFound`` Status (an absent *resource type* is a bare 404 page: KServe is not installed), a
+stale ``resourceVersion`` with 409 ``Conflict``, an admission webhook's refusal with the
+webhook's own code and ``admission webhook "<name>" denied the request: <why>``
+(kubernetes/apiserver v0.33.9 ``pkg/admission/plugin/webhook/errors/statuserror.go`` L28-60;
+KServe's validator denies with 403, controller-runtime v0.19.1 ``pkg/webhook/admission/
+validator_custom.go`` L114-121 and ``response.go`` L63-83), a missing permission with 403.
+5xx, 429, timeouts and dropped connections are transient: :class:`TransientApiError`, which the
+rollout's waits retry (the kserve SDK's own ``get`` retries none of them, F9.1).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+GROUP = "serving.kserve.io"
+ISVC_VERSION = "v1beta1"
+ISVC_PLURAL = "inferenceservices"
+RUNTIME_VERSION = "v1alpha1"
+RUNTIME_PLURAL = "servingruntimes"
+REQUEST_TIMEOUT_SECONDS = 30
+TRANSIENT_STATUSES = (429, 500, 502, 503, 504)
+
+
+class KServeRolloutError(RuntimeError):
+    """The deployment could not complete; ``result`` holds what was done (or None)."""
+
+    def __init__(self, message: str, result: dict | None = None):
+        super().__init__(message)
+        self.result = result
+
+
+class ReadinessTimeout(KServeRolloutError):
+    """The InferenceService did not become Ready in ``ready_timeout_seconds``."""
+
+
+class TransientApiError(KServeRolloutError):
+    """The API server did not answer this time (5xx, 429, a timeout, a dropped connection)."""
+
+
+class Conflict(Exception):
+    """A PUT carried a stale resourceVersion, or a POST found the object already there."""
+
+
+def status_body(error) -> dict:
+    try:
+        body = json.loads(getattr(error, "body", None) or "")
+    except (TypeError, ValueError):
+        return {}
+    return body if isinstance(body, dict) and body.get("kind") == "Status" else {}
+
+
+def api_message(error) -> str:
+    return status_body(error).get("message") or str(getattr(error, "reason", "") or "").strip()
+
+
+def _is_transient(error: BaseException) -> bool:
+    import urllib3
+    from kubernetes.client.rest import ApiException
+
+    if isinstance(error, ApiException):
+        return error.status in TRANSIENT_STATUSES
+    return isinstance(error, urllib3.exceptions.HTTPError | TimeoutError | ConnectionError)
+
+
+@dataclass
+class KServeApi:
+    """The calls one rollout makes in ``namespace``."""
+
+    api_client: object  # kubernetes.client.ApiClient
+    namespace: str
+
+    def __post_init__(self):
+        from kubernetes import client
+
+        self.custom = client.CustomObjectsApi(self.api_client)
+        self.core = client.CoreV1Api(self.api_client)
+        self.apps = client.AppsV1Api(self.api_client)
+
+    def where(self, name: str) -> str:
+        return f"InferenceService {self.namespace}/{name}"
+
+    # -- InferenceServices and ServingRuntimes ---------------------------------------------
+
+    def get(self, name: str, *, absent_ok: bool = True) -> dict | None:
+        """The InferenceService, or None when there is none (``absent_ok``; else a 404
+        raises with the API server's answer in the chain)."""
+        return self._call(f"read {ISVC_PLURAL}.{GROUP} {name}",
+                          self.custom.get_namespaced_custom_object, GROUP, ISVC_VERSION,
+                          self.namespace, ISVC_PLURAL, name, absent_ok=absent_ok)
+
+    def create(self, body: dict) -> dict:
+        return self._call(f"create {ISVC_PLURAL}.{GROUP}",
+                          self.custom.create_namespaced_custom_object, GROUP, ISVC_VERSION,
+                          self.namespace, ISVC_PLURAL, body, conflict_raises=True)
+
+    def replace(self, body: dict) -> dict:
+        name = body["metadata"]["name"]
+        return self._call(f"update {ISVC_PLURAL}.{GROUP} {name}",
+                          self.custom.replace_namespaced_custom_object, GROUP, ISVC_VERSION,
+                          self.namespace, ISVC_PLURAL, name, body, conflict_raises=True)
+
+    def delete(self, name: str) -> None:
+        self._call(f"delete {ISVC_PLURAL}.{GROUP} {name}",
+                   self.custom.delete_namespaced_custom_object, GROUP, ISVC_VERSION,
+                   self.namespace, ISVC_PLURAL, name, absent_ok=True)
+
+    def get_runtime(self, name: str) -> dict | None:
+        return self._call(f"read {RUNTIME_PLURAL}.{GROUP} {name}",
+                          self.custom.get_namespaced_custom_object, GROUP, RUNTIME_VERSION,
+                          self.namespace, RUNTIME_PLURAL, name, absent_ok=True)
+
+    def create_runtime(self, body: dict) -> dict:
+        return self._call(f"create {RUNTIME_PLURAL}.{GROUP}",
+                          self.custom.create_namespaced_custom_object, GROUP, RUNTIME_VERSION,
+                          self.namespace, RUNTIME_PLURAL, body)
+
+    # -- what the rollout reads besides ------------------------------------------------------
+
+    def get_deployment(self, name: str) -> dict | None:
+        return self._core_read(f"read deployments.apps {name}",
+                               self.apps.read_namespaced_deployment, name, self.namespace)
+
+    def get_service_account(self, name: str) -> dict | None:
+        return self._core_read(f"read serviceaccounts {name}",
+                               self.core.read_namespaced_service_account, name, self.namespace)
+
+    def get_secret(self, name: str) -> dict | None:
+        return self._core_read(f"read secrets {name}", self.core.read_namespaced_secret, name,
+                               self.namespace)
+
+    def get_config_map(self, name: str, namespace: str) -> dict | None:
+        return self._core_read(f"read configmaps {namespace}/{name}",
+                               self.core.read_namespaced_config_map, name, namespace)
+
+    def _core_read(self, what: str, method, *args) -> dict | None:
+        obj = self._call(what, method, *args, absent_ok=True)
+        return None if obj is None else self.api_client.sanitize_for_serialization(obj)
+
+    # -- errors ------------------------------------------------------------------------------
+
+    def _call(self, what: str, method, *args, absent_ok=False, conflict_raises=False):
+        from kubernetes.client.rest import ApiException
+
+        try:
+            return method(*args, _request_timeout=REQUEST_TIMEOUT_SECONDS)
+        except ApiException as error:
+            if error.status == 404 and absent_ok and status_body(error).get("reason") == \
+                    "NotFound":
+                return None
+            if error.status == 409 and conflict_raises:
+                raise Conflict(api_message(error)) from error
+            if _is_transient(error):
+                raise TransientApiError(f"could not {what}: HTTP {error.status} "
+                                        f"{api_message(error)}") from error
+            raise KServeRolloutError(self.explain(what, error)) from error
+        except Exception as error:
+            if _is_transient(error):
+                raise TransientApiError(f"could not {what}: {type(error).__name__}: "
+                                        f"{error}") from error
+            raise
+
+    def explain(self, what: str, error) -> str:
+        message = f"could not {what} in namespace {self.namespace}: HTTP {error.status} " \
+                  f"{api_message(error)}"
+        if error.status == 404 and not status_body(error):
+            message += "; the API server does not serve it: is KServe installed? " \
+                       "(fmnist-kfp preflight checks the cluster)"
+        elif error.status == 403 and "admission webhook" in api_message(error):
+            message += "; KServe's webhook refused the InferenceService"
+        elif error.status in (401, 403):
+            message += ("; the step's ServiceAccount lacks the permission: apply "
+                        "manifests/standalone-rbac (standalone KFP) or check the profile's "
+                        "default-editor (fmnist-kfp preflight lists every permission)")
+        elif error.status == 409:
+            message += "; another client created it at the same time: run the step again"
+        return message

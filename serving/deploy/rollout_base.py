@@ -1,0 +1,388 @@
+"""What both KServe rollouts share: blessing, verification, whole-object writes, the waits,
+the ServingRuntime and the result record.
+
+Every write is a PUT of the whole object with the ``resourceVersion`` just read (the controller
+updates status, so a conflict is retried with a fresh read); labels, annotations and finalizers
+that others set are kept.
+
+Every wait is a job on the one remote-job runner (``fmnist.kubernetes.runner``): it makes the
+write, polls with progress, retries transient reads (5xx, 429, timeouts), stops at
+``ready_timeout_seconds``, and on SIGTERM, at the deadline or when the job fails (a model that
+fails verification) calls the rollout's cleanup — the rollback — before it raises.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from fmnist.settings.serving import FMNIST_RUNTIME
+from serving.deploy.blessing import BlessingDecision, bless
+from serving.deploy.inference_service import (
+    ANNOTATION_CANDIDATE_MODEL_URI,
+    ANNOTATION_MODEL_URI,
+    ANNOTATION_TEST_ACCURACY,
+    KServeSettings,
+    annotations_of,
+    build_inference_service,
+    build_serving_runtime,
+    format_accuracy,
+    merged_metadata,
+    model_uri_of,
+    served_accuracy,
+    to_manifest,
+)
+from serving.deploy.kserve_api import (
+    Conflict,
+    KServeApi,
+    KServeRolloutError,
+    ReadinessTimeout,
+    TransientApiError,
+)
+from serving.deploy.kserve_status import (
+    DeploymentMode,
+    canonical_mode,
+    cluster_local_url,
+    external_url,
+)
+
+__all__ = ["Check", "Rollout", "Verify", "Log"]
+
+Verify = Callable[[str, str], dict]
+Log = Callable[[str], None]
+CONFLICT_RETRIES = 5
+
+
+@dataclass
+class Check:
+    """One read judged: ``done``; ``failed`` (with ``reason``) ends the job as a failure."""
+
+    done: bool
+    progress: str
+    failed: bool = False
+    reason: str = ""
+
+
+class Rollout:
+    """One deployment of ``storage_uri`` on the InferenceService ``settings.name``."""
+
+    def __init__(self, settings: KServeSettings, api: KServeApi, mode: DeploymentMode,
+                 storage_uri: str, test_accuracy: float, tolerance: float, verify: Verify,
+                 poll_seconds: float, log: Log):
+        self.settings = settings
+        self.api = api
+        self.mode = mode
+        self.name = settings.name
+        self.storage_uri = storage_uri
+        self.test_accuracy = test_accuracy
+        self.tolerance = tolerance
+        self.verify_url = verify
+        self.poll_seconds = poll_seconds
+        self.log = log
+
+    @property
+    def where(self) -> str:
+        return self.api.where(self.name)
+
+    # -- the flow both modes share -------------------------------------------------------
+
+    def deploy(self, current: dict | None) -> dict:
+        if current is None:
+            return self.create()
+        decision = self.blessing(current)
+        self.log(f"[kserve] blessing: {decision.reason}")
+        served = model_uri_of(current)
+        if served == self.storage_uri:
+            return self.unchanged(current, decision)
+        if not decision.blessed:
+            return self.result("rejected", decision, current, reason=decision.reason)
+        return self.update(current, decision, served)
+
+    def update(self, current: dict, decision: BlessingDecision, served: str | None) -> dict:
+        raise NotImplementedError
+
+    def blessing(self, current: dict) -> BlessingDecision:
+        serving_accuracy, unknown = served_accuracy(current)
+        decision = bless(self.test_accuracy, serving_accuracy, self.tolerance)
+        if serving_accuracy is None:
+            decision = replace(decision, reason=f"the serving model's accuracy is unknown "
+                               f"({unknown}): blessed without a comparison")
+        canary = annotations_of(current).get(ANNOTATION_CANDIDATE_MODEL_URI)
+        if canary:
+            self.log(f"[kserve] warning: an earlier rollout left candidate {canary} in place; "
+                     "this one replaces it")
+        return decision
+
+    def create(self) -> dict:
+        decision = bless(self.test_accuracy, None, self.tolerance)
+        self.ensure_serving_runtime()
+        body = self.build(self.stable_annotations(self.storage_uri, self.test_accuracy))
+        self.log(f"[kserve] creating {self.where} ({self.mode.mode} mode, from "
+                 f"{self.mode.source}) serving {self.storage_uri}")
+        written: dict = {}
+        isvc, url, verification, passed = self.verified_job(
+            "new InferenceService", self.name,
+            create=lambda: written.update(self.create_object(body)),
+            rolled_out=lambda isvc: self.rolled_out(isvc, written, self.name))
+        result = self.result("created", decision, isvc, verification=verification,
+                             reason=f"nothing was served; created {self.where}")
+        if not passed:
+            raise KServeRolloutError(
+                f"{self.where} was created but its model {self.storage_uri} failed "
+                f"verification at {url}: {self.describe(verification)}. There is no earlier "
+                "model to roll back to; fix the model or the predictor and deploy again, or "
+                f"delete it (kubectl delete inferenceservice -n {self.api.namespace} "
+                f"{self.name})", result)
+        return result
+
+    def unchanged(self, current: dict, decision: BlessingDecision) -> dict:
+        url = self.require_address(current)
+        verification = self.verify(url, self.name, "served model")
+        result = self.result("unchanged", decision, current, verification=verification,
+                             reason=f"{self.storage_uri} is already served")
+        if not verification["passed"]:
+            raise KServeRolloutError(
+                f"{self.where} already serves {self.storage_uri}, but it failed "
+                f"verification at {url}: {self.describe(verification)}; nothing was changed",
+                result)
+        return result
+
+    def rolled_out(self, isvc: dict, written: dict, name: str) -> Check:
+        """Whether ``written`` (of InferenceService ``name``) is rolled out: the mode's rule."""
+        raise NotImplementedError
+
+    def verified_job(self, what: str, name: str, *, create: Callable[[], object],
+                     rolled_out: Callable[[dict], Check],
+                     url_of: Callable[[dict], str] | None = None,
+                     cleanup: Callable[[str], None] | None = None
+                     ) -> tuple[dict, str, dict, bool]:
+        """A job that writes, waits until rolled out, then verifies at ``url_of(isvc)`` (the
+        cluster-local address by default). A failed verification fails the job, so the runner
+        calls ``cleanup("failed")``. Returns ``(isvc, url, verification, passed)``."""
+        from fmnist.kubernetes.runner import JobFailed
+
+        url_of = url_of or self.require_address
+        seen: dict = {}
+
+        def check(isvc: dict) -> Check:
+            verdict = rolled_out(isvc)
+            if not verdict.done:
+                return verdict
+            url = url_of(isvc)
+            verification = self.verify(url, name, what)
+            seen.update(isvc=isvc, url=url, verification=verification)
+            if verification["passed"]:
+                return Check(True, f"{verdict.progress}; verified at {url}")
+            return Check(True, verdict.progress, failed=True,
+                         reason=f"verification failed ({self.describe(verification)})")
+
+        try:
+            isvc = self.run_job(what, read=self.reader(name), check=check, create=create,
+                                cleanup=cleanup, name=name)
+        except JobFailed:
+            if "verification" not in seen:
+                raise
+            return seen["isvc"], seen["url"], seen["verification"], False
+        return isvc, seen["url"], seen["verification"], True
+
+    # -- verification ----------------------------------------------------------------------
+
+    def passes(self, verification: dict) -> bool:
+        # A verifier that scores a sample says what the model should score on that sample
+        # (``expected_accuracy``); the test-split accuracy is the yardstick otherwise.
+        accuracy = verification.get("accuracy")
+        expected = verification.get("expected_accuracy", self.test_accuracy)
+        return (verification.get("ok") is True and isinstance(accuracy, int | float)
+                and accuracy >= expected - self.tolerance)
+
+    def verify(self, url: str, model_name: str, what: str) -> dict:
+        self.log(f"[kserve] verifying the {what} at {url}")
+        try:
+            verification = dict(self.verify_url(url, model_name))
+        except Exception as error:  # a verifier that cannot reach the model is a failure
+            verification = {"ok": False, "error": f"{type(error).__name__}: {error}"}
+        verification["passed"] = self.passes(verification)
+        self.log(f"[kserve] verification of the {what}: {verification}")
+        return verification
+
+    @staticmethod
+    def describe(verification: dict) -> str:
+        if "error" in verification:
+            return str(verification["error"])
+        errors = verification.get("errors") or []
+        return (f"ok={verification.get('ok')}, accuracy={verification.get('accuracy')}, "
+                f"failures={verification.get('failures')}/{verification.get('requests')}"
+                + (f", first error: {errors[0]}" if errors else ""))
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def stable_annotations(self, uri: str, accuracy: float) -> dict[str, str]:
+        return {ANNOTATION_TEST_ACCURACY: format_accuracy(accuracy), ANNOTATION_MODEL_URI: uri}
+
+    def build(self, model_annotations: dict[str, str], *, storage_uri: str | None = None,
+              canary_percent: int | None = None, name: str | None = None) -> dict:
+        return to_manifest(build_inference_service(
+            self.settings, storage_uri=storage_uri or self.storage_uri,
+            annotations=model_annotations, canary_traffic_percent=canary_percent,
+            mode=self.mode, name=name))
+
+    def create_object(self, body: dict) -> dict:
+        """POSTs ``body``; after a transient failure the object may exist: then it is read."""
+        name = body["metadata"]["name"]
+        try:
+            return self.api.create(body)
+        except TransientApiError as error:
+            self.log(f"[kserve] {error}; checking whether it was created")
+            existing = self.retrying(lambda: self.api.get(name), f"read {name}")
+            if existing is None:
+                return self.api.create(body)
+            return existing
+        except Conflict as conflict:
+            raise KServeRolloutError(
+                f"{self.api.where(name)} was created by someone else meanwhile ({conflict}); "
+                "run the step again") from None
+
+    def write(self, body: dict) -> dict:
+        """PUTs ``body`` (ours) over the current object, keeping others' metadata; conflicts
+        and transient failures are retried with a fresh read."""
+        name = body["metadata"]["name"]
+        for attempt in range(1, CONFLICT_RETRIES + 1):
+            current = self.retrying(lambda: self.api.get(name), f"read {name}")
+            if current is None:
+                raise KServeRolloutError(f"{self.api.where(name)} disappeared during the "
+                                         "rollout")
+            merged = {**body, "metadata": merged_metadata(current, body["metadata"])}
+            try:
+                return self.api.replace(merged)
+            except (Conflict, TransientApiError) as error:
+                self.log(f"[kserve] {self.api.where(name)} could not be updated ({error}); "
+                         f"retrying ({attempt}/{CONFLICT_RETRIES})")
+        raise KServeRolloutError(
+            f"{self.api.where(name)} kept changing under this update ({CONFLICT_RETRIES} "
+            "tries); is another deployment running at the same time?")
+
+    def retrying(self, call: Callable, what: str, attempts: int = 5):
+        """``call()``, retried on transient API errors with a growing pause."""
+        for attempt in range(1, attempts + 1):
+            try:
+                return call()
+            except TransientApiError as error:
+                if attempt == attempts:
+                    raise
+                self.log(f"[kserve] {error}; retrying ({attempt}/{attempts})")
+                time.sleep(self.poll_seconds * attempt)
+        raise AssertionError("unreachable")
+
+    # -- waits: jobs on the remote-job runner ----------------------------------------------
+
+    def run_job(self, what: str, *, read: Callable[[], dict], check: Callable[[dict], Check],
+                create: Callable[[], object] | None = None,
+                cleanup: Callable[[str], None] | None = None, name: str | None = None,
+                timeout: float | None = None) -> dict:
+        """Makes ``create`` (the write) and polls ``read`` until ``check`` says done, on the
+        runner. SIGTERM, the deadline, a failed check or an error call ``cleanup(why)`` first;
+        then the runner's error is raised (a deadline as :class:`ReadinessTimeout`; SIGTERM
+        exits the step with 143 after the cleanup)."""
+        from fmnist.kubernetes.runner import (
+            DeadlineExceeded,
+            JobRefused,
+            JobStatus,
+            RemoteJob,
+            RemoteJobRunner,
+        )
+
+        timeout = self.settings.ready_timeout_seconds if timeout is None else timeout
+        last = {"progress": "nothing read yet"}
+
+        def status(isvc: dict) -> JobStatus:
+            self.check_mode(isvc)
+            verdict = check(isvc)
+            last["progress"] = verdict.progress
+            return JobStatus(done=verdict.done or verdict.failed, failed=verdict.failed,
+                             progress=verdict.progress, reason=verdict.reason)
+
+        runner = RemoteJobRunner(
+            poll_seconds=self.poll_seconds, timeout_seconds=timeout,
+            retry_seconds=(self.poll_seconds, 8 * self.poll_seconds),
+            unreachable_seconds=timeout, log=self.log)
+        job = RemoteJob(kind="InferenceService", namespace=self.api.namespace,
+                        name=name or self.name, read=read, status=status,
+                        cleanup=cleanup or (lambda why: None), create=create,
+                        describe_created=what)
+        try:
+            return runner.run(job)
+        except DeadlineExceeded as error:
+            raise ReadinessTimeout(
+                f"{self.api.where(name or self.name)}: the {what} was not ready after "
+                f"{timeout:g} s ({last['progress']}). Look at kubectl describe "
+                f"inferenceservice -n {self.api.namespace} {name or self.name} and the "
+                "predictor pods' logs, or raise ready_timeout_seconds") from error
+        except JobRefused as error:
+            cause = error.__cause__
+            raise (cause if isinstance(cause, KServeRolloutError)
+                   else KServeRolloutError(str(error))) from error
+
+    def reader(self, name: str | None = None) -> Callable[[], dict]:
+        """Reads the InferenceService; a 404 raises (the runner: it vanished)."""
+        name = name or self.name
+        return lambda: self.api.get(name, absent_ok=False)
+
+    def check_mode(self, isvc) -> None:
+        """Stops a wait for the wrong mode: the status says which mode KServe chose (0.15.1+);
+        it differs when the cluster's default could not be read."""
+        recorded = canonical_mode(((isvc or {}).get("status") or {}).get("deploymentMode"))
+        if recorded and recorded != self.mode.mode:
+            raise KServeRolloutError(
+                f"{self.where} runs in {recorded} mode, not {self.mode.mode} ({self.mode.source})"
+                f"; set serving.deployment_mode to {recorded} and run the step again")
+
+    # -- the ServingRuntime ------------------------------------------------------------------
+
+    def ensure_serving_runtime(self) -> None:
+        """Creates our ServingRuntime when it is missing; a different one is left alone."""
+        if self.settings.runtime != FMNIST_RUNTIME:
+            return
+        wanted = to_manifest(build_serving_runtime(self.settings))
+        existing = self.retrying(lambda: self.api.get_runtime(FMNIST_RUNTIME),
+                                 f"read ServingRuntime {FMNIST_RUNTIME}")
+        if existing is None:
+            self.log(f"[kserve] creating ServingRuntime {self.api.namespace}/{FMNIST_RUNTIME}")
+            self.api.create_runtime(wanted)
+            return
+        have = ((existing.get("spec") or {}).get("containers") or [{}])[0]
+        want = wanted["spec"]["containers"][0]
+        if (have.get("image"), have.get("args")) != (want["image"], want["args"]):
+            self.log(f"[kserve] warning: ServingRuntime {self.api.namespace}/{FMNIST_RUNTIME} "
+                     f"runs {have.get('image')} {have.get('args')}, not {want['image']} "
+                     f"{want['args']}; it is left as it is (changing it restarts every model "
+                     "it serves): apply build_serving_runtime's manifest to update it")
+
+    # -- results -----------------------------------------------------------------------------
+
+    def require_address(self, isvc: dict) -> str:
+        url = cluster_local_url(isvc)
+        if not url:
+            raise KServeRolloutError(f"{self.where} is Ready but reports no cluster-local "
+                                     "address (status.address.url)")
+        return url
+
+    def result(self, action: str, decision: BlessingDecision, isvc: dict | None, *,
+               canary_url: str | None = None, verification: dict | None = None,
+               canary_percent: int | None = None, reason: str = "") -> dict:
+        return {
+            "action": action,
+            "blessing": decision.as_dict(),
+            "url": cluster_local_url(isvc or {}),
+            "external_url": external_url(isvc or {}),
+            "canary_url": canary_url,
+            "verification": verification,
+            "namespace": self.api.namespace,
+            "name": self.name,
+            "mode": self.mode.mode,
+            "runtime": self.settings.runtime,
+            "storage_uri": self.storage_uri,
+            "service_account": self.settings.service_account or None,
+            "canary_traffic_percent": canary_percent,
+            "reason": reason,
+        }

@@ -1,0 +1,177 @@
+"""Standard (raw) mode: a candidate InferenceService verified before the main one changes.
+
+KServe's raw mode reads no ``canaryTrafficPercent`` (only the Knative reconciler does:
+kserve v0.15.2 ``reconcilers/knative/ksvc_reconciler.go`` L113-128, kserve#5335) and splits no
+traffic on any version Kubeflow ships (``spec.canary`` came in 0.20 and only sets replica
+counts: ``components/predictor.go`` v0.20.0 L886-956). So:
+
+1. **Absent** → create the main InferenceService, wait until its Deployment has rolled out,
+   verify it at its cluster-local address.
+2. **Blessed** → create the candidate ``<name>-canary`` serving the new model, wait, verify it
+   at *its* cluster-local address. Failed → delete it; the main one was never touched
+   (``candidate_failed``; nothing is rolled back because nothing changed).
+3. **Passed** → update the main InferenceService. Its Deployment replaces pods with
+   ``maxUnavailable: 0`` behind an HTTP readiness probe on the model (``inference_service``),
+   so old pods serve until new ones have loaded it. Wait until the Deployment has rolled the
+   new template out (``kubectl rollout status``'s rule, on a template carrying our model-URI
+   annotation: the InferenceService's observedGeneration is the Deployment's, not its own,
+   ``inference_service_status.go`` v0.20.0 L449-456), verify the main address, delete the
+   candidate: ``promoted``. A rollout that does not finish is undone by writing the previous
+   model back: ``rolled_back``, then raised.
+"""
+
+from __future__ import annotations
+
+from serving.deploy.blessing import BlessingDecision
+from serving.deploy.inference_service import (
+    ANNOTATION_MODEL_URI,
+    ANNOTATION_TEST_ACCURACY,
+    annotations_of,
+    candidate_name,
+)
+from serving.deploy.kserve_api import KServeRolloutError
+from serving.deploy.kserve_status import (
+    cluster_local_url,
+    deployment_failed,
+    deployment_rolled_out,
+    describe,
+    is_true,
+    predictor_deployment_name,
+)
+from serving.deploy.rollout_base import Check, Rollout
+
+
+def _template_annotations(deployment: dict | None) -> dict:
+    template = ((deployment or {}).get("spec") or {}).get("template") or {}
+    return (template.get("metadata") or {}).get("annotations") or {}
+
+
+class StandardRollout(Rollout):
+
+    def update(self, current: dict, decision: BlessingDecision, served: str | None) -> dict:
+        candidate = candidate_name(self.name)
+        stable = {key: value for key, value in annotations_of(current).items()
+                  if key in (ANNOTATION_TEST_ACCURACY, ANNOTATION_MODEL_URI)}
+        previous_uri = served or (((current.get("spec") or {}).get("predictor") or {})
+                                  .get("model") or {}).get("storageUri")
+        self.ensure_serving_runtime()
+        self.delete_candidate(candidate, "left by an earlier rollout")
+        self.log(f"[kserve] candidate: {self.api.where(candidate)} serves {self.storage_uri} "
+                 f"beside {self.where}, which keeps serving {previous_uri}")
+        body = self.build(self.stable_annotations(self.storage_uri, self.test_accuracy),
+                          name=candidate)
+        written: dict = {}
+        try:
+            _, candidate_url, verification, passed = self.verified_job(
+                "candidate", candidate, create=lambda: written.update(self.create_object(body)),
+                rolled_out=lambda isvc: self.rolled_out(isvc, written, candidate),
+                cleanup=lambda why: self.delete_candidate(candidate, f"the rollout {why}"))
+        except Exception as error:
+            raise KServeRolloutError(
+                f"the candidate of {self.storage_uri} did not come up ({type(error).__name__}: "
+                f"{error}); it was deleted, and {self.where} was not changed and still serves "
+                f"{previous_uri}") from error
+        if not passed:
+            return self.result(
+                "candidate_failed", decision, current, canary_url=candidate_url,
+                verification=verification,
+                reason=f"the candidate failed verification ({self.describe(verification)}); "
+                       f"{self.where} was not changed and still serves {previous_uri}")
+        promoted = self.promote_main(decision, candidate, stable, previous_uri)
+        self.delete_candidate(candidate, "the main InferenceService serves its model now")
+        return self.result(
+            "promoted", decision, promoted, canary_url=candidate_url, verification=verification,
+            reason=f"the candidate passed verification ({self.describe(verification)}) and "
+                   f"{self.where} was rolled over to it")
+
+    def promote_main(self, decision: BlessingDecision, candidate: str, stable: dict[str, str],
+                     previous_uri: str | None) -> dict:
+        """Rolls the main InferenceService over to the verified model; if that does not
+        finish (deadline, failed verification, an error, SIGTERM), the job's cleanup writes the
+        previous model back and deletes the candidate."""
+        from fmnist.kubernetes.runner import JobFailed
+
+        self.log(f"[kserve] updating {self.where} to {self.storage_uri} (maxUnavailable 0: "
+                 "its old pods serve until the new ones are ready)")
+        body = self.build(self.stable_annotations(self.storage_uri, self.test_accuracy))
+        written: dict = {}
+        undone: dict = {}
+
+        def restore(why: str) -> None:
+            try:
+                undone["isvc"] = self.restore_main(stable, previous_uri)
+            except Exception as failure:
+                undone["failure"] = failure
+                raise
+            finally:
+                self.delete_candidate(candidate, f"the rollover {why}")
+
+        try:
+            isvc, url, verification, passed = self.verified_job(
+                "main InferenceService", self.name,
+                create=lambda: written.update(self.write(body)),
+                rolled_out=lambda isvc: self.rolled_out(isvc, written, self.name),
+                cleanup=restore)
+            if passed:
+                return isvc
+            why = f"it failed verification after the rollover ({self.describe(verification)})"
+            error: Exception = JobFailed(why)
+        except Exception as failure:
+            why, error = f"{type(failure).__name__}: {failure}", failure
+        if "failure" in undone or "isvc" not in undone:
+            raise KServeRolloutError(
+                f"{self.where} was being moved to {self.storage_uri} ({why}), and writing "
+                f"{previous_uri} back failed ({undone.get('failure')}); set "
+                f"spec.predictor.model.storageUri back to {previous_uri} by hand (kubectl edit "
+                f"inferenceservice -n {self.api.namespace} {self.name})") from error
+        result = self.result("rolled_back", decision, undone["isvc"],
+                             reason=f"the rollover did not finish ({why}); {previous_uri} is "
+                                    "served again")
+        raise KServeRolloutError(
+            f"{self.where} was being moved to {self.storage_uri} ({why}); {previous_uri} was "
+            "written back", result) from error
+
+    def restore_main(self, stable: dict[str, str], previous_uri: str | None) -> dict:
+        if not previous_uri:
+            raise KServeRolloutError("the previous model's URI is unknown")
+        self.log(f"[kserve] rolling back: {self.where} serves {previous_uri} again")
+        annotations = {**stable, ANNOTATION_MODEL_URI: previous_uri}
+        body = self.build(annotations, storage_uri=previous_uri)
+        written: dict = {}
+        return self.run_job("rollback", read=self.reader(),
+                            create=lambda: written.update(self.write(body)),
+                            check=lambda isvc: self.rolled_out(isvc, written, self.name))
+
+    def delete_candidate(self, candidate: str, why: str) -> None:
+        existing = self.retrying(lambda: self.api.get(candidate), f"read {candidate}")
+        if existing is not None:
+            self.log(f"[kserve] deleting {self.api.where(candidate)}: {why}")
+            self.retrying(lambda: self.api.delete(candidate), f"delete {candidate}")
+
+    # -- what "rolled out" means here --------------------------------------------------------
+
+    def rolled_out(self, isvc: dict, written: dict, name: str) -> Check:
+        """Ready, an address, and the Deployment rolled out on a template whose model-URI
+        annotation is the ``storageUri`` written (the pod template carries the
+        InferenceService's annotations: kserve v0.15.2 ``components/predictor.go`` L99-101 and
+        L444-458, ``deployment_reconciler.go`` L141-155)."""
+        expected = (((written.get("spec") or {}).get("predictor") or {}).get("model")
+                    or {}).get("storageUri")
+        deployment = self.retrying(
+            lambda: self.api.get_deployment(predictor_deployment_name(name)),
+            f"read deployment of {name}")
+        failed = deployment_failed(deployment)
+        if failed:
+            raise KServeRolloutError(f"the Deployment of {self.api.where(name)} cannot roll "
+                                     f"out: {failed}")
+        carries = _template_annotations(deployment).get(ANNOTATION_MODEL_URI) == expected
+        if (is_true(isvc) and carries and deployment_rolled_out(deployment)
+                and cluster_local_url(isvc)):
+            return Check(True, f"rolled out {expected}")
+        status = (deployment or {}).get("status") or {}
+        return Check(False, f"{describe(isvc)}; Deployment "
+                     + ("not created yet" if deployment is None else
+                        f"{'on' if carries else 'not yet on'} the new template, "
+                        f"{status.get('updatedReplicas', 0)} updated / "
+                        f"{status.get('availableReplicas', 0)} available / "
+                        f"{status.get('replicas', 0)} replicas"))

@@ -1,0 +1,453 @@
+"""A stand-in for the Kubernetes API server: an object store with the API server's semantics for
+the resources our steps and the preflight touch, recording every call. It is no cluster.
+
+The rules it enforces, each from upstream source:
+
+* Create answers 409 ``AlreadyExists`` when the object exists; reads, updates and deletes of a
+  missing object answer 404 with a ``NotFound`` Status; a resource type the server does not
+  serve answers a bare ``404 page not found`` (kubernetes/apiserver v0.33.9
+  ``pkg/endpoints/handlers``; the Status shape of ``k8s.io/apimachinery/pkg/api/errors``).
+* An update needs ``metadata.resourceVersion`` (422 when missing: custom resources allow no
+  unconditional update) and answers 409 ``Conflict`` when it is stale
+  (kubernetes/apiextensions-apiserver v0.36.3 ``pkg/registry/customresource/strategy.go``
+  L268-271).
+* Create sets ``generation: 1`` and drops ``status``; an update keeps the old ``status`` and
+  bumps ``generation`` only when something outside ``metadata`` changed (strategy.go
+  L145-186). Status is written only by controllers (``write_status``), which bumps the
+  resourceVersion but never the generation.
+* Nulls the schema does not allow are pruned from what is stored, never rejected
+  (apiextensions-apiserver v0.36.3 ``pkg/apiserver/customresource_handler.go`` L1431-1440,
+  ``pkg/apiserver/schema/defaulting/prunenulls.go`` L21-50).
+* API discovery: ``GET /apis/<group>/<version>`` lists the resources served there (an
+  ``APIResourceList``), 404 when the group/version is not served (kubernetes/apiserver
+  ``pkg/endpoints/discovery``).
+* SelfSubjectAccessReview, made as the ``Impersonate-User`` when given, answers
+  ``status.allowed``: with ``rbac=True`` by the stored Roles and RoleBindings (a rule allows when
+  its apiGroups, resources (``resource/subresource``), verbs and resourceNames match, ``*``
+  matching all: kubernetes ``pkg/apis/rbac/v1/evaluation_helpers.go`` ``RuleAllows``), else by
+  ``allowed``; impersonation needs the ``impersonate`` verb (403 when ``impersonation`` is off).
+
+Faults can be injected per request (``fail``): an HTTP status, a delay past the client's
+timeout, or a dropped connection.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from tests.loopback import JsonRequestHandler, LoopbackServer, reply_json
+
+# (group, version, plural) -> kind, for everything the stand-in serves.
+CORE = {
+    ("", "v1", "serviceaccounts"): "ServiceAccount",
+    ("", "v1", "secrets"): "Secret",
+    ("", "v1", "configmaps"): "ConfigMap",
+    ("", "v1", "persistentvolumeclaims"): "PersistentVolumeClaim",
+    ("", "v1", "pods"): "Pod",
+    ("apps", "v1", "deployments"): "Deployment",
+    ("serving.kserve.io", "v1beta1", "inferenceservices"): "InferenceService",
+    ("serving.kserve.io", "v1alpha1", "servingruntimes"): "ServingRuntime",
+    ("security.istio.io", "v1beta1", "authorizationpolicies"): "AuthorizationPolicy",
+    ("rbac.authorization.k8s.io", "v1", "roles"): "Role",
+    ("rbac.authorization.k8s.io", "v1", "rolebindings"): "RoleBinding",
+    ("kubeflow.org", "v1", "tfjobs"): "TFJob",
+    ("kubeflow.org", "v1beta1", "experiments"): "Experiment",
+    ("kubeflow.org", "v1beta1", "trials"): "Trial",
+}
+CLUSTER_SCOPED = {
+    ("apiextensions.k8s.io", "v1", "customresourcedefinitions"): "CustomResourceDefinition",
+}
+# Custom resources: their status is a subresource, so the main resource cannot write it.
+WITH_STATUS_SUBRESOURCE = {"InferenceService", "Deployment"}
+_PATH = re.compile(
+    r"^/(?:api/(?P<core_version>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
+    r"(?:/namespaces/(?P<namespace>[^/]+))?/(?P<plural>[^/?]+)(?:/(?P<name>[^/?]+))?"
+    r"(?:/(?P<sub>status))?/?(?:\?|$)"
+)
+
+
+def status_reply(code: int, reason: str, message: str, name: str = "", kind: str = "",
+                 group: str = "") -> dict:
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": message, "reason": reason, "code": code,
+            "details": {"name": name, "group": group, "kind": kind}}
+
+
+def prune_nulls(value):
+    """Drops null values at every level (prunenulls.go L21-50: no field of ours is nullable)."""
+    if isinstance(value, dict):
+        return {key: prune_nulls(item) for key, item in value.items() if item is not None}
+    if isinstance(value, list):
+        return [prune_nulls(item) for item in value]
+    return value
+
+
+@dataclass
+class Fault:
+    """Answers the next ``times`` matching requests badly: ``status`` (e.g. 503), or
+    ``delay`` seconds of silence, or ``drop`` (close without answering)."""
+
+    method: str
+    path_contains: str
+    status: int = 0
+    delay: float = 0.0
+    drop: bool = False
+    times: int = 1
+    skip: int = 0  # let this many matching requests through first
+
+
+@dataclass
+class Resource:
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+
+class ApiServerStandIn(LoopbackServer):
+    """The object store and its HTTP side; subclasses add controllers (``after_write``,
+    ``before_read``). ``allowed``: the (verb, group, resource) a SelfSubjectAccessReview
+    allows (None: all); ``forbidden_namespaces``: where every request answers 403."""
+
+    def __init__(self, *, allowed: set | None = None, forbidden_namespaces: set | None = None,
+                 rbac: bool = False):
+        self.served = set(CORE) | set(CLUSTER_SCOPED)
+        self.allowed = allowed
+        self.rbac = rbac
+        self.impersonation = True
+        self.impersonated: list[str | None] = []
+        self.forbidden_namespaces = set(forbidden_namespaces or ())
+        self.calls: list[tuple[str, str, dict | None]] = []
+        self.objects: dict[tuple, dict] = {}
+        self.faults: list[Fault] = []
+        self._version = 100
+        self.lock = threading.RLock()
+        self._kubeconfig_dir: tempfile.TemporaryDirectory | None = None
+        self._serve(self._handler())
+
+    def _serve(self, handler_class) -> None:
+        super()._serve(handler_class)
+        # Shut down within 20 ms rather than serve_forever's default half second.
+        self.thread = threading.Thread(
+            target=lambda: self.server.serve_forever(poll_interval=0.02), daemon=True)
+
+    # -- the HTTP side ---------------------------------------------------------------------
+
+    def _handler(self):
+        standin = self
+
+        class Handler(JsonRequestHandler):
+            def _route(self, method: str, body=None):
+                standin.calls.append((method, self.path, copy.deepcopy(body)))
+                if "selfsubjectaccessreviews" in self.path:
+                    user = self.headers.get("Impersonate-User")
+                    standin.impersonated.append(user)
+                    if user and not standin.impersonation:
+                        return reply_json(self, status_reply(
+                            403, "Forbidden", f'users "{user}" is forbidden: User "standin" '
+                            'cannot impersonate resource "users" in API group ""'), 403)
+                    body = {**(body or {}), "_user": user}
+                fault = standin._fault(method, self.path)
+                if fault is not None:
+                    if fault.drop:
+                        self.close_connection = True
+                        return
+                    if fault.delay:
+                        time.sleep(fault.delay)
+                    if fault.status:
+                        return reply_json(self, status_reply(
+                            fault.status, "InternalError" if fault.status >= 500 else
+                            "NotFound", f"injected {fault.status}"), fault.status)
+                with standin.lock:
+                    code, reply = standin.dispatch(method, self.path, body)
+                if reply is None:  # what the API server says for a type it does not serve
+                    data = b"404 page not found\n"
+                    self.send_response(404)
+                    self.send_header("Content-Type", "text/plain; charset=utf-8")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
+                reply_json(self, reply, code)
+
+            def do_GET(self):
+                self._route("GET")
+
+            def do_POST(self):
+                self._route("POST", self._body())
+
+            def do_PUT(self):
+                self._route("PUT", self._body())
+
+            def do_DELETE(self):
+                self._route("DELETE")
+
+        return Handler
+
+    def _fault(self, method: str, path: str) -> Fault | None:
+        chosen = None
+        with self.lock:
+            for fault in self.faults:  # every fault counts every matching request
+                if fault.method == method and fault.path_contains in path and fault.times > 0:
+                    if fault.skip > 0:
+                        fault.skip -= 1
+                    elif chosen is None:
+                        fault.times -= 1
+                        chosen = fault
+        return chosen
+
+    def resource(self, group: str, version: str, plural: str) -> Resource | None:
+        key = (group, version, plural)
+        if key not in self.served:
+            return None
+        if key in CORE:
+            return Resource(group, version, plural, CORE[key])
+        return Resource(group, version, plural, CLUSTER_SCOPED[key], namespaced=False)
+
+    def dispatch(self, method: str, path: str, body) -> tuple[int, dict | None]:
+        if path.startswith("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"):
+            return self._access_review(body)
+        discovery = re.match(r"^/apis/([^/]+)/([^/?]+)/?(?:\?|$)", path)
+        if discovery and method == "GET":
+            resources = [{"name": plural, "singularName": "", "namespaced": True, "kind": kind,
+                          "verbs": ["create", "delete", "get", "list", "patch", "update",
+                                    "watch"]}
+                         for (group, version, plural), kind in CORE.items()
+                         if (group, version) == (discovery[1], discovery[2])
+                         and (group, version, plural) in self.served]
+            if not resources:
+                return 404, None
+            return 200, {"kind": "APIResourceList", "apiVersion": "v1",
+                         "groupVersion": f"{discovery[1]}/{discovery[2]}",
+                         "resources": resources}
+        match = _PATH.match(path)
+        if not match:
+            return 404, None
+        group = match["group"] or ""
+        version = match["core_version"] or match["version"]
+        resource = self.resource(group, version, match["plural"])
+        if resource is None or (resource.namespaced and not match["namespace"]):
+            return 404, None
+        namespace = match["namespace"] or ""
+        if namespace in self.forbidden_namespaces:
+            return 403, status_reply(403, "Forbidden", f'{resource.qualified} is forbidden: '
+                                     'User "system:serviceaccount:kubeflow:pipeline-runner" '
+                                     f'cannot {method.lower()} resource "{resource.plural}" in '
+                                     f'API group "{group}" in the namespace "{namespace}"')
+        return self.handle(method, resource, namespace, match["name"], body)
+
+    def handle(self, method, resource: Resource, namespace: str, name: str | None, body):
+        if method == "POST":
+            return self.create(resource, namespace, body)
+        key = (resource.kind, namespace, name)
+        if method == "GET" and name is None:
+            items = [copy.deepcopy(obj) for (kind, ns, _), obj in self.objects.items()
+                     if kind == resource.kind and ns == namespace]
+            return 200, {"apiVersion": resource.api_version, "kind": f"{resource.kind}List",
+                         "metadata": {}, "items": items}
+        if key not in self.objects:
+            return 404, status_reply(404, "NotFound", f'{resource.qualified} "{name}" not found',
+                                     name, resource.plural, resource.group)
+        if method == "GET":
+            self.before_read(resource.kind, namespace, name)
+            return 200, copy.deepcopy(self.objects[key])
+        if method == "DELETE":
+            self.objects.pop(key)
+            self.after_delete(resource.kind, namespace, name)
+            return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success",
+                         "details": {"name": name, "kind": resource.plural}}
+        if method == "PUT":
+            return self.update(resource, key, body)
+        return 405, status_reply(405, "MethodNotAllowed", f"{method} is not supported")
+
+    # -- the store -----------------------------------------------------------------------
+
+    def next_version(self) -> str:
+        self._version += 1
+        return str(self._version)
+
+    def create(self, resource: Resource, namespace: str, body: dict):
+        body = prune_nulls(copy.deepcopy(body or {}))
+        name = (body.get("metadata") or {}).get("name", "")
+        key = (resource.kind, namespace, name)
+        if key in self.objects:
+            return 409, status_reply(409, "AlreadyExists", f'{resource.qualified} "{name}" '
+                                     "already exists", name, resource.plural, resource.group)
+        denied = self.admit(resource.kind, body, None)
+        if denied:
+            return denied
+        if resource.kind in WITH_STATUS_SUBRESOURCE:
+            body.pop("status", None)
+        metadata = body.setdefault("metadata", {})
+        if namespace:
+            metadata["namespace"] = namespace
+        metadata.update(uid=f"uid-{resource.kind.lower()}-{name}", generation=1,
+                        creationTimestamp="2026-01-01T00:00:00Z",
+                        resourceVersion=self.next_version())
+        self.objects[key] = body
+        self.after_write(resource.kind, namespace, name, None)
+        return 201, copy.deepcopy(body)
+
+    def update(self, resource: Resource, key: tuple, body: dict):
+        body = prune_nulls(copy.deepcopy(body or {}))
+        existing = self.objects[key]
+        name = key[2]
+        version = (body.get("metadata") or {}).get("resourceVersion")
+        if not version:
+            return 422, status_reply(422, "Invalid", "metadata.resourceVersion: Invalid value: "
+                                     "0x0: must be specified for an update", name,
+                                     resource.kind, resource.group)
+        if version != existing["metadata"]["resourceVersion"]:
+            return 409, status_reply(409, "Conflict", f"Operation cannot be fulfilled on "
+                                     f'{resource.qualified} "{name}": the object has been '
+                                     "modified; please apply your changes to the latest version "
+                                     "and try again", name, resource.plural, resource.group)
+        denied = self.admit(resource.kind, body, existing)
+        if denied:
+            return denied
+        if resource.kind in WITH_STATUS_SUBRESOURCE:
+            body.pop("status", None)
+            if "status" in existing:
+                body["status"] = copy.deepcopy(existing["status"])
+        old = existing["metadata"]
+        changed = ({k: v for k, v in body.items() if k != "metadata"}
+                   != {k: v for k, v in existing.items() if k != "metadata"})
+        body["metadata"].update(uid=old["uid"], creationTimestamp=old["creationTimestamp"],
+                                namespace=old.get("namespace", ""),
+                                generation=old["generation"] + (1 if changed else 0),
+                                resourceVersion=self.next_version())
+        self.objects[key] = body
+        self.after_write(resource.kind, key[1], name, existing)
+        return 200, copy.deepcopy(body)
+
+    def write_status(self, key: tuple, status: dict) -> None:
+        """What a controller's status update does: a new resourceVersion, no new generation."""
+        obj = self.objects[key]
+        obj["status"] = prune_nulls(status)
+        obj["metadata"]["resourceVersion"] = self.next_version()
+
+    def put(self, obj: dict) -> dict:
+        """Stores ``obj`` as if created (for a test's setup); returns the stored copy."""
+        api_version = obj["apiVersion"]
+        group, _, version = api_version.rpartition("/")
+        plural = next(p for (g, v, p), kind in {**CORE, **CLUSTER_SCOPED}.items()
+                      if g == group and v == version and kind == obj["kind"])
+        resource = self.resource(group, version, plural) or Resource(
+            group, version, plural, obj["kind"], (group, version, plural) in CORE)
+        namespace = (obj.get("metadata") or {}).get("namespace", "") if resource.namespaced \
+            else ""
+        with self.lock:
+            code, stored = self.create(resource, namespace, obj)
+        assert code == 201, stored
+        return stored
+
+    # -- hooks for controllers -------------------------------------------------------------
+
+    def admit(self, kind: str, body: dict, old: dict | None):
+        """A validating webhook's answer: None to admit, else ``(code, Status)``."""
+        return None
+
+    def after_write(self, kind: str, namespace: str, name: str, old: dict | None) -> None:
+        pass
+
+    def after_delete(self, kind: str, namespace: str, name: str) -> None:
+        pass
+
+    def before_read(self, kind: str, namespace: str, name: str) -> None:
+        pass
+
+    # -- SelfSubjectAccessReview -------------------------------------------------------------
+
+    def _access_review(self, body: dict):
+        body = dict(body or {})
+        user = body.pop("_user", None)
+        attributes = (body.get("spec") or {}).get("resourceAttributes") or {}
+        resource = attributes.get("resource", "")
+        if attributes.get("subresource"):
+            resource += "/" + attributes["subresource"]
+        verb, group = attributes.get("verb"), attributes.get("group", "")
+        if self.rbac:
+            allowed = self._rbac_allows(user, attributes.get("namespace", ""), verb, group,
+                                        resource, attributes.get("name", ""))
+        else:
+            allowed = self.allowed is None or (verb, group, resource) in self.allowed
+        reply = {**body, "apiVersion": "authorization.k8s.io/v1",
+                 "kind": "SelfSubjectAccessReview",
+                 "status": {"allowed": allowed, "reason": "" if allowed else "no RBAC rule"}}
+        return 201, reply
+
+    def _rbac_allows(self, user, namespace, verb, group, resource, name) -> bool:
+        parts = (user or "").split(":")
+        if len(parts) != 4 or parts[:2] != ["system", "serviceaccount"]:
+            return False
+        account_namespace, account = parts[2], parts[3]
+        for (kind, ns, _), binding in list(self.objects.items()):
+            if kind != "RoleBinding" or ns != namespace:
+                continue
+            if not any(subject.get("kind") == "ServiceAccount" and subject.get("name") == account
+                       and subject.get("namespace", ns) == account_namespace
+                       for subject in binding.get("subjects") or []):
+                continue
+            role = self.objects.get(("Role", ns, binding["roleRef"]["name"]))
+            for rule in (role or {}).get("rules") or []:
+                def has(values, wanted):
+                    return "*" in (values or []) or wanted in (values or [])
+                if (has(rule.get("apiGroups"), group) and has(rule.get("resources"), resource)
+                        and has(rule.get("verbs"), verb)
+                        and (not rule.get("resourceNames") or name in rule["resourceNames"])):
+                    return True
+        return False
+
+    # -- for the tests -------------------------------------------------------------------
+
+    def api_client(self, namespace: str = "kubeflow"):
+        """A ``kubernetes.client.ApiClient`` talking to this stand-in (a private
+        Configuration loaded from a kubeconfig that points here)."""
+        from kubernetes import client, config
+
+        configuration = client.Configuration()
+        config.load_kube_config(config_file=str(self.kubeconfig(namespace)),
+                                client_configuration=configuration, persist_config=False)
+        return client.ApiClient(configuration)
+
+    def kubeconfig(self, namespace: str = "kubeflow") -> Path:
+        if self._kubeconfig_dir is None:
+            self._kubeconfig_dir = tempfile.TemporaryDirectory(prefix="apiserver-standin-")
+        path = Path(self._kubeconfig_dir.name) / f"kubeconfig-{namespace}"
+        path.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "standin",
+            "clusters": [{"name": "standin", "cluster": {"server": self.url}}],
+            "users": [{"name": "standin", "user": {"token": "standin"}}],
+            "contexts": [{"name": "standin", "context": {"cluster": "standin",
+                                                          "user": "standin",
+                                                          "namespace": namespace}}],
+        }))
+        return path
+
+    def __exit__(self, *exc):
+        super().__exit__(*exc)
+        if self._kubeconfig_dir is not None:
+            self._kubeconfig_dir.cleanup()
+
+    def methods(self) -> list[tuple[str, str]]:
+        return [(method, path.split("?")[0]) for method, path, _ in self.calls]
+
+    def get(self, kind: str, name: str, namespace: str = "kubeflow") -> dict:
+        return copy.deepcopy(self.objects[(kind, namespace, name)])
