@@ -7,6 +7,7 @@ import json
 import os
 import re
 import signal
+import sys
 import threading
 import time
 
@@ -183,3 +184,37 @@ def test_sigterm_stops_every_worker_before_the_launcher_exits(tmp_path):
     assert sorted(p.name for p in tmp_path.glob("sigterm-*")) == sorted(
         f"sigterm-{pid}" for pid in pids.values())
     assert all(harness.gone(pid) for pid in pids.values())
+
+
+def _env_reporting_worker(self, python: str = sys.executable) -> list[str]:
+    """A stand-in trainer that records the TF_CONFIG it was given and reports success."""
+    script = ("import json, os, sys; work = sys.argv[1]; os.makedirs(work, exist_ok=True); "
+              "open(os.path.join(work, 'tf_config-' + str(os.getpid())), 'w')"
+              ".write(os.environ.get('TF_CONFIG', '<unset>')); "
+              "open(os.path.join(work, 'result.json'), 'w').write('{}')")
+    return [python, "-c", script, self.work_dir]
+
+
+@pytest.mark.parametrize(("workers", "chief", "distributed"), [(1, False, False),
+                                                               (2, False, True),
+                                                               (1, True, True)])
+def test_tf_config_only_for_a_distributed_job(workers, chief, distributed, tmp_path,
+                                              monkeypatch):
+    """As the training operator: TF_CONFIG only when the job has more than one replica
+    (kubeflow/trainer v1.9.2 pkg/controller.v1/tensorflow/util.go isDistributed, lines 74-95,
+    and tfjob_controller.go SetClusterSpec, lines 561-564)."""
+    monkeypatch.setattr(TrainingJobSpec, "trainer_command", _env_reporting_worker)
+    monkeypatch.setenv("TF_CONFIG", '{"inherited": true}')  # never passed on
+    spec = TrainingJobSpec(name="env", config=TrainingConfig(), data_dir=str(tmp_path),
+                           export_dir=str(tmp_path / "w" / "1"), work_dir=str(tmp_path / "w"),
+                           num_workers=workers, use_chief=chief)
+    LocalProcessLauncher(out=io.StringIO()).run(spec)
+    seen = [path.read_text() for path in (tmp_path / "w").glob("tf_config-*")]
+    assert len(seen) == workers + chief
+    if distributed:
+        configs = [json.loads(text) for text in seen]
+        assert all(config["environment"] == "cloud" for config in configs)
+        assert sorted(c["task"]["type"] for c in configs) == sorted(
+            ["worker"] * workers + ["chief"] * chief)
+    else:
+        assert seen == ["<unset>"]

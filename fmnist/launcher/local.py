@@ -147,8 +147,14 @@ class LocalProcessLauncher:
             workers = self.workers = []
         for i, (task_type, index) in enumerate(replicas):
             env = dict(os.environ)
+            env.pop("TF_CONFIG", None)
+            if len(replicas) > 1:
+                # As the training operator: TF_CONFIG only for a distributed job (a single
+                # replica gets none), so a one-worker job runs without a cluster — and without
+                # MultiWorkerMirroredStrategy's health-check thread, whose 30 s sleep stalled
+                # the end of training when the strategy was torn down.
+                env["TF_CONFIG"] = json.dumps(tf_config_for(replicas, ports, i))
             env.update(
-                TF_CONFIG=json.dumps(tf_config_for(replicas, ports, i)),
                 PYTHONUNBUFFERED="1",
                 TF_CPP_MIN_LOG_LEVEL=env.get("TF_CPP_MIN_LOG_LEVEL", "2"),
                 # Share the cores instead of every worker assuming it owns them all.
