@@ -138,6 +138,12 @@ class FaultyServer(LoopbackServer):
                                         f"injected HTTP {fault}"), fault)
         return True
 
+    def _serve(self, handler_class) -> None:
+        super()._serve(handler_class)
+        # serve_forever's default 0.5 s poll would make every test's shutdown wait that long.
+        self.thread = threading.Thread(
+            target=lambda: self.server.serve_forever(poll_interval=0.01), daemon=True)
+
     def methods(self) -> list[tuple[str, str]]:
         return [(method, path.split("?")[0]) for method, path, _ in self.calls]
 

@@ -160,6 +160,7 @@ def test_a_transient_api_error_mid_run_leaves_the_job_alive_and_the_step_succeed
     the step)."""
     _finish(tmp_path)
     with KubernetesStandIn(running_ticks=4) as standin:
+        standin.timeout_hold_seconds = 0.6
         launcher = _launcher(standin, request_timeout_seconds=0.5)
         original = standin.on_get
 
