@@ -230,6 +230,38 @@ def test_max_restarts_is_the_restart_budget_on_kubernetes_too(tmp_path):
     assert ("DELETE", f"{JOBS}/{NAME}") in standin.methods() and standin.jobs == {}
 
 
+def test_container_restarts_in_place_count_too(tmp_path):
+    """restartPolicy OnFailure: the kubelet restarts the container inside the pod
+    (restartCount); the job carries on (kubeflow/trainer v1.9.2 pkg/core/pod.go lines 81-88)."""
+    _finish(tmp_path)
+    with KubernetesStandIn(scripts={"worker-0": [1, 0]}) as standin:
+        outcome = _launcher(standin, restart_policy="OnFailure").run(
+            _spec(tmp_path, max_restarts=1))
+    assert outcome.restarts == 1
+
+
+def test_in_place_restarts_past_the_budget_fail_the_job(tmp_path):
+    """Two in-place restarts with max_restarts=1: the operator's backoffLimit (2: core/job.go
+    PastBackoffLimit, result >= limit) and the launcher's count agree."""
+    with KubernetesStandIn(scripts={"worker-0": [1, 1, 1, 0]}) as standin:
+        launcher = _launcher(standin, restart_policy="OnFailure")
+        with pytest.raises(TrainingJobError, match="reached the specified backoff limit|2 "
+                                                   "restarts, more than max_restarts=1"):
+            launcher.run(_spec(tmp_path, max_restarts=1))
+
+
+def test_the_masters_log_is_followed_across_a_restart(tmp_path):
+    _finish(tmp_path)
+    with KubernetesStandIn(scripts={"worker-0": [137, 0]},
+                           logs={"worker-0": "2025-01-01T00:00:01Z epoch=1 epochs=1\n"}
+                           ) as standin:
+        launcher = _launcher(standin)
+        outcome = launcher.run(_spec(tmp_path, max_restarts=1))
+    assert outcome.restarts == 1
+    # Printed once per pod: the recreated pod (a new UID) logs from its own start.
+    assert launcher.out.getvalue().count(f"[{NAME}-worker-0] 2025-01-01T00:00:01Z epoch=1") == 2
+
+
 def test_no_restarts_means_backoff_limit_zero_which_fails_at_the_first_kill(tmp_path):
     """backoffLimit 0 fails the job at the first new pod failure, even a retryable one
     (pkg/controller.v1/common/job.go v1.9.2 lines 193-198)."""
@@ -274,7 +306,8 @@ def test_a_wrong_api_version_or_kind_is_refused_and_fails_at_once(tmp_path, monk
 
 def test_the_standin_answers_like_the_api_server():
     """The admission order and codes the stand-in enforces (tests/k8s_standin.py cites the
-    upstream files): 404, 400, 422, then the webhook's 403, then 409."""
+    upstream files): 404, 400, 422, then the webhook's 403, then 409. At 1cd2394 the stand-in
+    took any of these; the job-name check used DNS-1123 where the webhook wants DNS-1035."""
     from fmnist.kubernetes.tfjob import build_tfjob, to_manifest
 
     body = to_manifest(build_tfjob(
@@ -296,11 +329,13 @@ def test_the_standin_answers_like_the_api_server():
         assert post(apiVersion="kubeflow.org/v2").status_code == 400
         answer = post(kind="Tfjob")
         assert answer.status_code == 422 and "must be TFJob" in answer.json()["message"]
-        denied = post(**{"metadata.name": "Fmnist_Job"})
+        invalid = post(**{"metadata.name": "Fmnist_Job"})  # no DNS-1123 subdomain: 422 first
+        assert invalid.status_code == 422 and "RFC 1123 subdomain" in invalid.json()["message"]
+        denied = post(**{"metadata.name": "9fmnist"})  # a subdomain, but no DNS-1035 label
         assert denied.status_code == 403
         assert denied.json()["message"].startswith(
             'admission webhook "validator.tfjob.training-operator.kubeflow.org" denied the '
-            'request: metadata.name: Invalid value: "Fmnist_Job"')
+            'request: metadata.name: Invalid value: "9fmnist"')
         too_long = post(**{"metadata.name": "a" * 64})
         assert too_long.status_code == 403
         worker = body["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
