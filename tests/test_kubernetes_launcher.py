@@ -77,6 +77,7 @@ def test_creates_a_valid_tfjob_and_returns_the_chiefs_result(tmp_path):
     assert ("DELETE", f"{JOBS}/{NAME}") not in standin.methods()
     # kubeflow/trainer v1.9.2 pkg/util/status.go: Running flips to False in place.
     assert final == [("Created", "True"), ("Running", "False"), ("Succeeded", "True")]
+    assert outcome.wall_seconds == launcher.runner.clock() > 0  # fake seconds polled
     lines = launcher.out.getvalue().splitlines()
     assert lines[0] == f"created TFJob kubeflow/{NAME} (2 replicas, at most 2 restarts)"
     states = [line.split(": ", 1)[1] for line in lines if line.startswith("TFJob kubeflow/")]
@@ -122,6 +123,9 @@ def test_a_failed_tfjob_fails_the_step_with_the_operators_reason_and_is_deleted(
     out = launcher.out.getvalue()
     assert f"[{NAME}-worker-0] Traceback: boom" in out  # the master's log, before deletion
     assert out.index("Traceback: boom") < out.index("deleted TFJob")
+    assert out.splitlines()[-2:] == [
+        f"deleting the failed TFJob kubeflow/{NAME} so that a retry of this step starts afresh",
+        f"deleted TFJob kubeflow/{NAME}"]
 
 
 def test_the_masters_log_is_printed_once_per_line_across_polls(tmp_path):
@@ -473,3 +477,29 @@ def test_sigterm_while_waiting_deletes_the_job(tmp_path):
     assert process.returncode == 128 + signal.SIGTERM, output
     assert ("DELETE", f"{JOBS}/{NAME}") in standin.methods()
     assert f"deleted TFJob kubeflow/{NAME}" in output
+
+
+def test_a_failed_log_read_is_skipped_and_the_lines_come_on_the_next_poll(tmp_path):
+    _finish(tmp_path)
+    with KubernetesStandIn(logs={"worker-0": "line one\nline two\n"}, running_ticks=4
+                           ) as standin:
+        standin.inject("GET", "log", 500)
+        launcher = _launcher(standin)
+        launcher.run(_spec(tmp_path))
+    out = launcher.out.getvalue()
+    assert out.count(f"[{NAME}-worker-0] line one") == 1
+    assert out.count(f"[{NAME}-worker-0] line two") == 1
+    assert "failed transiently" not in out  # logs are no part of the job's state
+
+
+def test_the_steps_deadline_is_the_jobs_plus_ten_minutes():
+    def launcher(deadline: int, **kwargs) -> TFJobLauncher:
+        settings = KubernetesSettings(image="img:1", namespace="kubeflow",
+                                      active_deadline_seconds=deadline)
+        return TFJobLauncher(settings, training_client=object(), **kwargs)
+
+    assert launcher(100).runner.timeout_seconds == 700
+    assert launcher(0).runner.timeout_seconds == 0  # none: as long as the job runs
+    assert launcher(100, timeout_seconds=5).runner.timeout_seconds == 5
+    assert launcher(0, poll_seconds=3).runner.poll_seconds == 3
+    assert launcher(0).namespace == "kubeflow"
