@@ -36,9 +36,13 @@ def webhook_problems(manifest: dict) -> list[str]:
     non-empty lists, unique names). Empty when Katib would admit it."""
     problems: list[str] = []
     name = (manifest.get("metadata") or {}).get("name", "")
-    if not re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name or ""):
+    # validator.go lines 84-92: the regex is not anchored at the end, so only a leading letter
+    # is checked, and at most 40 characters (the API server checks the rest of a DNS-1123
+    # subdomain on its own, before the webhook).
+    if not re.match(r"[a-z]([-a-z0-9]*[a-z0-9])?", name or "") or len(name) > 40:
         problems.append(f"metadata.name {name!r}: lowercase letters, digits and '-', starting "
-                        "with a letter and ending with a letter or digit")
+                        "with a letter and ending with a letter or digit, at most 40 "
+                        "characters")
     spec = manifest.get("spec") or {}
     problems += _webhook_count_problems(spec)
     objective = spec.get("objective")

@@ -6,7 +6,8 @@ rule it enforces cites the upstream file and tag it comes from:
   (kubernetes/apiextensions-apiserver v0.31.3 pkg/apiserver/customresource_handler.go lines
   278-279, delegating to a NotFound handler, apiserver.go 170-172); a body apiVersion that is
   not the path's is 400 (kubernetes/apiserver v0.31.3 pkg/endpoints/handlers/create.go
-  142-146); a wrong kind is 422 Invalid (apiextensions-apiserver v0.31.3
+  142-146); a name that is no DNS-1123 subdomain, or a wrong kind, is 422 Invalid
+  (apiextensions-apiserver v0.31.3 pkg/registry/customresource/validator.go line 53 and
   pkg/registry/customresource/validator.go 111-122, run by the strategy before admission
   webhooks: pkg/registry/generic/registry/store.go 482-488); then the training operator's
   validating webhook (kubeflow/trainer v1.9.2 pkg/webhooks/tensorflow/tfjob_webhook.go 73-125)
@@ -43,6 +44,7 @@ SERVED_VERSION = "v1"
 _TFJOBS = re.compile(r"^/apis/kubeflow\.org/([^/]+)/namespaces/([^/]+)/tfjobs(?:/([^/?]+))?")
 _PODS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/?]+))?(/log)?")
 _DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")  # apimachinery validation.go line 225
+_DNS_1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _MANAGED_BY = ("kubeflow.org/training-operator", "kueue.x-k8s.io/multikueue")  # webhooks.go
 TFJOB_WEBHOOK = "validator.tfjob.training-operator.kubeflow.org"
 HOLD_SECONDS = 30  # the longest a held request (a timeout, a gated create) waits
@@ -138,6 +140,12 @@ class FaultyServer(LoopbackServer):
                                         f"injected HTTP {fault}"), fault)
         return True
 
+    def _serve(self, handler_class) -> None:
+        super()._serve(handler_class)
+        # serve_forever's default 0.5 s poll would make every test's shutdown wait that long.
+        self.thread = threading.Thread(
+            target=lambda: self.server.serve_forever(poll_interval=0.01), daemon=True)
+
     def methods(self) -> list[tuple[str, str]]:
         return [(method, path.split("?")[0]) for method, path, _ in self.calls]
 
@@ -215,6 +223,15 @@ def admission(handler, body: dict, version: str, *, group: str, served: str, kin
                                         f"expected API version ({expected})"), 400)
         return True
     name = (body.get("metadata") or {}).get("name", "")
+    # apiextensions-apiserver v0.31.3 pkg/registry/customresource/validator.go line 53: the
+    # name of any custom resource is a DNS-1123 subdomain (apimachinery validation.go).
+    if len(name) > 253 or not _DNS_1123_SUBDOMAIN.fullmatch(name):
+        reply_json(handler, status_body(
+            422, "Invalid", f'{kind}.{group} "{name}" is invalid: metadata.name: Invalid value: '
+            f'"{name}": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric '
+            "characters, '-' or '.', and must start and end with an alphanumeric character"),
+            422)
+        return True
     if body.get("kind") != kind:
         reply_json(handler, status_body(
             422, "Invalid", f'{kind}.{group} "{name}" is invalid: kind: Invalid value: '

@@ -29,7 +29,7 @@ from tests.katib_standin import KatibStandIn
 
 REPO = Path(__file__).resolve().parent.parent
 IMAGE = "registry.example/team/fmnist:9.9.9"
-STEP_SECONDS = 900  # the most one step here may take (2 shared cores)
+STEP_SECONDS = 600  # the most one step here may take (2 shared cores), under pytest's 900
 
 
 @pytest.fixture(scope="module")

@@ -318,3 +318,97 @@ def test_the_object_store_layout_and_fixed_hyperparameters():
     assert _flag(command, "--epochs") == "6"
     assert _flag(command, "--precision") == "float32"
     assert _flag(command, "--validation-examples") == "5000"
+
+
+def test_the_whole_experiment_but_its_trial_tfjob():
+    """Every field of the Experiment (the trial TFJob has its own tests), so that no setting
+    silently stops reaching Katib."""
+    manifest = _manifest(_settings(
+        algorithm_settings={"random_state": 7}, objective_goal=0.93,
+        early_stopping=EarlyStopping(min_trials_required=3, start_step=2), max_trial_count=12,
+        parallel_trial_count=3, max_failed_trial_count=2, retain_trials=True,
+        resume_policy="LongRunning"))
+    trial_spec = manifest["spec"]["trialTemplate"].pop("trialSpec")
+    assert trial_spec["kind"] == "TFJob"
+    strategies = [{"name": m, "value": "latest"}
+                  for m in ("val_accuracy", "val_loss", "accuracy", "loss")]
+    assert manifest == {
+        "apiVersion": "kubeflow.org/v1beta1", "kind": "Experiment",
+        "metadata": {"name": "fmnist-tune", "namespace": "team-a",
+                     "labels": {"app.kubernetes.io/part-of": "fmnist-kfp"}},
+        "spec": {
+            "algorithm": {"algorithmName": "tpe",
+                          "algorithmSettings": [{"name": "random_state", "value": "7"}]},
+            "earlyStopping": {"algorithmName": "medianstop", "algorithmSettings": [
+                {"name": "min_trials_required", "value": "3"},
+                {"name": "start_step", "value": "2"}]},
+            "maxFailedTrialCount": 3,  # our budget of 2 means: fail at the third
+            "maxTrialCount": 12,
+            "parallelTrialCount": 3,
+            "resumePolicy": "LongRunning",
+            "metricsCollectorSpec": {"collector": {"kind": "StdOut"},
+                                     "source": {"filter": {"metricsFormat": [METRICS_FILTER]}}},
+            "objective": {"objectiveMetricName": "val_accuracy", "type": "maximize",
+                          "goal": 0.93, "additionalMetricNames": ["val_loss", "accuracy", "loss"],
+                          "metricStrategies": strategies},
+            "parameters": [
+                {"name": "learning_rate", "parameterType": "double",
+                 "feasibleSpace": {"distribution": "logUniform", "min": "0.0001",
+                                   "max": "0.003"}},
+                {"name": "batch_size", "parameterType": "categorical",
+                 "feasibleSpace": {"list": ["32", "64", "128", "256"]}},
+                {"name": "filters", "parameterType": "categorical",
+                 "feasibleSpace": {"list": ["16", "32", "64"]}},
+                {"name": "dropout_rate", "parameterType": "double",
+                 "feasibleSpace": {"min": "0.1", "max": "0.6"}},
+            ],
+            "trialTemplate": {
+                "primaryContainerName": "tensorflow",
+                "primaryPodLabels": {"training.kubeflow.org/job-role": "master"},
+                "successCondition": 'status.conditions.#(type=="Succeeded")#|#(status=="True")#',
+                "failureCondition": 'status.conditions.#(type=="Failed")#|#(status=="True")#',
+                "retain": True,
+                "trialParameters": [
+                    {"name": "learning_rate", "reference": "learning_rate",
+                     "description": "--learning-rate of the trainer"},
+                    {"name": "batch_size", "reference": "batch_size",
+                     "description": "--batch-size of the trainer"},
+                    {"name": "filters", "reference": "filters",
+                     "description": "--filters of the trainer"},
+                    {"name": "dropout_rate", "reference": "dropout_rate",
+                     "description": "--dropout-rate of the trainer"},
+                    {"name": "trialName", "reference": "${trialSpec.Name}",
+                     "description": "the trial's name: its own output directory"},
+                ],
+            },
+        },
+    }
+
+
+@pytest.mark.parametrize(("budget", "most", "expected"), [(0, 4, 1), (2, 4, 3), (4, 4, 4),
+                                                          (3, 4, 4)])
+def test_the_failed_trial_budget_maps_to_katibs_count(budget, most, expected):
+    """status_util.go v0.19.0 line 205: Katib fails at failed >= maxFailedTrialCount; its
+    webhook wants maxFailedTrialCount <= maxTrialCount (validator.go lines 104-109)."""
+    manifest = _manifest(_settings(max_failed_trial_count=budget, max_trial_count=most,
+                                   parallel_trial_count=2))
+    assert manifest["spec"]["maxFailedTrialCount"] == expected
+
+
+def test_the_trial_tfjob_runs_the_trainer_under_trial_process_with_its_restart_budget():
+    manifest = _manifest(_settings(max_restarts=3, num_workers=2))
+    job = manifest["spec"]["trialTemplate"]["trialSpec"]
+    assert "name" not in job["metadata"] and "namespace" not in job["metadata"]
+    assert job["spec"]["runPolicy"]["backoffLimit"] == 4
+    for container in _containers(manifest):
+        assert container["command"][:7] == ["python", "-m", "katib.trial_process", "--",
+                                            "python", "-m", "fmnist.training.trainer"]
+    assert job["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] == 2
+
+
+def test_a_searched_model_type_is_a_label_placeholder():
+    space = SearchSpace.default("tpe", "dropout").with_parameter(
+        Parameter.categorical("model_type", ["basic", "dropout"]))
+    manifest = _manifest(_settings(), space)
+    labels = manifest["spec"]["trialTemplate"]["trialSpec"]["metadata"]["labels"]
+    assert labels["fmnist/model-type"] == "${trialParameters.model_type}"

@@ -463,3 +463,55 @@ def test_the_tuning_step_stages_the_dataset_and_runs_its_experiment(synthetic_da
     assert command[command.index("--work-dir") + 1].startswith(f"{mount}/katib/{name}/")
     assert result.best_parameters == {"learning_rate": 0.0012, "batch_size": 64,
                                       "filters": 32, "dropout_rate": 0.35}
+
+
+def test_the_metric_strategy_picks_each_trials_value(tmp_path):
+    """Katib's observation has latest, min and max per metric; the settings' strategy picks."""
+    def observed(name: str, latest: str, best: str, condition: str = SUCCEEDED) -> dict:
+        made = trial(name, {"learning_rate": "0.001", "batch_size": "64", "filters": "32",
+                            "dropout_rate": "0.3"}, condition=condition)
+        made["status"]["observation"] = {"metrics": [
+            {"name": "val_accuracy", "latest": latest, "min": "0.5", "max": best},
+            {"name": "val_loss", "latest": "0.4", "min": "0.3", "max": "0.9"}]}
+        return made
+
+    first, second = observed("fmnist-tune-aaaa1111", "0.80", "0.85"), observed(
+        "fmnist-tune-bbbb2222", "0.82", "0.83")
+    for strategy, best_name, best_value in (("max", "fmnist-tune-aaaa1111", 0.85),
+                                            ("latest", "fmnist-tune-bbbb2222", 0.82)):
+        optimal = first if best_name == first["metadata"]["name"] else second
+        with KatibStandIn([state("Succeeded", succeeded=2, best=optimal)],
+                          [first, second]) as standin:
+            result = _launcher(standin).run(
+                _settings(tmp_path, metric_strategy=strategy, additional_metrics=("val_loss",)),
+                _space(), DATA_DIR)
+        assert (result.best_trial, result.best_objective) == (best_name, best_value)
+        by_name = {t.name: t for t in result.trials}
+        assert by_name["fmnist-tune-aaaa1111"].objective == (0.85 if strategy == "max" else 0.80)
+        assert by_name["fmnist-tune-aaaa1111"].metrics == {
+            "val_loss": 0.9 if strategy == "max" else 0.4}
+
+
+@pytest.mark.parametrize("condition", ["Succeeded", "Failed", "EarlyStopped",
+                                       "MetricsUnavailable", "Running", "Created"])
+def test_each_trials_state_is_read_from_its_conditions(tmp_path, condition):
+    """Trial conditions are cumulative (trials/v1beta1/util.go v0.19.0 lines 124-155): a
+    finished trial is [Created, Running=False, <outcome>]; the state is the one that holds."""
+    item = trial("fmnist-tune-cccc3333", {"filters": "16"}, {"val_accuracy": 0.7},
+                 condition=condition)
+    with KatibStandIn([state("Succeeded", succeeded=1, best=BEST)], [BEST, item]) as standin:
+        result = _launcher(standin).run(_settings(tmp_path), _space(), DATA_DIR)
+    record = {t.name: t for t in result.trials}["fmnist-tune-cccc3333"]
+    assert record.status == condition
+    assert record.seconds == (330.0 if condition not in ("Running", "Created") else 0.0)
+
+
+def test_unavailable_metrics_are_no_values(tmp_path):
+    item = trial("fmnist-tune-dddd4444", {"filters": "16"}, condition="MetricsUnavailable")
+    item["status"]["observation"] = {"metrics": [
+        {"name": "val_accuracy", "latest": "unavailable", "min": "unavailable",
+         "max": "unavailable"}]}
+    with KatibStandIn([state("Succeeded", succeeded=1, best=BEST)], [BEST, item]) as standin:
+        result = _launcher(standin).run(_settings(tmp_path), _space(), DATA_DIR)
+    record = {t.name: t for t in result.trials}["fmnist-tune-dddd4444"]
+    assert (record.objective, record.metrics) == (None, {})

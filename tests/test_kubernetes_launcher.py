@@ -77,6 +77,7 @@ def test_creates_a_valid_tfjob_and_returns_the_chiefs_result(tmp_path):
     assert ("DELETE", f"{JOBS}/{NAME}") not in standin.methods()
     # kubeflow/trainer v1.9.2 pkg/util/status.go: Running flips to False in place.
     assert final == [("Created", "True"), ("Running", "False"), ("Succeeded", "True")]
+    assert outcome.wall_seconds == launcher.runner.clock() > 0  # fake seconds polled
     lines = launcher.out.getvalue().splitlines()
     assert lines[0] == f"created TFJob kubeflow/{NAME} (2 replicas, at most 2 restarts)"
     states = [line.split(": ", 1)[1] for line in lines if line.startswith("TFJob kubeflow/")]
@@ -122,6 +123,9 @@ def test_a_failed_tfjob_fails_the_step_with_the_operators_reason_and_is_deleted(
     out = launcher.out.getvalue()
     assert f"[{NAME}-worker-0] Traceback: boom" in out  # the master's log, before deletion
     assert out.index("Traceback: boom") < out.index("deleted TFJob")
+    assert out.splitlines()[-2:] == [
+        f"deleting the failed TFJob kubeflow/{NAME} so that a retry of this step starts afresh",
+        f"deleted TFJob kubeflow/{NAME}"]
 
 
 def test_the_masters_log_is_printed_once_per_line_across_polls(tmp_path):
@@ -160,6 +164,7 @@ def test_a_transient_api_error_mid_run_leaves_the_job_alive_and_the_step_succeed
     the step)."""
     _finish(tmp_path)
     with KubernetesStandIn(running_ticks=4) as standin:
+        standin.timeout_hold_seconds = 0.6
         launcher = _launcher(standin, request_timeout_seconds=0.5)
         original = standin.on_get
 
@@ -229,6 +234,38 @@ def test_max_restarts_is_the_restart_budget_on_kubernetes_too(tmp_path):
     assert ("DELETE", f"{JOBS}/{NAME}") in standin.methods() and standin.jobs == {}
 
 
+def test_container_restarts_in_place_count_too(tmp_path):
+    """restartPolicy OnFailure: the kubelet restarts the container inside the pod
+    (restartCount); the job carries on (kubeflow/trainer v1.9.2 pkg/core/pod.go lines 81-88)."""
+    _finish(tmp_path)
+    with KubernetesStandIn(scripts={"worker-0": [1, 0]}) as standin:
+        outcome = _launcher(standin, restart_policy="OnFailure").run(
+            _spec(tmp_path, max_restarts=1))
+    assert outcome.restarts == 1
+
+
+def test_in_place_restarts_past_the_budget_fail_the_job(tmp_path):
+    """Two in-place restarts with max_restarts=1: the operator's backoffLimit (2: core/job.go
+    PastBackoffLimit, result >= limit) and the launcher's count agree."""
+    with KubernetesStandIn(scripts={"worker-0": [1, 1, 1, 0]}) as standin:
+        launcher = _launcher(standin, restart_policy="OnFailure")
+        with pytest.raises(TrainingJobError, match="reached the specified backoff limit|2 "
+                                                   "restarts, more than max_restarts=1"):
+            launcher.run(_spec(tmp_path, max_restarts=1))
+
+
+def test_the_masters_log_is_followed_across_a_restart(tmp_path):
+    _finish(tmp_path)
+    with KubernetesStandIn(scripts={"worker-0": [137, 0]},
+                           logs={"worker-0": "2025-01-01T00:00:01Z epoch=1 epochs=1\n"}
+                           ) as standin:
+        launcher = _launcher(standin)
+        outcome = launcher.run(_spec(tmp_path, max_restarts=1))
+    assert outcome.restarts == 1
+    # Printed once per pod: the recreated pod (a new UID) logs from its own start.
+    assert launcher.out.getvalue().count(f"[{NAME}-worker-0] 2025-01-01T00:00:01Z epoch=1") == 2
+
+
 def test_no_restarts_means_backoff_limit_zero_which_fails_at_the_first_kill(tmp_path):
     """backoffLimit 0 fails the job at the first new pod failure, even a retryable one
     (pkg/controller.v1/common/job.go v1.9.2 lines 193-198)."""
@@ -273,7 +310,8 @@ def test_a_wrong_api_version_or_kind_is_refused_and_fails_at_once(tmp_path, monk
 
 def test_the_standin_answers_like_the_api_server():
     """The admission order and codes the stand-in enforces (tests/k8s_standin.py cites the
-    upstream files): 404, 400, 422, then the webhook's 403, then 409."""
+    upstream files): 404, 400, 422, then the webhook's 403, then 409. At 1cd2394 the stand-in
+    took any of these; the job-name check used DNS-1123 where the webhook wants DNS-1035."""
     from fmnist.kubernetes.tfjob import build_tfjob, to_manifest
 
     body = to_manifest(build_tfjob(
@@ -295,11 +333,13 @@ def test_the_standin_answers_like_the_api_server():
         assert post(apiVersion="kubeflow.org/v2").status_code == 400
         answer = post(kind="Tfjob")
         assert answer.status_code == 422 and "must be TFJob" in answer.json()["message"]
-        denied = post(**{"metadata.name": "Fmnist_Job"})
+        invalid = post(**{"metadata.name": "Fmnist_Job"})  # no DNS-1123 subdomain: 422 first
+        assert invalid.status_code == 422 and "RFC 1123 subdomain" in invalid.json()["message"]
+        denied = post(**{"metadata.name": "9fmnist"})  # a subdomain, but no DNS-1035 label
         assert denied.status_code == 403
         assert denied.json()["message"].startswith(
             'admission webhook "validator.tfjob.training-operator.kubeflow.org" denied the '
-            'request: metadata.name: Invalid value: "Fmnist_Job"')
+            'request: metadata.name: Invalid value: "9fmnist"')
         too_long = post(**{"metadata.name": "a" * 64})
         assert too_long.status_code == 403
         worker = body["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
@@ -437,3 +477,29 @@ def test_sigterm_while_waiting_deletes_the_job(tmp_path):
     assert process.returncode == 128 + signal.SIGTERM, output
     assert ("DELETE", f"{JOBS}/{NAME}") in standin.methods()
     assert f"deleted TFJob kubeflow/{NAME}" in output
+
+
+def test_a_failed_log_read_is_skipped_and_the_lines_come_on_the_next_poll(tmp_path):
+    _finish(tmp_path)
+    with KubernetesStandIn(logs={"worker-0": "line one\nline two\n"}, running_ticks=4
+                           ) as standin:
+        standin.inject("GET", "log", 500)
+        launcher = _launcher(standin)
+        launcher.run(_spec(tmp_path))
+    out = launcher.out.getvalue()
+    assert out.count(f"[{NAME}-worker-0] line one") == 1
+    assert out.count(f"[{NAME}-worker-0] line two") == 1
+    assert "failed transiently" not in out  # logs are no part of the job's state
+
+
+def test_the_steps_deadline_is_the_jobs_plus_ten_minutes():
+    def launcher(deadline: int, **kwargs) -> TFJobLauncher:
+        settings = KubernetesSettings(image="img:1", namespace="kubeflow",
+                                      active_deadline_seconds=deadline)
+        return TFJobLauncher(settings, training_client=object(), **kwargs)
+
+    assert launcher(100).runner.timeout_seconds == 700
+    assert launcher(0).runner.timeout_seconds == 0  # none: as long as the job runs
+    assert launcher(100, timeout_seconds=5).runner.timeout_seconds == 5
+    assert launcher(0, poll_seconds=3).runner.poll_seconds == 3
+    assert launcher(0).namespace == "kubeflow"

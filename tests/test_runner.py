@@ -311,3 +311,137 @@ def test_error_classification():
     assert not is_transient(ValueError("a bug"))
     assert api_message(_api_error(403, "denied")) == "HTTP 403 Forbidden: denied"
     assert api_message(ValueError("x")) == "ValueError: x"
+
+
+# ---------------------------------------------------------------------------------------------
+# What the step's log and error say, word for word: users read them to know what happened.
+
+
+def test_every_line_the_runner_prints_and_every_error_it_raises():
+    clock, lines = Clock(), []
+    busy = _api_error(503, "etcd is busy")
+    busy.reason = "Service Unavailable"
+    script = Script(["Running", _sdk_wrapped(busy), "Succeeded"])
+    _runner(clock, lines).run(script.job())
+    assert lines == [
+        "created TFJob team-a/job (2 workers)",
+        "TFJob team-a/job: Running",
+        "reading TFJob team-a/job failed transiently (HTTP 503 Service Unavailable: etcd is "
+        "busy); retrying in 1 s",
+        "TFJob team-a/job: Succeeded",
+    ]
+
+    lines.clear()
+    with pytest.raises(JobVanished) as vanished:
+        _runner(Clock(), lines).run(Script([_api_error(404)]).job(create=False))
+    assert str(vanished.value) == (
+        "TFJob team-a/job vanished: the API server answers 404 Not Found for it. Someone "
+        "deleted it, or its namespace, while this step waited")
+
+    with pytest.raises(ApiUnreachable) as unreachable:
+        _runner(Clock(), [], unreachable_seconds=7).run(Script([busy]).job(create=False))
+    assert str(unreachable.value) == (
+        "reading TFJob team-a/job kept failing for 7 s (last: HTTP 503 Service Unavailable: "
+        "etcd is busy); the job is left as it is, and a retry of this step re-attaches to it")
+
+    script = Script(["Running"], create_errors=[ValueError("Job kind must be one of ...")])
+    with pytest.raises(JobRefused) as refused:
+        _runner(Clock(), []).run(script.job())
+    assert str(refused.value) == ("could not create TFJob team-a/job: ValueError: Job kind "
+                                  "must be one of ...")
+    assert refused.value.status is None
+
+    with pytest.raises(JobFailed) as failed:
+        _runner(Clock(), []).run(Script(["Failed"]).job())
+    assert str(failed.value) == "TFJob team-a/job failed: TFJobFailed: 1 Worker replica(s) failed"
+
+    job = Script(["Failed"]).job()
+    job.status = lambda state: JobStatus(done=True, failed=True, progress="Failed (no reason)")
+    with pytest.raises(JobFailed, match=r"^TFJob team-a/job failed: Failed \(no reason\)$"):
+        _runner(Clock(), []).run(job)
+
+
+def test_the_api_unreachable_budget_is_measured_from_the_first_error():
+    clock, lines = Clock(), []
+    busy = _api_error(503)
+    script = Script(["Running", busy, busy, busy, busy, "Succeeded"])
+    # Errors at t=5, 6, 8, 12: 7 s after the first, the budget is spent at the fourth.
+    with pytest.raises(ApiUnreachable, match="kept failing for 7 s"):
+        _runner(clock, lines, unreachable_seconds=7).run(script.job(create=False))
+    assert clock.sleeps == [5, 1, 2, 4]
+
+
+def test_a_read_that_recovers_resets_the_backoff_and_the_budget():
+    clock, lines = Clock(), []
+    busy = _api_error(503)
+    script = Script([busy, busy, "Running", busy, busy, "Succeeded"])
+    _runner(clock, lines, unreachable_seconds=3.5).run(script.job(create=False))
+    assert clock.sleeps == [1, 2, 5, 1, 2]
+
+
+def test_the_sigterm_lines(sigterm_sentinel):
+    lines: list[str] = []
+    script = Script([lambda: os.kill(os.getpid(), signal.SIGTERM)])
+    with pytest.raises(Terminated):
+        _runner(Clock(), lines).run(script.job(create=False))
+    assert lines == ["SIGTERM: cleaning up TFJob team-a/job"]
+
+    lines.clear()
+    job = Script(["Running"]).job()
+    job.create = lambda: os.kill(os.getpid(), signal.SIGTERM)
+    with pytest.raises(Terminated):
+        _runner(Clock(), lines).run(job)
+    assert lines == ["SIGTERM while creating TFJob team-a/job: cleaning it up once the create "
+                     "call returns"]
+
+
+def test_a_sigterm_during_a_transient_create_error_cleans_up(sigterm_sentinel):
+    """The create may have gone through before the error: the name is cleaned up."""
+    script = Script(["Running"])
+
+    def create():
+        script.calls.append("create")
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise _api_error(504)
+
+    job = script.job()
+    job.create = create
+    with pytest.raises(Terminated):
+        _runner(Clock(), []).run(job)
+    assert script.calls == ["create", f"cleanup:{TERMINATED}"]
+
+
+def test_api_messages():
+    plain = ApiException(status=500, reason="")
+    plain.body = "upstream connect error"
+    assert api_message(plain) == "HTTP 500: upstream connect error"
+    empty = ApiException(status=404, reason="Not Found")
+    empty.body = json.dumps({"kind": "Status"})
+    assert api_message(empty) == "HTTP 404 Not Found"
+    no_body = ApiException(status=409, reason="Conflict")
+    assert api_message(no_body) == "HTTP 409 Conflict"
+    assert api_message(_sdk_wrapped(_api_error(403, "denied"))) == "HTTP 403 Forbidden: denied"
+
+
+def test_error_chains_are_walked_once_even_when_they_loop():
+    first, second = RuntimeError("a"), RuntimeError("b")
+    first.__context__, second.__context__ = second, first
+    assert api_status(first) is None and not is_transient(first)
+
+    class Response(Exception):  # has a status, but is no ApiException
+        status = 503
+
+    assert api_status(Response()) is None and not is_transient(Response())
+
+
+@pytest.mark.parametrize(("error", "transient"), [
+    (_api_error(408), True), (_api_error(429), True), (_api_error(500), True),
+    (_api_error(599), True), (_api_error(400), False), (_api_error(401), False),
+    (_api_error(404), False), (_api_error(409), False), (_api_error(422), False),
+    (TimeoutError("timed out"), True), (ConnectionRefusedError(), True),
+    (urllib3.exceptions.ProtocolError("Connection aborted."), True),
+    (__import__("http.client").client.RemoteDisconnected("closed"), True),
+    (ValueError("a bug"), False), (KeyError("status"), False),
+])
+def test_what_counts_as_transient(error, transient):
+    assert is_transient(_sdk_wrapped(error)) is transient

@@ -96,3 +96,86 @@ def test_job_names_are_stable_per_task_and_distinct_across_tasks():
     assert first == job_name("batchnorm", "gs://root/run-1/for-loop-1-iteration-2/train-model/model")
     assert first != job_name("batchnorm", "gs://root/run-2/for-loop-1-iteration-2/train-model/model")
     assert is_dns_1035_label(first)
+
+
+def test_the_whole_manifest_of_a_gpu_job_with_a_chief():
+    """Every field, so that no setting silently stops reaching the TFJob."""
+    spec = _spec(name="fmnist-basic-3f2a9c", config=TrainingConfig(model_type="basic"),
+                 num_workers=2, use_chief=True, gpus_per_worker=1, max_restarts=2)
+    settings = _settings(pvc_name="fmnist-data", cpu="3", memory="6Gi",
+                         object_store_secret="s3-keys", service_account="trainer",
+                         active_deadline_seconds=7200, ttl_seconds_after_finished=60,
+                         clean_pod_policy="All")
+    resources = {"cpu": "3", "memory": "6Gi", "nvidia.com/gpu": "1"}
+    pod = {
+        "metadata": {"labels": {"sidecar.istio.io/inject": "false"},
+                     "annotations": {"sidecar.istio.io/inject": "false"}},
+        "spec": {
+            "containers": [{
+                "name": "tensorflow", "image": "ghcr.io/fmnist-kfp/fmnist-kfp:0.1.0",
+                "command": spec.trainer_command(python="python"),
+                "env": [{"name": "TF_CPP_MIN_LOG_LEVEL", "value": "2"}],
+                "envFrom": [{"secretRef": {"name": "s3-keys"}}],
+                "resources": {"limits": resources, "requests": resources},
+                "volumeMounts": [{"mountPath": "/mnt/fmnist", "name": "fmnist-data"}],
+            }],
+            "nodeSelector": {"nvidia.com/gpu.present": "true"},
+            "serviceAccountName": "trainer",
+            "tolerations": [{"effect": "NoSchedule", "key": "nvidia.com/gpu",
+                             "operator": "Exists"}],
+            "volumes": [{"name": "fmnist-data",
+                         "persistentVolumeClaim": {"claimName": "fmnist-data"}}],
+        },
+    }
+    assert to_manifest(build_tfjob(spec, settings)) == {
+        "apiVersion": "kubeflow.org/v1", "kind": "TFJob",
+        "metadata": {"name": "fmnist-basic-3f2a9c", "namespace": "team-a",
+                     "labels": {"app.kubernetes.io/part-of": "fmnist-kfp",
+                                "fmnist/model-type": "basic"}},
+        "spec": {
+            "runPolicy": {"activeDeadlineSeconds": 7200, "backoffLimit": 3,
+                          "cleanPodPolicy": "All", "ttlSecondsAfterFinished": 60},
+            "tfReplicaSpecs": {
+                "Worker": {"replicas": 2, "restartPolicy": "ExitCode", "template": pod},
+                "Chief": {"replicas": 1, "restartPolicy": "ExitCode", "template": pod},
+            },
+        },
+    }
+    assert spec.trainer_command(python="python")[:3] == ["python", "-m",
+                                                         "fmnist.training.trainer"]
+
+
+def test_a_cpu_job_without_a_claim_has_no_gpu_fields_and_no_volume():
+    manifest = to_manifest(build_tfjob(_spec(num_workers=1), _settings(restart_policy="Never")))
+    worker = manifest["spec"]["tfReplicaSpecs"]["Worker"]
+    assert worker["restartPolicy"] == "Never"
+    pod = worker["template"]["spec"]
+    assert set(pod) == {"containers"}  # no volumes, node selector, tolerations, account
+    assert set(pod["containers"][0]) == {"name", "image", "command", "env", "resources"}
+    assert manifest["spec"]["runPolicy"] == {"backoffLimit": 3, "cleanPodPolicy": "Running",
+                                             "ttlSecondsAfterFinished": 3600}
+
+
+@pytest.mark.parametrize(("max_restarts", "limit"), [(0, 0), (1, 2), (2, 3), (5, 6)])
+def test_backoff_limit_agrees_with_max_restarts(max_restarts, limit):
+    """kubeflow/trainer v1.9.2: 0 fails at the first failure (common/job.go lines 193-198),
+    otherwise the job fails once the running pods' restart counts reach the limit
+    (core/job.go PastBackoffLimit): max_restarts + 1 fails no earlier than the launcher."""
+    from fmnist.kubernetes.tfjob import backoff_limit
+
+    assert backoff_limit(max_restarts) == limit
+    manifest = to_manifest(build_tfjob(_spec(max_restarts=max_restarts), _settings()))
+    assert manifest["spec"]["runPolicy"]["backoffLimit"] == limit
+
+
+def test_a_name_whose_pods_would_not_be_dns_labels_is_refused():
+    """Our rule from the operator's naming (<job>-worker-<i>, common/util.go GenGeneralName
+    v1.9.2 lines 50-53): Service names are DNS-1035 labels of at most 63 characters."""
+    name = "a" * 54  # "-worker-0" makes 63
+    build_tfjob(_spec(name=name, num_workers=1), _settings())
+    with pytest.raises(UserInputError) as refused:
+        build_tfjob(_spec(name=name, num_workers=11), _settings())  # "-worker-10": 64
+    assert str(refused.value) == (
+        f"job name {name!r} is too long: its pod and service '{name}-worker-10' would exceed "
+        "63 characters; shorten the name by 1")
+

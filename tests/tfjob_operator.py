@@ -86,6 +86,9 @@ class Pod:
     log_path: Path | None = None
     log_text: str = ""
     metrics_dir: Path | None = None  # Katib's emptyDir on a wrapped primary pod
+    # The pod's restartPolicy: ExitCode becomes Never (kubeflow/trainer v1.9.2 pkg/core/pod.go
+    # SetRestartPolicy, lines 81-88), anything else is copied.
+    restart_policy: str = "Never"
 
     def manifest(self) -> dict:
         state = ({"terminated": {"exitCode": self.exit_code}} if self.exit_code is not None
@@ -135,24 +138,31 @@ class Kubelet:
     def step(self, pod: Pod) -> None:
         """Advances a running pod: a process that exited, or a scripted pod whose time is up,
         terminates with its exit code (a signal counts as 128 + its number, as the container
-        runtime reports it)."""
+        runtime reports it). Under the pod restartPolicy OnFailure (or Always) the kubelet
+        restarts the container in place instead and counts it in ``restartCount``."""
         if pod.phase != "Running":
             return
         if pod.process is not None:
             code = pod.process.poll()
             if code is None:
                 return
-            pod.exit_code = 128 - code if code < 0 else code
+            code = 128 - code if code < 0 else code
         else:
             pod.ticks_running += 1
             step = pod.script[0] if pod.script else 0
             code, ticks = step if isinstance(step, tuple) else (step, self.running_ticks)
             if pod.ticks_running < ticks:
                 return
-            pod.exit_code = code
             if pod.script:
                 pod.script.pop(0)
-        pod.phase = "Succeeded" if pod.exit_code == 0 else "Failed"
+        if code != 0 and pod.restart_policy in ("OnFailure", "Always"):
+            pod.restart_count += 1
+            pod.ticks_running = 0
+            if pod.process is not None:
+                self.start(pod, run_process=True)
+            return
+        pod.exit_code = code
+        pod.phase = "Succeeded" if code == 0 else "Failed"
 
     def kill(self, pod: Pod) -> None:
         if pod.process is not None and pod.process.poll() is None:
@@ -261,7 +271,9 @@ class TFJobController:
                   rtype=rtype, index=index, env=env,
                   command=list(container.get("command") or []) + list(
                       container.get("args") or []),
-                  script=self.scripts.get(f"{rt}-{index}", []))
+                  script=self.scripts.get(f"{rt}-{index}", []),
+                  restart_policy="Never" if self._restart_policy(rtype) == "ExitCode"
+                  else self._restart_policy(rtype))
         if self.mutate_pod is not None:
             self.mutate_pod(self, pod)
         return pod

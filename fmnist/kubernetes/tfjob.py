@@ -44,10 +44,8 @@ def build_tfjob(spec: TrainingJobSpec, settings: KubernetesSettings):
     from kubeflow.training import models
     from kubernetes import client
 
-    spec.validate()
+    spec.validate()  # at least one worker, among the rest
     settings.validate()
-    if spec.gpus_per_worker and spec.num_workers < 1:
-        raise UserInputError("GPUs were asked for but the job has no workers")
     # Our rule, from the operator's naming: each pod and its headless Service are named
     # <job>-<type>-<index> (pkg/controller.v1/common/util.go GenGeneralName, v1.9.2 lines
     # 50-53), and a Service name must be a DNS-1035 label of at most 63 characters, which the
@@ -98,8 +96,13 @@ def build_tfjob(spec: TrainingJobSpec, settings: KubernetesSettings):
         if spec.gpus_per_worker
         else None,
     )
+    # No Istio sidecar in training pods (it would keep a finished pod running and sits in the
+    # workers' gRPC path): the label is what Kubeflow's own TFJob test sets
+    # (kubeflow/manifests v1.11.0 tests/training_operator_job.yaml lines 12-15), the annotation
+    # what older Istio reads.
     template = client.V1PodTemplateSpec(
-        metadata=client.V1ObjectMeta(annotations={"sidecar.istio.io/inject": "false"}),
+        metadata=client.V1ObjectMeta(labels={"sidecar.istio.io/inject": "false"},
+                                     annotations={"sidecar.istio.io/inject": "false"}),
         spec=pod_spec,
     )
     replicas = {
