@@ -23,6 +23,18 @@ FOLDERS = {
 __all__ = ["COMPONENTS", *FOLDERS.values()]
 
 
+def lazy_component(package: str, function: str):
+    """A component folder's module ``__getattr__``: ``function`` is imported from the folder's
+    ``component.py`` on first use, so importing the folder (or its step) never builds it."""
+
+    def __getattr__(name: str):
+        if name == function:
+            return getattr(importlib.import_module(f"{package}.component"), function)
+        raise AttributeError(name)
+
+    return __getattr__
+
+
 def __getattr__(name: str):
     if name == "COMPONENTS":  # folder name → component
         return {folder: getattr(importlib.import_module(f"kfp_components.{folder}"), function)

@@ -3,12 +3,8 @@
 The component is imported on first use: inside a pipeline pod KFP's runtime ``kfp.dsl`` has no
 ``component`` decorator, and the pod imports only the step."""
 
+from kfp_components import lazy_component
+
 __all__ = ["batch_predict"]
 
-
-def __getattr__(name: str):
-    if name == "batch_predict":
-        from kfp_components.batch_predict.component import batch_predict
-
-        return batch_predict
-    raise AttributeError(name)
+__getattr__ = lazy_component(__name__, "batch_predict")

@@ -3,12 +3,8 @@
 The component is imported on first use: inside a pipeline pod KFP's runtime ``kfp.dsl`` has no
 ``component`` decorator, and the pod imports only the step."""
 
+from kfp_components import lazy_component
+
 __all__ = ["freshness_window"]
 
-
-def __getattr__(name: str):
-    if name == "freshness_window":
-        from kfp_components.freshness.component import freshness_window
-
-        return freshness_window
-    raise AttributeError(name)
+__getattr__ = lazy_component(__name__, "freshness_window")

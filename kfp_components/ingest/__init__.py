@@ -3,12 +3,8 @@
 The component is imported on first use: inside a pipeline pod KFP's runtime ``kfp.dsl`` has no
 ``component`` decorator, and the pod imports only the step."""
 
+from kfp_components import lazy_component
+
 __all__ = ["ingest_fashion_mnist"]
 
-
-def __getattr__(name: str):
-    if name == "ingest_fashion_mnist":
-        from kfp_components.ingest.component import ingest_fashion_mnist
-
-        return ingest_fashion_mnist
-    raise AttributeError(name)
+__getattr__ = lazy_component(__name__, "ingest_fashion_mnist")

@@ -3,12 +3,8 @@
 The component is imported on first use: inside a pipeline pod KFP's runtime ``kfp.dsl`` has no
 ``component`` decorator, and the pod imports only the step."""
 
+from kfp_components import lazy_component
+
 __all__ = ["predict_with_served_model"]
 
-
-def __getattr__(name: str):
-    if name == "predict_with_served_model":
-        from kfp_components.predict.component import predict_with_served_model
-
-        return predict_with_served_model
-    raise AttributeError(name)
+__getattr__ = lazy_component(__name__, "predict_with_served_model")

@@ -3,12 +3,8 @@
 The component is imported on first use: inside a pipeline pod KFP's runtime ``kfp.dsl`` has no
 ``component`` decorator, and the pod imports only the step."""
 
+from kfp_components import lazy_component
+
 __all__ = ["select_best_model"]
 
-
-def __getattr__(name: str):
-    if name == "select_best_model":
-        from kfp_components.select.component import select_best_model
-
-        return select_best_model
-    raise AttributeError(name)
+__getattr__ = lazy_component(__name__, "select_best_model")

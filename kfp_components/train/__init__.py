@@ -3,12 +3,8 @@
 The component is imported on first use: inside a pipeline pod KFP's runtime ``kfp.dsl`` has no
 ``component`` decorator, and the pod imports only the step."""
 
+from kfp_components import lazy_component
+
 __all__ = ["train_model"]
 
-
-def __getattr__(name: str):
-    if name == "train_model":
-        from kfp_components.train.component import train_model
-
-        return train_model
-    raise AttributeError(name)
+__getattr__ = lazy_component(__name__, "train_model")

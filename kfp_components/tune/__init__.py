@@ -3,12 +3,8 @@
 The component is imported on first use: inside a pipeline pod KFP's runtime ``kfp.dsl`` has no
 ``component`` decorator, and the pod imports only the step."""
 
+from kfp_components import lazy_component
+
 __all__ = ["tune_hyperparameters"]
 
-
-def __getattr__(name: str):
-    if name == "tune_hyperparameters":
-        from kfp_components.tune.component import tune_hyperparameters
-
-        return tune_hyperparameters
-    raise AttributeError(name)
+__getattr__ = lazy_component(__name__, "tune_hyperparameters")
