@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.common import RESULTS, WORK, add_data_source, data_source_missing, ingested_dataset
+from bench.common import WORK, add_data_source, data_source_missing, ingested_dataset, write_results
 
 BATCH = 256
 
@@ -142,11 +142,7 @@ def main(argv: list[str] | None = None) -> int:
                                                     strict=True)), 3),
             "error_rows": samples[name][-1]["errors"],
         }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / "batch_prediction.json"
-    path.write_text(json.dumps(result, indent=2))
-    print(json.dumps(result, indent=2))
-    print(f"wrote {path}")
+    write_results("batch_prediction", result)
     return 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -33,3 +34,13 @@ def ingested_dataset(data_source: str) -> Path:
     if not (data_dir / "metadata.json").exists():
         ingest(data_source, str(data_dir))
     return data_dir
+
+
+def write_results(name: str, result: dict) -> Path:
+    """Prints ``result`` and writes it to ``bench/results/<name>.json``."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(result, indent=2))
+    print(json.dumps(result, indent=2))
+    print(f"wrote {path}")
+    return path

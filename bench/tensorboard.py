@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 
-from bench.common import RESULTS, add_data_source, data_source_missing, ingested_dataset
+from bench.common import add_data_source, data_source_missing, ingested_dataset, write_results
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,11 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         "samples": {k: [round(v, 1) for v in values] for k, values in samples.items()},
         "cpu_samples": {k: [round(v, 1) for v in values] for k, values in cpu.items()},
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / "tensorboard.json"
-    path.write_text(json.dumps(result, indent=2))
-    print(json.dumps(result, indent=2))
-    print(f"wrote {path}")
+    write_results("tensorboard", result)
     return 0
 
 

@@ -36,7 +36,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-from tests.loopback import JsonRequestHandler, LoopbackServer, reply_json
+from tests.loopback import LoopbackServer, recording_handler, reply_json
 from tests.tfjob_operator import CONTAINER, Kubelet, TFJobController
 
 GROUP = "kubeflow.org"
@@ -268,23 +268,7 @@ class KubernetesStandIn(FaultyServer):
         self.clock = Clock()
         self.jobs: dict[tuple[str, str], TFJobController] = {}
         self.deleted: dict[tuple[str, str], dict] = {}  # the last state of each deleted job
-        standin = self
-
-        class Handler(JsonRequestHandler):
-            def do_POST(self):
-                body = self._body()
-                standin.calls.append(("POST", self.path, body))
-                standin.on_post(self, body)
-
-            def do_GET(self):
-                standin.calls.append(("GET", self.path, None))
-                standin.on_get(self)
-
-            def do_DELETE(self):
-                standin.calls.append(("DELETE", self.path, self._body()))
-                standin.on_delete(self)
-
-        self._serve(Handler)
+        self._serve(recording_handler(self))
 
     # -- requests ---------------------------------------------------------------------------
 

@@ -36,7 +36,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from tests.k8s_standin import Clock, FaultyServer, admission, selects, status_body
-from tests.loopback import JsonRequestHandler, reply_json
+from tests.loopback import recording_handler, reply_json
 from tests.tfjob_operator import ROLE_LABEL, Kubelet, Pod, TFJobController, is_true
 
 API_VERSION = "kubeflow.org/v1beta1"
@@ -534,23 +534,7 @@ class KatibStandIn(FaultyServer):
         self.kubelet = Kubelet(work_dir / "pods")
         self.runs: dict[tuple[str, str], ExperimentRun] = {}
         self._reads = 0
-        standin = self
-
-        class Handler(JsonRequestHandler):
-            def do_POST(self):
-                body = self._body()
-                standin.calls.append(("POST", self.path, body))
-                standin.on_post(self, body)
-
-            def do_GET(self):
-                standin.calls.append(("GET", self.path, None))
-                standin.on_get(self)
-
-            def do_DELETE(self):
-                standin.calls.append(("DELETE", self.path, self._body()))
-                standin.on_delete(self)
-
-        self._serve(Handler)
+        self._serve(recording_handler(self))
 
     def _webhook_problems(self, body: dict) -> list[str]:
         from katib.webhook import webhook_problems

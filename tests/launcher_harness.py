@@ -59,20 +59,36 @@ def main(mode: str, work: str) -> None:
 # The test's side: start the harness, read its workers, wait for it.
 
 
-def start(mode: str, work: Path) -> tuple[subprocess.Popen, queue.Queue]:
-    """The launcher or tuner in a process of its own (this module); its output lines arrive
-    on the queue."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.launcher_harness", mode, str(work)], cwd=ROOT,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def spawn(argv: list[str], cwd: str | Path | None = None) -> tuple[subprocess.Popen, queue.Queue]:
+    """``argv`` in a process of its own; its output lines arrive on the queue, then ``None``."""
+    process = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
     lines: queue.Queue = queue.Queue()
 
     def pump() -> None:
         for line in process.stdout:
             lines.put(line.rstrip("\n"))
+        lines.put(None)
 
     threading.Thread(target=pump, daemon=True).start()
     return process, lines
+
+
+def read_until(lines: queue.Queue, text: str, seen: list[str], seconds: float = 60) -> bool:
+    """The child's output until a line holds ``text`` (True) or it ends (False); bounded."""
+    while True:
+        line = lines.get(timeout=seconds)
+        if line is None:
+            lines.put(None)  # the end stays visible to the next reader
+            return False
+        seen.append(line)
+        if text in line:
+            return True
+
+
+def start(mode: str, work: Path) -> tuple[subprocess.Popen, queue.Queue]:
+    """The launcher or tuner in a process of its own (this module)."""
+    return spawn([sys.executable, "-m", "tests.launcher_harness", mode, str(work)], cwd=ROOT)
 
 
 def worker_pids(lines: queue.Queue, count: int, seen: list[str],
@@ -85,6 +101,9 @@ def worker_pids(lines: queue.Queue, count: int, seen: list[str],
             line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
         except queue.Empty:
             raise AssertionError("workers did not start:\n" + "\n".join(seen)) from None
+        if line is None:
+            raise AssertionError("the harness ended before its workers started:\n"
+                                 + "\n".join(seen))
         seen.append(line)
         if line.startswith("[") and "] pid=" in line:
             who, pid = line[1:].split("] pid=")
@@ -98,9 +117,12 @@ def finish(process: subprocess.Popen, lines: queue.Queue, seen: list[str]) -> li
     deadline = time.monotonic() + 10
     while not (seen and seen[-1].startswith("left=")) and time.monotonic() < deadline:
         try:
-            seen.append(lines.get(timeout=0.5))
+            line = lines.get(timeout=0.5)
         except queue.Empty:
-            pass
+            continue
+        if line is None:
+            break
+        seen.append(line)
     return seen
 
 

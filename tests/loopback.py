@@ -27,6 +27,27 @@ class JsonRequestHandler(BaseHTTPRequestHandler):
         return json.loads(self.rfile.read(length)) if length else None
 
 
+def recording_handler(standin) -> type[JsonRequestHandler]:
+    """A handler that appends ``(method, path, body)`` to ``standin.calls`` and hands each
+    request to ``standin.on_post`` / ``on_get`` / ``on_delete``."""
+
+    class Handler(JsonRequestHandler):
+        def do_POST(self):
+            body = self._body()
+            standin.calls.append(("POST", self.path, body))
+            standin.on_post(self, body)
+
+        def do_GET(self):
+            standin.calls.append(("GET", self.path, None))
+            standin.on_get(self)
+
+        def do_DELETE(self):
+            standin.calls.append(("DELETE", self.path, self._body()))
+            standin.on_delete(self)
+
+    return Handler
+
+
 class LoopbackServer:
     """Serves ``handler_class`` on a free loopback port for the length of a ``with`` block."""
 

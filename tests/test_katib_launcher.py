@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 from pathlib import Path
 
 import pytest
@@ -29,6 +28,7 @@ from tests.crd_schemas import validate_strict
 from tests.k8s_standin import FakeTime
 from tests.katib_schemas import validate_katib
 from tests.katib_standin import KatibStandIn, katib_client_for, state, trial
+from tests.launcher_harness import read_until, spawn
 
 DATA_DIR = "/mnt/fmnist/dataset"
 EXPERIMENT = "/apis/kubeflow.org/v1beta1/namespaces/team-a/experiments/fmnist-tune"
@@ -231,29 +231,8 @@ launcher.run(_settings(Path({tmp!r})), _space(), DATA_DIR)
 def _launch_child(standin, tmp_path) -> tuple[subprocess.Popen, queue.Queue]:
     script = textwrap.dedent(_CHILD.format(repo=os.getcwd(), url=standin.url,
                                            tmp=str(tmp_path)))
-    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
-    lines: queue.Queue = queue.Queue()
+    return spawn([sys.executable, "-c", script])
 
-    def pump():
-        for line in process.stdout:
-            lines.put(line.rstrip("\n"))
-        lines.put(None)
-
-    threading.Thread(target=pump, daemon=True).start()
-    return process, lines
-
-
-def _read_until(lines: queue.Queue, text: str, seen: list[str]) -> bool:
-    """The child's output until a line holds ``text`` (True) or it ends (False); bounded."""
-    while True:
-        line = lines.get(timeout=60)
-        if line is None:
-            lines.put(None)  # the end stays visible to the next reader
-            return False
-        seen.append(line)
-        if text in line:
-            return True
 
 
 @pytest.mark.process
@@ -263,9 +242,9 @@ def test_sigterm_while_waiting_deletes_the_experiment(tmp_path):
     with KatibStandIn([state("Running", running=3)]) as standin:
         process, lines = _launch_child(standin, tmp_path)
         try:
-            assert _read_until(lines, "Running:", seen), "\n".join(seen)
+            assert read_until(lines, "Running:", seen), "\n".join(seen)
             process.send_signal(signal.SIGTERM)
-            while _read_until(lines, "\0", seen):
+            while read_until(lines, "\0", seen):
                 pass
             process.wait(timeout=60)
         finally:
@@ -287,9 +266,9 @@ def test_sigterm_while_the_create_call_is_in_flight_deletes_the_experiment(tmp_p
         try:
             assert gate.arrived.wait(60), "the create call never arrived"
             process.send_signal(signal.SIGTERM)
-            _read_until(lines, "SIGTERM while creating", seen)  # handled, or the child died
+            read_until(lines, "SIGTERM while creating", seen)  # handled, or the child died
             gate.release()
-            while _read_until(lines, "\0", seen):
+            while read_until(lines, "\0", seen):
                 pass
             process.wait(timeout=60)
         finally:

@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 
 import pytest
 import requests
@@ -26,6 +25,7 @@ from fmnist.settings.training import TrainingConfig
 from fmnist.training.job import TrainingJobSpec
 from tests.crd_schemas import validate_strict
 from tests.k8s_standin import FakeTime, KubernetesStandIn
+from tests.launcher_harness import read_until, spawn
 
 NAME = "fmnist-basic-3f2a9c"
 JOBS = "/apis/kubeflow.org/v1/namespaces/kubeflow/tfjobs"
@@ -410,29 +410,8 @@ launcher.run(_spec(Path({tmp!r})))
 def _launch_child(standin, tmp_path) -> tuple[subprocess.Popen, queue.Queue]:
     script = textwrap.dedent(_CHILD.format(repo=os.getcwd(), url=standin.url,
                                            tmp=str(tmp_path)))
-    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
-    lines: queue.Queue = queue.Queue()
+    return spawn([sys.executable, "-c", script])
 
-    def pump():
-        for line in process.stdout:
-            lines.put(line.rstrip("\n"))
-        lines.put(None)
-
-    threading.Thread(target=pump, daemon=True).start()
-    return process, lines
-
-
-def _wait_for(lines: queue.Queue, text: str, seen: list[str], seconds: float = 60) -> bool:
-    """Reads the child's output until a line holds ``text`` (True) or it ends (False)."""
-    while True:
-        line = lines.get(timeout=seconds)
-        if line is None:
-            lines.put(None)  # the end stays visible to the next reader
-            return False
-        seen.append(line)
-        if text in line:
-            return True
 
 
 @pytest.mark.process
@@ -446,9 +425,9 @@ def test_sigterm_while_the_create_call_is_in_flight_deletes_what_was_created(tmp
         try:
             assert gate.arrived.wait(60), "the create call never arrived"
             process.send_signal(signal.SIGTERM)
-            _wait_for(lines, "SIGTERM while creating", seen)  # handled (or the child died)
+            read_until(lines, "SIGTERM while creating", seen)  # handled (or the child died)
             gate.release()
-            while _wait_for(lines, "\0", seen):
+            while read_until(lines, "\0", seen):
                 pass
             process.wait(timeout=60)
         finally:
@@ -466,9 +445,9 @@ def test_sigterm_while_waiting_deletes_the_job(tmp_path):
     with KubernetesStandIn(running_ticks=100_000) as standin:
         process, lines = _launch_child(standin, tmp_path)
         try:
-            assert _wait_for(lines, "Running", seen), "\n".join(seen)
+            assert read_until(lines, "Running", seen), "\n".join(seen)
             process.send_signal(signal.SIGTERM)
-            while _wait_for(lines, "\0", seen):
+            while read_until(lines, "\0", seen):
                 pass
             process.wait(timeout=60)
         finally:

@@ -150,7 +150,8 @@ class AdaptiveBatcher:
         try:
             results = self.run_batch(kind, [value for _, value, _ in items])
         except Exception as error:  # noqa: BLE001 - isolated below, reported per instance
-            self._isolate(kind, items, error, lambda item: self._run_inline(kind, [item]))
+            for item in self._to_retry(items, error):
+                self._run_inline(kind, [item])
             return
         _deliver(items, results)
 
@@ -170,26 +171,21 @@ class AdaptiveBatcher:
             results = await loop.run_in_executor(
                 self._executor, self.run_batch, kind, [value for _, value, _ in items])
         except Exception as error:  # noqa: BLE001 - isolated below, reported per instance
-            if len(items) == 1:
-                self.stats.failed_instances += 1
-                _resolve(items[0][2], error=error)
-                return
-            logger.info("a batch of %d failed (%s); retrying one by one", len(items), error)
-            self.stats.retried_batches += 1
-            for item in items:
+            for item in self._to_retry(items, error):
                 await self._run_threaded(loop, kind, [item])
             return
         _deliver(items, results)
 
-    def _isolate(self, kind: str, items: list[tuple], error: Exception, retry) -> None:
+    def _to_retry(self, items: list[tuple], error: Exception) -> list[tuple]:
+        """After a failed batch: a lone instance gets the error; a batch's instances are
+        retried one by one, so one bad instance never fails its neighbours."""
         if len(items) == 1:
             self.stats.failed_instances += 1
             _resolve(items[0][2], error=error)
-            return
+            return []
         logger.info("a batch of %d failed (%s); retrying one by one", len(items), error)
         self.stats.retried_batches += 1
-        for item in items:
-            retry(item)
+        return items
 
     def close(self) -> None:
         if self._flush is not None:
