@@ -113,3 +113,16 @@ def load_arrays(data_dir: str, split: str, *, skip: int = 0, take: int = 0):
     if not images:
         return np.zeros((0, IMAGE_SIZE, IMAGE_SIZE), np.uint8), np.zeros((0,), np.int32)
     return np.concatenate(images), np.concatenate(labels)
+
+
+def validation_dataset(data_dir: str, global_batch_size: int, validation_examples: int):
+    """The validation split, batched: the one place a reader of it (the evaluator) gets it.
+
+    Until ingestion writes a split of its own, it is the last ``validation_examples`` images of
+    the training split, which the trainer holds out of training (``validation_examples``) the
+    same way; switching to an ingested ``validation`` split changes this function only."""
+    if validation_examples < 1:
+        raise ValueError("no validation split: validation_examples must be 1 or more")
+    available = read_metadata(data_dir)["splits"]["train"]["num_examples"]
+    return training_dataset(data_dir, "train", global_batch_size, shuffle=False,
+                            skip=available - validation_examples)
