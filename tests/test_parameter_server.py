@@ -1,0 +1,173 @@
+"""Parameter-server training and the evaluator replica on loopback.
+
+Rules relied on, each from upstream source:
+
+* TensorFlow v2.21.0 ``tensorflow/python/distribute/parameter_server_strategy_v2.py`` (class
+  docstring): the chief is the coordinator, workers and parameter servers run a
+  ``tf.distribute.Server``; "failures of some workers do not prevent the cluster from continuing
+  the work"; an optional evaluator reads the coordinator's checkpoints. ``_verify_args_and_config``
+  refuses a cluster without a ``ps`` or a ``worker``.
+* kubeflow/trainer v1.9.2 ``pkg/controller.v1/tensorflow/tensorflow.go`` ``genClusterSpec``
+  (lines 157-184): the TF_CONFIG cluster lists every replica type of the TFJob, lowercased,
+  ``ps`` and ``evaluator`` included, for every replica (the PS's own TF_CONFIG too).
+* kubeflow/trainer v1.9.2 ``pkg/controller.v1/tensorflow/tfjob_controller.go`` ``UpdateJobStatus``
+  (lines 444-458, 485-508): with a Chief, the job succeeds when the chief does (PS, Workers
+  and Evaluator do not count); a failed pod of any type fails it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import threading
+import time
+
+import psutil
+import pytest
+
+from fmnist.errors import TrainingJobError, UserInputError
+from fmnist.launcher.local import LocalProcessLauncher, tf_config_for
+from fmnist.settings.jobs import JobSettings
+from fmnist.settings.training import TrainingConfig
+from fmnist.training.distributed import ClusterRole
+from fmnist.training.job import TrainingJobSpec
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def _spec(tmp_path, dataset, **overrides) -> TrainingJobSpec:
+    values = dict(
+        name="test-ps",
+        config=TrainingConfig(model_type="batchnorm", epochs=6, batch_size=32,
+                              validation_examples=200),
+        data_dir=str(dataset),
+        export_dir=str(tmp_path / "model" / "1"),
+        work_dir=str(tmp_path / "model"),
+        num_workers=2,
+        strategy="parameter_server",
+        num_ps=1,
+        max_restarts=0,
+    )
+    values.update(overrides)
+    return TrainingJobSpec(**values)
+
+
+def _no_processes_left(launcher: LocalProcessLauncher) -> bool:
+    return all(not psutil.pid_exists(w.process.pid) or
+               psutil.Process(w.process.pid).status() == psutil.STATUS_ZOMBIE
+               for w in launcher.workers)
+
+
+def test_a_parameter_server_job_has_a_chief_ps_and_an_evaluator(tmp_path):
+    spec = _spec(tmp_path, tmp_path, evaluator=True)
+    assert spec.replica_counts() == {"Chief": 1, "Worker": 2, "PS": 1, "Evaluator": 1}
+    assert spec.task_list() == [("chief", 0), ("worker", 0), ("worker", 1), ("ps", 0),
+                                ("evaluator", 0)]
+
+
+def test_every_task_gets_the_whole_cluster_as_the_operator_writes_it(tmp_path):
+    """genClusterSpec: ps and evaluator are in every replica's cluster, the PS's included."""
+    tasks = _spec(tmp_path, tmp_path, evaluator=True).task_list()
+    ports = [1, 2, 3, 4, 5]
+    ps_config = tf_config_for(tasks, ports, tasks.index(("ps", 0)))
+    assert ps_config["cluster"] == {
+        "chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2", "127.0.0.1:3"],
+        "ps": ["127.0.0.1:4"], "evaluator": ["127.0.0.1:5"]}
+    assert ps_config["task"] == {"type": "ps", "index": 0}
+    assert ps_config["environment"] == "cloud"
+
+
+def test_cluster_role_reads_the_strategy_and_leaves_the_evaluator_out(monkeypatch, tmp_path):
+    tasks = _spec(tmp_path, tmp_path, evaluator=True).task_list()
+    for me, (task_type, _) in enumerate(tasks):
+        monkeypatch.setenv("TF_CONFIG", json.dumps(tf_config_for(tasks, [1, 2, 3, 4, 5], me)))
+        role = ClusterRole.from_env()
+        assert role.strategy == "parameter_server"
+        assert role.has_evaluator
+        assert "evaluator" not in role.training_cluster()
+        assert role.serves_only == (task_type in ("worker", "ps"))
+        assert role.is_chief == (task_type == "chief")
+        assert role.is_evaluator == (task_type == "evaluator")
+    mirrored = [("worker", 0), ("worker", 1), ("evaluator", 0)]
+    monkeypatch.setenv("TF_CONFIG", json.dumps(tf_config_for(mirrored, [1, 2, 3], 0)))
+    role = ClusterRole.from_env()
+    assert role.strategy == "multi_worker_mirrored" and not role.serves_only and role.is_chief
+
+
+@pytest.mark.parametrize("values, fix", [
+    ({"strategy": "parameter_server", "num_ps": 0}, "set num_ps to 1 or more"),
+    ({"strategy": "parameter_server", "num_workers": 0}, "set num_workers to 1 or more"),
+    ({"strategy": "parameter_servers"}, "strategy"),
+])
+def test_a_parameter_server_job_without_ps_or_workers_is_refused_naming_the_fix(values, fix):
+    problems = JobSettings(**values).problems()
+    assert any(fix in p for p in problems), problems
+
+
+def test_the_job_spec_refuses_a_parameter_server_job_without_ps(tmp_path):
+    with pytest.raises(UserInputError, match="set num_ps to 1 or more"):
+        _spec(tmp_path, tmp_path, num_ps=0).validate()
+
+
+def test_an_evaluator_job_holds_out_a_validation_split(tmp_path):
+    spec = _spec(tmp_path, tmp_path, evaluator=True,
+                 config=TrainingConfig(validation_examples=0)).validate()
+    assert spec.config.validation_examples == 5000
+    assert "--validation-examples" in spec.trainer_command()
+
+
+def test_a_failing_chief_fails_the_job_and_stops_ps_and_workers(tmp_path):
+    """The chief's exit status is the job's; the servers, which never exit on their own, are
+    stopped (here the chief fails at once: no dataset)."""
+    (tmp_path / "empty").mkdir()
+    launcher = LocalProcessLauncher(out=io.StringIO())
+    with pytest.raises(TrainingJobError) as failure:
+        launcher.run(_spec(tmp_path, tmp_path / "empty"))
+    assert "chief-0 failed with exit code 1" in str(failure.value)
+    assert "metadata.json is missing" in str(failure.value)
+    assert _no_processes_left(launcher)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_training_goes_on_after_a_worker_is_killed_and_the_evaluator_scores_every_epoch(
+    tmp_path, synthetic_dataset
+):
+    """Worker 1 is SIGKILLed once the first epoch is done; the coordinator finishes every
+    epoch on the remaining worker (no restart), the evaluator scores every epoch's checkpoint
+    and finishes, the chief exports the usual SavedModel, and no process is left."""
+    log = io.StringIO()
+    launcher = LocalProcessLauncher(out=log)
+    spec = _spec(tmp_path, synthetic_dataset, evaluator=True)
+    outcome: dict = {}
+    thread = threading.Thread(target=lambda: outcome.update(result=launcher.run(spec)))
+    thread.start()
+    history = tmp_path / "model" / "history.jsonl"
+    deadline = time.time() + 300
+    while not (history.exists() and history.read_text().strip()) and time.time() < deadline:
+        time.sleep(0.1)
+    assert history.exists(), "no epoch finished:\n" + log.getvalue()
+    victim = next(w for w in launcher.workers if w.name == "worker-1")
+    os.kill(victim.process.pid, signal.SIGKILL)
+    epochs_before_kill = len(history.read_text().splitlines())
+    thread.join(timeout=400)
+    assert not thread.is_alive(), log.getvalue()
+    output = log.getvalue()
+    assert "result" in outcome, output
+    result = outcome["result"]
+    assert result.restarts == 0
+    assert "worker-1 exited (signal 9); the chief coordinates on without it" in output
+    assert [e["epoch"] for e in result.result["history"]] == [1, 2, 3, 4, 5, 6]
+    assert epochs_before_kill < 6  # the kill landed while epochs were left to train
+    assert result.result["strategy"] == "parameter_server"
+    assert result.result["final_metrics"]["accuracy"] > 0.8
+    assert [e["epoch"] for e in result.result["evaluation"]] == [1, 2, 3, 4, 5, 6]
+    assert result.result["evaluation"][-1]["val_accuracy"] > 0.5
+    assert "evaluator: training is done; scored 6 checkpoint(s)" in output
+    import tensorflow as tf
+
+    loaded = tf.saved_model.load(str(tmp_path / "model" / "1"))
+    assert set(loaded.signatures) == {"serving_default", "serving_pixels"}
+    assert _no_processes_left(launcher)
