@@ -127,17 +127,18 @@ def cluster_resolver(role: ClusterRole):
 
 def make_strategy(role: ClusterRole | None = None):
     """The job's strategy: ``ParameterServerStrategy`` when the cluster has parameter servers
-    (:mod:`fmnist.training.parameter_server`), else ``MultiWorkerMirroredStrategy`` over the
-    chief and workers (one local worker without a cluster), with NCCL all-reduce when GPUs are
-    present and ring all-reduce over gRPC otherwise."""
+    (the chief coordinates; see :mod:`fmnist.training.parameter_server`), else
+    ``MultiWorkerMirroredStrategy`` over the chief and workers (one local worker without a
+    cluster), with NCCL all-reduce when GPUs are present and ring all-reduce over gRPC
+    otherwise."""
     import tensorflow as tf
 
     role = role or ClusterRole.from_env()
-    if role.strategy == PARAMETER_SERVER:
-        from fmnist.training.parameter_server import make_parameter_server_strategy
-
-        return make_parameter_server_strategy(role)
     resolver = cluster_resolver(role)
+    if role.strategy == PARAMETER_SERVER:
+        # The coordinator connects to every task of the cluster it is given, and the evaluator
+        # runs no server: the resolver leaves it out.
+        return tf.distribute.ParameterServerStrategy(resolver)
     if resolver is None:
         # One training replica (beside an evaluator): no cluster, as the operator gives a
         # one-replica job no TF_CONFIG, so no health-check thread stalls its end.

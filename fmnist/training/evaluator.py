@@ -127,7 +127,6 @@ def run_evaluator(config, data_dir: str, work_dir: str, *, poll_seconds: float =
 
     from fmnist.dataset.pipeline import validation_dataset
     from fmnist.training.models import build_model
-    from fmnist.training.trainer import epoch_line
 
     keras.mixed_precision.set_global_policy("float32")
     model = build_model(config)
@@ -153,7 +152,9 @@ def run_evaluator(config, data_dir: str, work_dir: str, *, poll_seconds: float =
                       "seconds": round(time.perf_counter() - started, 3),
                       "finished_at": round(time.time(), 3)}
             _append_jsonl(f"{work_dir}/{EVALUATION_FILE}", result)
-            print("evaluator: " + epoch_line(result, config.epochs, time.time()), flush=True)
+            print(f"evaluator: epoch={result['epoch']} epochs={config.epochs} "
+                  f"val_loss={result['val_loss']:.4f} "
+                  f"val_accuracy={result['val_accuracy']:.4f}", flush=True)
             scored.add(entry["epoch"])
             count += 1
         if finished and not pending:

@@ -18,17 +18,7 @@ from __future__ import annotations
 import sys
 from typing import NoReturn
 
-from fmnist.training.distributed import ClusterRole, cluster_resolver
-
-
-def make_parameter_server_strategy(role: ClusterRole):
-    """``ParameterServerStrategy`` over ``role``'s cluster without its evaluator (the
-    coordinator connects to every task of the cluster it is given, and the evaluator runs no
-    server)."""
-    import tensorflow as tf
-
-    resolver = cluster_resolver(role)
-    return tf.distribute.ParameterServerStrategy(resolver)
+from fmnist.training.distributed import ClusterRole
 
 
 def run_server(role: ClusterRole) -> NoReturn:
