@@ -163,9 +163,7 @@ class LocalProcessLauncher:
                 TF_CPP_MIN_LOG_LEVEL=env.get("TF_CPP_MIN_LOG_LEVEL", "2"),
                 # Share the cores instead of every worker assuming it owns them all.
                 TF_NUM_INTRAOP_THREADS=str(threads),
-                # A parameter-server task runs the coordinator's remote steps and variable
-                # reads concurrently: one inter-op thread would deadlock it.
-                TF_NUM_INTEROP_THREADS=str(4 if spec.parameter_server else min(2, threads)),
+                TF_NUM_INTEROP_THREADS=str(min(2, threads)),
             )
             if spec.gpus_per_worker == 0 or task_type in ("ps", "evaluator"):
                 env["CUDA_VISIBLE_DEVICES"] = ""

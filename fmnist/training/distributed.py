@@ -113,6 +113,30 @@ def choose_precision(requested: str) -> str:
     return "mixed_bfloat16" if cpu_has_bf16() else "float32"
 
 
+# Inter-op threads every task of a parameter-server job needs at least (see
+# :func:`enough_inter_op_threads`).
+MIN_INTER_OP_THREADS = 4
+
+
+def enough_inter_op_threads() -> int:
+    """A parameter-server task runs remote steps, variable reads and updates concurrently: with
+    one inter-op thread (what a launcher sharing few cores might set through
+    ``TF_NUM_INTEROP_THREADS``) the job deadlocks before the first epoch — seen here with a
+    chief, 2 workers and a PS on loopback. Raises this process's eager context to
+    :data:`MIN_INTER_OP_THREADS` when fewer were asked for (before TensorFlow's context starts)
+    and returns the count a ``tf.distribute.Server``'s config must carry (0: the default)."""
+    import tensorflow as tf
+
+    # The API's value, else the environment's (which TensorFlow reads when its context starts);
+    # 0 means TensorFlow's default, one per core.
+    current = (tf.config.threading.get_inter_op_parallelism_threads()
+               or int(os.environ.get("TF_NUM_INTEROP_THREADS", "0") or 0))
+    if 0 < current < MIN_INTER_OP_THREADS:
+        tf.config.threading.set_inter_op_parallelism_threads(MIN_INTER_OP_THREADS)
+        return MIN_INTER_OP_THREADS
+    return current
+
+
 def cluster_resolver(role: ClusterRole):
     """The resolver of ``role``'s training cluster (no evaluator), or None without one."""
     import tensorflow as tf
@@ -136,6 +160,7 @@ def make_strategy(role: ClusterRole | None = None):
     role = role or ClusterRole.from_env()
     resolver = cluster_resolver(role)
     if role.strategy == PARAMETER_SERVER:
+        enough_inter_op_threads()
         # The coordinator connects to every task of the cluster it is given, and the evaluator
         # runs no server: the resolver leaves it out.
         return tf.distribute.ParameterServerStrategy(resolver)

@@ -18,18 +18,22 @@ from __future__ import annotations
 import sys
 from typing import NoReturn
 
-from fmnist.training.distributed import ClusterRole
+from fmnist.training.distributed import ClusterRole, enough_inter_op_threads
 
 
 def run_server(role: ClusterRole) -> NoReturn:
     """Serves this worker or PS task of a parameter-server job until the process is stopped."""
     import tensorflow as tf
 
+    threads = enough_inter_op_threads()
+
     print(f"{role.name}: serving the parameter-server job's {role.task_type} task; the "
           "chief drives training", flush=True)
     server = tf.distribute.Server(
         tf.train.ClusterSpec(role.training_cluster()), job_name=role.task_type,
-        task_index=role.task_index, protocol="grpc", start=True)
+        task_index=role.task_index, protocol="grpc", start=True,
+        # The server's sessions take their thread pools from this config, not the context's.
+        config=tf.compat.v1.ConfigProto(inter_op_parallelism_threads=threads))
     server.join()
     sys.exit(0)  # join() returns only if the server is shut down
 
