@@ -20,6 +20,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -170,4 +171,57 @@ def test_training_goes_on_after_a_worker_is_killed_and_the_evaluator_scores_ever
 
     loaded = tf.saved_model.load(str(tmp_path / "model" / "1"))
     assert set(loaded.signatures) == {"serving_default", "serving_pixels"}
+    assert _no_processes_left(launcher)
+    # The selection report shows the evaluator's per-epoch validation accuracy.
+    from fmnist.selection.select import select_best
+
+    selection = select_best(str(synthetic_dataset), [str(tmp_path / "model")],
+                            str(tmp_path / "best"))
+    assert "## Validation accuracy per epoch (evaluator)" in selection.markdown
+    scored = {e["epoch"]: e["val_accuracy"] for e in result.result["evaluation"]}
+    for epoch, accuracy in scored.items():
+        assert f"| {epoch} | {accuracy:.4f} |" in selection.markdown
+    assert "<h2>Validation accuracy per epoch (evaluator)</h2>" in selection.html
+
+
+def test_the_report_plots_and_tabulates_the_evaluators_scores():
+    from fmnist.selection.report import html_report, markdown_report
+
+    def candidate(model_type, evaluation):
+        return {"model_type": model_type, "test_accuracy": 0.9, "parameters": 10, "epochs": 2,
+                "train_seconds": 1.0, "final_metrics": {"accuracy": 0.9},
+                "per_class_accuracy": [0.9] * 10, "confusion_matrix": [[1] * 10] * 10,
+                "history": [{"epoch": 1, "loss": 1.0, "accuracy": 0.8},
+                            {"epoch": 2, "loss": 0.5, "accuracy": 0.9}],
+                "evaluation": evaluation}
+
+    scored = [{"epoch": 1, "val_loss": 0.9, "val_accuracy": 0.81},
+              {"epoch": 2, "val_loss": 0.6, "val_accuracy": 0.875}]
+    candidates = [candidate("batchnorm", scored), candidate("basic", [])]
+    markdown = markdown_report(candidates, "batchnorm", 100)
+    assert "| epoch | batchnorm |\n|---|---|\n| 1 | 0.8100 |\n| 2 | 0.8750 |" in markdown
+    page = html_report(candidates, "batchnorm", 100)
+    assert "<tr><td>2</td><td>0.8750</td></tr>" in page
+    without = [candidate("basic", [])]
+    assert "evaluator" not in markdown_report(without, "basic", 100)
+    assert "evaluator" not in html_report(without, "basic", 100)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_parameter_server_job_without_an_evaluator_validates_inline(tmp_path,
+                                                                     synthetic_dataset):
+    """A Katib trial scores ``val_accuracy`` from the chief's epoch lines: under
+    ParameterServerStrategy the chief evaluates the held-out split itself after every epoch."""
+    log = io.StringIO()
+    launcher = LocalProcessLauncher(out=log)
+    spec = _spec(tmp_path, synthetic_dataset,
+                 config=TrainingConfig(model_type="basic", epochs=2, batch_size=32,
+                                       validation_examples=200))
+    result = launcher.run(spec).result
+    assert [sorted(e) for e in result["history"]][0] == sorted(
+        ["epoch", "loss", "accuracy", "val_loss", "val_accuracy", "seconds", "finished_at",
+         "images_per_second"])
+    assert re.search(r"\[test-ps/chief-0\] \S+Z epoch=2 epochs=2 .*val_accuracy=", log.getvalue())
+    assert result["evaluation"] == []
     assert _no_processes_left(launcher)
