@@ -112,11 +112,15 @@ def test_the_job_spec_refuses_a_parameter_server_job_without_ps(tmp_path):
         _spec(tmp_path, tmp_path, num_ps=0).validate()
 
 
-def test_an_evaluator_job_holds_out_a_validation_split(tmp_path):
-    spec = _spec(tmp_path, tmp_path, evaluator=True,
-                 config=TrainingConfig(validation_examples=0)).validate()
-    assert spec.config.validation_examples == 5000
-    assert "--validation-examples" in spec.trainer_command()
+def test_the_evaluators_split_is_a_tenth_of_train_up_to_5000_unless_asked(synthetic_dataset):
+    """One function says how big the validation split is; the trainer holds out exactly the
+    images the evaluator scores (the last ones of the training split)."""
+    from fmnist.dataset.pipeline import validation_dataset, validation_size
+
+    assert validation_size(str(synthetic_dataset), 0) == 200  # 2,000 training images
+    assert validation_size(str(synthetic_dataset), 300) == 300
+    batches = list(validation_dataset(str(synthetic_dataset), 64, 0))
+    assert sum(len(labels) for _, labels in batches) == 200
 
 
 def test_a_failing_chief_fails_the_job_and_stops_ps_and_workers(tmp_path):

@@ -14,8 +14,6 @@ BACKENDS = ("local", "kubernetes")
 RESTART_POLICIES = ("ExitCode", "OnFailure", "Never", "Always")
 CLEAN_POD_POLICIES = ("None", "Running", "All")
 STRATEGIES = ("multi_worker_mirrored", "parameter_server")
-# Validation images the trainer holds out for the evaluator when none were asked for.
-EVALUATOR_VALIDATION_EXAMPLES = 5000
 GPU_RESOURCE = "nvidia.com/gpu"
 
 
@@ -46,7 +44,9 @@ class JobSettings(Settings):
     evaluator: bool = setting(
         False, help="Run an evaluator replica beside training (a process locally, a TFJob "
                     "`Evaluator` on Kubernetes) that scores each epoch's checkpoint on the "
-                    "validation split into `evaluation.jsonl`, which the selection report plots.")
+                    "validation split into `evaluation.jsonl`, which the selection report "
+                    "plots; the trainer holds that split out (`validation_examples` images "
+                    "from the end of train, or a tenth of it up to 5,000).")
     gpus_per_worker: int = setting(
         0, help="GPUs per worker (`nvidia.com/gpu`); NCCL all-reduce when more than 0.",
         rules=[not_negative])

@@ -125,7 +125,7 @@ def run_evaluator(config, data_dir: str, work_dir: str, *, poll_seconds: float =
     import tensorflow as tf
     import tf_keras as keras
 
-    from fmnist.dataset.pipeline import validation_dataset
+    from fmnist.dataset.pipeline import validation_dataset, validation_size
     from fmnist.training.models import build_model
 
     keras.mixed_precision.set_global_policy("float32")
@@ -136,8 +136,9 @@ def run_evaluator(config, data_dir: str, work_dir: str, *, poll_seconds: float =
     directory = f"{work_dir}/{CHECKPOINT_DIR}"
     done_path = f"{directory}/{DONE_FILE}"
     scored = {e["epoch"] for e in read_evaluation(work_dir)}
-    print(f"evaluator: scoring checkpoints of {directory} on {config.validation_examples:,} "
-          "validation images", flush=True)
+    count = validation_size(data_dir, config.validation_examples)
+    print(f"evaluator: scoring checkpoints of {directory} on {count:,} validation images",
+          flush=True)
     count = 0
     while True:
         finished = tf.io.gfile.exists(done_path)  # read before the index: nothing is missed

@@ -3,13 +3,12 @@ trainer command every replica runs (a local worker process or a TFJob pod alike)
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from fmnist.errors import UserInputError
-from fmnist.settings.jobs import EVALUATOR_VALIDATION_EXAMPLES, STRATEGIES, strategy_problems
+from fmnist.settings.jobs import STRATEGIES, strategy_problems
 from fmnist.settings.names import is_dns_1035_label
 from fmnist.settings.training import TrainingConfig
 
@@ -56,10 +55,6 @@ class TrainingJobSpec:
         problems = strategy_problems(self.strategy, self.num_workers, self.num_ps)
         if problems:
             raise UserInputError("; ".join(problems))
-        if self.evaluator and not self.config.validation_examples:
-            # The evaluator scores the validation split, which the trainer must hold out.
-            self.config = dataclasses.replace(
-                self.config, validation_examples=EVALUATOR_VALIDATION_EXAMPLES)
         return self
 
     @property

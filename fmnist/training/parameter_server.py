@@ -38,6 +38,32 @@ def run_server(role: ClusterRole) -> NoReturn:
     sys.exit(0)  # join() returns only if the server is shut down
 
 
+def inline_validation(model, config, validation_data):
+    """An epoch-end callback in which the chief scores ``validation_data`` itself with a local
+    copy of the weights, adding ``val_loss``/``val_accuracy`` to the epoch's logs (so the epoch
+    line a Katib trial is scored from carries them). Keras' own validation under
+    ``ParameterServerStrategy`` sends a finite dataset to every worker and fails at its end
+    ("End of sequence") unless it is sharded for exact evaluation; one local pass on the
+    coordinator, which otherwise idles, is exact and simple. Build it outside the strategy's
+    scope: the copy's variables must live here, not on the parameter servers."""
+    import tf_keras as keras
+
+    from fmnist.training.models import build_model
+
+    local = build_model(config)
+    local.compile(loss=keras.losses.SparseCategoricalCrossentropy(),
+                  metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
+
+    class InlineValidation(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            local.set_weights(model.get_weights())
+            loss, accuracy = local.evaluate(validation_data, verbose=0)
+            if logs is not None:
+                logs.update(val_loss=float(loss), val_accuracy=float(accuracy))
+
+    return InlineValidation()
+
+
 def per_worker_dataset(make_dataset, seed: int):
     """A ``DatasetCreator`` whose ``make_dataset(seed)`` runs on each worker: every worker
     shuffles its copy of the split with a seed of its own, so two workers do not feed the

@@ -138,6 +138,10 @@ def train(
 
     available = read_metadata(data_dir)["splits"]["train"]["num_examples"]
     num_validation = config.validation_examples
+    if role.has_evaluator:  # the evaluator's split, held out of training
+        from fmnist.dataset.pipeline import validation_size
+
+        num_validation = validation_size(data_dir, config.validation_examples)
     num_train = config.train_examples or (available - num_validation)
     if num_train + num_validation > available or num_train < 1:
         raise ValueError(
@@ -232,6 +236,12 @@ def train(
     started = time.time()
     # EpochReport runs before the backup so a logged epoch is never ahead of the checkpoint.
     callbacks = [EpochReport(), make_backup_callback(f"{work_dir}/{BACKUP_DIR}")]
+    if parameter_server and validation_data is not None:
+        from fmnist.training.parameter_server import inline_validation
+
+        # Before EpochReport, which prints the validation metrics it adds.
+        callbacks.insert(0, inline_validation(model, config, validation_data))
+        validation_data = None
     # TensorBoard logs under <work_dir>/tensorboard, written by the chief alone.
     from fmnist.training.tensorboard import tensorboard_callbacks
 
