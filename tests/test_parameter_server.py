@@ -229,3 +229,27 @@ def test_a_parameter_server_job_without_an_evaluator_validates_inline(tmp_path,
     assert re.search(r"\[test-ps/chief-0\] \S+Z epoch=2 epochs=2 .*val_accuracy=", log.getvalue())
     assert result["evaluation"] == []
     assert _no_processes_left(launcher)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_mirrored_job_with_an_evaluator_scores_every_epoch(tmp_path, synthetic_dataset,
+                                                             workers):
+    """The evaluator beside MultiWorkerMirroredStrategy: the workers' strategy leaves it out of
+    its cluster (one worker then trains without one, as a one-replica TFJob), every worker
+    takes part in writing each epoch's checkpoint (reading batch-norm statistics is an
+    all-reduce), and the evaluator scores each one and finishes."""
+    log = io.StringIO()
+    launcher = LocalProcessLauncher(out=log)
+    spec = _spec(tmp_path, synthetic_dataset, strategy="multi_worker_mirrored", num_ps=0,
+                 num_workers=workers, evaluator=True,
+                 config=TrainingConfig(model_type="batchnorm", epochs=2, batch_size=32))
+    result = launcher.run(spec).result
+    output = log.getvalue()
+    assert result["strategy"] == "multi_worker_mirrored"
+    assert [e["epoch"] for e in result["evaluation"]] == [1, 2], output
+    assert "val_accuracy" not in result["history"][0]  # the evaluator validates, not fit
+    assert result["train_examples"] == 1800  # 200 held out for the evaluator
+    assert not list((tmp_path / "model" / "checkpoints").glob("workertemp_*"))
+    assert _no_processes_left(launcher)

@@ -116,6 +116,13 @@ def test_compiled_pipeline_documents_parameters_and_caches_the_right_steps():
     # The Kubeflow variant: TFJobs by default, shared volume and credentials from a Secret.
     defaults = {name: p.get("defaultValue") for name, p in parameters.items()}
     assert defaults["backend"] == "kubernetes" and defaults["num_workers"] == 2
+    # The strategy settings reach the train and tune steps (PS replicas for Katib trials too).
+    assert defaults["strategy"] == "multi_worker_mirrored" and defaults["num_ps"] == 1
+    assert defaults["evaluator"] is False
+    train_inputs = _task(spec, "train-model")["inputs"]["parameters"]
+    tune_inputs = _task(spec, "tune-hyperparameters")["inputs"]["parameters"]
+    assert {"strategy", "num_ps", "evaluator"} <= set(train_inputs)
+    assert {"strategy", "num_ps"} <= set(tune_inputs)
     executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
     train = executors["exec-train-model"]
     assert train["pvcMount"][0]["mountPath"] == "/mnt/fmnist"
