@@ -349,11 +349,11 @@ def test_local_pipeline_trains_with_parameter_servers_and_an_evaluator(data_para
     PS and an evaluator on loopback; the model is selected and served like any other, and the
     report shows the evaluator's per-epoch validation accuracy."""
     parameters = PipelineParameters(epochs=2, num_workers=2, batch_size=64,
-                                    model_types=["batchnorm"], strategy="parameter_server",
+                                    model_types=["basic"], strategy="parameter_server",
                                     num_ps=1, evaluator=True, prediction_images=100,
                                     **data_parameters)
     summary = run_local(parameters, pipeline_root=str(tmp_path / "runs"))
-    assert summary["best_model_type"] == "batchnorm"
+    assert summary["best_model_type"] == "basic"
     assert summary["best_test_accuracy"] > 0.5
     assert summary["deployment"]["verification_agreement"] == 1.0
     markdown = Path(summary["report_markdown_path"]).read_text()
