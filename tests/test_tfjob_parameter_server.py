@@ -177,3 +177,16 @@ def test_a_parameter_server_tfjob_with_an_evaluator_runs_through_the_operator_st
     assert all(process.poll() is not None for process in processes)
     assert (tmp_path / "model" / "1" / "saved_model.pb").exists()
     assert json.loads((tmp_path / "model" / "result.json").read_text())["epochs"] == 3
+
+
+def test_a_local_trial_of_a_parameter_server_search_is_scored_from_the_chief():
+    """Locally, as on Katib (whose collector reads the job-role=master pod, the Chief), a PS
+    trial's objective comes from the coordinator's epoch lines."""
+    from katib.local import _EpochCollector
+    from katib.settings import ExperimentSettings
+
+    settings = ExperimentSettings(name="fmnist-tune-bn", num_workers=2,
+                                  strategy="parameter_server", num_ps=1)
+    assert _EpochCollector(object(), settings).chief == "chief-0"
+    assert _EpochCollector(object(), ExperimentSettings(name="fmnist-tune-bn")).chief == \
+        "worker-0"
