@@ -44,22 +44,34 @@ def inline_validation(model, config, validation_data):
     line a Katib trial is scored from carries them). Keras' own validation under
     ``ParameterServerStrategy`` sends a finite dataset to every worker and fails at its end
     ("End of sequence") unless it is sharded for exact evaluation; one local pass on the
-    coordinator, which otherwise idles, is exact and simple. Build it outside the strategy's
-    scope: the copy's variables must live here, not on the parameter servers."""
+    coordinator, which otherwise idles, is exact. Not ``Model.evaluate``: inside ``fit`` it
+    would find the strategy's scope and dispatch to the workers again. Build it outside the
+    strategy's scope: the copy's variables must live here, not on the parameter servers."""
+    import tensorflow as tf
     import tf_keras as keras
 
     from fmnist.training.models import build_model
 
     local = build_model(config)
-    local.compile(loss=keras.losses.SparseCategoricalCrossentropy(),
-                  metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
+
+    @tf.function
+    def score(images, labels):
+        probabilities = tf.cast(local(images, training=False), tf.float32)
+        losses = keras.losses.sparse_categorical_crossentropy(labels, probabilities)
+        predicted = tf.argmax(probabilities, axis=-1, output_type=labels.dtype)
+        return tf.reduce_sum(losses), tf.reduce_sum(tf.cast(predicted == labels, tf.float32))
 
     class InlineValidation(keras.callbacks.Callback):
         def on_epoch_end(self, epoch, logs=None):
             local.set_weights(model.get_weights())
-            loss, accuracy = local.evaluate(validation_data, verbose=0)
-            if logs is not None:
-                logs.update(val_loss=float(loss), val_accuracy=float(accuracy))
+            loss = correct = count = 0.0
+            for images, labels in validation_data:
+                batch_loss, batch_correct = score(images, labels)
+                loss += float(batch_loss)
+                correct += float(batch_correct)
+                count += int(labels.shape[0])
+            if logs is not None and count:
+                logs.update(val_loss=loss / count, val_accuracy=correct / count)
 
     return InlineValidation()
 
