@@ -46,6 +46,7 @@ def _trial_spec(settings: ExperimentSettings, search_space: SearchSpace, data_di
         name=settings.name, config=settings.training_config(), data_dir=data_dir,
         export_dir=f"{trial_dir}/1", work_dir=trial_dir, num_workers=settings.num_workers,
         use_chief=settings.use_chief, gpus_per_worker=settings.gpus_per_worker,
+        strategy=settings.strategy, num_ps=settings.num_ps,
         max_restarts=settings.max_restarts,
     )
     manifest = to_manifest(build_tfjob(spec, replace(settings.kubernetes,

@@ -158,7 +158,8 @@ class _EpochCollector:
     def __init__(self, trial, settings: ExperimentSettings):
         self.trial = trial
         self.objective = settings.objective_metric
-        self.chief = "chief-0" if settings.use_chief else "worker-0"
+        self.chief = ("chief-0" if settings.use_chief or settings.strategy == "parameter_server"
+                      else "worker-0")
         self.launcher: LocalProcessLauncher | None = None  # the trial's, set once it exists
         self.reports: list[dict[str, float]] = []
 
@@ -278,6 +279,7 @@ class LocalTuner:
             name=name, config=replace(settings.training_config(), **parameters),
             data_dir=data_dir, export_dir=os.path.join(work_dir, "1"), work_dir=work_dir,
             num_workers=settings.num_workers, use_chief=settings.use_chief, max_restarts=1,
+            strategy=settings.strategy, num_ps=settings.num_ps,
         )
         collector = _EpochCollector(trial, settings)
         launcher = LocalProcessLauncher(out=self.out, cpu_count=threads,

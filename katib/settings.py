@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fmnist.errors import UserInputError
-from fmnist.settings.jobs import KubernetesSettings
+from fmnist.settings.jobs import KubernetesSettings, strategy_problems
 from fmnist.settings.training import TrainingConfig
 from fmnist.settings.tuning import TuningSettings
 from katib.search_space import SearchSpace, algorithm_problems
@@ -100,6 +100,10 @@ class ExperimentSettings:
         epochs=_TUNING.epochs, train_examples=_TUNING.train_examples))
     num_workers: int = 1  # per trial TFJob
     use_chief: bool = False  # an extra Chief replica per trial (it trains too)
+    # A trial's TFJob runs the training step's strategy: parameter_server adds a Chief (the
+    # coordinator) and num_ps PS replicas; its scores come from the trial's own validation.
+    strategy: str = "multi_worker_mirrored"
+    num_ps: int = 0
     gpus_per_worker: int = 0
     # Pods of a trial's TFJob recreated after a kill (its runPolicy.backoffLimit follows it); as
     # the local search's trials get.
@@ -190,6 +194,7 @@ class ExperimentSettings:
                             f"{', '.join(RESUME_POLICIES)}")
         if self.num_workers < 1:
             problems.append(f"num_workers must be at least 1, got {self.num_workers}")
+        problems += strategy_problems(self.strategy, self.num_workers, self.num_ps)
         if not 0 < self.validation_examples < FASHION_MNIST_TRAIN_EXAMPLES:
             problems.append(
                 f"validation_examples must be between 1 and {FASHION_MNIST_TRAIN_EXAMPLES - 1} "

@@ -27,11 +27,11 @@ from kfp_components.tune import tune_hyperparameters
 
 PIPELINE_NAME = "fashion-mnist-training"
 DESCRIPTION = """Trains basic, dropout and batch-norm CNNs on Fashion-MNIST with
-MultiWorkerMirroredStrategy, keeps the most accurate on the test split, serves it (KServe on
-Kubeflow, the same predictor on 127.0.0.1 locally) if it is blessed, and scores the served
-model over HTTP; the selected model also scores a dataset in shards (batch prediction). With
-``tune``, each CNN's hyperparameters are first searched (Katib on Kubeflow, Optuna locally)
-and the best ones train it."""
+MultiWorkerMirroredStrategy (or parameter servers), keeps the most accurate on the test split,
+serves it (KServe on Kubeflow, the same predictor on 127.0.0.1 locally) if it is blessed, and
+scores the served model over HTTP; the selected model also scores a dataset in shards (batch
+prediction). With ``tune``, each CNN's hyperparameters are first searched (Katib on Kubeflow,
+Optuna locally) and the best ones train it."""
 
 
 class PipelineOutputs(NamedTuple):
@@ -96,6 +96,9 @@ def make_pipeline(parallelism: int = 0, platform: Platform | None = None):
         train_examples: int = _D.train_examples,
         profile_steps: int = _D.profile_steps,
         num_workers: int = _D.num_workers,
+        strategy: str = _D.strategy,
+        num_ps: int = _D.num_ps,
+        evaluator: bool = _D.evaluator,
         gpus_per_worker: int = _D.gpus_per_worker,
         backend: str = _D.backend,
         kubernetes: dict = _D.kubernetes,
@@ -129,6 +132,7 @@ def make_pipeline(parallelism: int = 0, platform: Platform | None = None):
                 learning_rate=learning_rate, batch_size=batch_size, filters=filters,
                 dropout_rate=dropout_rate, precision=precision, tuning=tuning, backend=backend,
                 kubernetes=kubernetes, num_workers=num_workers, gpus_per_worker=gpus_per_worker,
+                strategy=strategy, num_ps=num_ps,
             )
             search.set_display_name("tune")
             _on_platform(search, platform, volume=True, credentials=True)
@@ -140,6 +144,9 @@ def make_pipeline(parallelism: int = 0, platform: Platform | None = None):
                 precision=precision,
                 train_examples=train_examples,
                 num_workers=num_workers,
+                strategy=strategy,
+                num_ps=num_ps,
+                evaluator=evaluator,
                 gpus_per_worker=gpus_per_worker,
                 backend=backend,
                 kubernetes=kubernetes,

@@ -116,6 +116,13 @@ def test_compiled_pipeline_documents_parameters_and_caches_the_right_steps():
     # The Kubeflow variant: TFJobs by default, shared volume and credentials from a Secret.
     defaults = {name: p.get("defaultValue") for name, p in parameters.items()}
     assert defaults["backend"] == "kubernetes" and defaults["num_workers"] == 2
+    # The strategy settings reach the train and tune steps (PS replicas for Katib trials too).
+    assert defaults["strategy"] == "multi_worker_mirrored" and defaults["num_ps"] == 1
+    assert defaults["evaluator"] is False
+    train_inputs = _task(spec, "train-model")["inputs"]["parameters"]
+    tune_inputs = _task(spec, "tune-hyperparameters")["inputs"]["parameters"]
+    assert {"strategy", "num_ps", "evaluator"} <= set(train_inputs)
+    assert {"strategy", "num_ps"} <= set(tune_inputs)
     executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
     train = executors["exec-train-model"]
     assert train["pvcMount"][0]["mountPath"] == "/mnt/fmnist"
@@ -333,3 +340,25 @@ def test_data_directory_missing_a_file_fails_before_any_work(tmp_path, capsys, s
                      "--data-source", str(partial)])
     assert code == 2
     assert "lacks t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_local_pipeline_trains_with_parameter_servers_and_an_evaluator(data_parameters, tmp_path,
+                                                                       serving_state, clock):
+    """strategy=parameter_server through kfp.local: the train step runs a chief, 2 workers, a
+    PS and an evaluator on loopback; the model is selected and served like any other, and the
+    report shows the evaluator's per-epoch validation accuracy."""
+    parameters = PipelineParameters(epochs=2, num_workers=2, batch_size=64,
+                                    model_types=["basic"], strategy="parameter_server",
+                                    num_ps=1, evaluator=True, prediction_images=100,
+                                    **data_parameters)
+    summary = run_local(parameters, pipeline_root=str(tmp_path / "runs"))
+    assert summary["best_model_type"] == "basic"
+    assert summary["best_test_accuracy"] > 0.5
+    assert summary["deployment"]["verification_agreement"] == 1.0
+    markdown = Path(summary["report_markdown_path"]).read_text()
+    assert "## Validation accuracy per epoch (evaluator)" in markdown
+    assert "| 1 | 0." in markdown and "| 2 | 0." in markdown
+    result = json.loads((Path(summary["best_model_path"]) / "result.json").read_text())
+    assert result["strategy"] == "parameter_server"
+    assert [e["epoch"] for e in result["evaluation"]] == [1, 2]

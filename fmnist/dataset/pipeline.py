@@ -113,3 +113,29 @@ def load_arrays(data_dir: str, split: str, *, skip: int = 0, take: int = 0):
     if not images:
         return np.zeros((0, IMAGE_SIZE, IMAGE_SIZE), np.uint8), np.zeros((0,), np.int32)
     return np.concatenate(images), np.concatenate(labels)
+
+
+# The evaluator's validation split when none was asked for: a tenth of train, at most this.
+EVALUATOR_VALIDATION_EXAMPLES = 5000
+
+
+def validation_size(data_dir: str, requested: int) -> int:
+    """How many images the validation split holds: ``requested`` (``validation_examples``), or
+    when that is 0 and an evaluator needs a split, a tenth of the training split, at most
+    :data:`EVALUATOR_VALIDATION_EXAMPLES`. The trainer holds exactly these out of training."""
+    if requested:
+        return requested
+    available = read_metadata(data_dir)["splits"]["train"]["num_examples"]
+    return max(1, min(EVALUATOR_VALIDATION_EXAMPLES, available // 10))
+
+
+def validation_dataset(data_dir: str, global_batch_size: int, requested: int):
+    """The validation split, batched: the one place a reader of it (the evaluator) gets it.
+
+    Until ingestion writes a split of its own, it is the last :func:`validation_size` images of
+    the training split, which the trainer holds out of training the same way; switching to an
+    ingested ``validation`` split changes this function (and :func:`validation_size`) only."""
+    count = validation_size(data_dir, requested)
+    available = read_metadata(data_dir)["splits"]["train"]["num_examples"]
+    return training_dataset(data_dir, "train", global_batch_size, shuffle=False,
+                            skip=available - count)

@@ -1,7 +1,9 @@
 """TFJob manifests, built from the kubeflow-training SDK's models.
 
-One replica spec per role: ``Worker`` × N (and an optional ``Chief``), each pod running the same
-trainer module the local backend runs, with the dataset and the model on shared storage (a PVC
+One replica spec per role: ``Worker`` × N (and an optional ``Chief``; with strategy
+``parameter_server`` always a ``Chief``, the coordinator, and ``PS`` × ``num_ps`` with their own
+resources; with ``evaluator`` one ``Evaluator``), each pod running the same trainer module the
+local backend runs, with the dataset and the model on shared storage (a PVC
 mount or an object-store URI) so the export outlives the pods. ``restartPolicy: ExitCode``
 brings back preempted workers (exit codes ≥ 128) to resume from the epoch checkpoint, while a
 bug or bad input (1–127) fails the job at once. How many restarts a job gets is the job spec's
@@ -50,11 +52,20 @@ def build_tfjob(spec: TrainingJobSpec, settings: KubernetesSettings):
     # <job>-<type>-<index> (pkg/controller.v1/common/util.go GenGeneralName, v1.9.2 lines
     # 50-53), and a Service name must be a DNS-1035 label of at most 63 characters, which the
     # API server checks only after the TFJob webhook has accepted the job.
-    longest = f"{spec.name}-worker-{max(spec.num_workers - 1, 0)}"
+    longest = max((f"{spec.name}-{kind.lower()}-{count - 1}"
+                   for kind, count in spec.replica_counts().items()), key=len)
     if len(longest) > DNS_LABEL_MAX:
         raise UserInputError(
             f"job name {spec.name!r} is too long: its pod and service {longest!r} would exceed "
             f"{DNS_LABEL_MAX} characters; shorten the name by {len(longest) - DNS_LABEL_MAX}")
+    if spec.parameter_server and settings.clean_pod_policy == "None":
+        # tfjob_controller.go (v1.9.2) lines 444-458: with a Chief the job succeeds when the
+        # chief does; common/job.go lines 40-66: cleanPodPolicy None then deletes nothing, and
+        # PS pods (which never exit) would run on after the job.
+        raise UserInputError(
+            "strategy parameter_server with clean_pod_policy None would leave the PS and worker "
+            "pods running after the job succeeds (they never exit on their own): set "
+            "clean_pod_policy to Running (the default) or All")
     command = spec.trainer_command(python="python")  # the image's interpreter, not ours
     limits = {"cpu": settings.cpu, "memory": settings.memory}
     if spec.gpus_per_worker:
@@ -78,42 +89,51 @@ def build_tfjob(spec: TrainingJobSpec, settings: KubernetesSettings):
             )
         ]
         mounts = [client.V1VolumeMount(name="fmnist-data", mount_path=settings.mount_path)]
-    container = client.V1Container(
-        name=CONTAINER_NAME,
-        image=settings.image,
-        command=command,
-        env=env,
-        env_from=env_from,
-        resources=client.V1ResourceRequirements(requests=dict(limits), limits=limits),
-        volume_mounts=mounts,
-    )
-    pod_spec = client.V1PodSpec(
-        containers=[container],
-        volumes=volumes,
-        service_account_name=settings.service_account or None,
-        node_selector=dict(settings.gpu_node_selector) if spec.gpus_per_worker else None,
-        tolerations=[client.V1Toleration(**t) for t in settings.gpu_tolerations]
-        if spec.gpus_per_worker
-        else None,
-    )
-    # No Istio sidecar in training pods (it would keep a finished pod running and sits in the
-    # workers' gRPC path): the label is what Kubeflow's own TFJob test sets
-    # (kubeflow/manifests v1.11.0 tests/training_operator_job.yaml lines 12-15), the annotation
-    # what older Istio reads.
-    template = client.V1PodTemplateSpec(
-        metadata=client.V1ObjectMeta(labels={"sidecar.istio.io/inject": "false"},
-                                     annotations={"sidecar.istio.io/inject": "false"}),
-        spec=pod_spec,
-    )
-    replicas = {
-        "Worker": models.KubeflowOrgV1ReplicaSpec(
-            replicas=spec.num_workers, restart_policy=settings.restart_policy, template=template
+
+    def template(resources: dict[str, str], gpus: bool):
+        container = client.V1Container(
+            name=CONTAINER_NAME,
+            image=settings.image,
+            command=command,
+            env=env,
+            env_from=env_from,
+            resources=client.V1ResourceRequirements(requests=dict(resources), limits=resources),
+            volume_mounts=mounts,
         )
+        pod_spec = client.V1PodSpec(
+            containers=[container],
+            volumes=volumes,
+            service_account_name=settings.service_account or None,
+            node_selector=dict(settings.gpu_node_selector) if gpus else None,
+            tolerations=[client.V1Toleration(**t) for t in settings.gpu_tolerations]
+            if gpus
+            else None,
+        )
+        # No Istio sidecar in training pods (it would keep a finished pod running and sits in
+        # the workers' gRPC path): the label is what Kubeflow's own TFJob test sets
+        # (kubeflow/manifests v1.11.0 tests/training_operator_job.yaml lines 12-15), the
+        # annotation what older Istio reads.
+        return client.V1PodTemplateSpec(
+            metadata=client.V1ObjectMeta(labels={"sidecar.istio.io/inject": "false"},
+                                         annotations={"sidecar.istio.io/inject": "false"}),
+            spec=pod_spec,
+        )
+
+    gpus = bool(spec.gpus_per_worker)
+    cpu_only = {"cpu": settings.cpu, "memory": settings.memory}
+    # Who computes gets the GPUs: the workers, and the chief of a mirrored job (it trains);
+    # a parameter-server chief only coordinates, PS pods hold variables, the evaluator scores.
+    templates = {
+        "Chief": template(cpu_only, False) if spec.parameter_server else template(limits, gpus),
+        "Worker": template(limits, gpus),
+        "PS": template({"cpu": settings.ps_cpu, "memory": settings.ps_memory}, False),
+        "Evaluator": template(cpu_only, False),
     }
-    if spec.use_chief:
-        replicas["Chief"] = models.KubeflowOrgV1ReplicaSpec(
-            replicas=1, restart_policy=settings.restart_policy, template=template
-        )
+    replicas = {
+        kind: models.KubeflowOrgV1ReplicaSpec(
+            replicas=count, restart_policy=settings.restart_policy, template=templates[kind])
+        for kind, count in spec.replica_counts().items()
+    }
     run_policy = models.KubeflowOrgV1RunPolicy(
         backoff_limit=backoff_limit(spec.max_restarts),
         active_deadline_seconds=settings.active_deadline_seconds or None,

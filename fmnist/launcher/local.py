@@ -38,6 +38,7 @@ _NOISE = re.compile(
     r"|Collective all_reduce tensors|Sharding callback duration|\s*self\.data_adapter = )"
 )
 _STOP_GRACE_SECONDS = 10
+_EVALUATOR_GRACE_SECONDS = 60
 _PRINT_LOCK = threading.Lock()
 
 
@@ -45,6 +46,10 @@ def _retryable(code: int) -> bool:
     """The operator's ExitCode policy: 1-127 is a permanent error (bad input, a bug) that a
     restart repeats; a signal (killed, preempted, out of memory) is worth a retry."""
     return code < 0 or code >= 128
+
+
+def _describe(code: int) -> str:
+    return f"signal {-code}" if code < 0 else f"exit code {code}"
 
 
 def _die_with_parent() -> None:
@@ -133,8 +138,7 @@ class LocalProcessLauncher:
                 worker.process.kill()
 
     def _replicas(self, spec: TrainingJobSpec) -> list[tuple[str, int]]:
-        chief = [("chief", 0)] if spec.use_chief else []
-        return chief + [("worker", i) for i in range(spec.num_workers)]
+        return spec.task_list()
 
     def _start(self, spec: TrainingJobSpec) -> None:
         replicas = self._replicas(spec)
@@ -161,7 +165,7 @@ class LocalProcessLauncher:
                 TF_NUM_INTRAOP_THREADS=str(threads),
                 TF_NUM_INTEROP_THREADS=str(min(2, threads)),
             )
-            if spec.gpus_per_worker == 0:
+            if spec.gpus_per_worker == 0 or task_type in ("ps", "evaluator"):
                 env["CUDA_VISIBLE_DEVICES"] = ""
             else:
                 first = i * spec.gpus_per_worker
@@ -195,12 +199,24 @@ class LocalProcessLauncher:
                 worker.process.wait()
             worker.finish_logs()
 
-    def _wait(self) -> _Worker | None:
-        """Waits until every worker succeeded (returns None) or one failed (returns it)."""
+    def _wait(self, spec: TrainingJobSpec) -> _Worker | None:
+        """Waits until the job succeeded (returns None) or failed (returns the replica to
+        blame): as the training operator decides (kubeflow/trainer v1.9.2
+        pkg/controller.v1/tensorflow/tfjob_controller.go ``UpdateJobStatus``), a job with a
+        Chief succeeds when the chief does; without one when every worker has (our jobs run
+        ``MultiWorkerMirroredStrategy``, whose workers finish together). Workers and PS of a
+        parameter-server job never exit on their own, so there the chief alone decides."""
+        if spec.parameter_server:
+            return self._wait_for_chief(spec)
         while True:
             with self._lock:
                 workers = list(self.workers)
             codes = [w.process.poll() for w in workers]
+            if any(w.name.startswith("evaluator") for w in workers):
+                training = [c for w, c in zip(workers, codes, strict=True)
+                            if not w.name.startswith("evaluator")]
+                if all(code == 0 for code in training):
+                    return self._finish_evaluator(spec)
             failed = [w for w, code in zip(workers, codes, strict=True) if code not in (None, 0)]
             if failed:
                 # A killed worker takes its peers down with it (their collectives fail with
@@ -214,6 +230,50 @@ class LocalProcessLauncher:
                 return None
             time.sleep(0.2)
 
+    def _wait_for_chief(self, spec: TrainingJobSpec) -> _Worker | None:
+        """A parameter-server job: the chief's exit is the job's. A lost worker is reported
+        and training goes on without it (the coordinator reschedules its steps); a lost PS
+        makes the coordinator fail, which fails the chief."""
+        reported: set[str] = set()
+        while True:
+            with self._lock:
+                workers = list(self.workers)
+            chief = next(w for w in workers if w.name == "chief-0")
+            code = chief.process.poll()
+            if code is not None:
+                if code != 0:
+                    return chief
+                chief.finish_logs()
+                return self._finish_evaluator(spec)
+            for worker in workers:
+                lost = worker.process.poll()
+                if lost is not None and worker.name not in reported:
+                    reported.add(worker.name)
+                    if worker.name.startswith("evaluator") and lost != 0:
+                        return worker  # a failed Evaluator fails the TFJob too
+                    if not worker.name.startswith("evaluator"):
+                        print(f"[{spec.name}] {worker.name} exited ({_describe(lost)}); the "
+                              "chief coordinates on without it", file=self.out, flush=True)
+            time.sleep(0.2)
+
+    def _finish_evaluator(self, spec: TrainingJobSpec) -> _Worker | None:
+        """After training: the evaluator finishes once it has scored the last checkpoint
+        (the chief waited for that); a failed evaluator fails the job, as a failed Evaluator
+        pod fails a TFJob. One still running after the grace period is stopped."""
+        with self._lock:
+            evaluators = [w for w in self.workers if w.name.startswith("evaluator")]
+        for worker in evaluators:
+            try:
+                worker.process.wait(timeout=_EVALUATOR_GRACE_SECONDS)
+            except subprocess.TimeoutExpired:
+                print(f"[{spec.name}] {worker.name} still running after training; stopping it",
+                      file=self.out, flush=True)
+                continue
+            worker.finish_logs()
+            if worker.process.returncode != 0:
+                return worker
+        return None
+
     def run(self, spec: TrainingJobSpec) -> TrainingJobResult:
         spec.validate()
         started = time.time()
@@ -222,12 +282,13 @@ class LocalProcessLauncher:
         try:
             while True:
                 print(
-                    f"[{spec.name}] starting {spec.replicas} worker process(es)"
+                    f"[{spec.name}] starting {spec.replicas} process(es): "
+                    + ", ".join(f"{n} {kind}" for kind, n in spec.replica_counts().items())
                     + (f" (restart {restarts}/{spec.max_restarts})" if restarts else ""),
                     file=self.out, flush=True,
                 )
                 self._start(spec)
-                failed = self._wait()
+                failed = self._wait(spec)
                 if failed is None:
                     break
                 code = failed.process.returncode

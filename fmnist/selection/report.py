@@ -34,8 +34,16 @@ def training_curves_png(candidates: list[dict[str, Any]]) -> str:
         if history and "val_accuracy" in history[0]:
             ax_acc.plot(epochs, [e["val_accuracy"] for e in history], ls="--",
                         label=f"{candidate['model_type']} validation")
+        scored = candidate.get("evaluation") or []
+        if scored:  # the evaluator replica's score of each epoch's checkpoint
+            ax_acc.plot([e["epoch"] for e in scored], [e["val_accuracy"] for e in scored],
+                        ls=":", marker="s", ms=3,
+                        label=f"{candidate['model_type']} validation (evaluator)")
+            ax_loss.plot([e["epoch"] for e in scored], [e["val_loss"] for e in scored],
+                         ls=":", marker="s", ms=3,
+                         label=f"{candidate['model_type']} validation (evaluator)")
     ax_acc.set(title="Accuracy per epoch", xlabel="epoch", ylabel="accuracy")
-    ax_loss.set(title="Training loss per epoch", xlabel="epoch", ylabel="loss")
+    ax_loss.set(title="Loss per epoch", xlabel="epoch", ylabel="loss")
     for axis in (ax_acc, ax_loss):
         axis.grid(alpha=0.3)
         axis.legend(fontsize=8)
@@ -108,6 +116,22 @@ def lineage_rows(candidates: list[dict[str, Any]]) -> list[list[str]]:
     return rows
 
 
+def evaluation_markdown(candidates: list[dict[str, Any]]) -> list[str]:
+    """The evaluator's validation accuracy per epoch, one column per model that had one."""
+    scored = [c for c in candidates if c.get("evaluation")]
+    if not scored:
+        return []
+    by_model = [{e["epoch"]: e for e in c["evaluation"]} for c in scored]
+    epochs = sorted(set().union(*by_model))
+    lines = ["", "## Validation accuracy per epoch (evaluator)", "",
+             "| epoch | " + " | ".join(c["model_type"] for c in scored) + " |",
+             "|---|" + "---|" * len(scored)]
+    for epoch in epochs:
+        cells = [f"{m[epoch]['val_accuracy']:.4f}" if epoch in m else "" for m in by_model]
+        lines.append(f"| {epoch} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def markdown_report(candidates: list[dict[str, Any]], best: str, num_test: int) -> str:
     lines = [
         "# Fashion-MNIST model selection",
@@ -124,6 +148,7 @@ def markdown_report(candidates: list[dict[str, Any]], best: str, num_test: int) 
     for i, name in enumerate(CLASS_NAMES):
         cells = [f"{c['per_class_accuracy'][i]:.3f}" for c in candidates]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += evaluation_markdown(candidates)
     if any(c.get("lineage") for c in candidates):
         lines += ["", "## Lineage", "", "| " + " | ".join(LINEAGE_HEADER) + " |",
                   "|" + "---|" * len(LINEAGE_HEADER)]
@@ -149,6 +174,13 @@ def html_report(candidates: list[dict[str, Any]], best: str, num_test: int) -> s
     if any(c.get("lineage") for c in candidates):
         lineage = "<h2>Lineage</h2>\n" + table(LINEAGE_HEADER, lineage_rows(candidates))
     curves = training_curves_png(candidates)
+    scored = evaluation_markdown(candidates)
+    evaluation = ""
+    if scored:  # the same table as the Markdown's, as HTML
+        rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in scored[5:]]
+        evaluation = ("<h2>Validation accuracy per epoch (evaluator)</h2>\n"
+                      + table(["epoch"] + [c["model_type"] for c in candidates
+                                           if c.get("evaluation")], rows))
     matrix = confusion_matrix_png(winner["confusion_matrix"], f"{best}: test confusion matrix")
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>Fashion-MNIST model selection</title>
@@ -165,6 +197,7 @@ chosen by accuracy on the {num_test:,} test images.</p>
 {table(HEADER, _rows(candidates, best))}
 <h2>Training curves</h2>
 <img alt="training curves" src="data:image/png;base64,{curves}">
+{evaluation}
 <h2>Per-class test accuracy</h2>
 {table(["class"] + [c["model_type"] for c in candidates], per_class_rows)}
 <h2>Confusion matrix of the winner</h2>

@@ -51,6 +51,8 @@ def select_best(data_dir: str, model_dirs: list[str], best_model_dir: str,
                 "hyperparameters": result["hyperparameters"],
                 "final_metrics": result["final_metrics"],
                 "history": result["history"],
+                # The evaluator replica's per-epoch validation metrics (empty without one).
+                "evaluation": result.get("evaluation", []),
                 "model_dir": model_dir,
                 "lineage": (lineages or {}).get(model_dir) or {},
             }

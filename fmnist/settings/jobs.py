@@ -13,6 +13,7 @@ from fmnist.settings.schema import Settings, at_least, not_negative, one_of, set
 BACKENDS = ("local", "kubernetes")
 RESTART_POLICIES = ("ExitCode", "OnFailure", "Never", "Always")
 CLEAN_POD_POLICIES = ("None", "Running", "All")
+STRATEGIES = ("multi_worker_mirrored", "parameter_server")
 GPU_RESOURCE = "nvidia.com/gpu"
 
 
@@ -30,6 +31,22 @@ class JobSettings(Settings):
         1, help="Worker replicas per training job (processes locally, pods on Kubernetes); on "
                 "one 2-core machine a second worker process halves throughput.",
         rules=[at_least(1)])
+    strategy: str = setting(
+        "multi_worker_mirrored",
+        help="`multi_worker_mirrored` (synchronous all-reduce over the chief and workers) or "
+             "`parameter_server` (asynchronous: a Chief coordinates, Workers compute, `num_ps` "
+             "parameter servers hold the variables; a lost worker does not stop training).",
+        rules=[one_of(STRATEGIES, "strategy")])
+    num_ps: int = setting(
+        1, help="Parameter-server replicas of a `parameter_server` job (processes locally, `PS` "
+                "pods on Kubernetes); unused by `multi_worker_mirrored`.",
+        rules=[not_negative])
+    evaluator: bool = setting(
+        False, help="Run an evaluator replica beside training (a process locally, a TFJob "
+                    "`Evaluator` on Kubernetes) that scores each epoch's checkpoint on the "
+                    "validation split into `evaluation.jsonl`, which the selection report "
+                    "plots; the trainer holds that split out (`validation_examples` images "
+                    "from the end of train, or a tenth of it up to 5,000).")
     gpus_per_worker: int = setting(
         0, help="GPUs per worker (`nvidia.com/gpu`); NCCL all-reduce when more than 0.",
         rules=[not_negative])
@@ -41,9 +58,29 @@ class JobSettings(Settings):
         rules=[not_negative])
 
     def cross_problems(self) -> list[str]:
+        problems = []
         if self.gpus_per_worker and self.num_workers < 1:
-            return ["GPUs were asked for, but no worker would use them: raise num_workers"]
-        return []
+            problems.append("GPUs were asked for, but no worker would use them: raise num_workers")
+        problems += strategy_problems(self.strategy, self.num_workers, self.num_ps)
+        return problems
+
+
+def strategy_problems(strategy: str, num_workers: int, num_ps: int) -> list[str]:
+    """What a job of ``strategy`` lacks, each problem naming its fix (before anything starts).
+
+    TensorFlow's ``ParameterServerStrategy`` refuses a cluster without a ``ps`` or a ``worker``
+    task (tensorflow v2.21.0 python/distribute/parameter_server_strategy_v2.py
+    ``_verify_args_and_config``); here the job is refused before any replica starts."""
+    problems = []
+    if strategy == "parameter_server":
+        if num_ps < 1:
+            problems.append(f"strategy parameter_server needs at least one parameter server, got "
+                            f"num_ps={num_ps}: set num_ps to 1 or more (or use strategy "
+                            "multi_worker_mirrored)")
+        if num_workers < 1:
+            problems.append(f"strategy parameter_server needs at least one worker, got "
+                            f"num_workers={num_workers}: set num_workers to 1 or more")
+    return problems
 
 
 def _image_rule(name: str, value: str) -> str | None:
@@ -74,6 +111,11 @@ class KubernetesSettings(Settings):
                        rules=[quantity_rule])
     memory: str = setting("4Gi", help="Memory request and limit of each TFJob pod.",
                           rules=[quantity_rule])
+    ps_cpu: str = setting("1", help="CPU request and limit of each `PS` pod (strategy "
+                                    "parameter_server): it holds variables, it does not compute.",
+                          rules=[quantity_rule])
+    ps_memory: str = setting("2Gi", help="Memory request and limit of each `PS` pod.",
+                             rules=[quantity_rule])
     gpu_node_selector: dict = setting(
         factory=lambda: {"nvidia.com/gpu.present": "true"},
         help="Node selector of GPU workers.")

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from fmnist.errors import UserInputError
+from fmnist.settings.jobs import STRATEGIES, strategy_problems
 from fmnist.settings.names import is_dns_1035_label
 from fmnist.settings.training import TrainingConfig
 
@@ -28,6 +29,9 @@ class TrainingJobSpec:
     use_chief: bool = False
     gpus_per_worker: int = 0
     max_restarts: int = 2
+    strategy: str = "multi_worker_mirrored"
+    num_ps: int = 0  # parameter servers (strategy parameter_server)
+    evaluator: bool = False  # an evaluator replica scoring each epoch's checkpoint
     trainer_args: list[str] = field(default_factory=list)  # extra trainer flags (benchmarks)
 
     def validate(self) -> TrainingJobSpec:
@@ -45,11 +49,39 @@ class TrainingJobSpec:
             raise UserInputError(f"gpus_per_worker must be 0 or more, got {self.gpus_per_worker}")
         if self.max_restarts < 0:
             raise UserInputError(f"max_restarts must be 0 or more, got {self.max_restarts}")
+        if self.strategy not in STRATEGIES:
+            raise UserInputError(f"strategy must be one of {', '.join(STRATEGIES)}, got "
+                                 f"{self.strategy!r}")
+        problems = strategy_problems(self.strategy, self.num_workers, self.num_ps)
+        if problems:
+            raise UserInputError("; ".join(problems))
         return self
 
     @property
+    def parameter_server(self) -> bool:
+        return self.strategy == "parameter_server"
+
+    def replica_counts(self) -> dict[str, int]:
+        """Replicas per TFJob replica type: a parameter-server job always has a Chief (the
+        coordinator) and ``num_ps`` PS; the evaluator is one ``Evaluator``."""
+        counts = {}
+        if self.use_chief or self.parameter_server:
+            counts["Chief"] = 1
+        counts["Worker"] = self.num_workers
+        if self.parameter_server:
+            counts["PS"] = self.num_ps
+        if self.evaluator:
+            counts["Evaluator"] = 1
+        return counts
+
+    def task_list(self) -> list[tuple[str, int]]:
+        """Every replica as (TF_CONFIG task type, index), chief first."""
+        return [(kind.lower(), i) for kind, n in self.replica_counts().items()
+                for i in range(n)]
+
+    @property
     def replicas(self) -> int:
-        return self.num_workers + (1 if self.use_chief else 0)
+        return sum(self.replica_counts().values())
 
     def trainer_command(self, python: str = sys.executable) -> list[str]:
         """``python -m fmnist.training.trainer`` with this job's directories and config."""

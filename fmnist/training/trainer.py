@@ -32,6 +32,8 @@ log = logging.getLogger("fmnist.trainer")
 RESULT_FILE = "result.json"
 HISTORY_FILE = "history.jsonl"
 BACKUP_DIR = "backup"
+# How long the chief waits for the evaluator to score the last epoch before it finishes.
+EVALUATOR_WAIT_SECONDS = 600
 
 
 def read_result(work_dir: str) -> dict[str, Any]:
@@ -100,6 +102,7 @@ def train(
 ) -> dict[str, Any] | None:
     """Trains and (on the chief) exports; returns the result on the chief, None elsewhere."""
     from fmnist.training.distributed import (
+        PARAMETER_SERVER,
         ClusterRole,
         choose_precision,
         gpus_available,
@@ -107,8 +110,18 @@ def train(
     )
 
     role = ClusterRole.from_env()
+    if role.serves_only:  # a PS, or a worker of a parameter-server job: serve until stopped
+        from fmnist.training.parameter_server import run_server
+
+        run_server(role)
+    if role.is_evaluator:  # scores the chief's checkpoints; no part of the training cluster
+        from fmnist.training.evaluator import run_evaluator
+
+        run_evaluator(config, data_dir, work_dir)
+        return None
+    parameter_server = role.strategy == PARAMETER_SERVER
     # The strategy must exist before any other TensorFlow op runs in this process.
-    strategy = make_strategy()
+    strategy = make_strategy(role)
 
     import tensorflow as tf
     import tf_keras as keras
@@ -125,6 +138,10 @@ def train(
 
     available = read_metadata(data_dir)["splits"]["train"]["num_examples"]
     num_validation = config.validation_examples
+    if role.has_evaluator:  # the evaluator's split, held out of training
+        from fmnist.dataset.pipeline import validation_size
+
+        num_validation = validation_size(data_dir, config.validation_examples)
     num_train = config.train_examples or (available - num_validation)
     if num_train + num_validation > available or num_train < 1:
         raise ValueError(
@@ -133,10 +150,21 @@ def train(
         )
     replicas = strategy.num_replicas_in_sync
     global_batch = config.batch_size * replicas
-    train_data = training_dataset(
-        data_dir, "train", global_batch, shuffle=True, take=num_train, seed=config.seed,
-        augment=config.augment, repeat=True,
-    )
+
+    def make_train_data(seed: int):
+        return training_dataset(
+            data_dir, "train", global_batch, shuffle=True, take=num_train, seed=seed,
+            augment=config.augment, repeat=True,
+        )
+
+    if parameter_server:
+        # Each worker builds its own copy (Model.fit under ParameterServerStrategy takes a
+        # DatasetCreator); an epoch is steps_per_epoch steps, whichever workers run them.
+        from fmnist.training.parameter_server import per_worker_dataset
+
+        train_data = per_worker_dataset(make_train_data, config.seed)
+    else:
+        train_data = make_train_data(config.seed)
     steps_per_epoch = -(-num_train // global_batch)
     validation_data = (
         training_dataset(
@@ -147,6 +175,8 @@ def train(
     )
     if evaluate_test_split:
         validation_data = training_dataset(data_dir, "test", global_batch, shuffle=False)
+    if role.has_evaluator:
+        validation_data = None  # the evaluator replica scores each epoch's checkpoint
     learning_rate = config.learning_rate
     if config.lr_schedule == "cosine":
         # Decaying to zero over the run settles the weights: about +1 point of test accuracy.
@@ -161,7 +191,11 @@ def train(
         )
     tf.io.gfile.makedirs(work_dir)
     history_path = f"{work_dir}/{HISTORY_FILE}"
-    if role.num_workers > 1:
+    if parameter_server:
+        cluster = role.training_cluster()
+        print(f"{role.name}: ParameterServerStrategy coordinating {len(cluster['worker'])} "
+              f"worker(s) and {len(cluster['ps'])} parameter server(s)", flush=True)
+    elif role.num_workers > 1:
         print(f"{role.name}: MultiWorkerMirroredStrategy over {role.num_workers} workers "
               f"({'NCCL' if gpus_available() else 'ring'} all-reduce)", flush=True)
     print(
@@ -202,11 +236,26 @@ def train(
     started = time.time()
     # EpochReport runs before the backup so a logged epoch is never ahead of the checkpoint.
     callbacks = [EpochReport(), make_backup_callback(f"{work_dir}/{BACKUP_DIR}")]
+    if parameter_server and validation_data is not None:
+        from fmnist.training.parameter_server import inline_validation
+
+        # Before EpochReport, which prints the validation metrics it adds.
+        callbacks.insert(0, inline_validation(model, config, validation_data))
+        validation_data = None
     # TensorBoard logs under <work_dir>/tensorboard, written by the chief alone.
     from fmnist.training.tensorboard import tensorboard_callbacks
 
+    # Keras' profiler is a batch hook, which ParameterServerStrategy refuses: no profile there.
     callbacks += tensorboard_callbacks(work_dir, is_chief=role.is_chief,
-                                       profile_steps=config.profile_steps)
+                                       profile_steps=0 if parameter_server
+                                       else config.profile_steps)
+    if role.has_evaluator:
+        from fmnist.training.evaluator import checkpoint_callback, reset
+
+        if role.is_chief and not tf.io.gfile.exists(f"{work_dir}/{BACKUP_DIR}/chief"):
+            reset(work_dir)  # a fresh job: no earlier job's checkpoints or DONE marker
+        callbacks.append(checkpoint_callback(model, work_dir, is_chief=role.is_chief,
+                                             task_id=role.task_index))
     model.fit(train_data, epochs=config.epochs, steps_per_epoch=steps_per_epoch,
               validation_data=validation_data, verbose=0, callbacks=callbacks)
     train_seconds = time.time() - started
@@ -227,6 +276,12 @@ def train(
     serving_model.set_weights(weights)  # variables are float32 under mixed precision too
     export_saved_model(serving_model, export_dir)
     history = read_history(history_path)
+    evaluation = []
+    if role.has_evaluator:
+        from fmnist.training.evaluator import mark_training_done, wait_for_evaluation
+
+        mark_training_done(work_dir, config.epochs)
+        evaluation = wait_for_evaluation(work_dir, config.epochs, EVALUATOR_WAIT_SECONDS)
     final = (
         {k: v for k, v in history[-1].items() if k not in ("epoch", "finished_at")}
         if history else {}
@@ -244,6 +299,8 @@ def train(
         "train_seconds": round(train_seconds, 2),
         "final_metrics": final,
         "history": history,
+        "strategy": role.strategy,
+        "evaluation": evaluation,
     }
     with tf.io.gfile.GFile(f"{work_dir}/{RESULT_FILE}", "w") as handle:
         json.dump(result, handle, indent=2)

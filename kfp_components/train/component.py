@@ -12,6 +12,9 @@ def train_model(
     precision: str,
     train_examples: int,
     num_workers: int,
+    strategy: str,
+    num_ps: int,
+    evaluator: bool,
     gpus_per_worker: int,
     backend: str,
     kubernetes: dict,
@@ -21,7 +24,8 @@ def train_model(
     metrics: Output[Metrics],
     tensorboard: Output[Markdown],
 ):
-    """Trains one CNN with MultiWorkerMirroredStrategy and exports it as a SavedModel.
+    """Trains one CNN (MultiWorkerMirroredStrategy or parameter servers) and exports it as a
+    SavedModel.
 
     The ``local`` backend starts one worker process per replica on loopback with the TF_CONFIG
     the Kubeflow training operator injects, restarts preempted workers from the last epoch
@@ -36,6 +40,9 @@ def train_model(
         precision: {setting}
         train_examples: {setting}
         num_workers: {setting}
+        strategy: {setting}
+        num_ps: {setting}
+        evaluator: {setting}
         gpus_per_worker: {setting}
         backend: {setting}
         kubernetes: {setting}
@@ -63,6 +70,9 @@ def train_model(
         model_dir=model.path,
         backend=backend,
         num_workers=num_workers,
+        strategy=strategy,
+        num_ps=num_ps,
+        evaluator=evaluator,
         gpus_per_worker=gpus_per_worker,
         max_restarts=max_restarts,
         launcher_options=kubernetes if backend == "kubernetes" else None,
@@ -77,4 +87,5 @@ def train_model(
     add_lineage(model, "train", "train_model", inputs={"dataset": dataset}, parameters={
         "model_type": model_type, "hyperparameters": hyperparameters, "epochs": epochs,
         "precision": precision, "train_examples": train_examples, "num_workers": num_workers,
-        "backend": backend, "job_name": metadata["job_name"]})
+        "strategy": strategy, "num_ps": num_ps, "evaluator": evaluator, "backend": backend,
+        "job_name": metadata["job_name"]})

@@ -108,6 +108,9 @@ def train_step(
     backend: str = "local",
     num_workers: int = 1,
     use_chief: bool = False,
+    strategy: str = "multi_worker_mirrored",
+    num_ps: int = 1,
+    evaluator: bool = False,
     gpus_per_worker: int = 0,
     max_restarts: int = 2,
     launcher_options: dict[str, Any] | None = None,
@@ -142,6 +145,9 @@ def train_step(
         work_dir=job_dir,
         num_workers=num_workers,
         use_chief=use_chief,
+        strategy=strategy,
+        num_ps=num_ps if strategy == "parameter_server" else 0,
+        evaluator=evaluator,
         gpus_per_worker=gpus_per_worker,
         max_restarts=max_restarts,
     ).validate()
@@ -170,6 +176,8 @@ def train_step(
         "parameters": result["parameters"],
         "epochs": result["epochs"],
         "replicas": result["replicas"],
+        "strategy": result.get("strategy", strategy),
+        "topology": spec.replica_counts(),
         "global_batch_size": result["global_batch_size"],
         "precision": result["precision"],
         "train_seconds": result["train_seconds"],
@@ -190,4 +198,7 @@ def train_step(
     }
     if "val_accuracy" in final:
         metrics["validation_accuracy"] = final["val_accuracy"]
+    if result.get("evaluation"):  # the evaluator replica's score of the last epoch
+        metrics["validation_accuracy"] = result["evaluation"][-1]["val_accuracy"]
+        metadata["evaluation"] = result["evaluation"]
     return metadata, metrics

@@ -19,6 +19,8 @@ def tune_hyperparameters(
     backend: str,
     kubernetes: dict,
     num_workers: int,
+    strategy: str,
+    num_ps: int,
     gpus_per_worker: int,
     search: Output[Artifact],
     metrics: Output[Metrics],
@@ -46,6 +48,8 @@ def tune_hyperparameters(
         backend: {setting}
         kubernetes: {setting}
         num_workers: {setting}
+        strategy: {setting}
+        num_ps: {setting}
         gpus_per_worker: {setting}
         search: Every trial (parameters, objective, status, epochs) and the best, as JSON.
         metrics: Best validation accuracy, trial counts and total epochs.
@@ -71,6 +75,7 @@ def tune_hyperparameters(
         result = tune_step(model_type=model_type, base=base, tuning=tuning,
                            data_dir=dataset.path, output_dir=search.path, backend=backend,
                            kubernetes=kubernetes, num_workers=num_workers,
+                           strategy=strategy, num_ps=num_ps,
                            gpus_per_worker=gpus_per_worker)
     outputs = tuning_outputs(result, given)
     # Files behind every output artifact, so a cached run can reuse them.

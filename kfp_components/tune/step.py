@@ -28,23 +28,29 @@ def experiment_name(model_type: str, output_path: str) -> str:
 
 def experiment_settings(name: str, model_type: str, base: TrainingConfig,
                         tuning: dict[str, Any] | TuningSettings, *, num_workers: int = 1,
-                        gpus_per_worker: int = 0) -> tuple[ExperimentSettings, SearchSpace]:
+                        gpus_per_worker: int = 0, strategy: str = "multi_worker_mirrored",
+                        num_ps: int = 1) -> tuple[ExperimentSettings, SearchSpace]:
     """The experiment and search space the ``tuning`` settings describe (not yet validated)."""
     if isinstance(tuning, dict):
         tuning = TuningSettings.from_dict(tuning)
     settings = ExperimentSettings.from_tuning(name, model_type, base, tuning,
                                               num_workers=num_workers,
-                                              gpus_per_worker=gpus_per_worker)
+                                              gpus_per_worker=gpus_per_worker,
+                                              strategy=strategy,
+                                              num_ps=num_ps if strategy == "parameter_server"
+                                              else 0)
     return settings, SearchSpace.default(settings.algorithm, model_type)
 
 
 def tuning_problems(tuning: dict[str, Any], model_type: str, base: TrainingConfig,
-                    backend: str, *, num_workers: int = 1, gpus_per_worker: int = 0) -> list[str]:
+                    backend: str, *, num_workers: int = 1, gpus_per_worker: int = 0,
+                    strategy: str = "multi_worker_mirrored", num_ps: int = 1) -> list[str]:
     """Every problem with these tuning settings, found before any trial starts."""
     try:
         settings, space = experiment_settings("fmnist-tune-check", model_type, base, tuning,
                                               num_workers=num_workers,
-                                              gpus_per_worker=gpus_per_worker)
+                                              gpus_per_worker=gpus_per_worker,
+                                              strategy=strategy, num_ps=num_ps)
     except UserInputError as error:
         return [str(error)]
     if backend == "local":
@@ -56,7 +62,9 @@ def tuning_problems(tuning: dict[str, Any], model_type: str, base: TrainingConfi
 
 def tune_step(*, model_type: str, base: TrainingConfig, tuning: dict[str, Any], data_dir: str,
               output_dir: str, backend: str = "local", kubernetes: dict[str, Any] | None = None,
-              num_workers: int = 1, gpus_per_worker: int = 0, launcher=None) -> TuningResult:
+              num_workers: int = 1, gpus_per_worker: int = 0,
+              strategy: str = "multi_worker_mirrored", num_ps: int = 1,
+              launcher=None) -> TuningResult:
     """Runs the search; trials work under ``output_dir`` locally, on the shared volume on
     Kubernetes (``launcher``: a ``KatibExperimentLauncher`` with its own client). Raises
     ``UserInputError`` before any trial for bad settings and ``TuningError`` when the search
@@ -64,7 +72,8 @@ def tune_step(*, model_type: str, base: TrainingConfig, tuning: dict[str, Any], 
     name = experiment_name(model_type, output_dir)
     settings, space = experiment_settings(name, model_type, base, tuning,
                                           num_workers=num_workers,
-                                          gpus_per_worker=gpus_per_worker)
+                                          gpus_per_worker=gpus_per_worker,
+                                          strategy=strategy, num_ps=num_ps)
 
     def local():
         from katib.local import LocalTuner
