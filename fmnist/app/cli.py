@@ -8,6 +8,7 @@ import logging
 import sys
 
 from fmnist.errors import DataSourceError, TrainingJobError, UserInputError
+from fmnist.settings.data import DataSettings
 from fmnist.settings.pipeline import PipelineParameters
 from fmnist.settings.schema import add_flags, given_values
 
@@ -154,7 +155,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
 def cmd_ingest(args: argparse.Namespace) -> int:
     from fmnist.dataset.ingest import ingest
 
-    metadata = ingest(args.data_source, args.output)
+    metadata = ingest(args.data_source, args.output,
+                      validation_examples=args.validation_examples)
     print(json.dumps({k: metadata[k] for k in ("source", "verification", "sha256")}, indent=2))
     return 0
 
@@ -358,6 +360,10 @@ def build_parser() -> argparse.ArgumentParser:
     ing = commands.add_parser("ingest", help="ingest Fashion-MNIST into a directory")
     ing.add_argument("--data-source", default="", help="as for run")
     ing.add_argument("--output", required=True, help="dataset directory to write")
+    ing.add_argument("--validation-examples", type=int,
+                     default=DataSettings().validation_examples,
+                     help=DataSettings.specs()["validation_examples"].setting.help
+                     + " Default %(default)s.")
     ing.set_defaults(func=cmd_ingest)
     return parser
 
