@@ -5,7 +5,8 @@ runs it with Optuna.
 
 Trials score on the dataset's validation split, which ingestion set aside from the training
 files (``validation_examples``); the test split stays unseen until the chosen model is
-reported. Katib reads the metrics from the trainer's stdout: every epoch prints one line, an RFC 3339 UTC timestamp and ``key=value`` pairs
+reported. Katib reads the metrics from the trainer's stdout: every epoch prints one line, an
+RFC 3339 UTC timestamp and ``key=value`` pairs
 (``2025-01-01T12:00:03.123456Z epoch=3 epochs=10 loss=0.3100 accuracy=0.8900 val_loss=0.2800
 val_accuracy=0.9000 seconds=... images_per_second=...``), one report per epoch, which is what
 median stopping compares at ``start_step``. The timestamp matters: Katib's collector takes a
@@ -169,7 +170,8 @@ class ExperimentSettings:
         return problems
 
     def search_problems(self, search_space: SearchSpace | None = None) -> list[str]:
-        """What any backend needs: name, objective, algorithm, budget, base configuration and the search space."""
+        """What any backend needs: name, objective, algorithm, budget, base configuration
+        and the search space."""
         problems = []
         if not re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", self.name):
             problems.append(f"experiment name {self.name!r} must start with a lowercase letter, "

@@ -7,15 +7,38 @@ share of every global batch.
 
 from __future__ import annotations
 
+import json
+import os
+import sys
+
 from fmnist.dataset.official import IMAGE_SIZE
 from fmnist.dataset.records import IMAGE_FEATURE, LABEL_FEATURE, read_metadata, verify_shards
 
 _PARSE_BATCH = 1024
+# An audit trail of which splits were read: when set, every read of a split appends one JSON
+# line (split, process, the reading function) to this file, in every process that inherits it
+# (training jobs, trials). Tests use it to prove the test split is read only to report the
+# chosen model.
+SPLIT_READ_LOG_ENV = "FMNIST_SPLIT_READ_LOG"
+
+
+def _record_read(split: str) -> None:
+    path = os.environ.get(SPLIT_READ_LOG_ENV)
+    if not path:
+        return
+    frame = sys._getframe(2)  # noqa: SLF001 - who asked for the split
+    while frame is not None and frame.f_globals.get("__name__") == __name__:
+        frame = frame.f_back
+    reader = "?" if frame is None else f"{frame.f_globals.get('__name__')}.{frame.f_code.co_name}"
+    entry = {"split": split, "pid": os.getpid(), "reader": reader, "argv": sys.argv[:3]}
+    with open(path, "a") as handle:
+        handle.write(json.dumps(entry) + "\n")
 
 
 def split_files(data_dir: str, split: str) -> list[str]:
     """The split's shards, verified against what ingestion recorded before anything reads them
     (a damaged shard is a ``DataSourceError`` naming it, never a shorter dataset)."""
+    _record_read(split)
     return verify_shards(data_dir, split, read_metadata(data_dir))
 
 
