@@ -216,7 +216,8 @@ def test_local_pipeline_runs_end_to_end_then_from_cache(data_parameters, tmp_pat
     assert steps.count("tune-hyperparameters") == 3  # tuning off: the given values, at once
     assert not first["tuned"]
     assert first["models"]["basic"]["hyperparameters"] == {
-        "learning_rate": 1e-3, "batch_size": 64, "filters": 32, "dropout_rate": 0.5}
+        "learning_rate": PipelineParameters().learning_rate, "batch_size": 64, "filters": 32,
+        "dropout_rate": 0.5}
     assert {"freshness-window", "ingest-fashion-mnist", "select-best-model"} <= set(steps)
     assert not first["cache_hits"] and all(s["seconds"] >= 0 for s in first["steps"])
     assert (Path(first["best_model_path"]) / "1" / "saved_model.pb").exists()

@@ -88,54 +88,6 @@ def random_flip(images, labels):
     return tf.image.random_flip_left_right(images), labels
 
 
-def random_shift(images, max_shift: int):
-    """Moves each image of a batch ``[B,H,W,C]`` by its own random offset of up to
-    ``max_shift`` pixels along each axis, filling with black (zero): a random crop of the
-    zero-padded image, as two batched gathers rather than a per-image map."""
-    import tensorflow as tf
-
-    batch = tf.shape(images)[0]
-    height, width = images.shape[1], images.shape[2]
-    padded = tf.pad(images, [[0, 0], [max_shift, max_shift], [max_shift, max_shift], [0, 0]])
-    offsets = tf.random.uniform([2, batch], 0, 2 * max_shift + 1, dtype=tf.int32)
-    rows = offsets[0][:, tf.newaxis] + tf.range(height)[tf.newaxis, :]
-    cols = offsets[1][:, tf.newaxis] + tf.range(width)[tf.newaxis, :]
-    shifted = tf.gather(padded, rows, axis=1, batch_dims=1)
-    return tf.gather(shifted, cols, axis=2, batch_dims=1)
-
-
-def random_cutout(images, size: int):
-    """Blacks out one ``size``×``size`` square (clipped at the border) at a random place in
-    each image of a batch ``[B,H,W,C]``: cutout / random erasing, vectorized."""
-    import tensorflow as tf
-
-    batch = tf.shape(images)[0]
-    height, width = images.shape[1], images.shape[2]
-    top = tf.random.uniform([batch, 1, 1], -(size // 2), height - size // 2, dtype=tf.int32)
-    left = tf.random.uniform([batch, 1, 1], -(size // 2), width - size // 2, dtype=tf.int32)
-    ys = tf.range(height)[tf.newaxis, :, tf.newaxis]
-    xs = tf.range(width)[tf.newaxis, tf.newaxis, :]
-    inside = (ys >= top) & (ys < top + size) & (xs >= left) & (xs < left + size)
-    return images * tf.cast(~inside, images.dtype)[..., tf.newaxis]
-
-
-def augmentation(flip: bool, shift: int = 0, cutout: int = 0):
-    """The per-batch augmentation map (images float32 [B,28,28,1]), or None for none."""
-    if not (flip or shift or cutout):
-        return None
-
-    def augment(images, labels):
-        if flip:
-            images, _ = random_flip(images, labels)
-        if shift:
-            images = random_shift(images, shift)
-        if cutout:
-            images = random_cutout(images, cutout)
-        return images, labels
-
-    return augment
-
-
 def training_dataset(
     data_dir: str,
     split: str,
@@ -147,8 +99,6 @@ def training_dataset(
     seed: int | None = None,
     cache: bool = True,
     augment: bool = False,
-    shift: int = 0,
-    cutout: int = 0,
     repeat: bool = False,
 ):
     """The dataset ``Model.fit``/``evaluate`` consume: global batches, sharded by DATA."""
@@ -166,9 +116,8 @@ def training_dataset(
     dataset = dataset.batch(global_batch_size).map(
         to_model_inputs, num_parallel_calls=tf.data.AUTOTUNE
     )
-    augment_batch = augmentation(augment, shift, cutout)
-    if augment_batch is not None:
-        dataset = dataset.map(augment_batch, num_parallel_calls=tf.data.AUTOTUNE)
+    if augment:
+        dataset = dataset.map(random_flip, num_parallel_calls=tf.data.AUTOTUNE)
     dataset = dataset.prefetch(tf.data.AUTOTUNE)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA

@@ -96,12 +96,6 @@ class TrainingConfig(TrainingSettings):
         rules=[between(0, 1, high_open=True)])
     augment: bool = setting(
         True, help="Random horizontal flips (garments are left-right symmetric).")
-    shift_pixels: int = setting(
-        0, help="Random translation of each training image by up to this many pixels (0: none).",
-        rules=[between(0, 8)])
-    cutout_size: int = setting(
-        0, help="A random square of this side blacked out in each training image (0: none).",
-        rules=[between(0, 28)])
     flip_averaging: bool = setting(
         True, help="The exported model averages its probabilities for each image and its "
                    "mirror image (two forward passes; both signatures).")

@@ -142,8 +142,7 @@ def train(
     global_batch = config.batch_size * replicas
     train_data = training_dataset(
         data_dir, "train", global_batch, shuffle=True, take=config.train_examples,
-        seed=config.seed, augment=config.augment, shift=config.shift_pixels,
-        cutout=config.cutout_size, repeat=True,
+        seed=config.seed, augment=config.augment, repeat=True,
     )
     steps_per_epoch = -(-num_train // global_batch)
     # Every epoch is scored on the validation split ingestion set aside: what tuning and
