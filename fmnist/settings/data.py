@@ -28,6 +28,6 @@ class DataSettings(Settings):
     validation_examples: int = setting(
         5000, help="Training images ingestion sets aside as the `validation` split: the last "
                    "N/10 of each class in file order (fixed, class-stratified). Training "
-                   "reports it every epoch, tuning and selection choose on it; the test split "
-                   "is read once, for the chosen model.",
+                   "reports it every epoch, tuning and selection choose on it; only the chosen "
+                   "model is evaluated on the test split.",
         rules=[positive])
