@@ -222,8 +222,10 @@ def test_local_pipeline_runs_end_to_end_then_from_cache(data_parameters, tmp_pat
     assert not first["cache_hits"] and all(s["seconds"] >= 0 for s in first["steps"])
     assert (Path(first["best_model_path"]) / "1" / "saved_model.pb").exists()
     report = Path(first["report_path"]).read_text()
-    assert "data:image/png;base64," in report and "Per-class test accuracy" in report
-    assert "| model | test accuracy |" in Path(first["report_markdown_path"]).read_text()
+    assert "data:image/png;base64," in report and "Per-class accuracy" in report
+    assert "Training and validation curves" in report
+    assert "| model | validation accuracy | test accuracy |" in \
+        Path(first["report_markdown_path"]).read_text()
     # The winner is served on loopback and scored over HTTP like the selection scored it.
     deployment = first["deployment"]
     assert deployment["action"] == "created" and deployment["blessing"]["blessed"]
