@@ -31,7 +31,9 @@ def ingested_dataset(data_source: str) -> Path:
     from fmnist.dataset.ingest import ingest
 
     data_dir = WORK / "dataset"
-    if not (data_dir / "metadata.json").exists():
+    metadata = data_dir / "metadata.json"
+    # A copy ingested before the validation split existed is ingested again.
+    if not metadata.exists() or "validation" not in json.loads(metadata.read_text())["splits"]:
         ingest(data_source, str(data_dir))
     return data_dir
 

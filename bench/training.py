@@ -22,7 +22,8 @@ from pathlib import Path
 
 from bench.common import RESULTS, add_data_source, data_source_missing, ingested_dataset
 
-TARGET_ACCURACY = 0.91
+TARGET_ACCURACY = 0.91  # the time-to-accuracy definition: seconds from launch to 91% test
+MORE_TARGETS = (0.92, 0.93)
 
 
 def _StepClock(keras):  # noqa: N802 - a class factory: tf_keras is imported lazily
@@ -94,40 +95,57 @@ def measure_throughput(model_type: str, data_dir: str, global_batch: int, steps:
     return result
 
 
-def time_to_accuracy(data_dir: str, work_dir: Path, model_type: str) -> dict:
+def time_to_accuracy(data_dir: str, work_dir: Path, model_type: str,
+                     precision: str = "") -> dict:
     """Runs the default configuration through the local launcher, evaluating on the test split
-    after every epoch; reports when test accuracy first reaches the target."""
+    after every epoch (``--evaluate-test-split``, benchmarks only); reports when test accuracy
+    first reaches 91% (the definition), 92% and 93%, in seconds from launch."""
+    from dataclasses import replace
+
     from fmnist.launcher.local import LocalProcessLauncher
     from fmnist.settings.pipeline import PipelineParameters
-    from fmnist.settings.training import TrainingConfig
     from fmnist.training.job import TrainingJobSpec
 
     defaults = PipelineParameters()
-    config = TrainingConfig(
-        model_type=model_type, epochs=defaults.epochs, batch_size=defaults.batch_size,
-        learning_rate=defaults.learning_rate, precision=defaults.precision,
-    )
+    config = defaults.training_config(model_type)
+    if precision:
+        config = replace(config, precision=precision)
     spec = TrainingJobSpec(
         name=f"bench-{model_type}", config=config, data_dir=data_dir,
         export_dir=str(work_dir / "1"), work_dir=str(work_dir),
         num_workers=defaults.num_workers, trainer_args=["--evaluate-test-split"],
     )
     log = io.StringIO()
+    load_before = os.getloadavg()
     started = time.time()
     outcome = LocalProcessLauncher(out=log).run(spec)
     history = outcome.result["history"]
-    reached = next((e for e in history if e["val_accuracy"] >= TARGET_ACCURACY), None)
+
+    def reached(target: float) -> dict | None:
+        return next((e for e in history if e["test_accuracy"] >= target), None)
+
+    first = reached(TARGET_ACCURACY)
     return {
         "model_type": model_type,
         "num_workers": defaults.num_workers,
-        "per_replica_batch": defaults.batch_size,
-        "epochs_budget": defaults.epochs,
+        "per_replica_batch": config.batch_size,
+        "epochs_budget": config.epochs,
+        "precision": outcome.result["precision"],
         "target_test_accuracy": TARGET_ACCURACY,
-        "reached": reached is not None,
-        "epoch_reached": reached["epoch"] if reached else None,
-        "seconds_to_target": round(reached["finished_at"] - started, 1) if reached else None,
+        "reached": first is not None,
+        "epoch_reached": first["epoch"] if first else None,
+        "seconds_to_target": round(first["finished_at"] - started, 1) if first else None,
+        **{f"seconds_to_{round(t * 100)}": (round(e["finished_at"] - started, 1)
+                                            if (e := reached(t)) else None)
+           for t in MORE_TARGETS},
+        **{f"epoch_reached_{round(t * 100)}": (e["epoch"] if (e := reached(t)) else None)
+           for t in MORE_TARGETS},
         "job_seconds": outcome.wall_seconds,
-        "test_accuracy_per_epoch": [round(e["val_accuracy"], 4) for e in history],
+        "test_accuracy_per_epoch": [round(e["test_accuracy"], 4) for e in history],
+        "seconds_from_launch_per_epoch": [round(e["finished_at"] - started, 1) for e in history],
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 
 
@@ -169,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scaling-model", default="basic",
                         help="model for the 1-vs-2-worker comparison ('' to skip)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per feed")
+    parser.add_argument("--tta-precision", default="",
+                        help="precision of the time-to-accuracy run (default: the pipeline's; "
+                             "e.g. mixed_float16 on a GPU)")
     parser.add_argument("--output", default=str(RESULTS / "training.json"))
     args = parser.parse_args(argv)
     if data_source_missing(args):
@@ -198,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
                                                    args.scaling_model)
         print(json.dumps(results["worker_scaling"]), flush=True)
     if args.tta_model:
-        results["time_to_accuracy"] = time_to_accuracy(str(data_dir), work / "tta", args.tta_model)
+        results["time_to_accuracy"] = time_to_accuracy(str(data_dir), work / "tta", args.tta_model,
+                                                       args.tta_precision)
         print(json.dumps(results["time_to_accuracy"]), flush=True)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(results, indent=2))

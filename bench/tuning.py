@@ -35,8 +35,7 @@ def _search(name: str, algorithm: str, args, data_dir: str, work: Path, stopping
     base = TrainingConfig(model_type=args.model_type)
     tuning = {"algorithm": algorithm, "max_trials": args.trials,
               "parallel_trials": args.parallel, "epochs": args.epochs,
-              "train_examples": args.train_examples,
-              "validation_examples": args.validation_examples, "early_stopping": stopping,
+              "train_examples": args.train_examples, "early_stopping": stopping,
               "min_trials_required": args.min_trials_required, "start_step": args.start_step,
               "random_state": args.seed, "max_failed_trials": 0}
     settings, space = experiment_settings(name, args.model_type, base, tuning)
@@ -67,8 +66,7 @@ def _default_trial(args, data_dir: str, work: Path) -> dict:
     from fmnist.training.trainer import read_result
 
     config = replace(TrainingConfig(model_type=args.model_type), epochs=args.epochs,
-                     train_examples=args.train_examples,
-                     validation_examples=args.validation_examples)
+                     train_examples=args.train_examples)
     job_dir = work / "default"
     spec = TrainingJobSpec(name="bench-default", config=config, data_dir=data_dir,
                            export_dir=str(job_dir / "1"), work_dir=str(job_dir))
@@ -89,7 +87,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parallel", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=4, help="per trial")
     parser.add_argument("--train-examples", type=int, default=12_000, help="per trial")
-    parser.add_argument("--validation-examples", type=int, default=6_000)
     parser.add_argument("--min-trials-required", type=int, default=3)
     parser.add_argument("--start-step", type=int, default=1)
     parser.add_argument("--seed", type=int, default=7)
@@ -121,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         "budget": {"model_type": args.model_type, "trials": args.trials,
                    "parallel_trials": args.parallel, "epochs_per_trial": args.epochs,
                    "train_examples": args.train_examples,
-                   "validation_examples": args.validation_examples, "seed": args.seed,
+                   "validation": "the ingested validation split", "seed": args.seed,
                    "median_stop": {"min_trials_required": args.min_trials_required,
                                    "start_step": args.start_step}},
         "default_configuration": default,

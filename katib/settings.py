@@ -3,9 +3,10 @@ trial budget, early stopping and the trials' jobs, checked in Katib's own terms 
 is built. :mod:`katib.experiment` turns it into the Experiment manifest; :mod:`katib.local`
 runs it with Optuna.
 
-Trials score on a validation split carved from the training split (``--validation-examples``);
-the test split stays unseen until model selection. Katib reads the metrics from the trainer's
-stdout: every epoch prints one line, an RFC 3339 UTC timestamp and ``key=value`` pairs
+Trials score on the dataset's validation split, which ingestion set aside from the training
+files (``validation_examples``); the test split stays unseen until the chosen model is
+reported. Katib reads the metrics from the trainer's stdout: every epoch prints one line, an
+RFC 3339 UTC timestamp and ``key=value`` pairs
 (``2025-01-01T12:00:03.123456Z epoch=3 epochs=10 loss=0.3100 accuracy=0.8900 val_loss=0.2800
 val_accuracy=0.9000 seconds=... images_per_second=...``), one report per epoch, which is what
 median stopping compares at ``start_step``. The timestamp matters: Katib's collector takes a
@@ -30,8 +31,8 @@ from fmnist.settings.tuning import TuningSettings
 from katib.search_space import SearchSpace, algorithm_problems
 
 API_VERSION = "kubeflow.org/v1beta1"
-# What the trainer prints each epoch (besides the epoch=/epochs= counters). The val_ pair appears
-# only with a validation split (validation_examples > 0), which every experiment has.
+# What the trainer prints each epoch (besides the epoch=/epochs= counters); the val_ pair is
+# scored on the dataset's validation split.
 REPORTED_METRICS = ("loss", "accuracy", "val_loss", "val_accuracy", "seconds", "images_per_second")
 OBJECTIVE_TYPES = {"val_accuracy": "maximize", "val_loss": "minimize",
                    "accuracy": "maximize", "loss": "minimize"}
@@ -48,7 +49,6 @@ PRIMARY_POD_LABELS = {"training.kubeflow.org/job-role": "master"}
 SUCCESS_CONDITION = 'status.conditions.#(type=="Succeeded")#|#(status=="True")#'
 FAILURE_CONDITION = 'status.conditions.#(type=="Failed")#|#(status=="True")#'
 TRIAL_NAME_PARAMETER = "trialName"  # ${trialSpec.Name}: a directory of its own per trial
-FASHION_MNIST_TRAIN_EXAMPLES = 60_000
 # Trial TFJobs are named <experiment>-<8 characters> and their pods' services
 # <trial>-worker-<i>, which must stay DNS labels (63 characters).
 MAX_NAME_LENGTH = 40
@@ -93,7 +93,6 @@ class ExperimentSettings:
     max_failed_trial_count: int = _TUNING.failed_trial_budget
     early_stopping: EarlyStopping | None = None
     resume_policy: str = "Never"
-    validation_examples: int = _TUNING.validation_examples
     model_type: str = "batchnorm"
     # The unsearched fields; by default a trial's budget is the default search's.
     base_config: TrainingConfig = field(default_factory=lambda: TrainingConfig(
@@ -127,7 +126,6 @@ class ExperimentSettings:
             max_failed_trial_count=tuning.failed_trial_budget,
             early_stopping=EarlyStopping(tuning.min_trials_required, tuning.start_step)
             if tuning.early_stopping else None,
-            validation_examples=tuning.validation_examples,
             model_type=model_type,
             base_config=replace(base, epochs=tuning.epochs,
                                 train_examples=tuning.train_examples),
@@ -148,8 +146,7 @@ class ExperimentSettings:
 
     def training_config(self) -> TrainingConfig:
         """The configuration every trial starts from, before its assignments."""
-        return replace(self.base_config, model_type=self.model_type,
-                       validation_examples=self.validation_examples)
+        return replace(self.base_config, model_type=self.model_type)
 
     def problems(self, search_space: SearchSpace | None = None) -> list[str]:
         """Every problem with these settings (and the search space, if given), each with the
@@ -177,8 +174,8 @@ class ExperimentSettings:
         return problems
 
     def search_problems(self, search_space: SearchSpace | None = None) -> list[str]:
-        """What any backend needs: name, objective, algorithm, budget, validation split,
-        base configuration and the search space."""
+        """What any backend needs: name, objective, algorithm, budget, base configuration
+        and the search space."""
         problems = []
         if not re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", self.name):
             problems.append(f"experiment name {self.name!r} must start with a lowercase letter, "
@@ -195,12 +192,6 @@ class ExperimentSettings:
         if self.num_workers < 1:
             problems.append(f"num_workers must be at least 1, got {self.num_workers}")
         problems += strategy_problems(self.strategy, self.num_workers, self.num_ps)
-        if not 0 < self.validation_examples < FASHION_MNIST_TRAIN_EXAMPLES:
-            problems.append(
-                f"validation_examples must be between 1 and {FASHION_MNIST_TRAIN_EXAMPLES - 1} "
-                f"(carved from the training split), got {self.validation_examples}: trials "
-                "are scored on it, never on the test split"
-            )
         problems += [f"base configuration: {p}" for p in self.training_config().problems()]
         if search_space is not None:
             space_problems = search_space.problems(self.algorithm, self.model_type)

@@ -27,11 +27,11 @@ from kfp_components.tune import tune_hyperparameters
 
 PIPELINE_NAME = "fashion-mnist-training"
 DESCRIPTION = """Trains basic, dropout and batch-norm CNNs on Fashion-MNIST with
-MultiWorkerMirroredStrategy (or parameter servers), keeps the most accurate on the test split,
-serves it (KServe on Kubeflow, the same predictor on 127.0.0.1 locally) if it is blessed, and
-scores the served model over HTTP; the selected model also scores a dataset in shards (batch
-prediction). With ``tune``, each CNN's hyperparameters are first searched (Katib on Kubeflow,
-Optuna locally) and the best ones train it."""
+MultiWorkerMirroredStrategy (or parameter servers), keeps the most accurate on the validation
+split (reporting its test accuracy), serves it (KServe on Kubeflow, the same predictor on
+127.0.0.1 locally) if it is blessed, and scores the served model over HTTP; the selected model
+also scores a dataset in shards (batch prediction). With ``tune``, each CNN's hyperparameters
+are first searched (Katib on Kubeflow, Optuna locally) and the best ones train it."""
 
 
 class PipelineOutputs(NamedTuple):
@@ -86,6 +86,7 @@ def make_pipeline(parallelism: int = 0, platform: Platform | None = None):
         data_source: str = _D.data_source,
         freshness: str = _D.freshness,
         expected_sha256: dict = _D.expected_sha256,
+        validation_examples: int = _D.validation_examples,
         model_types: list = _D.model_types,
         epochs: int = _D.epochs,
         batch_size: int = _D.batch_size,
@@ -120,6 +121,7 @@ def make_pipeline(parallelism: int = 0, platform: Platform | None = None):
             data_source=data_source,
             freshness_window=window.output,
             expected_sha256=expected_sha256,
+            validation_examples=validation_examples,
         )
         ingest.set_display_name("ingest")
         _on_platform(ingest, platform, credentials=True)

@@ -21,12 +21,13 @@ def synthetic_idx(tmp_path_factory) -> tuple[Path, dict[str, str]]:
 
 @pytest.fixture(scope="session")
 def synthetic_dataset(synthetic_idx, tmp_path_factory) -> Path:
-    """The synthetic IDX files ingested into TFRecord shards."""
+    """The synthetic IDX files ingested into TFRecord shards (200 of the 2,000 training
+    images set aside as the validation split)."""
     from fmnist.dataset.ingest import ingest
 
     directory, checksums = synthetic_idx
     out = tmp_path_factory.mktemp("dataset")
-    ingest(str(directory), str(out), expected_sha256=checksums)
+    ingest(str(directory), str(out), expected_sha256=checksums, validation_examples=200)
     return out
 
 

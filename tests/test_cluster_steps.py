@@ -105,7 +105,7 @@ def test_the_training_step_runs_a_tfjob_end_to_end(compiled, synthetic_dataset, 
                 url = {standin.url!r}
 
             config = TrainingConfig(model_type="basic", epochs=2, train_examples=512,
-                                    validation_examples=200, batch_size=64, filters=8)
+                                    batch_size=64, filters=8)
             metadata, metrics = train_step(
                 config=config, data_dir={str(synthetic_dataset)!r}, model_dir={str(model_dir)!r},
                 backend="kubernetes", num_workers=2, max_restarts=1,
@@ -163,7 +163,7 @@ def test_the_tuning_step_runs_a_katib_experiment_end_to_end(compiled, synthetic_
             from tests.katib_standin import katib_client_for
 
             tuning = {{"algorithm": "random", "max_trials": 2, "parallel_trials": 1,
-                       "epochs": 2, "train_examples": 256, "validation_examples": 200,
+                       "epochs": 2, "train_examples": 256,
                        "early_stopping": True, "min_trials_required": 1, "start_step": 1}}
             result = tune_step(
                 model_type="basic", base=TrainingConfig(model_type="basic", filters=8),

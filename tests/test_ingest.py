@@ -25,10 +25,13 @@ def test_ingested_dataset_has_metadata_and_round_trips_the_pixels(synthetic_idx,
     _, checksums = synthetic_idx
     metadata = json.loads((synthetic_dataset / "metadata.json").read_text())
     assert metadata["sha256"] == checksums
-    assert metadata["splits"]["train"]["num_examples"] == 2000
+    # conftest sets 200 of the 2,000 training images aside as the validation split.
+    assert metadata["splits"]["train"]["num_examples"] == 1800
+    assert metadata["splits"]["validation"]["num_examples"] == 200
     assert metadata["splits"]["test"]["num_examples"] == 500
     counts = metadata["splits"]["train"]["class_counts"]
-    assert set(counts) == set(CLASS_NAMES) and sum(counts.values()) == 2000
+    assert set(counts) == set(CLASS_NAMES) and sum(counts.values()) == 1800
+    assert set(metadata["splits"]["validation"]["class_counts"].values()) == {20}
     assert len(metadata["splits"]["train"]["files"]) == 8
     assert "local IDX directory" == metadata["source"]  # no machine path in metadata
 
@@ -36,6 +39,35 @@ def test_ingested_dataset_has_metadata_and_round_trips_the_pixels(synthetic_idx,
     expected_images, expected_labels = synthetic_split(500, 2)
     np.testing.assert_array_equal(images, expected_images)
     np.testing.assert_array_equal(labels, expected_labels)
+
+
+def test_the_validation_split_is_the_last_tenth_of_each_class_in_file_order(synthetic_dataset):
+    """Fixed and class-stratified: the same images on every ingestion, each class equally
+    represented, none of them in the training split."""
+    images, labels = synthetic_split(2000, 1)  # the training files, in file order
+    validation = np.zeros(len(labels), bool)
+    for label in range(10):
+        validation[np.flatnonzero(labels == label)[-20:]] = True
+    train_images, train_labels = load_arrays(str(synthetic_dataset), "train")
+    val_images, val_labels = load_arrays(str(synthetic_dataset), "validation")
+    np.testing.assert_array_equal(val_images, images[validation])
+    np.testing.assert_array_equal(val_labels, labels[validation])
+    np.testing.assert_array_equal(train_images, images[~validation])
+    np.testing.assert_array_equal(train_labels, labels[~validation])
+
+
+def test_a_validation_split_a_class_cannot_give_is_refused_before_writing(synthetic_idx,
+                                                                         tmp_path):
+    from fmnist.errors import UserInputError
+
+    directory, checksums = synthetic_idx
+    with pytest.raises(UserInputError, match=r"validation_examples=2000 takes 200 images of "
+                                             r"class \d \(.*\), but the training files hold"):
+        ingest(str(directory), str(tmp_path / "out"), expected_sha256=checksums,
+               validation_examples=2000)
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(UserInputError, match="validation_examples must be at least 1"):
+        ingest(str(directory), str(tmp_path / "out"), validation_examples=0)
 
 
 def test_training_dataset_yields_global_batches_of_float_pixels(synthetic_dataset):
@@ -112,13 +144,14 @@ def test_tfds_failure_says_what_to_do_offline(monkeypatch, tmp_path):
 def test_tfds_source_is_ingested_through_the_tfds_api(tmp_path):
     import tensorflow_datasets as tfds
 
-    with tfds.testing.mock_data(num_examples=30):
-        metadata = ingest("tfds", str(tmp_path / "out"))
+    with tfds.testing.mock_data(num_examples=100):
+        metadata = ingest("tfds", str(tmp_path / "out"), validation_examples=1)
     assert metadata["source_kind"] == "tfds"
     assert metadata["source"].startswith("tfds:fashion_mnist/")
-    assert metadata["splits"]["train"]["num_examples"] == 30
+    assert metadata["splits"]["train"]["num_examples"] == 99  # one set aside for validation
+    assert metadata["splits"]["validation"]["num_examples"] == 1
     images, _ = load_arrays(str(tmp_path / "out"), "train")
-    assert images.shape == (30, 28, 28)
+    assert images.shape == (99, 28, 28)
 
 
 def test_source_defaults_to_the_environment_then_tfds(monkeypatch):
@@ -233,7 +266,7 @@ def test_a_shard_cut_at_a_record_boundary_fails_training_instead_of_shrinking_it
     shard = damaged / "train-00003-of-00008.tfrecord"
     left = _drop_last_record(shard)
     # TFRecord alone reads the shorter shard without complaint: the check is ours.
-    assert sum(1 for _ in tf.data.TFRecordDataset(str(shard))) == left == 249
+    assert sum(1 for _ in tf.data.TFRecordDataset(str(shard))) == left == 224  # 1,800 / 8 - 1
     with pytest.raises(DataSourceError,
                        match="train shard train-00003-of-00008.tfrecord .* is truncated"):
         training_dataset(str(damaged), "train", 64, shuffle=True)
@@ -249,7 +282,11 @@ def test_a_garbled_shard_fails_evaluation_naming_it(damaged):
     with pytest.raises(DataSourceError,
                        match="test shard test-00001-of-00002.tfrecord .* contents are corrupted"):
         load_arrays(str(damaged), "test")
-    with pytest.raises(DataSourceError, match="test-00001-of-00002.tfrecord"):
+    validation = damaged / "validation-00000-of-00001.tfrecord"
+    data = bytearray(validation.read_bytes())
+    data[len(data) // 2: len(data) // 2 + 16] = b"\xff" * 16
+    validation.write_bytes(bytes(data))
+    with pytest.raises(DataSourceError, match="validation-00000-of-00001.tfrecord"):
         select_best(str(damaged), [str(damaged / "no-model")], str(damaged / "best"))
 
 
@@ -282,7 +319,7 @@ def test_a_training_job_on_a_damaged_shard_fails_naming_it(damaged, tmp_path):
 
 def test_ingestion_records_every_shards_size_digest_and_examples(synthetic_dataset):
     metadata = json.loads((synthetic_dataset / "metadata.json").read_text())
-    for split, total in (("train", 2000), ("test", 500)):
+    for split, total in (("train", 1800), ("validation", 200), ("test", 500)):
         shards = metadata["splits"][split]["shards"]
         assert list(shards) == metadata["splits"][split]["files"]
         assert sum(s["examples"] for s in shards.values()) == total

@@ -93,7 +93,8 @@ def test_every_experiment_variant_passes_katib_and_the_tfjob_crd(algorithm, earl
     for container in _containers(manifest):
         command = container["command"]
         assert "--evaluate-test-split" not in command  # trials never see the test split
-        assert _flag(command, "--validation-examples") == "6000"
+        # Trials score on the dataset's validation split: no flag can move it.
+        assert "--validation-examples" not in command
         for name in space.names:
             assert _flag(command, "--" + name.replace("_", "-")) == \
                 "${trialParameters." + name + "}"
@@ -124,7 +125,8 @@ def test_the_collector_parses_the_trainers_epoch_lines_into_the_objective():
     # Where val_accuracy comes from: Keras prefixes the "accuracy" metric with val_ when fit()
     # has validation data; EpochReport prints epoch_line.
     for fragment in ('SparseCategoricalAccuracy(name="accuracy")', "epoch_line(entry",
-                     "validation_data=validation_data", "if num_validation"):
+                     "validation_data=validation_data",
+                     'scored_split = "test" if evaluate_test_split else "validation"'):
         assert fragment in source, f"the trainer no longer contains {fragment!r}"
 
     manifest = _manifest(_settings(early_stopping=EarlyStopping()))
@@ -252,8 +254,7 @@ def _space(*changes: Parameter) -> SearchSpace:
         ({"model_type": "batchnorm"}, _space(), "dropout_rate is searched but model type "
          "batchnorm has no dropout layer"),
         ({}, _space(Parameter.integer("validation_examples", 1000, 5000)),
-         "validation_examples cannot be searched"),
-        ({"validation_examples": 0}, None, "validation_examples must be between 1"),
+         "unknown hyperparameter 'validation_examples'"),
         ({"algorithm": "cmaes"}, SearchSpace([Parameter.double("learning_rate", 1e-4, 1e-2)]),
          "cmaes needs two or more double or int parameters"),
         ({"algorithm": "bayesianoptimization"}, _space(Parameter.double("dropout_rate", 0, .5)),
@@ -305,7 +306,7 @@ def test_a_searched_model_type_labels_the_trial_and_allows_dropout():
 def test_the_object_store_layout_and_fixed_hyperparameters():
     from fmnist.settings.training import TrainingConfig
 
-    settings = _settings(output_dir="s3://fmnist/katib/", validation_examples=5000,
+    settings = _settings(output_dir="s3://fmnist/katib/",
                          base_config=TrainingConfig(epochs=6, precision="float32"),
                          kubernetes=KubernetesSettings(image="fmnist:1", namespace="team-a",
                                                        object_store_secret="s3-creds"))
@@ -317,7 +318,7 @@ def test_the_object_store_layout_and_fixed_hyperparameters():
     assert _flag(command, "--export-dir").endswith("/${trialParameters.trialName}/1")
     assert _flag(command, "--epochs") == "6"
     assert _flag(command, "--precision") == "float32"
-    assert _flag(command, "--validation-examples") == "5000"
+    assert "--validation-examples" not in command
 
 
 def test_the_whole_experiment_but_its_trial_tfjob():
@@ -353,8 +354,8 @@ def test_the_whole_experiment_but_its_trial_tfjob():
                           "metricStrategies": strategies},
             "parameters": [
                 {"name": "learning_rate", "parameterType": "double",
-                 "feasibleSpace": {"distribution": "logUniform", "min": "0.0001",
-                                   "max": "0.003"}},
+                 "feasibleSpace": {"distribution": "logUniform", "min": "0.0003",
+                                   "max": "0.01"}},
                 {"name": "batch_size", "parameterType": "categorical",
                  "feasibleSpace": {"list": ["32", "64", "128", "256"]}},
                 {"name": "filters", "parameterType": "categorical",

@@ -124,7 +124,7 @@ def test_creates_one_valid_experiment_and_returns_the_typed_best_trial(tmp_path)
     assert result.early_stopping is False
     assert result.seconds == 5 * POLL  # six reads, five polls apart (fake time)
     assert result.base_config["model_type"] == "dropout"
-    assert result.base_config["validation_examples"] == 6000
+    assert "validation_examples" not in result.base_config  # the dataset's split
     final = result.training_config(epochs=20)  # ready to train with
     assert (final.learning_rate, final.batch_size, final.epochs) == (0.0012, 64, 20)
 

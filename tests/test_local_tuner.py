@@ -169,7 +169,7 @@ def _settings(**overrides) -> ExperimentSettings:
     values = dict(
         name="fmnist-tune-test", algorithm="grid", model_type="basic",
         parallel_trial_count=1, max_trial_count=2, max_failed_trial_count=0,
-        validation_examples=500, additional_metrics=("val_loss",),
+        additional_metrics=("val_loss",),
         base_config=TrainingConfig(epochs=3, batch_size=32, precision="float32"),
     )
     values.update(overrides)

@@ -41,8 +41,7 @@ pytestmark = pytest.mark.timeout(240)
 def _spec(tmp_path, dataset, **overrides) -> TrainingJobSpec:
     values = dict(
         name="test-ps",
-        config=TrainingConfig(model_type="batchnorm", epochs=6, batch_size=32,
-                              validation_examples=200),
+        config=TrainingConfig(model_type="batchnorm", epochs=6, batch_size=32),
         data_dir=str(dataset),
         export_dir=str(tmp_path / "model" / "1"),
         work_dir=str(tmp_path / "model"),
@@ -112,15 +111,15 @@ def test_the_job_spec_refuses_a_parameter_server_job_without_ps(tmp_path):
         _spec(tmp_path, tmp_path, num_ps=0).validate()
 
 
-def test_the_evaluators_split_is_a_tenth_of_train_up_to_5000_unless_asked(synthetic_dataset):
-    """One function says how big the validation split is; the trainer holds out exactly the
-    images the evaluator scores (the last ones of the training split)."""
+def test_the_evaluator_scores_the_ingested_validation_split(synthetic_dataset):
+    """The evaluator reads the split ingestion set aside, all of it, through one function."""
     from fmnist.dataset.pipeline import validation_dataset, validation_size
+    from fmnist.dataset.records import read_metadata
 
-    assert validation_size(str(synthetic_dataset), 0) == 200  # 2,000 training images
-    assert validation_size(str(synthetic_dataset), 300) == 300
-    batches = list(validation_dataset(str(synthetic_dataset), 64, 0))
-    assert sum(len(labels) for _, labels in batches) == 200
+    ingested = read_metadata(str(synthetic_dataset))["splits"]["validation"]["num_examples"]
+    assert validation_size(str(synthetic_dataset)) == ingested > 0
+    batches = list(validation_dataset(str(synthetic_dataset), 64))
+    assert sum(len(labels) for _, labels in batches) == ingested
 
 
 def test_a_failing_chief_fails_the_job_and_stops_ps_and_workers(tmp_path):
@@ -192,7 +191,9 @@ def test_the_report_plots_and_tabulates_the_evaluators_scores():
     from fmnist.selection.report import html_report, markdown_report
 
     def candidate(model_type, evaluation):
-        return {"model_type": model_type, "test_accuracy": 0.9, "parameters": 10, "epochs": 2,
+        return {"model_type": model_type, "validation_accuracy": 0.9,
+                "validation_per_class_accuracy": [0.9] * 10, "test_accuracy": 0.9,
+                "parameters": 10, "epochs": 2,
                 "train_seconds": 1.0, "final_metrics": {"accuracy": 0.9},
                 "per_class_accuracy": [0.9] * 10, "confusion_matrix": [[1] * 10] * 10,
                 "history": [{"epoch": 1, "loss": 1.0, "accuracy": 0.8},
@@ -202,13 +203,13 @@ def test_the_report_plots_and_tabulates_the_evaluators_scores():
     scored = [{"epoch": 1, "val_loss": 0.9, "val_accuracy": 0.81},
               {"epoch": 2, "val_loss": 0.6, "val_accuracy": 0.875}]
     candidates = [candidate("batchnorm", scored), candidate("basic", [])]
-    markdown = markdown_report(candidates, "batchnorm", 100)
+    markdown = markdown_report(candidates, "batchnorm", 50, 100)
     assert "| epoch | batchnorm |\n|---|---|\n| 1 | 0.8100 |\n| 2 | 0.8750 |" in markdown
-    page = html_report(candidates, "batchnorm", 100)
+    page = html_report(candidates, "batchnorm", 50, 100)
     assert "<tr><td>2</td><td>0.8750</td></tr>" in page
     without = [candidate("basic", [])]
-    assert "evaluator" not in markdown_report(without, "basic", 100)
-    assert "evaluator" not in html_report(without, "basic", 100)
+    assert "evaluator" not in markdown_report(without, "basic", 50, 100)
+    assert "evaluator" not in html_report(without, "basic", 50, 100)
 
 
 @pytest.mark.slow
@@ -220,8 +221,7 @@ def test_a_parameter_server_job_without_an_evaluator_validates_inline(tmp_path,
     log = io.StringIO()
     launcher = LocalProcessLauncher(out=log)
     spec = _spec(tmp_path, synthetic_dataset,
-                 config=TrainingConfig(model_type="basic", epochs=2, batch_size=32,
-                                       validation_examples=200))
+                 config=TrainingConfig(model_type="basic", epochs=2, batch_size=32))
     result = launcher.run(spec).result
     assert [sorted(e) for e in result["history"]][0] == sorted(
         ["epoch", "loss", "accuracy", "val_loss", "val_accuracy", "seconds", "finished_at",

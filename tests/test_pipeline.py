@@ -169,7 +169,7 @@ def data_parameters(tmp_path_factory) -> dict:
 
     directory = tmp_path_factory.mktemp("e2e-idx")
     return {"data_source": str(directory), "expected_sha256": make_synthetic_idx_dir(directory),
-            "train_examples": 1000}
+            "train_examples": 1000, "validation_examples": 200}
 
 
 # Noon of one 24-hour window: far from both of its edges.
@@ -211,8 +211,11 @@ def test_local_pipeline_runs_end_to_end_then_from_cache(data_parameters, tmp_pat
 
     assert json.loads(summary_path.read_text())["best_model_type"] == first["best_model_type"]
     assert set(first["models"]) == {"basic", "dropout", "batchnorm"}
-    best = max(first["models"].items(), key=lambda item: item[1]["test_accuracy"])
-    assert first["best_test_accuracy"] == best[1]["test_accuracy"]
+    # Chosen on the validation split; only the chosen model has a test accuracy.
+    best = max(first["models"].items(), key=lambda item: item[1]["validation_accuracy"])
+    assert first["best_model_type"] == best[0]
+    assert first["best_validation_accuracy"] == best[1]["validation_accuracy"]
+    assert all("test_accuracy" not in m for m in first["models"].values())
     assert first["best_test_accuracy"] > 0.5  # one epoch on a few thousand images learns
     assert all(m["train_seconds"] > 0 for m in first["models"].values())
     steps = [s["step"] for s in first["steps"]]
@@ -220,13 +223,16 @@ def test_local_pipeline_runs_end_to_end_then_from_cache(data_parameters, tmp_pat
     assert steps.count("tune-hyperparameters") == 3  # tuning off: the given values, at once
     assert not first["tuned"]
     assert first["models"]["basic"]["hyperparameters"] == {
-        "learning_rate": 1e-3, "batch_size": 64, "filters": 32, "dropout_rate": 0.5}
+        "learning_rate": PipelineParameters().learning_rate, "batch_size": 64, "filters": 32,
+        "dropout_rate": 0.5}
     assert {"freshness-window", "ingest-fashion-mnist", "select-best-model"} <= set(steps)
     assert not first["cache_hits"] and all(s["seconds"] >= 0 for s in first["steps"])
     assert (Path(first["best_model_path"]) / "1" / "saved_model.pb").exists()
     report = Path(first["report_path"]).read_text()
-    assert "data:image/png;base64," in report and "Per-class test accuracy" in report
-    assert "| model | test accuracy |" in Path(first["report_markdown_path"]).read_text()
+    assert "data:image/png;base64," in report and "Per-class accuracy" in report
+    assert "Training and validation curves" in report
+    assert "| model | validation accuracy | test accuracy |" in \
+        Path(first["report_markdown_path"]).read_text()
     # The winner is served on loopback and scored over HTTP like the selection scored it.
     deployment = first["deployment"]
     assert deployment["action"] == "created" and deployment["blessing"]["blessed"]
@@ -273,7 +279,7 @@ def test_tuned_pipeline_trains_with_the_searchs_best_values_then_from_cache(
     """tune=True: a real (small) search per model, whose best values train the final model;
     a re-run with the same inputs takes the search from the cache too."""
     tuning = {"algorithm": "random", "max_trials": 2, "parallel_trials": 2, "epochs": 1,
-              "train_examples": 800, "validation_examples": 500, "early_stopping": False,
+              "train_examples": 800, "early_stopping": False,
               "random_state": 3}
     parameters = PipelineParameters(
         epochs=1, batch_size=64, model_types=["basic"], prediction_images=100,
@@ -315,8 +321,9 @@ def test_tuned_pipeline_trains_with_the_searchs_best_values_then_from_cache(
         (["--tune", "--tuning", '{"algorithm": "annealing"}'], "unknown algorithm 'annealing'"),
         (["--tune", "--tuning", '{"max_trials": 2, "parallel_trials": 3}'],
          "max_trial_count (2) is below parallel_trial_count (3)"),
-        (["--tune", "--tuning", '{"validation_examples": 0}'],
-         "validation_examples must be between 1 and 59999"),
+        (["--tune", "--tuning", '{"validation_examples": 500}'],
+         "unknown tuning settings ['validation_examples']"),
+        (["--validation-examples", "0"], "validation_examples must be a positive integer"),
     ],
 )
 def test_bad_parameters_fail_before_any_work(arguments, message, tmp_path, capsys,

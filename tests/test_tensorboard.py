@@ -132,7 +132,7 @@ def test_a_two_worker_job_logs_once_from_the_chief_and_tensorboard_serves_it(
     spec = TrainingJobSpec(
         name="test-tensorboard",
         config=TrainingConfig(model_type="batchnorm", epochs=2, batch_size=32,
-                              validation_examples=200, profile_steps=2),
+                              profile_steps=2),
         data_dir=str(synthetic_dataset), export_dir=str(work / "1"), work_dir=str(work),
         num_workers=2)
     training_backend("local", {}).run(spec)

@@ -150,8 +150,8 @@ def test_a_parameter_server_tfjob_with_an_evaluator_runs_through_the_operator_st
 
     spec = _spec(name="fmnist-ps-e2e", num_ps=1, evaluator=True, data_dir=str(synthetic_dataset),
                  export_dir=str(tmp_path / "model" / "1"), work_dir=str(tmp_path / "model"),
-                 config=TrainingConfig(model_type="batchnorm", epochs=3, batch_size=32,
-                                       validation_examples=200), max_restarts=0)
+                 config=TrainingConfig(model_type="batchnorm", epochs=3, batch_size=32),
+                 max_restarts=0)
     settings = KubernetesSettings(image="ghcr.io/fmnist-kfp/fmnist-kfp:0.1.0",
                                   namespace="kubeflow", pvc_name="fmnist-pvc", cpu="1",
                                   memory="2Gi")

@@ -8,6 +8,7 @@ import logging
 import sys
 
 from fmnist.errors import DataSourceError, TrainingJobError, UserInputError
+from fmnist.settings.data import DataSettings
 from fmnist.settings.pipeline import PipelineParameters
 from fmnist.settings.schema import add_flags, given_values
 
@@ -67,8 +68,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         "\n".join([
             "",
             f"Best model: {summary['best_model_type']} — test accuracy "
-            f"{summary['best_test_accuracy']:.4f}",
-            *(f"  {name:10s} test accuracy {m['test_accuracy']:.4f}, trained in "
+            f"{summary['best_test_accuracy']:.4f} (chosen on validation accuracy "
+            f"{summary['best_validation_accuracy']:.4f})",
+            *(f"  {name:10s} validation accuracy {m['validation_accuracy']:.4f}, trained in "
               f"{m['train_seconds']:.0f} s" for name, m in summary["models"].items()),
             f"Model:   {summary['best_model_path']}",
             f"Report:  {summary['report_path']} (HTML)",
@@ -154,7 +156,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
 def cmd_ingest(args: argparse.Namespace) -> int:
     from fmnist.dataset.ingest import ingest
 
-    metadata = ingest(args.data_source, args.output)
+    metadata = ingest(args.data_source, args.output,
+                      validation_examples=args.validation_examples)
     print(json.dumps({k: metadata[k] for k in ("source", "verification", "sha256")}, indent=2))
     return 0
 
@@ -358,6 +361,10 @@ def build_parser() -> argparse.ArgumentParser:
     ing = commands.add_parser("ingest", help="ingest Fashion-MNIST into a directory")
     ing.add_argument("--data-source", default="", help="as for run")
     ing.add_argument("--output", required=True, help="dataset directory to write")
+    ing.add_argument("--validation-examples", type=int,
+                     default=DataSettings().validation_examples,
+                     help=DataSettings.specs()["validation_examples"].setting.help
+                     + " Default %(default)s.")
     ing.set_defaults(func=cmd_ingest)
     return parser
 

@@ -153,9 +153,10 @@ def run_local(
     summary = {
         "best_model_type": outputs.outputs["best_model_type"],
         "best_test_accuracy": metadata["test_accuracy"],
+        "best_validation_accuracy": metadata["validation_accuracy"],
         "models": {
             entry["model_type"]: {
-                "test_accuracy": entry["test_accuracy"],
+                "validation_accuracy": entry["validation_accuracy"],
                 "train_seconds": entry["train_seconds"],
                 "parameters": entry["parameters"],
                 "epochs": entry["epochs"],

@@ -1,5 +1,6 @@
-"""The selection report: a per-model table, per-class accuracy, training curves and the
-winner's confusion matrix, as HTML (pictures embedded) and Markdown (tables)."""
+"""The selection report: a per-model table (validation accuracy, which chose; test accuracy of
+the chosen model alone), per-class accuracy, training and validation curves of every model and
+the winner's test confusion matrix, as HTML (pictures embedded) and Markdown (tables)."""
 
 from __future__ import annotations
 
@@ -24,29 +25,29 @@ def training_curves_png(candidates: list[dict[str, Any]]) -> str:
     import matplotlib.pyplot as plt
 
     figure, (ax_acc, ax_loss) = plt.subplots(1, 2, figsize=(10, 3.6))
-    for candidate in candidates:
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for index, candidate in enumerate(candidates):
         history = candidate.get("history", [])
         epochs = [entry["epoch"] for entry in history]
-        ax_acc.plot(epochs, [e["accuracy"] for e in history], marker="o", ms=3,
-                    label=f"{candidate['model_type']} train")
-        ax_loss.plot(epochs, [e["loss"] for e in history], marker="o", ms=3,
-                     label=candidate["model_type"])
-        if history and "val_accuracy" in history[0]:
-            ax_acc.plot(epochs, [e["val_accuracy"] for e in history], ls="--",
-                        label=f"{candidate['model_type']} validation")
+        color = colors[index % len(colors)]
+        name = candidate["model_type"]
+        for axis, metric in ((ax_acc, "accuracy"), (ax_loss, "loss")):
+            axis.plot(epochs, [e[metric] for e in history], marker="o", ms=3, color=color,
+                      label=f"{name} training")
+            if history and f"val_{metric}" in history[0]:
+                axis.plot(epochs, [e[f"val_{metric}"] for e in history], ls="--", marker="x",
+                          ms=3, color=color, label=f"{name} validation")
         scored = candidate.get("evaluation") or []
         if scored:  # the evaluator replica's score of each epoch's checkpoint
-            ax_acc.plot([e["epoch"] for e in scored], [e["val_accuracy"] for e in scored],
-                        ls=":", marker="s", ms=3,
-                        label=f"{candidate['model_type']} validation (evaluator)")
-            ax_loss.plot([e["epoch"] for e in scored], [e["val_loss"] for e in scored],
-                         ls=":", marker="s", ms=3,
-                         label=f"{candidate['model_type']} validation (evaluator)")
+            for axis, metric in ((ax_acc, "accuracy"), (ax_loss, "loss")):
+                axis.plot([e["epoch"] for e in scored], [e[f"val_{metric}"] for e in scored],
+                          ls=":", marker="s", ms=3, color=color,
+                          label=f"{name} validation (evaluator)")
     ax_acc.set(title="Accuracy per epoch", xlabel="epoch", ylabel="accuracy")
     ax_loss.set(title="Loss per epoch", xlabel="epoch", ylabel="loss")
     for axis in (ax_acc, ax_loss):
         axis.grid(alpha=0.3)
-        axis.legend(fontsize=8)
+        axis.legend(fontsize=7)
     encoded = png_base64(figure)
     plt.close(figure)
     return encoded
@@ -77,10 +78,11 @@ def confusion_matrix_png(matrix: list[list[int]], title: str) -> str:
 
 def _rows(candidates: list[dict[str, Any]], best: str) -> list[list[str]]:
     rows = []
-    for c in sorted(candidates, key=lambda c: -c["test_accuracy"]):
+    for c in sorted(candidates, key=lambda c: -c["validation_accuracy"]):
         rows.append([
             ("★ " if c["model_type"] == best else "") + c["model_type"],
-            f"{c['test_accuracy']:.4f}",
+            f"{c['validation_accuracy']:.4f}",
+            f"{c['test_accuracy']:.4f}" if "test_accuracy" in c else "—",
             f"{c['parameters']:,}",
             str(c["epochs"]),
             f"{c['train_seconds']:.1f}",
@@ -89,7 +91,8 @@ def _rows(candidates: list[dict[str, Any]], best: str) -> list[list[str]]:
     return rows
 
 
-HEADER = ["model", "test accuracy", "parameters", "epochs", "train s", "final train accuracy"]
+HEADER = ["model", "validation accuracy", "test accuracy", "parameters", "epochs", "train s",
+          "final train accuracy"]
 LINEAGE_HEADER = ["model", "model digest", "trained by", "hyperparameters", "dataset digest"]
 
 
@@ -132,22 +135,38 @@ def evaluation_markdown(candidates: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def markdown_report(candidates: list[dict[str, Any]], best: str, num_test: int) -> str:
+def chosen_by(best: str, num_validation: int, num_test: int) -> str:
+    return (f"chosen by accuracy on the {num_validation:,} validation images (set aside from the "
+            f"training files at ingestion); the test split ({num_test:,} images) was read once, "
+            f"to report the chosen model")
+
+
+def per_class_header(candidates: list[dict[str, Any]], best: str) -> list[str]:
+    return (["class"] + [f"{c['model_type']} (validation)" for c in candidates]
+            + [f"{best} (test)"])
+
+
+def per_class_rows(candidates: list[dict[str, Any]], best: str) -> list[list[str]]:
+    winner = next(c for c in candidates if c["model_type"] == best)
+    return [[name] + [f"{c['validation_per_class_accuracy'][i]:.3f}" for c in candidates]
+            + [f"{winner['per_class_accuracy'][i]:.3f}"] for i, name in enumerate(CLASS_NAMES)]
+
+
+def markdown_report(candidates: list[dict[str, Any]], best: str, num_validation: int,
+                    num_test: int) -> str:
     lines = [
         "# Fashion-MNIST model selection",
         "",
-        f"Winner: **{best}**, chosen by accuracy on the {num_test:,} test images.",
+        f"Winner: **{best}**, {chosen_by(best, num_validation, num_test)}.",
         "",
         "| " + " | ".join(HEADER) + " |",
         "|" + "---|" * len(HEADER),
     ]
     lines += ["| " + " | ".join(row) + " |" for row in _rows(candidates, best)]
-    lines += ["", "## Per-class test accuracy", ""]
-    lines.append("| class | " + " | ".join(c["model_type"] for c in candidates) + " |")
-    lines.append("|---|" + "---|" * len(candidates))
-    for i, name in enumerate(CLASS_NAMES):
-        cells = [f"{c['per_class_accuracy'][i]:.3f}" for c in candidates]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    header = per_class_header(candidates, best)
+    lines += ["", "## Per-class accuracy", "", "| " + " | ".join(header) + " |",
+              "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in per_class_rows(candidates, best)]
     lines += evaluation_markdown(candidates)
     if any(c.get("lineage") for c in candidates):
         lines += ["", "## Lineage", "", "| " + " | ".join(LINEAGE_HEADER) + " |",
@@ -156,7 +175,8 @@ def markdown_report(candidates: list[dict[str, Any]], best: str, num_test: int) 
     return "\n".join(lines) + "\n"
 
 
-def html_report(candidates: list[dict[str, Any]], best: str, num_test: int) -> str:
+def html_report(candidates: list[dict[str, Any]], best: str, num_validation: int,
+                num_test: int) -> str:
     def table(header: list[str], rows: list[list[str]]) -> str:
         head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
         body = "".join(
@@ -166,10 +186,6 @@ def html_report(candidates: list[dict[str, Any]], best: str, num_test: int) -> s
         return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
     winner = next(c for c in candidates if c["model_type"] == best)
-    per_class_rows = [
-        [name] + [f"{c['per_class_accuracy'][i]:.3f}" for c in candidates]
-        for i, name in enumerate(CLASS_NAMES)
-    ]
     lineage = ""
     if any(c.get("lineage") for c in candidates):
         lineage = "<h2>Lineage</h2>\n" + table(LINEAGE_HEADER, lineage_rows(candidates))
@@ -192,14 +208,15 @@ th:first-child, td:first-child {{ text-align: left; }}
 thead {{ background: #f3f3f3; }}
 </style></head><body>
 <h1>Fashion-MNIST model selection</h1>
-<p>Winner: <b>{html.escape(best)}</b> with test accuracy <b>{winner['test_accuracy']:.4f}</b>,
-chosen by accuracy on the {num_test:,} test images.</p>
+<p>Winner: <b>{html.escape(best)}</b>: validation accuracy
+<b>{winner['validation_accuracy']:.4f}</b>, test accuracy <b>{winner['test_accuracy']:.4f}</b>;
+{html.escape(chosen_by(best, num_validation, num_test))}.</p>
 {table(HEADER, _rows(candidates, best))}
-<h2>Training curves</h2>
-<img alt="training curves" src="data:image/png;base64,{curves}">
+<h2>Training and validation curves</h2>
+<img alt="training and validation curves" src="data:image/png;base64,{curves}">
 {evaluation}
-<h2>Per-class test accuracy</h2>
-{table(["class"] + [c["model_type"] for c in candidates], per_class_rows)}
+<h2>Per-class accuracy</h2>
+{table(per_class_header(candidates, best), per_class_rows(candidates, best))}
 <h2>Confusion matrix of the winner</h2>
 <img alt="confusion matrix" src="data:image/png;base64,{matrix}">
 {lineage}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fmnist.durations import parse_duration
-from fmnist.settings.schema import Settings, raising, setting
+from fmnist.settings.schema import Settings, positive, raising, setting
 
 DATA_DIR_ENV = "FASHION_MNIST_DIR"
 TFDS_SOURCE = "tfds"
@@ -25,3 +25,9 @@ class DataSettings(Settings):
     expected_sha256: dict = setting(
         factory=dict, help="Per-file sha256 digests replacing the official ones, for IDX files "
                            "you derived yourself; empty means the official release.")
+    validation_examples: int = setting(
+        5000, help="Training images ingestion sets aside as the `validation` split: the last "
+                   "N/10 of each class in file order (fixed, class-stratified). Training "
+                   "reports it every epoch, tuning and selection choose on it; only the chosen "
+                   "model is evaluated on the test split.",
+        rules=[positive])

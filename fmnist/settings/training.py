@@ -34,10 +34,10 @@ class Hyperparameters(Settings):
     WHAT = "hyperparameters"
 
     learning_rate: float = setting(
-        1e-3, help="Adam's peak learning rate (cosine decay to 0 over the run).",
+        4e-3, help="Adam's peak learning rate: reached after the warm-up, then cosine decay to 0.",
         rules=[between(0, 1, low_open=True)])
     batch_size: int = setting(
-        128, help="Per-replica batch size; the global batch is batch_size × replicas.",
+        256, help="Per-replica batch size; the global batch is batch_size × replicas.",
         rules=[positive])
     filters: int = setting(
         32, help="Filters of the first convolution (the later ones have twice as many).",
@@ -87,12 +87,18 @@ class TrainingConfig(TrainingSettings):
                                rules=[positive])
     lr_schedule: str = setting("cosine", help="`cosine` decay to 0 over the run, or `constant`.",
                                rules=[one_of(LR_SCHEDULES, "lr_schedule")])
+    warmup_epochs: float = setting(
+        1.0, help="Linear warm-up of the learning rate from 0 over this many epochs (at most "
+                  "half the run; 0: none).",
+        rules=[not_negative])
+    label_smoothing: float = setting(
+        0.1, help="Label smoothing of the cross-entropy targets (0: none).",
+        rules=[between(0, 1, high_open=True)])
     augment: bool = setting(
         True, help="Random horizontal flips (garments are left-right symmetric).")
-    validation_examples: int = setting(
-        0, help="Validation images carved from the end of the training split (never the test "
-                "split); 0: none.",
-        rules=[not_negative])
+    flip_averaging: bool = setting(
+        True, help="The exported model averages its probabilities for each image and its "
+                   "mirror image (two forward passes; both signatures).")
     seed: int = setting(42, help="Seed of weights, shuffling and augmentation.")
 
     def to_json(self) -> str:

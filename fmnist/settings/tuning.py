@@ -1,8 +1,9 @@
 """The hyperparameter search (the ``tuning`` parameter): every key optional.
 
-Types are checked here; what Katib would refuse (counts, the early-stopping budget, the
-validation split) is checked where the Experiment is built, in Katib's own terms
-(:class:`katib.settings.ExperimentSettings`), for both backends."""
+Types are checked here; what Katib would refuse (counts, the early-stopping budget) is checked
+where the Experiment is built, in Katib's own terms (:class:`katib.settings.ExperimentSettings`),
+for both backends. Trials score on the dataset's validation split (the pipeline's
+``validation_examples``, set aside at ingestion), never the test split."""
 
 from __future__ import annotations
 
@@ -26,9 +27,7 @@ class TuningSettings(Settings):
                    "max_trials when that is smaller).")
     epochs: int = setting(6, help="Epochs per trial (the final training keeps its own).")
     train_examples: int = setting(
-        0, help="Train each trial on the first N examples (0: all but the validation split).")
-    validation_examples: int = setting(
-        6000, help="Trials are scored on the last N training examples, never the test split.")
+        0, help="Train each trial on the first N examples of the training split (0: all).")
     early_stopping: bool = setting(True, help="Katib's `medianstop` early stopping.")
     min_trials_required: int = setting(
         3, help="medianstop: succeeded trials before any trial is stopped.")

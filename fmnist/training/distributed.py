@@ -152,9 +152,9 @@ def cluster_resolver(role: ClusterRole):
 def make_strategy(role: ClusterRole | None = None):
     """The job's strategy: ``ParameterServerStrategy`` when the cluster has parameter servers
     (the chief coordinates; see :mod:`fmnist.training.parameter_server`), else
-    ``MultiWorkerMirroredStrategy`` over the chief and workers (one local worker without a
-    cluster), with NCCL all-reduce when GPUs are present and ring all-reduce over gRPC
-    otherwise."""
+    ``MultiWorkerMirroredStrategy`` over the chief and workers (TensorFlow's default strategy
+    for one replica on at most one device), with NCCL all-reduce when GPUs are present and
+    ring all-reduce over gRPC otherwise."""
     import tensorflow as tf
 
     role = role or ClusterRole.from_env()
@@ -164,9 +164,15 @@ def make_strategy(role: ClusterRole | None = None):
         # The coordinator connects to every task of the cluster it is given, and the evaluator
         # runs no server: the resolver leaves it out.
         return tf.distribute.ParameterServerStrategy(resolver)
+    if resolver is None and len(tf.config.list_physical_devices("GPU")) < 2:
+        # One training replica (beside an evaluator) on at most one device: TensorFlow's
+        # default strategy. Keras then feeds fit from the dataset as it is, with no
+        # distributed iterator (whose own autotuned input root stalls the end of fit), and
+        # no MultiWorkerMirroredStrategy health-check thread.
+        return tf.distribute.get_strategy()
     if resolver is None:
-        # One training replica (beside an evaluator): no cluster, as the operator gives a
-        # one-replica job no TF_CONFIG, so no health-check thread stalls its end.
+        # One replica over several local GPUs: mirrored across them, with no cluster (the
+        # operator gives a one-replica job no TF_CONFIG).
         resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
             tf.train.ClusterSpec({}), task_type=None, task_id=None)
 

@@ -132,11 +132,11 @@ def run_evaluator(config, data_dir: str, work_dir: str, *, poll_seconds: float =
     model = build_model(config)
     model.compile(loss=keras.losses.SparseCategoricalCrossentropy(),
                   metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
-    data = validation_dataset(data_dir, config.batch_size, config.validation_examples)
+    data = validation_dataset(data_dir, config.batch_size)
     directory = f"{work_dir}/{CHECKPOINT_DIR}"
     done_path = f"{directory}/{DONE_FILE}"
     scored = {e["epoch"] for e in read_evaluation(work_dir)}
-    count = validation_size(data_dir, config.validation_examples)
+    count = validation_size(data_dir)
     print(f"evaluator: scoring checkpoints of {directory} on {count:,} validation images",
           flush=True)
     count = 0

@@ -8,6 +8,7 @@ def ingest_fashion_mnist(
     data_source: str,
     freshness_window: str,
     expected_sha256: dict,
+    validation_examples: int,
     dataset: Output[Dataset],
 ):
     """Ingests Fashion-MNIST and writes it as sharded TFRecords for multi-worker tf.data.
@@ -20,15 +21,18 @@ def ingest_fashion_mnist(
         freshness_window: The current freshness window (from ``freshness-window``); it is
             part of the cache key, so cached data expires with the window.
         expected_sha256: {setting}
-        dataset: TFRecord shards plus ``metadata.json`` (source, checksums, split sizes,
-            per-class counts).
+        validation_examples: {setting}
+        dataset: TFRecord shards of the train, validation and test splits plus
+            ``metadata.json`` (source, checksums, split sizes, per-class counts, how the
+            validation split was carved).
     """
     from fmnist.lineage import add_lineage
     from kfp_components.ingest.step import ingest_step
 
     dataset.metadata.update(ingest_step(data_source, dataset.path,
                                         freshness_window=freshness_window,
-                                        expected_sha256=expected_sha256))
+                                        expected_sha256=expected_sha256,
+                                        validation_examples=validation_examples))
     add_lineage(dataset, "ingest", "ingest_fashion_mnist", inputs={}, parameters={
         "source": dataset.metadata["source"], "idx_sha256": dataset.metadata["sha256"],
-        "freshness_window": freshness_window})
+        "freshness_window": freshness_window, "validation_examples": validation_examples})

@@ -13,16 +13,21 @@ def select_best_model(
     report: Output[HTML],
     report_markdown: Output[Markdown],
 ) -> str:
-    """Evaluates every candidate on the test split and outputs the most accurate one.
+    """Outputs the candidate most accurate on the validation split, and its test accuracy.
+
+    The test split is read once, for the chosen model: choosing on it would overstate the
+    accuracy reported.
 
     Args:
-        dataset: The ingested dataset; its test split decides.
+        dataset: The ingested dataset; its validation split decides, its test split reports.
         candidates: The trained models.
-        best_model: A copy of the winner, its metadata extended with test figures and the
-            leaderboard of all candidates.
-        metrics: Test accuracy of every candidate and of the winner.
+        best_model: A copy of the winner, its metadata extended with its validation and test
+            figures and the leaderboard of all candidates (validation accuracy).
+        metrics: Validation accuracy of every candidate; validation and test accuracy of the
+            winner.
         confusion_matrix: The winner's test confusion matrix.
-        report: Per-model table, per-class accuracy, training curves, confusion matrix.
+        report: Per-model table, per-class accuracy, training and validation curves, the
+            winner's confusion matrix.
         report_markdown: The same tables as Markdown.
 
     Returns:
@@ -54,6 +59,7 @@ def select_best_model(
     entry = add_lineage(best_model, "select", "select_best_model", inputs={
         "dataset": dataset, "model": winner, "candidates": candidates}, parameters={
         "model_type": outputs.best_model_type,
+        "validation_accuracy": outputs.metadata["validation_accuracy"],
         "test_accuracy": outputs.metadata["test_accuracy"],
         "test_examples": outputs.metadata["test_examples"]})
     for document in (report, report_markdown):

@@ -1,5 +1,6 @@
-"""The selection step: every candidate evaluated, the best copied out, and what the step's
-artifacts record (winner metadata, metrics, confusion matrix, reports)."""
+"""The selection step: every candidate scored on the validation split, the best copied out and
+evaluated once on the test split, and what the step's artifacts record (winner metadata,
+metrics, confusion matrix, reports)."""
 
 from __future__ import annotations
 
@@ -30,13 +31,17 @@ def select_step(data_dir: str, candidates: list[tuple[str, dict[str, Any]]],
     source = next(metadata for path, metadata in candidates if path == best["model_dir"])
     metadata = {
         **source,
+        "selected_by": "validation_accuracy",
+        "validation_accuracy": best["validation_accuracy"],
+        "validation_examples": selection.num_validation_examples,
         "test_accuracy": best["test_accuracy"],
         "per_class_accuracy": dict(zip(CLASS_NAMES, best["per_class_accuracy"], strict=True)),
         "test_examples": selection.num_test_examples,
         "leaderboard": leaderboard(selection),
     }
-    metrics = {"best_test_accuracy": best["test_accuracy"]}
-    metrics.update({f"{c['model_type']}_test_accuracy": c["test_accuracy"]
+    metrics = {"best_test_accuracy": best["test_accuracy"],
+               "best_validation_accuracy": best["validation_accuracy"]}
+    metrics.update({f"{c['model_type']}_validation_accuracy": c["validation_accuracy"]
                     for c in selection.candidates})
     return SelectionOutputs(best["model_type"], metadata, metrics, best["confusion_matrix"],
                             selection.html, selection.markdown, best["model_dir"])

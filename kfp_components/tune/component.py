@@ -32,8 +32,8 @@ def tune_hyperparameters(
     ``kubernetes`` runs a Katib Experiment whose trials are TFJobs of the training step's
     trainer (re-attached on retry, deleted when the run is terminated, the step failing when
     the experiment fails); ``local`` runs the same search space, objective and median-stopping
-    rule with Optuna, each trial a real local training job. Trials score on a validation split
-    carved from the training data; the test split stays unseen.
+    rule with Optuna, each trial a real local training job. Trials score on the dataset's
+    validation split (set aside at ingestion); the test split stays unseen.
 
     Args:
         dataset: The ingested dataset.
