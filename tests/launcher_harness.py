@@ -8,9 +8,11 @@ whose run is terminated.
 
 from __future__ import annotations
 
+import os
 import queue
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -72,6 +74,20 @@ def spawn(argv: list[str], cwd: str | Path | None = None) -> tuple[subprocess.Po
 
     threading.Thread(target=pump, daemon=True).start()
     return process, lines
+
+
+def spawn_script(template: str, **values: str) -> tuple[subprocess.Popen, queue.Queue]:
+    """``template`` (a script with a ``{repo}`` field and ``values``' fields) run by this
+    Python in a process of its own, as :func:`spawn`."""
+    script = textwrap.dedent(template.format(repo=os.getcwd(), **values))
+    return spawn([sys.executable, "-c", script])
+
+
+def drain(process: subprocess.Popen, lines: queue.Queue, seen: list[str]) -> None:
+    """Reads the child's output to its end, then waits (bounded) for it to exit."""
+    while read_until(lines, "\0", seen):
+        pass
+    process.wait(timeout=60)
 
 
 def read_until(lines: queue.Queue, text: str, seen: list[str], seconds: float = 60) -> bool:

@@ -14,7 +14,7 @@ import pytest
 from fmnist.app.cli import main as cli_main
 from fmnist.lineage import content_digest
 from fmnist.settings.pipeline import PipelineParameters
-from tests.test_tensorboard import serve_tensorboard, wait_for_scalars
+from tests.test_tensorboard import served_scalar_tags
 
 
 @pytest.fixture(scope="module")
@@ -88,10 +88,5 @@ def test_fmnist_kfp_tensorboard_serves_the_runs_training_logs(real_run):
     assert set(summary["tensorboard"]) == {"basic", "dropout"}
     summary_path = root / "summary.json"
     assert json.loads(summary_path.read_text())["tensorboard"] == summary["tensorboard"]
-    process, url = serve_tensorboard(["--summary", str(summary_path)])
-    try:
-        tags = wait_for_scalars(url, process)
-        assert "epoch_loss" in tags["basic/train"] and "epoch_accuracy" in tags["dropout/train"]
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
+    tags = served_scalar_tags(["--summary", str(summary_path)])
+    assert "epoch_loss" in tags["basic/train"] and "epoch_accuracy" in tags["dropout/train"]

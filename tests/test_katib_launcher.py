@@ -8,12 +8,9 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import queue
 import signal
 import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -28,7 +25,7 @@ from tests.crd_schemas import validate_strict
 from tests.k8s_standin import FakeTime
 from tests.katib_schemas import validate_katib
 from tests.katib_standin import KatibStandIn, katib_client_for, state, trial
-from tests.launcher_harness import read_until, spawn
+from tests.launcher_harness import drain, read_until, spawn_script
 
 DATA_DIR = "/mnt/fmnist/dataset"
 EXPERIMENT = "/apis/kubeflow.org/v1beta1/namespaces/team-a/experiments/fmnist-tune"
@@ -229,9 +226,7 @@ launcher.run(_settings(Path({tmp!r})), _space(), DATA_DIR)
 
 
 def _launch_child(standin, tmp_path) -> tuple[subprocess.Popen, queue.Queue]:
-    script = textwrap.dedent(_CHILD.format(repo=os.getcwd(), url=standin.url,
-                                           tmp=str(tmp_path)))
-    return spawn([sys.executable, "-c", script])
+    return spawn_script(_CHILD, url=standin.url, tmp=str(tmp_path))
 
 
 
@@ -244,9 +239,7 @@ def test_sigterm_while_waiting_deletes_the_experiment(tmp_path):
         try:
             assert read_until(lines, "Running:", seen), "\n".join(seen)
             process.send_signal(signal.SIGTERM)
-            while read_until(lines, "\0", seen):
-                pass
-            process.wait(timeout=60)
+            drain(process, lines, seen)
         finally:
             process.kill()
     output = "\n".join(seen)
@@ -268,9 +261,7 @@ def test_sigterm_while_the_create_call_is_in_flight_deletes_the_experiment(tmp_p
             process.send_signal(signal.SIGTERM)
             read_until(lines, "SIGTERM while creating", seen)  # handled, or the child died
             gate.release()
-            while read_until(lines, "\0", seen):
-                pass
-            process.wait(timeout=60)
+            drain(process, lines, seen)
         finally:
             process.kill()
     output = "\n".join(seen)

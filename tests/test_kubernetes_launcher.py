@@ -8,12 +8,9 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import queue
 import signal
 import subprocess
-import sys
-import textwrap
 
 import pytest
 import requests
@@ -25,7 +22,7 @@ from fmnist.settings.training import TrainingConfig
 from fmnist.training.job import TrainingJobSpec
 from tests.crd_schemas import validate_strict
 from tests.k8s_standin import FakeTime, KubernetesStandIn
-from tests.launcher_harness import read_until, spawn
+from tests.launcher_harness import drain, read_until, spawn_script
 
 NAME = "fmnist-basic-3f2a9c"
 JOBS = "/apis/kubeflow.org/v1/namespaces/kubeflow/tfjobs"
@@ -408,9 +405,7 @@ launcher.run(_spec(Path({tmp!r})))
 
 
 def _launch_child(standin, tmp_path) -> tuple[subprocess.Popen, queue.Queue]:
-    script = textwrap.dedent(_CHILD.format(repo=os.getcwd(), url=standin.url,
-                                           tmp=str(tmp_path)))
-    return spawn([sys.executable, "-c", script])
+    return spawn_script(_CHILD, url=standin.url, tmp=str(tmp_path))
 
 
 
@@ -427,9 +422,7 @@ def test_sigterm_while_the_create_call_is_in_flight_deletes_what_was_created(tmp
             process.send_signal(signal.SIGTERM)
             read_until(lines, "SIGTERM while creating", seen)  # handled (or the child died)
             gate.release()
-            while read_until(lines, "\0", seen):
-                pass
-            process.wait(timeout=60)
+            drain(process, lines, seen)
         finally:
             process.kill()
     output = "\n".join(seen)
@@ -447,9 +440,7 @@ def test_sigterm_while_waiting_deletes_the_job(tmp_path):
         try:
             assert read_until(lines, "Running", seen), "\n".join(seen)
             process.send_signal(signal.SIGTERM)
-            while read_until(lines, "\0", seen):
-                pass
-            process.wait(timeout=60)
+            drain(process, lines, seen)
         finally:
             process.kill()
     output = "\n".join(seen)

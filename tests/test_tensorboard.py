@@ -106,8 +106,9 @@ def wait_for_scalars(url: str, process: subprocess.Popen, timeout: float = 180.0
     raise AssertionError(f"TensorBoard at {url} did not serve scalars within {timeout:.0f} s")
 
 
-def serve_tensorboard(arguments: list[str]):
-    """``fmnist-kfp tensorboard`` in a subprocess on a free loopback port; yields its URL."""
+def served_scalar_tags(arguments: list[str]) -> dict:
+    """``fmnist-kfp tensorboard`` in a subprocess on a free loopback port: the scalar tags its
+    data API serves (it is stopped afterwards)."""
     from fmnist.launcher.local import free_ports
 
     [port] = free_ports(1)
@@ -115,7 +116,11 @@ def serve_tensorboard(arguments: list[str]):
         [sys.executable, "-m", "fmnist.app.cli", "tensorboard", *arguments, "--port", str(port)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
-    return process, f"http://127.0.0.1:{port}"
+    try:
+        return wait_for_scalars(f"http://127.0.0.1:{port}", process)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
 
 
 @pytest.mark.slow
@@ -145,13 +150,8 @@ def test_a_two_worker_job_logs_once_from_the_chief_and_tensorboard_serves_it(
     assert train["graph"], "the train graph was not written"
     assert list((logs / "plugins" / "profile").rglob("*.xplane.pb")), "no profile"
 
-    process, url = serve_tensorboard(["--logdir", str(logs)])
-    try:
-        tags = wait_for_scalars(url, process)
-        assert "epoch_loss" in tags["train"] and "epoch_accuracy" in tags["validation"]
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
+    tags = served_scalar_tags(["--logdir", str(logs)])
+    assert "epoch_loss" in tags["train"] and "epoch_accuracy" in tags["validation"]
 
 
 def test_tensorboard_without_a_run_says_what_to_do(tmp_path, capsys):
