@@ -127,18 +127,19 @@ def run_evaluator(config, data_dir: str, work_dir: str, *, poll_seconds: float =
 
     from fmnist.dataset.pipeline import validation_dataset, validation_size
     from fmnist.training.models import build_model
+    from fmnist.training.recipe import make_loss
 
     keras.mixed_precision.set_global_policy("float32")
     model = build_model(config)
-    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(),
+    # The trainer's own loss, so its val_loss and the evaluator's measure the same thing.
+    model.compile(loss=make_loss(config),
                   metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
     data = validation_dataset(data_dir, config.batch_size)
     directory = f"{work_dir}/{CHECKPOINT_DIR}"
     done_path = f"{directory}/{DONE_FILE}"
     scored = {e["epoch"] for e in read_evaluation(work_dir)}
-    count = validation_size(data_dir)
-    print(f"evaluator: scoring checkpoints of {directory} on {count:,} validation images",
-          flush=True)
+    print(f"evaluator: scoring checkpoints of {directory} on {validation_size(data_dir):,} "
+          "validation images", flush=True)
     count = 0
     while True:
         finished = tf.io.gfile.exists(done_path)  # read before the index: nothing is missed

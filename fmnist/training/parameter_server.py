@@ -51,15 +51,19 @@ def inline_validation(model, config, validation_data):
     import tf_keras as keras
 
     from fmnist.training.models import build_model
+    from fmnist.training.recipe import make_loss
 
     local = build_model(config)
+    loss_fn = make_loss(config)  # the loss the trainer compiles: the same val_loss
 
     @tf.function
     def score(images, labels):
         probabilities = tf.cast(local(images, training=False), tf.float32)
-        losses = keras.losses.sparse_categorical_crossentropy(labels, probabilities)
+        count = tf.cast(tf.shape(labels)[0], tf.float32)
+        # A Loss object answers the batch mean, a loss function one value per image.
+        loss = tf.reduce_mean(loss_fn(labels, probabilities)) * count
         predicted = tf.argmax(probabilities, axis=-1, output_type=labels.dtype)
-        return tf.reduce_sum(losses), tf.reduce_sum(tf.cast(predicted == labels, tf.float32))
+        return loss, tf.reduce_sum(tf.cast(predicted == labels, tf.float32))
 
     class InlineValidation(keras.callbacks.Callback):
         def on_epoch_end(self, epoch, logs=None):
