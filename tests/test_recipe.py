@@ -54,6 +54,7 @@ def test_label_smoothing_matches_its_definition():
     [
         ({"warmup_epochs": -1.0}, "warmup_epochs"),
         ({"label_smoothing": 1.0}, "label_smoothing"),
+        ({"stem_filters": -16}, "stem_filters"),
     ],
 )
 def test_recipe_settings_are_validated(changes, message):
@@ -61,6 +62,28 @@ def test_recipe_settings_are_validated(changes, message):
 
     with pytest.raises(UserInputError, match=message):
         TrainingConfig(**changes).validate()
+
+
+@pytest.mark.parametrize("model_type", ["basic", "dropout", "batchnorm"])
+def test_every_family_with_its_stem_stays_within_100k_parameters(model_type):
+    """Issue 14: each CNN ≤ 100k parameters. The stem is one 3×3 'same' convolution at full
+    resolution before the book's three, so the rest of the model keeps its shapes; without it
+    (stem_filters=0) the model is the book's."""
+    from fmnist.training.models import build_model
+
+    with_stem = build_model(TrainingConfig(model_type=model_type))
+    book = build_model(TrainingConfig(model_type=model_type, stem_filters=0))
+    assert with_stem.count_params() <= 100_000
+    stem = with_stem.layers[1]  # after the rescaling
+    assert (stem.filters, stem.kernel_size, stem.padding) == (16, (3, 3), "same")
+    assert stem.output.shape[1:] == (28, 28, 16)
+    # The stem adds its own weights (and BN) and widens the first convolution's input: the
+    # first book convolution sees 16 channels instead of 1; nothing else changes.
+    batchnorm = model_type == "batchnorm"
+    stem_weights = 3 * 3 * 1 * 16 + (2 * 16 + 2 * 16 if batchnorm else 16)
+    widened_first_conv = 3 * 3 * (16 - 1) * 32
+    assert with_stem.count_params() - book.count_params() == stem_weights + widened_first_conv
+    assert with_stem.output.shape == book.output.shape == (None, 10)
 
 
 def test_exported_flip_averaging_is_mirror_invariant_with_the_same_signatures(tmp_path):

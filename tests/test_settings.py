@@ -124,8 +124,8 @@ def test_changing_a_default_in_one_place_changes_it_everywhere(tmp_path):
         ".venv", ".tools", ".git", "runs", "__pycache__", "bench", "tests", ".ruff_cache"))
     training = copy / "fmnist" / "settings" / "training.py"
     text = training.read_text()
-    assert 'epochs: int = setting(12, help="Passes' in text
-    training.write_text(text.replace('epochs: int = setting(12,', 'epochs: int = setting(17,'))
+    assert 'epochs: int = setting(10, help="Passes' in text
+    training.write_text(text.replace('epochs: int = setting(10,', 'epochs: int = setting(17,'))
     script = """
 import inspect, yaml
 from fmnist.app.cli import build_parser

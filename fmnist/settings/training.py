@@ -60,7 +60,7 @@ class TrainingSettings(Hyperparameters):
 
     WHAT = "training settings"
 
-    epochs: int = setting(12, help="Passes over the training split per model.",
+    epochs: int = setting(10, help="Passes over the training split per model.",
                           rules=[positive])
     precision: str = setting(
         "auto", help="`auto` (bfloat16 on CPUs with AMX/AVX-512 BF16, float16 on GPUs), "
@@ -83,6 +83,10 @@ class TrainingConfig(TrainingSettings):
 
     model_type: str = setting("batchnorm", help="The CNN: basic, dropout or batchnorm.",
                               rules=[one_of(MODEL_TYPES, "model type")])
+    stem_filters: int = setting(
+        16, help="Filters of a 3×3 convolution at full resolution ('same' padding) before the "
+                 "book's three (0: none). Multiples of 16 keep oneDNN's bfloat16 kernels fast.",
+        rules=[not_negative])
     dense_units: int = setting(64, help="Units of the dense layer before the classifier.",
                                rules=[positive])
     lr_schedule: str = setting("cosine", help="`cosine` decay to 0 over the run, or `constant`.",
