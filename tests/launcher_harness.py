@@ -31,10 +31,24 @@ def _left_behind() -> list[int]:
     return [p.pid for p in psutil.Process().children(recursive=True)]
 
 
+def job_spec(root: str | Path, data_dir: str | Path, **values) -> TrainingJobSpec:
+    """A training job over ``data_dir`` working in ``root/model`` and exporting to
+    ``root/model/1``, the training step's layout."""
+    model = Path(root) / "model"
+    return TrainingJobSpec(data_dir=str(data_dir), export_dir=str(model / "1"),
+                           work_dir=str(model), **values)
+
+
+def no_processes_left(launcher: LocalProcessLauncher) -> bool:
+    """Every process the launcher started has exited (its pid is free, or it is a zombie:
+    exited, not yet reaped)."""
+    return all(not psutil.pid_exists(w.process.pid) or
+               psutil.Process(w.process.pid).status() == psutil.STATUS_ZOMBIE
+               for w in launcher.workers)
+
+
 def run_launcher(work: str) -> None:
-    spec = TrainingJobSpec(name="harness-job", config=TrainingConfig(), data_dir=work,
-                           export_dir=f"{work}/model/1", work_dir=f"{work}/model",
-                           num_workers=2)
+    spec = job_spec(work, work, name="harness-job", config=TrainingConfig(), num_workers=2)
     LocalProcessLauncher(cpu_count=2).run(spec)
 
 

@@ -11,7 +11,6 @@ import sys
 import threading
 import time
 
-import psutil
 import pytest
 
 from fmnist.errors import TrainingJobError
@@ -51,22 +50,10 @@ def test_cluster_role_picks_the_chief(monkeypatch):
 
 
 def _spec(tmp_path, dataset, **overrides) -> TrainingJobSpec:
-    values = dict(
-        name="test-two-workers",
-        config=TrainingConfig(model_type="basic", epochs=6, batch_size=32),
-        data_dir=str(dataset),
-        export_dir=str(tmp_path / "model" / "1"),
-        work_dir=str(tmp_path / "model"),
-        num_workers=2,
-    )
-    values.update(overrides)
-    return TrainingJobSpec(**values)
-
-
-def _no_trainers_left(launcher: LocalProcessLauncher) -> bool:
-    return all(not psutil.pid_exists(w.process.pid) or
-               psutil.Process(w.process.pid).status() == psutil.STATUS_ZOMBIE
-               for w in launcher.workers)
+    values = dict(name="test-two-workers",
+                  config=TrainingConfig(model_type="basic", epochs=6, batch_size=32),
+                  num_workers=2)
+    return harness.job_spec(tmp_path, dataset, **{**values, **overrides})
 
 
 @pytest.mark.slow
@@ -110,7 +97,7 @@ def test_two_workers_train_one_model_and_resume_after_a_worker_is_killed(
     assert (tmp_path / "model" / "1" / "saved_model.pb").exists()
     assert not [p for p in (tmp_path / "model" / "backup").rglob("*") if p.is_file()]
     assert "MultiWorkerMirroredStrategy over 2 workers" in output
-    assert _no_trainers_left(launcher)
+    assert harness.no_processes_left(launcher)
 
 
 def test_a_failing_worker_fails_the_job_with_its_error(tmp_path, synthetic_dataset):
@@ -125,7 +112,7 @@ def test_a_failing_worker_fails_the_job_with_its_error(tmp_path, synthetic_datas
     assert "failed with exit code 1 after 0 restart(s) (an exit code of 1-127 is not retried)" \
         in message
     assert "metadata.json is missing" in message
-    assert _no_trainers_left(launcher)
+    assert harness.no_processes_left(launcher)
 
 
 def test_a_job_killed_more_often_than_max_restarts_allows_fails_naming_them(
@@ -162,7 +149,7 @@ def test_a_job_killed_more_often_than_max_restarts_allows_fails_naming_them(
     output = log.getvalue()
     assert "(restart 1/2)" in output and "(restart 2/2)" in output
     assert "restart 3/2" not in output
-    assert _no_trainers_left(launcher)
+    assert harness.no_processes_left(launcher)
 
 
 def test_sigterm_stops_every_worker_before_the_launcher_exits(tmp_path):

@@ -25,7 +25,6 @@ import signal
 import threading
 import time
 
-import psutil
 import pytest
 
 from fmnist.errors import TrainingJobError, UserInputError
@@ -34,30 +33,16 @@ from fmnist.settings.jobs import JobSettings
 from fmnist.settings.training import TrainingConfig
 from fmnist.training.distributed import ClusterRole
 from fmnist.training.job import TrainingJobSpec
+from tests import launcher_harness as harness
 
 pytestmark = pytest.mark.timeout(240)
 
 
 def _spec(tmp_path, dataset, **overrides) -> TrainingJobSpec:
-    values = dict(
-        name="test-ps",
-        config=TrainingConfig(model_type="batchnorm", epochs=6, batch_size=32),
-        data_dir=str(dataset),
-        export_dir=str(tmp_path / "model" / "1"),
-        work_dir=str(tmp_path / "model"),
-        num_workers=2,
-        strategy="parameter_server",
-        num_ps=1,
-        max_restarts=0,
-    )
-    values.update(overrides)
-    return TrainingJobSpec(**values)
-
-
-def _no_processes_left(launcher: LocalProcessLauncher) -> bool:
-    return all(not psutil.pid_exists(w.process.pid) or
-               psutil.Process(w.process.pid).status() == psutil.STATUS_ZOMBIE
-               for w in launcher.workers)
+    values = dict(name="test-ps",
+                  config=TrainingConfig(model_type="batchnorm", epochs=6, batch_size=32),
+                  num_workers=2, strategy="parameter_server", num_ps=1, max_restarts=0)
+    return harness.job_spec(tmp_path, dataset, **{**values, **overrides})
 
 
 def test_a_parameter_server_job_has_a_chief_ps_and_an_evaluator(tmp_path):
@@ -131,7 +116,7 @@ def test_a_failing_chief_fails_the_job_and_stops_ps_and_workers(tmp_path):
         launcher.run(_spec(tmp_path, tmp_path / "empty"))
     assert "chief-0 failed with exit code 1" in str(failure.value)
     assert "metadata.json is missing" in str(failure.value)
-    assert _no_processes_left(launcher)
+    assert harness.no_processes_left(launcher)
 
 
 @pytest.mark.slow
@@ -174,7 +159,7 @@ def test_training_goes_on_after_a_worker_is_killed_and_the_evaluator_scores_ever
 
     loaded = tf.saved_model.load(str(tmp_path / "model" / "1"))
     assert set(loaded.signatures) == {"serving_default", "serving_pixels"}
-    assert _no_processes_left(launcher)
+    assert harness.no_processes_left(launcher)
     # The selection report shows the evaluator's per-epoch validation accuracy.
     from fmnist.selection.select import select_best
 
@@ -228,7 +213,7 @@ def test_a_parameter_server_job_without_an_evaluator_validates_inline(tmp_path,
          "images_per_second"])
     assert re.search(r"\[test-ps/chief-0\] \S+Z epoch=2 epochs=2 .*val_accuracy=", log.getvalue())
     assert result["evaluation"] == []
-    assert _no_processes_left(launcher)
+    assert harness.no_processes_left(launcher)
 
 
 @pytest.mark.slow
@@ -250,6 +235,6 @@ def test_a_mirrored_job_with_an_evaluator_scores_every_epoch(tmp_path, synthetic
     assert result["strategy"] == "multi_worker_mirrored"
     assert [e["epoch"] for e in result["evaluation"]] == [1, 2], output
     assert "val_accuracy" not in result["history"][0]  # the evaluator validates, not fit
-    assert result["train_examples"] == 1800  # 200 held out for the evaluator
+    assert result["train_examples"] == 1800  # 200 set aside at ingestion
     assert not list((tmp_path / "model" / "checkpoints").glob("workertemp_*"))
-    assert _no_processes_left(launcher)
+    assert harness.no_processes_left(launcher)

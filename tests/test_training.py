@@ -14,6 +14,7 @@ from fmnist.errors import UserInputError
 from fmnist.settings.training import TrainingConfig
 from fmnist.training.job import TrainingJobSpec
 from kfp_components.train.step import training_backend
+from tests.launcher_harness import job_spec
 
 # The launcher waits on worker processes: a regression that hangs fails in bounded time. The
 # bound covers the module's training fixture, so the tests that use it have a larger one.
@@ -24,13 +25,8 @@ pytestmark = pytest.mark.timeout(120)
 def trained(synthetic_dataset, tmp_path_factory):
     """One single-worker job: batchnorm CNN, 2 epochs on the synthetic data."""
     root = tmp_path_factory.mktemp("trained")
-    spec = TrainingJobSpec(
-        name="test-single",
-        config=TrainingConfig(model_type="batchnorm", epochs=2, batch_size=32),
-        data_dir=str(synthetic_dataset),
-        export_dir=str(root / "model" / "1"),
-        work_dir=str(root / "model"),
-    )
+    spec = job_spec(root, synthetic_dataset, name="test-single",
+                    config=TrainingConfig(model_type="batchnorm", epochs=2, batch_size=32))
     outcome = training_backend("local", {}).run(spec)
     return root / "model", outcome
 

@@ -59,11 +59,10 @@ def split_files(data_dir: str, split: str) -> list[str]:
     return verify_shards(data_dir, split, read_metadata(data_dir))
 
 
-def examples(data_dir: str, split: str, *, skip: int = 0, take: int = 0):
+def examples(data_dir: str, split: str, *, take: int = 0):
     """Yields decoded ``(image uint8 [28,28], label int32)`` pairs in file order.
 
-    ``skip``/``take`` carve stable subsets (a validation split from the end of train, a
-    smaller training set for quick runs); ``take=0`` means all.
+    ``take`` keeps the first N (a smaller training set for quick runs); ``take=0`` means all.
     """
     import tensorflow as tf
 
@@ -80,8 +79,6 @@ def examples(data_dir: str, split: str, *, skip: int = 0, take: int = 0):
         return images, tf.cast(features[LABEL_FEATURE], tf.int32)
 
     dataset = tf.data.TFRecordDataset(split_files(data_dir, split))
-    if skip:
-        dataset = dataset.skip(skip)
     if take:
         dataset = dataset.take(take)
     return (
@@ -112,7 +109,6 @@ def training_dataset(
     global_batch_size: int,
     *,
     shuffle: bool,
-    skip: int = 0,
     take: int = 0,
     seed: int | None = None,
     cache: bool = True,
@@ -122,7 +118,7 @@ def training_dataset(
     """The dataset ``Model.fit``/``evaluate`` consume: global batches, sharded by DATA."""
     import tensorflow as tf
 
-    dataset = examples(data_dir, split, skip=skip, take=take)
+    dataset = examples(data_dir, split, take=take)
     if cache:
         dataset = dataset.cache()  # decoded uint8 in memory: later epochs skip file I/O
     if shuffle:
@@ -143,12 +139,12 @@ def training_dataset(
     return dataset.with_options(options)
 
 
-def load_arrays(data_dir: str, split: str, *, skip: int = 0, take: int = 0):
+def load_arrays(data_dir: str, split: str, *, take: int = 0):
     """The whole split as numpy arrays (for evaluation and in-memory benchmarks)."""
     import numpy as np
 
     images, labels = [], []
-    for image_batch, label_batch in examples(data_dir, split, skip=skip, take=take).batch(8192):
+    for image_batch, label_batch in examples(data_dir, split, take=take).batch(8192):
         images.append(image_batch.numpy())
         labels.append(label_batch.numpy())
     if not images:

@@ -44,9 +44,8 @@ class JobSettings(Settings):
     evaluator: bool = setting(
         False, help="Run an evaluator replica beside training (a process locally, a TFJob "
                     "`Evaluator` on Kubernetes) that scores each epoch's checkpoint on the "
-                    "validation split into `evaluation.jsonl`, which the selection report "
-                    "plots; the trainer holds that split out (`validation_examples` images "
-                    "from the end of train, or a tenth of it up to 5,000).")
+                    "validation split ingestion set aside into `evaluation.jsonl`, which the "
+                    "selection report plots.")
     gpus_per_worker: int = setting(
         0, help="GPUs per worker (`nvidia.com/gpu`); NCCL all-reduce when more than 0.",
         rules=[not_negative])
