@@ -48,7 +48,8 @@ def test_local_deployment_lifecycle(exported_model, synthetic_dataset, tmp_path,
     try:
         first = deploy(model_dir=str(exported_model), test_accuracy=0.90, **common)
         assert first["action"] == "created" and first["blessing"]["serving_accuracy"] is None
-        assert first["verification"]["ok"] and first["verification"]["agreement"] == 1.0
+        assert first["verification"]["ok"]
+        assert first["verification"]["unexplained_disagreements"] == 0
         assert first["verification"]["failures"] == 0 and first["verification"]["images"] == 32
         served = running_server(NAME)
         assert served.url == first["url"] and served.test_accuracy == 0.90

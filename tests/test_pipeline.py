@@ -237,7 +237,7 @@ def test_local_pipeline_runs_end_to_end_then_from_cache(data_parameters, tmp_pat
     deployment = first["deployment"]
     assert deployment["action"] == "created" and deployment["blessing"]["blessed"]
     assert deployment["url"].startswith("http://127.0.0.1:")
-    assert deployment["verification_agreement"] == 1.0
+    assert deployment["verification_ok"] is True
     assert 0.5 < deployment["served_accuracy"] <= 1.0
     import httpx
 
@@ -362,7 +362,7 @@ def test_local_pipeline_trains_with_parameter_servers_and_an_evaluator(data_para
     summary = run_local(parameters, pipeline_root=str(tmp_path / "runs"))
     assert summary["best_model_type"] == "basic"
     assert summary["best_test_accuracy"] > 0.5
-    assert summary["deployment"]["verification_agreement"] == 1.0
+    assert summary["deployment"]["verification_ok"] is True
     markdown = Path(summary["report_markdown_path"]).read_text()
     assert "## Validation accuracy per epoch (evaluator)" in markdown
     assert "| 1 | 0." in markdown and "| 2 | 0." in markdown

@@ -75,6 +75,9 @@ def _deployment_summary(outputs) -> dict[str, Any]:
         "model_name": decision.get("name"),
         "blessing": decision.get("blessing"),
         "served_accuracy": outputs.outputs["served_accuracy"],
+        # ok: the served answers are the model's own, float rounding and near-ties aside
+        # (serving.deploy.verification.agreement); agreement: the fraction of equal classes.
+        "verification_ok": (decision.get("verification") or {}).get("ok"),
         "verification_agreement": (decision.get("verification") or {}).get("agreement"),
     }
 

@@ -37,13 +37,23 @@ def evaluate_predictions(labels: np.ndarray, predictions: np.ndarray) -> Evaluat
     )
 
 
-def predict_classes(saved_model_dir: str, images: np.ndarray, batch_size: int = 2048) -> np.ndarray:
-    """Class indices from the exported model's ``serving_pixels`` signature."""
+def predict(saved_model_dir: str, images: np.ndarray,
+            batch_size: int = 2048) -> tuple[np.ndarray, np.ndarray]:
+    """Probabilities ``[N, 10]`` and class indices ``[N]`` from the exported model's
+    ``serving_pixels`` signature."""
     from fmnist.training.export import load_pixels_predictor
 
-    predict = load_pixels_predictor(saved_model_dir)
-    outputs = [
-        predict(images[i : i + batch_size].astype(np.float32))["class_index"].numpy()
-        for i in range(0, len(images), batch_size)
-    ]
-    return np.concatenate(outputs) if outputs else np.zeros((0,), dtype=np.int32)
+    signature = load_pixels_predictor(saved_model_dir)
+    probabilities, classes = [], []
+    for i in range(0, len(images), batch_size):
+        outputs = signature(images[i : i + batch_size].astype(np.float32))
+        probabilities.append(outputs["probabilities"].numpy())
+        classes.append(outputs["class_index"].numpy())
+    if not classes:
+        return np.zeros((0, NUM_CLASSES), np.float32), np.zeros((0,), np.int32)
+    return np.concatenate(probabilities), np.concatenate(classes)
+
+
+def predict_classes(saved_model_dir: str, images: np.ndarray, batch_size: int = 2048) -> np.ndarray:
+    """Class indices from the exported model's ``serving_pixels`` signature."""
+    return predict(saved_model_dir, images, batch_size)[1]

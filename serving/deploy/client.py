@@ -10,7 +10,7 @@ import io
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -69,9 +69,11 @@ class PredictionCheck:
     images: int
     correct: int
     accuracy: float
-    predicted: list[int]
+    predicted: list[int]  # -1 where a request failed
     seconds: float
     errors: list[str]
+    # Each image's served probabilities; None where a request failed or the answer has none.
+    probabilities: list[list[float] | None] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -89,6 +91,7 @@ def check_predictions(base_url: str, model_name: str, images: np.ndarray, labels
 
     url = predict_url(base_url, model_name)
     predicted: list[int] = []
+    probabilities: list[list[float] | None] = []
     errors: list[str] = []
     requests = failures = 0
     started = time.monotonic()
@@ -102,14 +105,18 @@ def check_predictions(base_url: str, model_name: str, images: np.ndarray, labels
                 failures += 1
                 errors.append(f"request {requests}: {type(error).__name__}: {error}")
                 predicted.extend([-1] * len(chunk))
+                probabilities.extend([None] * len(chunk))
                 continue
             if response.status_code != 200:
                 failures += 1
                 errors.append(f"request {requests}: HTTP {response.status_code} "
                               f"{response.text[:200]}")
                 predicted.extend([-1] * len(chunk))
+                probabilities.extend([None] * len(chunk))
                 continue
-            predicted.extend(p["class_index"] for p in response.json()["predictions"])
+            answers = response.json()["predictions"]
+            predicted.extend(p["class_index"] for p in answers)
+            probabilities.extend(p.get("probabilities") for p in answers)
             if log and requests % 20 == 0:
                 log(f"sent {requests} requests, {len(predicted)} images")
     correct = int(np.sum(np.asarray(predicted) == np.asarray(labels[:len(predicted)])))
@@ -117,4 +124,5 @@ def check_predictions(base_url: str, model_name: str, images: np.ndarray, labels
         url=url, requests=requests, failures=failures, images=len(images), correct=correct,
         accuracy=correct / len(images) if len(images) else 0.0, predicted=predicted,
         seconds=round(time.monotonic() - started, 3), errors=errors[:10],
+        probabilities=probabilities,
     )

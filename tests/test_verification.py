@@ -1,0 +1,191 @@
+"""Deployment verification: the served answers are the selected model's own, float rounding and
+near-ties aside, and a wrong model never passes.
+
+The rule (:func:`serving.deploy.verification.agreement`) is checked on constructed answers
+(a near-tie flipped by float noise passes; permuted classes and another model fail), then on a
+real model server on loopback serving a real exported CNN, the right one and two wrong ones.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kfp_components.predict.step import ServedModelMismatch, judge
+from serving.deploy.verification import (
+    PROBABILITY_TOLERANCE,
+    TIE_MARGIN,
+    agreement,
+    describe,
+    make_verifier,
+)
+
+NAME = "verified"
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return shifted / shifted.sum(axis=1, keepdims=True)
+
+
+def _near_tie_model(count: int = 200, ties: int = 20, seed: int = 0) -> np.ndarray:
+    """In-process probabilities of a weakly trained model: mostly confident, but on ``ties``
+    images its two best classes are 1e-7 apart (the case that failed a deploy at 0.995)."""
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(0, 1, (count, 10))
+    logits[np.arange(count), rng.integers(0, 10, count)] += 4
+    probabilities = _softmax(logits)
+    for i in range(ties):
+        first, second = np.argsort(probabilities[i])[-2:][::-1]
+        probabilities[i, second] = probabilities[i, first] - 1e-7
+    return probabilities
+
+
+def _served(probabilities: np.ndarray, noise: float, seed: int = 1):
+    """What another numerical path of the same model answers: probabilities moved by at most
+    ``noise``, and the class they rank first."""
+    rng = np.random.default_rng(seed)
+    served = probabilities + rng.uniform(-noise, noise, probabilities.shape)
+    return served.argmax(axis=1).tolist(), served.tolist()
+
+
+def test_float_noise_that_flips_near_ties_still_agrees():
+    expected = _near_tie_model()
+    classes, probabilities = _served(expected, noise=1e-6)
+    found = agreement(expected, classes, probabilities)
+    assert found.near_ties > 0 and found.fraction < 1.0  # the old rule (agreement 1.0) failed
+    assert found.unexplained == 0 and found.agrees
+    assert found.max_probability_difference <= 1e-6
+
+
+def test_classes_alone_agree_when_every_difference_is_a_near_tie():
+    expected = _near_tie_model()
+    classes, _ = _served(expected, noise=1e-6)
+    assert agreement(expected, classes).agrees  # a server that sends classes only
+
+
+def test_permuted_classes_fail():
+    expected = _near_tie_model()
+    permuted = np.roll(expected, 1, axis=1)  # the model's columns shifted by one class
+    found = agreement(expected, permuted.argmax(axis=1).tolist(), permuted.tolist())
+    assert not found.agrees
+    assert found.unexplained > 150 and found.max_probability_difference > 0.5
+
+
+def test_another_checkpoint_fails_even_where_its_classes_mostly_agree():
+    expected = _near_tie_model()
+    # Another checkpoint of the same network: the same answers on most images, probabilities
+    # moved by a few hundredths, a few confident classes changed.
+    rng = np.random.default_rng(2)
+    other = _softmax(np.log(expected) + rng.normal(0, 0.05, expected.shape))
+    other[:3] = np.roll(other[:3], 1, axis=1)
+    found = agreement(expected, other.argmax(axis=1).tolist(), other.tolist())
+    assert found.fraction > 0.9
+    assert not found.agrees and found.unexplained >= 3
+    # The probabilities alone give it away, even with no class changed.
+    unchanged = _softmax(np.log(expected[3:]) + rng.normal(0, 0.05, expected[3:].shape))
+    assert not agreement(expected[3:], expected[3:].argmax(axis=1).tolist(),
+                         unchanged.tolist()).agrees
+
+
+def test_a_difference_beyond_the_tie_margin_is_unexplained():
+    expected = np.full((1, 10), 0.05)
+    expected[0, :2] = [0.30, 0.30 - 1.5 * TIE_MARGIN]
+    expected /= expected.sum()
+    assert agreement(expected, [1]).unexplained == 1
+    expected[0, 1] = expected[0, 0] - 0.5 * TIE_MARGIN
+    assert agreement(expected, [1]).near_ties == 1
+
+
+def test_unanswered_images_never_agree():
+    expected = _near_tie_model(count=4, ties=0)
+    found = agreement(expected, [-1, *expected[1:].argmax(axis=1).tolist()],
+                      [None, *expected[1:].tolist()])
+    assert found.unexplained == 1 and not found.agrees
+    assert not agreement(np.zeros((0, 10)), []).agrees  # no image checked proves nothing
+
+
+def test_the_prediction_step_accepts_a_flipped_near_tie_and_refuses_a_wrong_model():
+    near_tie = {"failures": 0, "ok": True, "accuracy": 0.715, "expected_accuracy": 0.72,
+                "agreement": 0.995, "near_ties": 1, "unexplained_disagreements": 0,
+                "max_probability_difference": 3e-7,
+                "probability_tolerance": PROBABILITY_TOLERANCE, "errors": []}
+    judge(near_tie, "http://127.0.0.1:1", serves_model=True)  # the old rule raised here
+    wrong = {**near_tie, "ok": False, "agreement": 0.81, "near_ties": 0,
+             "unexplained_disagreements": 38, "max_probability_difference": 0.62}
+    with pytest.raises(ServedModelMismatch, match="38 unexplained") as raised:
+        judge(wrong, "http://127.0.0.1:1", serves_model=True)
+    assert describe(wrong) in str(raised.value)
+    judge(wrong, "http://127.0.0.1:1", serves_model=False)  # an earlier model: only measured
+
+
+# -- a real model server ------------------------------------------------------------------
+
+
+def _export(directory, seed: int, permute: bool = False):
+    """The exported CNN of ``tests.conftest.export_untrained_model`` (same seed, same
+    weights); ``permute`` shifts its classifier's columns by one class."""
+    import tensorflow as tf
+
+    from fmnist.settings.training import TrainingConfig
+    from fmnist.training.export import export_saved_model
+    from fmnist.training.models import build_model
+
+    tf.keras.utils.set_random_seed(seed)
+    model = build_model(TrainingConfig(model_type="basic"))
+    if permute:
+        classifier = [layer for layer in model.layers if layer.name.startswith("dense")][-1]
+        kernel, bias = classifier.get_weights()
+        classifier.set_weights([np.roll(kernel, 1, axis=1), np.roll(bias, 1)])
+    export_saved_model(model, str(directory / "1"))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def served(exported_model, tmp_path_factory):
+    """The model server on loopback, serving ``exported_model`` (seed 7)."""
+    import os
+
+    from serving.deploy.local import start_server, stop_process
+
+    state = tmp_path_factory.mktemp("serving-state")
+    previous = os.environ.get("FMNIST_SERVING_STATE_DIR")
+    os.environ["FMNIST_SERVING_STATE_DIR"] = str(state)
+    server = start_server(NAME, str(exported_model))
+    try:
+        yield server
+    finally:
+        stop_process(server.pid)
+        if previous is None:
+            os.environ.pop("FMNIST_SERVING_STATE_DIR")
+        else:
+            os.environ["FMNIST_SERVING_STATE_DIR"] = previous
+
+
+@pytest.fixture(scope="module")
+def sample(synthetic_dataset):
+    from serving.deploy.verification import test_sample
+
+    return test_sample(str(synthetic_dataset), 64)
+
+
+def test_the_served_model_passes_its_own_verification(served, exported_model, sample):
+    result = make_verifier(str(exported_model), NAME, *sample)(served.url)
+    assert result["ok"] and result["failures"] == 0 and result["images"] == 64
+    assert result["unexplained_disagreements"] == 0
+    assert result["max_probability_difference"] <= PROBABILITY_TOLERANCE
+
+
+@pytest.mark.parametrize(("wrong", "seed", "permute"), [
+    ("permuted classes", 7, True),
+    ("another checkpoint", 8, False),
+])
+def test_a_wrong_model_fails_verification(served, sample, tmp_path, wrong, seed, permute):
+    """The verifier expects another model than the one served: the selected model's classes
+    permuted, or the same network with other weights."""
+    other = _export(tmp_path / "other", seed, permute=permute)
+    result = make_verifier(str(other), NAME, *sample)(served.url)
+    assert result["failures"] == 0  # every request was answered ...
+    assert not result["ok"], (wrong, result)  # ... by the wrong model
+    # Even two untrained networks (near-uniform answers) are several tolerances apart.
+    assert result["max_probability_difference"] > 5 * PROBABILITY_TOLERANCE
