@@ -16,9 +16,11 @@ def predict_with_served_model(
     """Sends real test images to the served model over HTTP and records its accuracy.
 
     The images go as base64 PNGs in V1 ``:predict`` requests, as a user's client sends them.
-    The served answers must equal the selected model's own predictions on the same images
-    (the selection step's accuracy on them); any difference fails the step. When blessing kept
-    an earlier model in service, its accuracy is recorded without that comparison.
+    The served answers must be the selected model's own on the same images: probabilities
+    within 1e-3, and a class that differs only where the model nearly ties between two
+    classes (float rounding of two numerical paths); anything else fails the step. When
+    blessing kept an earlier model in service, its accuracy is recorded without that
+    comparison.
 
     Args:
         model: The model the server should be serving.
@@ -27,8 +29,9 @@ def predict_with_served_model(
         model_name: {setting}
         sample_size: The number of test images to send (the pipeline's prediction_images).
         serves_model: Whether the server serves ``model`` (from the deploy step).
-        metrics: Served accuracy, the selection accuracy on the same images, agreement,
-            requests and failures.
+        metrics: Served accuracy, the selection accuracy on the same images, agreement (the
+            fraction of equal classes), near-ties, unexplained disagreements, requests and
+            failures.
 
     Returns:
         The served model's accuracy on the sample.
