@@ -23,8 +23,9 @@ help:
 	python3 -m venv .tools
 	.tools/bin/pip install --quiet uv==0.13.8
 
+# Every extra but gpu (its CUDA wheels are ~2.8 GB), and the dev group: what the tests import.
 $(VENV)/.synced: uv.lock pyproject.toml | $(UV)
-	$(UV) sync --frozen --python $(PYTHON_VERSION)
+	$(UV) sync --frozen --extra all --group dev --python $(PYTHON_VERSION)
 	touch $@
 
 setup: $(VENV)/.synced
