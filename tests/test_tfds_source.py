@@ -133,6 +133,15 @@ def test_a_failed_download_names_the_offline_fix(monkeypatch, tmp_path):
         sources.load("tfds")
 
 
+def test_without_tensorflow_datasets_the_source_names_the_fix(monkeypatch):
+    """The training extra leaves TFDS out on Python 3.10 (its tensorflow-metadata caps protobuf
+    below what kfp-kubernetes 2.17.0 needs): the tfds source says what to do instead."""
+    monkeypatch.setitem(sys.modules, "tensorflow_datasets", None)  # import raises
+    with pytest.raises(DataSourceError, match=r"needs tensorflow-datasets.*Python 3\.11.*"
+                                              "FASHION_MNIST_DIR"):
+        sources.load("tfds")
+
+
 def test_tensorflow_datasets_imports_what_it_needs():
     """tensorflow_datasets 4.9.10 imports importlib_resources unconditionally
     (core/dataset_builder.py line 41) but declares it only for Python < 3.9: the lock must
