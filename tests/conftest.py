@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures import make_synthetic_idx_dir
-
 IN_CI = os.environ.get("CI") == "true"
 
 
 @pytest.fixture(scope="session")
 def synthetic_idx(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     """A directory with the four IDX files (2,000 train / 500 test) and their sha256."""
+    from tests.fixtures import make_synthetic_idx_dir  # numpy: `make install-check` has none
+
     directory = tmp_path_factory.mktemp("idx")
     return directory, make_synthetic_idx_dir(directory)
 
