@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 IN_CI = os.environ.get("CI") == "true"
+# The training extra installs TensorFlow Datasets on Python 3.11+ only (pyproject.toml).
+needs_tfds = pytest.mark.skipif(sys.version_info < (3, 11),
+                                reason="no tensorflow-datasets on Python 3.10 (pyproject.toml)")
 
 
 @pytest.fixture(scope="session")
