@@ -341,6 +341,7 @@ class ExperimentRun:
             text = text.replace("${trialParameters." + parameter["name"] + "}", value)
         job = json.loads(text)
         job["metadata"].update(name=name, namespace=namespace)
+        run_spec = copy.deepcopy(job)
         primary = template.get("primaryPodLabels") or {ROLE_LABEL: "master"}
         early = "earlyStopping" in self.spec
         work = self.work_dir / name
@@ -362,12 +363,38 @@ class ExperimentRun:
         conditions = set_condition([], "Created", "True", "TrialCreated", "Trial is created")
         self.trials[name] = {
             "apiVersion": API_VERSION, "kind": "Trial",
-            "metadata": {"name": name, "namespace": namespace,
-                         "labels": {EXPERIMENT_LABEL: self.experiment["metadata"]["name"]}},
-            "spec": {"parameterAssignments": [{"name": k, "value": v}
-                                              for k, v in assignments.items()]},
+            "metadata": self._trial_metadata(name), "spec": self._trial_spec(assignments,
+                                                                             run_spec),
             "status": {"conditions": conditions, "startTime": self.clock()},
         }
+
+    def _trial_metadata(self, name: str) -> dict:
+        """experiment_controller_util.go getTrialInstance (lines 39-56): the experiment's
+        labels and its own, the experiment as controller owner."""
+        experiment = self.experiment["metadata"]
+        return {"name": name, "namespace": experiment["namespace"],
+                "labels": {**experiment.get("labels", {}), EXPERIMENT_LABEL: experiment["name"]},
+                "ownerReferences": [{"apiVersion": API_VERSION, "kind": "Experiment",
+                                     "name": experiment["name"],
+                                     "uid": experiment.get("uid", "uid-experiment"),
+                                     "controller": True, "blockOwnerDeletion": True}]}
+
+    def _trial_spec(self, assignments: dict[str, str], run_spec: dict) -> dict:
+        """getTrialInstance lines 58-94: what the experiment hands each trial (the fields Go
+        omits when empty left out; no early-stopping rules: decisions are not modelled)."""
+        template = self.spec["trialTemplate"]
+        spec = {"objective": self.spec["objective"],
+                "parameterAssignments": [{"name": k, "value": v}
+                                         for k, v in assignments.items()],
+                "runSpec": run_spec, "metricsCollector": self.spec["metricsCollectorSpec"]}
+        optional = {"retainRun": template.get("retain"),
+                    "primaryPodLabels": template.get("primaryPodLabels"),
+                    "primaryContainerName": template.get("primaryContainerName")}
+        spec.update({k: v for k, v in optional.items() if v})
+        if template.get("successCondition") and template.get("failureCondition"):
+            spec.update(successCondition=template["successCondition"],
+                        failureCondition=template["failureCondition"])
+        return spec
 
     @staticmethod
     def _finished(trial: dict) -> bool:
