@@ -37,9 +37,11 @@ pytestmark = pytest.mark.install
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHONS = [pytest.param(v, id=f"py{v}") for v in ("3.10", "3.11", "3.12", "3.13")]
-# What the brief of the split names; tests/test_extras.py derives the full list from the extras.
+# The heaviest, by module; tests/test_extras.py derives every extra's distributions.
 HEAVY = ("tensorflow", "kserve", "optuna", "tensorflow_datasets")
-PIP_TIMEOUT = 600  # seconds: a cold pip cache downloads the base (~30 MB) and [all]'s metadata
+# Seconds. The [all] dry run downloads ~810 MB of wheels from an index that serves no PEP 658
+# metadata (pip then reads each wheel), only the metadata from pypi.org.
+PIP_TIMEOUT = 600
 
 
 def _run(*args, timeout: float = 120, env: dict | None = None,
@@ -100,7 +102,8 @@ class BaseInstall:
 
     @classmethod
     def make(cls, python: str, root: Path, wheel: Path) -> BaseInstall:
-        # A current pip (the venv's bundled one may predate PEP 658); no bytecode: faster.
+        # A current pip (a venv's bundled one may not read PEP 658/714 metadata); no
+        # bytecode: faster.
         _checked(python, "-m", "venv", root, timeout=PIP_TIMEOUT)
         _checked(root / "bin/python", "-m", "pip", "install", "--quiet", "--upgrade", "pip",
                  timeout=PIP_TIMEOUT)
