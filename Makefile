@@ -5,12 +5,13 @@ UV := $(or $(shell command -v uv 2>/dev/null),.tools/bin/uv)
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup run serve test compile readme release bench lint clean help mutation
+.PHONY: setup run serve test install-check compile readme release bench lint clean help mutation
 
 help:
 	@echo "make run      - run the pipeline end to end on this machine (kfp.local)"
 	@echo "make serve    - serve the latest selected model on 127.0.0.1:8080 (SERVE_ARGS)"
 	@echo "make test     - run the tests"
+	@echo "make install-check - pip-install the wheel on PYTHON_VERSION (base, and [all] dry run)"
 	@echo "make compile  - compile the pipeline and components into compiled/"
 	@echo "make readme   - regenerate the component READMEs and the README's settings tables"
 	@echo "make release  - wheel + compiled pipeline and components of this version into dist/"
@@ -23,8 +24,9 @@ help:
 	python3 -m venv .tools
 	.tools/bin/pip install --quiet uv==0.13.8
 
+# Every extra but gpu (its CUDA wheels are ~2.8 GB), and the dev group: what the tests import.
 $(VENV)/.synced: uv.lock pyproject.toml | $(UV)
-	$(UV) sync --frozen --python $(PYTHON_VERSION)
+	$(UV) sync --frozen --extra all --group dev --python $(PYTHON_VERSION)
 	touch $@
 
 setup: $(VENV)/.synced
@@ -38,6 +40,15 @@ serve: setup
 test: setup
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The wheel installed with plain pip on one Python (tests/test_install.py; `make test` runs
+# all four). Its runner is a venv of its own with the base and the dev group, no extras.
+INSTALL_VENV := .venv-install
+install-check: | $(UV)
+	UV_PROJECT_ENVIRONMENT=$(INSTALL_VENV) $(UV) sync --frozen --group dev \
+		--python $(PYTHON_VERSION)
+	$(INSTALL_VENV)/bin/python -m pytest tests/test_install.py -m install \
+		-k "py$(PYTHON_VERSION)" $(PYTEST_ARGS)
 
 compile: setup
 	$(PY) -m fmnist.app.cli compile

@@ -19,3 +19,8 @@ class TrainingJobStopped(TrainingJobError):
 
 class TuningError(RuntimeError):
     """A hyperparameter search (a Katib Experiment or the local search) failed."""
+
+
+class MissingExtraError(UserInputError):
+    """A command needs an optional part of the install (an extra) that is not installed; the
+    message names the extra and the pip command that adds it."""

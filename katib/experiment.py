@@ -1,4 +1,5 @@
-"""The Katib Experiment manifest, built from the kubeflow-katib SDK's models.
+"""The Katib Experiment manifest, built from Katib's own models (``kubeflow_katib_api``, the
+pydantic models kubeflow/katib v0.19.0 generates from its OpenAPI spec in api/python_api/).
 
 Each trial is a TFJob from :func:`fmnist.kubernetes.tfjob.build_tfjob`, the same one a pipeline
 run launches, with ``${trialParameters.<name>}`` in place of every searched flag's value. Its
@@ -88,7 +89,8 @@ def max_failed_trial_count(settings: ExperimentSettings) -> int:
 def build_experiment(settings: ExperimentSettings, search_space: SearchSpace, data_dir: str):
     """The ``V1beta1Experiment`` that searches ``search_space`` with trials reading the dataset
     at ``data_dir`` (a path on the PVC or an object-store URI)."""
-    from kubeflow.katib import (
+    from kubeflow_katib_api.models import (
+        IoK8sApimachineryPkgApisMetaV1ObjectMeta,
         V1beta1AlgorithmSetting,
         V1beta1AlgorithmSpec,
         V1beta1CollectorSpec,
@@ -106,7 +108,6 @@ def build_experiment(settings: ExperimentSettings, search_space: SearchSpace, da
         V1beta1TrialParameterSpec,
         V1beta1TrialTemplate,
     )
-    from kubernetes import client
 
     if settings.kubernetes is None:
         raise UserInputError(settings.cluster_problems()[0])
@@ -168,7 +169,7 @@ def build_experiment(settings: ExperimentSettings, search_space: SearchSpace, da
     experiment = V1beta1Experiment(
         api_version=API_VERSION,
         kind="Experiment",
-        metadata=client.V1ObjectMeta(
+        metadata=IoK8sApimachineryPkgApisMetaV1ObjectMeta(
             name=settings.name, namespace=settings.target_namespace,
             labels={"app.kubernetes.io/part-of": "fmnist-kfp"},
         ),
@@ -196,7 +197,6 @@ def build_experiment(settings: ExperimentSettings, search_space: SearchSpace, da
 
 
 def to_manifest(experiment) -> dict:
-    """The JSON the API server receives (camelCase keys, no nulls)."""
-    from kubernetes.client import ApiClient
-
-    return ApiClient().sanitize_for_serialization(experiment)
+    """The JSON the API server receives: the model's own ``to_dict()`` (camelCase aliases,
+    no nulls; api/python_api/kubeflow_katib_api/models/v1beta1_experiment.py lines 60-87)."""
+    return experiment.to_dict()

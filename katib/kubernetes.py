@@ -4,9 +4,10 @@ remote-job runner (:mod:`fmnist.kubernetes.runner`), like the training step's TF
 * the Experiment is built and validated before anything is created, and named by the settings,
   so a retried launcher pod re-attaches to the Experiment it created (HTTP 409 on create)
   instead of starting a second one; the SIGTERM guard is in place before the create call;
-* it waits with the kubeflow-katib SDK, printing a line whenever the progress changes (trials
-  succeeded, running, failed and early-stopped, and the best trial so far); transient API
-  errors (5xx, 429, timeouts, dropped connections) are retried, never taken for a failure;
+* it waits, reading the Experiment through :class:`KatibApi` (Katib's own models over the
+  Kubernetes client), printing a line whenever the progress changes (trials succeeded,
+  running, failed and early-stopped, and the best trial so far); transient API errors (5xx,
+  429, timeouts, dropped connections) are retried, never taken for a failure;
 * it fails the step when the Experiment fails, naming Katib's reason and message (the retired
   KFP Katib launcher printed the failed Experiment as its output instead), and deletes it so
   that a retried step starts a fresh search instead of re-attaching to the failed one;
@@ -29,7 +30,7 @@ from dataclasses import asdict
 from fmnist.errors import TuningError
 from fmnist.kubernetes.runner import FAILED as FAILED_JOB
 from fmnist.kubernetes.runner import JobStatus, RemoteJob, RemoteJobError, RemoteJobRunner
-from katib.experiment import build_experiment
+from katib.experiment import build_experiment, to_manifest
 from katib.results import (
     EARLY_STOPPED,
     FAILED,
@@ -45,6 +46,68 @@ from katib.settings import API_VERSION, OBJECTIVE_TYPES, TRIAL_NAME_PARAMETER, E
 
 GROUP, VERSION = API_VERSION.split("/")
 EXPERIMENT_PLURAL = "experiments"
+TRIAL_PLURAL = "trials"
+# The label Katib gives each Trial of an Experiment, and lists them by (kubeflow/katib v0.19.0
+# pkg/controller.v1beta1/util/labels.go lines 40-47, consts/const.go line 67,
+# experiment/experiment_controller.go lines 264-267; the SDK's constants.py line 38).
+EXPERIMENT_LABEL = "katib.kubeflow.org/experiment"
+
+
+class KatibApi:
+    """The four Katib calls the launcher makes, on the Kubernetes client's ``CustomObjectsApi``,
+    answering Katib's own models (``kubeflow_katib_api``: pydantic, generated from Katib's
+    OpenAPI spec, kubeflow/katib v0.19.0 api/python_api/).
+
+    They are the requests kubeflow-katib 0.19.0's ``KatibClient`` sends (sdk/python/v1beta1/
+    kubeflow/katib/api/katib_client.py: create_experiment lines 136-157, get_experiment
+    742-758, list_trials 1410-1431, delete_experiment 1223-1237). The errors are the Kubernetes
+    client's own (``ApiException``; urllib3's timeouts and connection errors), which the runner
+    classifies (:mod:`fmnist.kubernetes.runner`). KatibClient wrapped them in a ``RuntimeError``
+    with the original as its context, which the runner looked through, so the same errors are
+    transient and the messages name the same HTTP status; only a read's timeout now reads as
+    urllib3's ``ReadTimeoutError`` instead of ``TimeoutError("Timeout to get ...")``. As in
+    KatibClient, the reads take a timeout and create and delete take none.
+
+    A read that a model refuses raises pydantic's ``ValidationError``, which the runner takes
+    for a permanent error (KatibClient's deserializer failing was the same)."""
+
+    def __init__(self, api_client=None):
+        from kubernetes import client, config
+
+        if api_client is None:  # in a step's pod, its ServiceAccount; else the kube-config
+            try:
+                config.load_incluster_config()
+            except config.ConfigException:
+                config.load_kube_config()
+        self.api = client.CustomObjectsApi(api_client)
+
+    def create_experiment(self, experiment, namespace: str) -> None:
+        """Creates ``experiment`` (a ``V1beta1Experiment``); the reply is not parsed, so that
+        nothing but the API server's answer decides whether it was created."""
+        self.api.create_namespaced_custom_object(GROUP, VERSION, namespace, EXPERIMENT_PLURAL,
+                                                 to_manifest(experiment))
+
+    def get_experiment(self, name: str, namespace: str, timeout: float):
+        """The ``V1beta1Experiment`` called ``name``."""
+        from kubeflow_katib_api.models import V1beta1Experiment
+
+        found = self.api.get_namespaced_custom_object(GROUP, VERSION, namespace,
+                                                      EXPERIMENT_PLURAL, name,
+                                                      _request_timeout=timeout)
+        return V1beta1Experiment.from_dict(found)
+
+    def list_trials(self, experiment_name: str, namespace: str, timeout: float) -> list:
+        """The experiment's ``V1beta1Trial`` objects, selected by Katib's label."""
+        from kubeflow_katib_api.models import V1beta1TrialList
+
+        found = self.api.list_namespaced_custom_object(
+            GROUP, VERSION, namespace, TRIAL_PLURAL,
+            label_selector=f"{EXPERIMENT_LABEL}={experiment_name}", _request_timeout=timeout)
+        return V1beta1TrialList.from_dict(found).items
+
+    def delete_experiment(self, name: str, namespace: str) -> None:
+        self.api.delete_namespaced_custom_object(GROUP, VERSION, namespace, EXPERIMENT_PLURAL,
+                                                 name)
 
 
 # A trial's outcome, most decisive first; then whether it is under way.
@@ -91,7 +154,7 @@ def _epochs_run(trial_dir: str) -> int:
 class KatibExperimentLauncher:
     """Runs a search as a Katib Experiment; see the module docstring."""
 
-    def __init__(self, katib_client=None, poll_seconds: float = 15.0,
+    def __init__(self, katib_client: KatibApi | None = None, poll_seconds: float = 15.0,
                  timeout_seconds: float = 0.0, out=None, request_timeout_seconds: float = 60.0,
                  clock=None, sleep=None):
         self._client = katib_client
@@ -102,11 +165,9 @@ class KatibExperimentLauncher:
                                       log=self._say, **injected)
         self.request_timeout_seconds = request_timeout_seconds
 
-    def client(self, namespace: str):
+    def client(self) -> KatibApi:
         if self._client is None:
-            from kubeflow.katib import KatibClient
-
-            self._client = KatibClient(namespace=namespace)
+            self._client = KatibApi()
         return self._client
 
     def _say(self, message: str) -> None:
@@ -116,7 +177,7 @@ class KatibExperimentLauncher:
             data_dir: str) -> TuningResult:
         experiment = build_experiment(settings, search_space, data_dir)  # validates first
         name, namespace = settings.name, settings.target_namespace
-        client = self.client(namespace)
+        client = self.client()
         timeout = self.request_timeout_seconds
         started = self.runner.clock()
 

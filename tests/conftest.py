@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.fixtures import make_synthetic_idx_dir
-
 IN_CI = os.environ.get("CI") == "true"
+# The training extra installs TensorFlow Datasets on Python 3.11+ only (pyproject.toml).
+needs_tfds = pytest.mark.skipif(sys.version_info < (3, 11),
+                                reason="no tensorflow-datasets on Python 3.10 (pyproject.toml)")
 
 
 @pytest.fixture(scope="session")
 def synthetic_idx(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     """A directory with the four IDX files (2,000 train / 500 test) and their sha256."""
+    from tests.fixtures import make_synthetic_idx_dir  # numpy: `make install-check` has none
+
     directory = tmp_path_factory.mktemp("idx")
     return directory, make_synthetic_idx_dir(directory)
 

@@ -1,6 +1,7 @@
 """A stand-in for the Kubernetes API server with Katib v0.19.0 installed: the Experiment and
-Trial endpoints the Katib launcher uses through the real KatibClient, recording every call. It is
-no cluster; each rule cites the upstream file (kubeflow/katib tag v0.19.0 unless said).
+Trial endpoints the Katib launcher uses through the real Kubernetes client, recording every
+call. It is no cluster; each rule cites the upstream file (kubeflow/katib tag v0.19.0 unless
+said).
 
 * Admission, in the API server's order (see tests/k8s_standin.py for the 404/400/422
   citations), then Katib's validating webhook: the namespace must carry
@@ -40,7 +41,7 @@ from tests.loopback import recording_handler, reply_json
 from tests.tfjob_operator import ROLE_LABEL, Kubelet, Pod, TFJobController, is_true
 
 API_VERSION = "kubeflow.org/v1beta1"
-EXPERIMENT_LABEL = "katib.kubeflow.org/experiment"  # SDK constants.py line 38
+EXPERIMENT_LABEL = "katib.kubeflow.org/experiment"  # pkg/controller.v1beta1/consts/const.go:67
 TRIAL_LABEL = "katib.kubeflow.org/trial"  # pkg/controller.v1beta1/consts/const.go line 71
 INJECTION_LABEL = "katib.kubeflow.org/metrics-collector-injection"
 EXPERIMENT_WEBHOOK = "validator.experiment.katib.kubeflow.org"  # webhooks.yaml line 7
@@ -148,15 +149,17 @@ def state(condition: str, succeeded: int = 0, running: int = 0, failed: int = 0,
     }
 
 
-def katib_client_for(url: str, namespace: str = "team-a"):
-    """The real KatibClient, talking to the stand-in at ``url``."""
-    from kubeflow.katib import KatibClient
+def katib_client_for(url: str):
+    """The launcher's Katib client (the real Kubernetes client underneath), talking to the
+    stand-in at ``url``."""
     from kubernetes import client
+
+    from katib.kubernetes import KatibApi
 
     configuration = client.Configuration()
     configuration.host = url
     configuration.retries = 0  # our runner retries; urllib3's silent ones would hide it
-    return KatibClient(client_configuration=configuration, namespace=namespace)
+    return KatibApi(client.ApiClient(configuration))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -338,6 +341,7 @@ class ExperimentRun:
             text = text.replace("${trialParameters." + parameter["name"] + "}", value)
         job = json.loads(text)
         job["metadata"].update(name=name, namespace=namespace)
+        run_spec = copy.deepcopy(job)
         primary = template.get("primaryPodLabels") or {ROLE_LABEL: "master"}
         early = "earlyStopping" in self.spec
         work = self.work_dir / name
@@ -359,12 +363,38 @@ class ExperimentRun:
         conditions = set_condition([], "Created", "True", "TrialCreated", "Trial is created")
         self.trials[name] = {
             "apiVersion": API_VERSION, "kind": "Trial",
-            "metadata": {"name": name, "namespace": namespace,
-                         "labels": {EXPERIMENT_LABEL: self.experiment["metadata"]["name"]}},
-            "spec": {"parameterAssignments": [{"name": k, "value": v}
-                                              for k, v in assignments.items()]},
+            "metadata": self._trial_metadata(name), "spec": self._trial_spec(assignments,
+                                                                             run_spec),
             "status": {"conditions": conditions, "startTime": self.clock()},
         }
+
+    def _trial_metadata(self, name: str) -> dict:
+        """experiment_controller_util.go getTrialInstance (lines 39-56): the experiment's
+        labels and its own, the experiment as controller owner."""
+        experiment = self.experiment["metadata"]
+        return {"name": name, "namespace": experiment["namespace"],
+                "labels": {**experiment.get("labels", {}), EXPERIMENT_LABEL: experiment["name"]},
+                "ownerReferences": [{"apiVersion": API_VERSION, "kind": "Experiment",
+                                     "name": experiment["name"],
+                                     "uid": experiment.get("uid", "uid-experiment"),
+                                     "controller": True, "blockOwnerDeletion": True}]}
+
+    def _trial_spec(self, assignments: dict[str, str], run_spec: dict) -> dict:
+        """getTrialInstance lines 58-94: what the experiment hands each trial (the fields Go
+        omits when empty left out; no early-stopping rules: decisions are not modelled)."""
+        template = self.spec["trialTemplate"]
+        spec = {"objective": self.spec["objective"],
+                "parameterAssignments": [{"name": k, "value": v}
+                                         for k, v in assignments.items()],
+                "runSpec": run_spec, "metricsCollector": self.spec["metricsCollectorSpec"]}
+        optional = {"retainRun": template.get("retain"),
+                    "primaryPodLabels": template.get("primaryPodLabels"),
+                    "primaryContainerName": template.get("primaryContainerName")}
+        spec.update({k: v for k, v in optional.items() if v})
+        if template.get("successCondition") and template.get("failureCondition"):
+            spec.update(successCondition=template["successCondition"],
+                        failureCondition=template["failureCondition"])
+        return spec
 
     @staticmethod
     def _finished(trial: dict) -> bool:
@@ -564,12 +594,28 @@ class KatibStandIn(FaultyServer):
                 return reply_json(handler, status_body(
                     409, "AlreadyExists",
                     f'experiments.kubeflow.org "{key[1]}" already exists'), 409)
+            body["metadata"].update(self._system_metadata(body))
             self.experiments[key] = body
             if self.run:
                 self.runs[key] = ExperimentRun(body, self.kubelet, self.clock,
                                                self.work_dir / "trials")
         reply_json(handler, body, 201)
         return None
+
+    def _system_metadata(self, body: dict) -> dict:
+        """What the API server adds on create and every read returns (so Katib's models parse
+        it): uid and creationTimestamp (apiserver pkg/registry/rest/create.go
+        ``FillObjectMetaSystemFields``), generation 1 (apiextensions-apiserver pkg/registry/
+        customresource/strategy.go ``PrepareForCreate``), a resourceVersion, and the field
+        manager's entry (the Kubernetes client sends no fieldManager: its user agent names it)."""
+        now = "2025-01-01T09:59:00Z"  # fixed: the run's clock ticks per controller step
+        fields = {f"f:{key}": {".": {}} for key in body.get("spec", {})}
+        return {"uid": f"uid-experiment-{body['metadata']['name']}", "creationTimestamp": now,
+                "generation": 1, "resourceVersion": str(len(self.experiments) + 1),
+                "managedFields": [{
+                    "apiVersion": API_VERSION, "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:metadata": {"f:labels": {".": {}}}, "f:spec": fields},
+                    "manager": "OpenAPI-Generator", "operation": "Update", "time": now}]}
 
     def on_get(self, handler) -> None:
         path = urlsplit(handler.path).path
@@ -632,8 +678,8 @@ class KatibStandIn(FaultyServer):
             "metadata": {"name": name, "namespace": namespace}, "spec": spec,
         }
 
-    def katib_client(self, namespace: str = "team-a"):
-        return katib_client_for(self.url, namespace)
+    def katib_client(self):
+        return katib_client_for(self.url)
 
     def __exit__(self, *exc):
         result = super().__exit__(*exc)

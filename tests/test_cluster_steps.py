@@ -171,7 +171,7 @@ def test_the_tuning_step_runs_a_katib_experiment_end_to_end(compiled, synthetic_
                 output_dir={str(tmp_path / "artifacts" / "search")!r}, backend="kubernetes",
                 kubernetes={{"namespace": "kubeflow"}},
                 launcher=KatibExperimentLauncher(
-                    katib_client_for({standin.url!r}, "kubeflow"), poll_seconds=0.2,
+                    katib_client_for({standin.url!r}), poll_seconds=0.2,
                     timeout_seconds={STEP_SECONDS - 60}))
             print(json.dumps(result.as_dict()))
         """, tmp_path)

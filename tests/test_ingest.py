@@ -18,6 +18,7 @@ from fmnist.dataset.ingest import ingest
 from fmnist.dataset.official import CLASS_NAMES, OFFICIAL_FILES
 from fmnist.dataset.pipeline import load_arrays, training_dataset
 from fmnist.errors import DataSourceError
+from tests.conftest import needs_tfds
 from tests.fixtures import synthetic_split, write_idx_dir
 
 
@@ -130,6 +131,7 @@ def test_unreachable_mirror_says_what_to_do_offline(tmp_path):
         ingest(f"http://127.0.0.1:{port}/fashion", str(tmp_path / "out"))
 
 
+@needs_tfds
 def test_tfds_failure_says_what_to_do_offline(monkeypatch, tmp_path):
     import tensorflow_datasets as tfds
 
@@ -141,6 +143,7 @@ def test_tfds_failure_says_what_to_do_offline(monkeypatch, tmp_path):
         ingest("tfds", str(tmp_path / "out"))
 
 
+@needs_tfds
 def test_tfds_source_is_ingested_through_the_tfds_api(tmp_path):
     import tensorflow_datasets as tfds
 

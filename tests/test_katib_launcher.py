@@ -1,4 +1,4 @@
-"""The Katib launcher through the real KatibClient against the API stand-in
+"""The Katib launcher through the real Kubernetes client against the API stand-in
 (tests/katib_standin.py): scripted Experiment statuses for the launcher's logic, and one search
 that really runs (trials are TFJobs whose pods run the trainer). Time is fake where the statuses
 are scripted: every wait is bounded by a deadline in fake seconds, so a regression fails fast
@@ -24,7 +24,7 @@ from katib.search_space import SearchSpace
 from tests.crd_schemas import validate_strict
 from tests.k8s_standin import FakeTime
 from tests.katib_schemas import validate_katib
-from tests.katib_standin import KatibStandIn, katib_client_for, state, trial
+from tests.katib_standin import KatibStandIn, state, trial
 from tests.launcher_harness import drain, read_until, spawn_script
 
 DATA_DIR = "/mnt/fmnist/dataset"
@@ -386,10 +386,9 @@ def test_the_standins_objects_are_shaped_like_katibs():
     for item in (FIRST, BEST, STOPPED, BROKEN, trial("t", {"filters": "16"},
                                                      condition="Running")):
         validate_katib(item, ".v1beta1.Trial")
-    client = katib_client_for("http://127.0.0.1:9")  # deserializes offline: nothing is sent
-    from kubeflow.katib.utils.utils import FakeResponse
+    from kubeflow_katib_api.models import V1beta1Trial  # what KatibApi.list_trials answers
 
-    parsed = client.api_client.deserialize(FakeResponse(BEST), "V1beta1Trial")
+    parsed = V1beta1Trial.from_dict(BEST)
     assert parsed.status.observation.metrics[0].latest == "0.9123"
 
 

@@ -21,6 +21,7 @@ import pytest
 
 from fmnist.dataset import sources
 from fmnist.errors import DataSourceError
+from tests.conftest import needs_tfds
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -57,6 +58,7 @@ def _fingerprint(images: np.ndarray, labels: np.ndarray) -> str:
 
 
 @pytest.mark.slow
+@needs_tfds
 def test_tfds_prepares_fashion_mnist_offline_from_the_official_files(real_data_dir, tmp_path):
     script = textwrap.dedent("""
         import hashlib, json, sys
@@ -107,6 +109,7 @@ def _failing_prepare(monkeypatch, error: BaseException) -> None:
     monkeypatch.delenv("FASHION_MNIST_DIR", raising=False)
 
 
+@needs_tfds
 def test_a_bug_in_preparing_is_not_blamed_on_the_network(monkeypatch, tmp_path):
     """What 1cd2394 did: TFDS failing with ModuleNotFoundError ('importlib_resources') was
     reported as "could not provide fashion_mnist ... without network"."""
@@ -116,6 +119,7 @@ def test_a_bug_in_preparing_is_not_blamed_on_the_network(monkeypatch, tmp_path):
         sources.load("tfds")
 
 
+@needs_tfds
 def test_a_failed_download_names_the_offline_fix(monkeypatch, tmp_path):
     import requests
 
@@ -133,6 +137,16 @@ def test_a_failed_download_names_the_offline_fix(monkeypatch, tmp_path):
         sources.load("tfds")
 
 
+def test_without_tensorflow_datasets_the_source_names_the_fix(monkeypatch):
+    """The training extra leaves TFDS out on Python 3.10 (its tensorflow-metadata caps protobuf
+    below what kfp-kubernetes 2.17.0 needs): the tfds source says what to do instead."""
+    monkeypatch.setitem(sys.modules, "tensorflow_datasets", None)  # import raises
+    with pytest.raises(DataSourceError, match=r"needs tensorflow-datasets.*Python 3\.11.*"
+                                              "FASHION_MNIST_DIR"):
+        sources.load("tfds")
+
+
+@needs_tfds
 def test_tensorflow_datasets_imports_what_it_needs():
     """tensorflow_datasets 4.9.10 imports importlib_resources unconditionally
     (core/dataset_builder.py line 41) but declares it only for Python < 3.9: the lock must

@@ -7,7 +7,9 @@ import json
 import logging
 import sys
 
+from fmnist import __version__
 from fmnist.errors import DataSourceError, TrainingJobError, UserInputError
+from fmnist.extras import require
 from fmnist.settings.data import DataSettings
 from fmnist.settings.pipeline import PipelineParameters
 from fmnist.settings.schema import add_flags, given_values
@@ -52,10 +54,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                              experiment=args.experiment, run_name=args.run_name, wait=args.wait)
         print(json.dumps(outcome, indent=2))
         return 0
-    from fmnist.app.local_run import run_local
-
     if args.backend not in (None, "local"):
         raise UserInputError("--local runs use the local backend; use --host for a cluster")
+    require("all", "fmnist-kfp run --local")  # every step runs here: ingest to serving
+    from fmnist.app.local_run import run_local
 
     summary = run_local(
         _parameters(args, backend="local"),
@@ -85,7 +87,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_upload(args: argparse.Namespace) -> int:
-    from fmnist import __version__
     from fmnist.app.kfp_client import upload
 
     outcome = upload(_endpoint(args), args.name, version=args.version or f"v{__version__}",
@@ -154,6 +155,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
+    require("training", "fmnist-kfp ingest")
     from fmnist.dataset.ingest import ingest
 
     metadata = ingest(args.data_source, args.output,
@@ -188,6 +190,7 @@ def _latest_model_dir(summary_path: str) -> str:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serves a model in the foreground with KServe's ModelServer (Ctrl-C stops it)."""
+    require("serving", "fmnist-kfp serve")
     from serving.model_server.server import main as serve_main
 
     model_dir = args.model_dir or _latest_model_dir(args.summary)
@@ -199,6 +202,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_deployment(args: argparse.Namespace) -> int:
     """Local deployments started by pipeline runs: where they are, and stopping them."""
+    require("serving", "fmnist-kfp deployment")
     from serving.deploy.local import running_server, stop_server
 
     if args.action == "stop":
@@ -244,6 +248,7 @@ def _tensorboard_logs(summary_path: str) -> dict[str, str]:
 
 def cmd_tensorboard(args: argparse.Namespace) -> int:
     """TensorBoard on 127.0.0.1 over the latest local run's training logs (foreground)."""
+    require("training", "fmnist-kfp tensorboard")
     if args.logdir:
         spec = ["--logdir", args.logdir]
     else:
@@ -265,6 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Fashion-MNIST on Kubeflow Pipelines: ingest, distributed TensorFlow "
                     "training of three CNNs, model selection.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser("run", help="run the pipeline end to end")

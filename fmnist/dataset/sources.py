@@ -173,9 +173,26 @@ def _download_failed(error: BaseException) -> bool:
     return False
 
 
+def _import_tfds():
+    """``tensorflow_datasets``, or a DataSourceError naming the other source when it is not
+    installed: the training extra leaves it out on Python 3.10 (see pyproject.toml)."""
+    try:
+        import tensorflow_datasets
+    except ModuleNotFoundError as error:
+        if error.name != "tensorflow_datasets":
+            raise  # one of its own imports: a packaging bug, never "not installed"
+        raise DataSourceError(
+            f"the {TFDS_SOURCE} data source needs tensorflow-datasets, which the training extra "
+            "installs on Python 3.11 and newer (on 3.10 it cannot be installed next to "
+            "kfp-kubernetes 2.17.0): pip install 'fmnist-kfp[training]' on Python 3.11+, or set "
+            f"{DATA_DIR_ENV} (or the data_source parameter) to a directory holding the four "
+            "official IDX .gz files") from error
+    return tensorflow_datasets
+
+
 def _load_tfds() -> RawDataset:
     # Imported outside any handler: a missing module is a packaging bug, never "no network".
-    import tensorflow_datasets as tfds
+    tfds = _import_tfds()
     from tensorflow_datasets.core.download.download_manager import NonMatchingChecksumError
 
     manual = os.environ.get(DATA_DIR_ENV, "").strip()

@@ -13,8 +13,9 @@ It follows google-cloud-pipeline-components' ``job_remote_runner``:
   handler can be installed; the runner then only cleans up on the other causes.)
 * **Transient read errors are not failures.** HTTP 5xx, 429 and 408, client timeouts and
   connection errors are retried with a bounded backoff; they never fail the job or delete it.
-  The kubeflow SDKs wrap the ``ApiException`` in a ``RuntimeError`` (or ``Exception``, for
-  Katib's 409) with the original as ``__context__``; :func:`api_status` looks through the chain.
+  The kubeflow SDKs wrap the ``ApiException`` in a ``RuntimeError`` with the original as
+  ``__context__`` (the Katib calls, :class:`katib.kubernetes.KatibApi`, raise it as it is);
+  :func:`api_status` looks through the chain.
   Should the API stay unreachable for ``unreachable_seconds``, the step fails and the job is
   left running: a retry of the step re-attaches to it.
 * **A job that vanished** (404 after it existed) is an error naming it; nothing is cleaned up.
@@ -177,7 +178,7 @@ def is_transient(error: BaseException) -> bool:
 
 
 def _already_exists(error: BaseException) -> bool:
-    # KatibClient.create_experiment raises a plain Exception("... already exists.") for 409.
+    # An SDK may word a 409 so, without the ApiException (kubeflow-katib's KatibClient did).
     return api_status(error) == 409 or "already exists" in str(error)
 
 
