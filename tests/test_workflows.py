@@ -84,7 +84,7 @@ def test_every_action_is_pinned_to_a_commit_with_its_version():
         for action, comment in uses:
             assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", action), (path.name, action)
             assert re.fullmatch(r" # v\d+\.\d+\.\d+", comment), (path.name, action, comment)
-        # One version of each action across the workflows.
+    # One version of each action across the workflows.
     pins: dict[str, set[str]] = {}
     for path in WORKFLOWS.glob("*.yml"):
         for action, _ in re.findall(r"uses: (\S+)(.*)", path.read_text()):
