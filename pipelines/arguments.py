@@ -20,11 +20,14 @@ from fmnist.settings.platform import Platform
 from fmnist.settings.training import MODEL_TYPES
 
 
-def parameter_problems(parameters: PipelineParameters) -> list[str]:
+def parameter_problems(parameters: PipelineParameters,
+                       platform: Platform | None = None) -> list[str]:
     """Everything wrong with a run's parameters that can be known without its data: the
-    settings' rules, then the search's, the TFJob pods' and the serving manifests'."""
-    from fmnist.settings.platform import component_image
+    settings' rules, then the search's, the TFJob pods' and the serving manifests' (their
+    images: ``platform``'s, default the compiled one's)."""
     from kfp_components.deploy.step import serving_problems
+
+    platform = platform or Platform.from_env()
     from kfp_components.tune.step import tuning_problems
 
     problems = parameters.problems()
@@ -36,11 +39,12 @@ def parameter_problems(parameters: PipelineParameters) -> list[str]:
                 gpus_per_worker=parameters.gpus_per_worker)
     if parameters.backend == "kubernetes" and not problems:
         typed, _ = KubernetesSettings.coerce_values(parameters.kubernetes)
-        problems += KubernetesSettings(image=component_image(), **typed).problems()
+        problems += KubernetesSettings(image=platform.image, gpu_image=platform.gpu_image,
+                                       **typed).problems()
     if parameters.backend in BACKENDS:
         problems += [p for p in serving_problems(
             parameters.serving, parameters.backend, parameters.model_name,
-            parameters.blessing_tolerance, parameters.verification_images)
+            parameters.blessing_tolerance, parameters.verification_images, platform.image)
             if p not in problems]
     return list(dict.fromkeys(problems))
 
@@ -57,8 +61,9 @@ def cluster_arguments(**values: Any) -> dict[str, Any]:
 
     typed, problems = PipelineParameters.coerce_values(values)
     if not problems:
-        parameters = dataclasses.replace(cluster_defaults(Platform.from_env()), **typed)
-        problems = parameter_problems(parameters)
+        platform = Platform.from_env()
+        parameters = dataclasses.replace(cluster_defaults(platform), **typed)
+        problems = parameter_problems(parameters, platform)
     if problems:
         raise UserInputError("invalid pipeline parameters:\n  - " + "\n  - ".join(problems))
     return typed

@@ -6,15 +6,15 @@ their descriptions in the docstring come from there (a test checks that the sign
 every one of them with its type).
 """
 
-import dataclasses
 from typing import NamedTuple
 
 from kfp import dsl, kubernetes
 from kfp.dsl import HTML, Artifact, Dataset, Markdown, Model
 
 from fmnist import __version__
+from fmnist.settings import pipeline as settings
 from fmnist.settings.pipeline import PipelineParameters
-from fmnist.settings.platform import MOUNT_PATH, Platform
+from fmnist.settings.platform import IMAGE_ENV, MOUNT_PATH, Platform
 from fmnist.settings.schema import args_doc
 from kfp_components.batch_predict import batch_predict
 from kfp_components.deploy import deploy_model
@@ -46,30 +46,33 @@ class PipelineOutputs(NamedTuple):
 
 
 def cluster_defaults(platform: Platform) -> PipelineParameters:
-    """The Kubeflow variant's defaults: TFJobs of two workers, TFDS as the data source.
+    """The Kubeflow variant's defaults (:func:`fmnist.settings.pipeline.cluster_defaults`):
+    TFJobs of two workers, TFDS as the data source.
 
     ``kubernetes`` stays ``{}``: the shared claim is not a default the user's dict could
     replace, but part of the platform every task carries (``FMNIST_PVC_NAME``, see
     :func:`_on_platform`), under which the steps merge the user's settings
     (:func:`fmnist.settings.jobs.cluster_settings`)."""
-    return dataclasses.replace(
-        PipelineParameters(), data_source="tfds", backend="kubernetes", num_workers=2)
+    return settings.cluster_defaults()
 
 
-def _on_platform(task, platform: Platform | None, *, volume: bool = False,
-                 credentials: bool = False) -> None:
-    """What every task carries on the cluster: the platform's settings as environment (so the
-    jobs a step creates run the compiled image), the shared volume, the object-store keys."""
+def _on_platform(task, component, platform: Platform | None) -> None:
+    """What a task of ``component`` carries on the cluster (its ``kubernetes_needs``, see
+    :class:`kfp_components.base.KubernetesNeeds`): the platform's claim as environment, the
+    shared volume, the object-store keys; and, for lineage, the image its own pod runs as
+    ``FMNIST_COMPONENT_IMAGE`` (a record only: the pods a step creates run its ``image`` and
+    ``gpu_image`` inputs, never this variable)."""
     if platform is None:
         return
-    for name, value in platform.env().items():
+    needs = component.kubernetes_needs
+    for name, value in {**platform.env(), IMAGE_ENV: task.container_spec.image}.items():
         task.set_env_variable(name, value)
-    if credentials and platform.credentials_secret:  # only when one was named: see Platform
+    if needs.credentials and platform.credentials_secret:  # only when named: see Platform
         kubernetes.use_secret_as_env(
             task, secret_name=platform.credentials_secret,
             secret_key_to_env={key: key for key in platform.credential_keys},
         )
-    if volume:
+    if needs.volume:
         kubernetes.mount_pvc(task, pvc_name=platform.pvc_name, mount_path=MOUNT_PATH)
 
 
@@ -81,6 +84,10 @@ def make_pipeline(parallelism: int = 0, platform: Platform | None = None):
     ``platform`` the pipeline defaults to TFJobs and carries the Kubernetes settings.
     """
     _D = cluster_defaults(platform) if platform else PipelineParameters()  # noqa: N806
+    # The images of the pods the steps create: the platform's, as constants (not run
+    # parameters); without a platform (kfp.local) the components' defaults.
+    images = {"image": platform.image} if platform else {}
+    gpu_images = {**images, "gpu_image": platform.gpu_image} if platform else {}
 
     def fashion_mnist_pipeline(
         data_source: str = _D.data_source,
@@ -117,6 +124,7 @@ def make_pipeline(parallelism: int = 0, platform: Platform | None = None):
         window = freshness_window(freshness=freshness)
         window.set_caching_options(False)  # it reads the clock
         window.set_display_name("freshness-window")
+        _on_platform(window, freshness_window, platform)
         ingest = ingest_fashion_mnist(
             data_source=data_source,
             freshness_window=window.output,
@@ -124,7 +132,7 @@ def make_pipeline(parallelism: int = 0, platform: Platform | None = None):
             validation_examples=validation_examples,
         )
         ingest.set_display_name("ingest")
-        _on_platform(ingest, platform, credentials=True)
+        _on_platform(ingest, ingest_fashion_mnist, platform)
 
         with dsl.ParallelFor(items=model_types, parallelism=parallelism) as model_type:
             # With tune off the search step hands the given values on at once (and is
@@ -134,10 +142,10 @@ def make_pipeline(parallelism: int = 0, platform: Platform | None = None):
                 learning_rate=learning_rate, batch_size=batch_size, filters=filters,
                 dropout_rate=dropout_rate, precision=precision, tuning=tuning, backend=backend,
                 kubernetes=kubernetes, num_workers=num_workers, gpus_per_worker=gpus_per_worker,
-                strategy=strategy, num_ps=num_ps,
+                strategy=strategy, num_ps=num_ps, **gpu_images,
             )
             search.set_display_name("tune")
-            _on_platform(search, platform, volume=True, credentials=True)
+            _on_platform(search, tune_hyperparameters, platform)
             train = train_model(
                 dataset=ingest.outputs["dataset"],
                 model_type=model_type,
@@ -154,15 +162,16 @@ def make_pipeline(parallelism: int = 0, platform: Platform | None = None):
                 kubernetes=kubernetes,
                 max_restarts=max_restarts,
                 profile_steps=profile_steps,
+                **gpu_images,
             )
             train.set_display_name("train")
-            _on_platform(train, platform, volume=True, credentials=True)
+            _on_platform(train, train_model, platform)
         select = select_best_model(
             dataset=ingest.outputs["dataset"],
             candidates=dsl.Collected(train.outputs["model"]),
         )
         select.set_display_name("select")
-        _on_platform(select, platform)
+        _on_platform(select, select_best_model, platform)
         best_model = select.outputs["best_model"]
         batch = batch_predict(
             model=best_model,
@@ -171,9 +180,10 @@ def make_pipeline(parallelism: int = 0, platform: Platform | None = None):
             batch_prediction_workers=batch_prediction_workers,
             backend=backend,
             kubernetes=kubernetes,
+            **images,
         )
         batch.set_display_name("batch-predict")
-        _on_platform(batch, platform, volume=True, credentials=True)
+        _on_platform(batch, batch_predict, platform)
         deploy = deploy_model(
             model=best_model,
             dataset=ingest.outputs["dataset"],
@@ -182,10 +192,11 @@ def make_pipeline(parallelism: int = 0, platform: Platform | None = None):
             blessing_tolerance=blessing_tolerance,
             verification_images=verification_images,
             serving=serving,
+            **images,
         )
         deploy.set_caching_options(False)  # it changes what is served
         deploy.set_display_name("deploy")
-        _on_platform(deploy, platform)
+        _on_platform(deploy, deploy_model, platform)
         predict = predict_with_served_model(
             model=best_model,
             dataset=ingest.outputs["dataset"],
@@ -196,7 +207,7 @@ def make_pipeline(parallelism: int = 0, platform: Platform | None = None):
         )
         predict.set_caching_options(False)  # it measures the live server
         predict.set_display_name("predict")
-        _on_platform(predict, platform)
+        _on_platform(predict, predict_with_served_model, platform)
         return PipelineOutputs(
             best_model=best_model,
             report=select.outputs["report"],
@@ -211,7 +222,8 @@ def make_pipeline(parallelism: int = 0, platform: Platform | None = None):
     # The compiled pipeline says which release it is and which image its steps run, in the
     # description the Kubeflow UI shows (pipelineInfo.description).
     release = (f"\n\nRelease {__version__} of fmnist-kfp; every step and job runs "
-               f"{platform.image}." if platform else "")
+               f"{platform.image}, job replicas with GPUs {platform.gpu_image}."
+               if platform else "")
     fashion_mnist_pipeline.__doc__ = (
         DESCRIPTION + release + "\n\nArgs:\n" + args_doc([PipelineParameters], indent="    ")
     )

@@ -180,10 +180,27 @@ def test_serving_runtime_passes_the_crd_and_runs_our_predictor():
     assert container["resources"]["limits"] == {"cpu": "1", "memory": "2Gi"}
 
 
-def test_empty_image_is_the_component_image(monkeypatch):
-    monkeypatch.setenv("FMNIST_COMPONENT_IMAGE", "registry.example/fmnist:9.9")
-    manifest = to_manifest(build_serving_runtime(KServeSettings(namespace="ns")))
-    assert manifest["spec"]["containers"][0]["image"] == "registry.example/fmnist:9.9"
+def test_the_predictor_runs_the_deploy_steps_image_unless_serving_names_one(monkeypatch):
+    """One source for the predictor's image: the deploy step's image input (whose default is
+    the image the component was compiled with), or serving.image; never the environment."""
+    from fmnist.settings.serving import ServingSettings
+    from kfp_components.deploy.step import kserve_settings, serving_problems
+
+    monkeypatch.setenv("FMNIST_COMPONENT_IMAGE", "registry.example/elsewhere:1.0")
+    step_image, own = "registry.example/fmnist:9.9", "registry.example/predictor:2.0"
+
+    def runtime_image(serving: dict) -> str:
+        settings = kserve_settings("fashion-mnist", ServingSettings.from_dict(serving),
+                                   "pvc://fmnist-data/models/1", step_image)
+        return to_manifest(build_serving_runtime(settings))["spec"]["containers"][0]["image"]
+
+    assert runtime_image({"namespace": "ns"}) == step_image
+    assert runtime_image({"namespace": "ns", "image": own}) == own
+    with pytest.raises(UserInputError, match="no predictor image: give the deploy step's image"):
+        build_serving_runtime(KServeSettings(namespace="ns"))
+    assert any("no predictor image" in p for p in serving_problems(
+        {}, "kubernetes", "fashion-mnist", 0.005, 8))
+    assert serving_problems({}, "kubernetes", "fashion-mnist", 0.005, 8, step_image) == []
 
 
 def test_empty_namespace_is_the_current_one(monkeypatch):

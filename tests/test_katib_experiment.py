@@ -25,9 +25,13 @@ from tests.katib_standin import ZERO_TIME, collect, observation
 DATA_DIR = "/mnt/fmnist/dataset"
 
 
+IMAGE = "ghcr.io/fmnist-kfp/fmnist-kfp:0.1.0"
+GPU_IMAGE = "ghcr.io/fmnist-kfp/fmnist-kfp:0.1.0-gpu"
+
+
 def _settings(**overrides) -> ExperimentSettings:
-    kubernetes = KubernetesSettings(image="ghcr.io/fmnist-kfp/fmnist-kfp:0.1.0",
-                                    namespace="team-a", pvc_name="fmnist-pvc")
+    kubernetes = KubernetesSettings(image=IMAGE, gpu_image=GPU_IMAGE, namespace="team-a",
+                                    pvc_name="fmnist-pvc")
     values = dict(name="fmnist-tune", kubernetes=kubernetes, model_type="dropout")
     values.update(overrides)
     return ExperimentSettings(**values)
@@ -100,6 +104,7 @@ def test_every_experiment_variant_passes_katib_and_the_tfjob_crd(algorithm, earl
                 "${trialParameters." + name + "}"
         assert "${trialParameters.trialName}" in _flag(command, "--work-dir")
         assert ("nvidia.com/gpu" in container["resources"]["limits"]) == bool(gpus)
+        assert container["image"] == (GPU_IMAGE if gpus else IMAGE)  # trials with GPUs: CUDA
     by_name = {p["name"]: p for p in spec["parameters"]}
     assert by_name["learning_rate"]["feasibleSpace"].get("distribution") == (
         None if algorithm in ("grid", "cmaes") else "logUniform")

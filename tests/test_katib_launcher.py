@@ -416,7 +416,7 @@ def test_the_tuning_step_stages_the_dataset_and_runs_its_experiment(synthetic_da
             data_dir=str(synthetic_dataset), output_dir=output_dir, backend="kubernetes",
             kubernetes={"namespace": "team-a", "pvc_name": "fmnist-pvc",
                         "mount_path": str(mount)},
-            launcher=_launcher(standin))
+            image="ghcr.io/fmnist-kfp/fmnist-kfp:0.1.0", launcher=_launcher(standin))
     [posted] = standin.posts()
     validate_katib(posted)
     assert posted["metadata"]["name"] == name and len(name) <= 40

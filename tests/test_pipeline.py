@@ -45,19 +45,26 @@ def test_compiled_pipeline_loads_back_with_the_kfp_sdk():
     assert "exec-train-model" in platform.deployment_spec.executors
 
 
-def test_every_compiled_component_loads_back_and_carries_its_image():
-    """Other pipelines load the components from compiled/components/; each one's pod gets
-    the image it runs as FMNIST_COMPONENT_IMAGE, so the jobs it creates run the same code."""
+def test_every_compiled_component_loads_back_with_its_image_and_no_env():
+    """Other pipelines load the components from compiled/components/. A component runs the
+    compiled image and carries no container env (KFP 2.17 loads env back as a list, which its
+    compiler cannot compile: tests/test_compiled_components.py); the steps that create pods
+    take their images as inputs whose defaults are the compiled images."""
     from kfp import components
 
+    from fmnist.settings.platform import JobImages
     from kfp_components import COMPONENTS
 
+    images = JobImages.compiled()
     for component in COMPONENTS.values():
         path = ROOT / COMPILED_DIR / "components" / f"{component.component_spec.name}.yaml"
         loaded = components.load_component_from_file(str(path))
         assert loaded.component_spec.inputs.keys() == component.component_spec.inputs.keys()
         container = loaded.component_spec.implementation.container
-        assert container.env == [{"name": "FMNIST_COMPONENT_IMAGE", "value": container.image}]
+        assert container.image == images.image and container.env is None
+        for name in ("image", "gpu_image"):
+            if name in loaded.component_spec.inputs:
+                assert loaded.component_spec.inputs[name].default == getattr(images, name)
 
 
 def test_every_step_imports_inside_a_pipeline_pod():
@@ -82,6 +89,42 @@ def test_an_untagged_component_image_fails_the_compile(monkeypatch):
     monkeypatch.setenv("FMNIST_COMPONENT_IMAGE", "registry.example.com:5000/fmnist")
     with pytest.raises(UserInputError, match="has no tag"):
         component_image()
+
+
+DIGEST = "sha256:" + "ab" * 32
+
+
+@pytest.mark.parametrize(("image", "gpu", "expected"), [
+    ("registry.example.com:5000/ml/fmnist-kfp:0.2.0", "",
+     "registry.example.com:5000/ml/fmnist-kfp:0.2.0-gpu"),  # the release workflow's name
+    ("r.example/fmnist:0.2.0", "r.example/fmnist-cuda:7", "r.example/fmnist-cuda:7"),
+    (f"r.example/fmnist:0.2.0@{DIGEST}", f"r.example/fmnist:0.2.0-gpu@{DIGEST}",
+     f"r.example/fmnist:0.2.0-gpu@{DIGEST}"),
+])
+def test_the_gpu_image_is_given_or_derived_from_the_component_images_tag(monkeypatch, image,
+                                                                          gpu, expected):
+    from fmnist.settings.platform import Platform, gpu_image
+
+    monkeypatch.setenv("FMNIST_COMPONENT_IMAGE", image)
+    monkeypatch.setenv("FMNIST_GPU_IMAGE", gpu)
+    assert gpu_image() == expected
+    assert Platform.from_env().gpu_image == expected
+
+
+@pytest.mark.parametrize("image", [f"r.example/fmnist@{DIGEST}",
+                                   f"r.example:5000/fmnist:0.2.0@{DIGEST}"])
+def test_a_digest_pinned_component_image_needs_the_gpu_image_named(monkeypatch, image):
+    """A digest is one image's: the GPU image's cannot be derived from the CPU image's."""
+    from fmnist.errors import UserInputError
+    from fmnist.settings.platform import gpu_image
+
+    monkeypatch.setenv("FMNIST_COMPONENT_IMAGE", image)
+    monkeypatch.delenv("FMNIST_GPU_IMAGE", raising=False)
+    with pytest.raises(UserInputError, match="pinned by digest.*set FMNIST_GPU_IMAGE as well"):
+        gpu_image()
+    monkeypatch.setenv("FMNIST_GPU_IMAGE", "r.example/fmnist-gpu")
+    with pytest.raises(UserInputError, match="FMNIST_GPU_IMAGE='r.example/fmnist-gpu' has no tag"):
+        gpu_image()
 
 
 def _task(spec: dict, name: str) -> dict:
@@ -151,6 +194,10 @@ def test_compiled_pipeline_documents_parameters_and_caches_the_right_steps():
     from fmnist import __version__
 
     assert len(images) == 1 and images.pop().endswith(f":{__version__}")  # one tagged image
+    # The images of the pods the steps create: constants from the platform, not parameters.
+    assert not {"image", "gpu_image"} & set(parameters)
+    assert _task(spec, "train-model")["inputs"]["parameters"]["gpu_image"] == {
+        "runtimeValue": {"constant": f"ghcr.io/fmnist-kfp/fmnist-kfp:{__version__}-gpu"}}
     # The release it belongs to (pipelineInfo.name stays the pipeline's identity).
     assert spec["pipelineInfo"]["displayName"] == f"fashion-mnist-training {__version__}"
     assert f"Release {__version__} of fmnist-kfp" in spec["pipelineInfo"]["description"]

@@ -28,9 +28,13 @@ def _spec(**overrides) -> TrainingJobSpec:
     return TrainingJobSpec(**values)
 
 
+IMAGE = "ghcr.io/fmnist-kfp/fmnist-kfp:0.1.0"
+GPU_IMAGE = "ghcr.io/fmnist-kfp/fmnist-kfp:0.1.0-gpu"
+
+
 def _settings(**overrides) -> KubernetesSettings:
-    return KubernetesSettings(image="ghcr.io/fmnist-kfp/fmnist-kfp:0.1.0", namespace="team-a",
-                              **overrides)
+    return KubernetesSettings(**{"image": IMAGE, "gpu_image": GPU_IMAGE, "namespace": "team-a",
+                                 **overrides})
 
 
 @pytest.mark.parametrize(
@@ -59,6 +63,10 @@ def test_every_tfjob_variant_passes_strict_crd_validation(gpus, chief, storage):
     assert container["name"] == "tensorflow"
     assert container["command"][:3] == ["python", "-m", "fmnist.training.trainer"]
     assert "--model-type" in container["command"]
+    # Every replica that computes gets the GPUs and the GPU image; without GPUs, the CPU image.
+    images = {kind: [c["image"] for c in replica["template"]["spec"]["containers"]]
+              for kind, replica in replicas.items()}
+    assert images == {kind: [GPU_IMAGE if gpus else IMAGE] for kind in replicas}
     if gpus:
         assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
         assert pod["nodeSelector"] and pod["tolerations"][0]["key"] == "nvidia.com/gpu"
@@ -83,9 +91,18 @@ def test_the_strict_validation_catches_a_misplaced_field():
 
 
 def test_an_image_without_a_tag_is_rejected_before_anything_is_created():
-    with pytest.raises(UserInputError, match="has no tag"):
+    with pytest.raises(UserInputError, match="image 'ghcr.io/fmnist-kfp/fmnist-kfp' has no tag"):
         build_tfjob(_spec(), KubernetesSettings(image="ghcr.io/fmnist-kfp/fmnist-kfp"))
+    with pytest.raises(UserInputError, match="gpu_image 'r.example/fmnist' has no tag"):
+        build_tfjob(_spec(gpus_per_worker=1), _settings(gpu_image="r.example/fmnist"))
     build_tfjob(_spec(), KubernetesSettings(image="registry.local:5000/fmnist@sha256:" + "a" * 64))
+
+
+def test_a_gpu_job_without_a_gpu_image_is_refused_naming_the_input():
+    """A CPU image on a GPU node would train on its CPU without a word: refused instead."""
+    with pytest.raises(UserInputError, match="asks for 2 GPU.*give the step's gpu_image input"):
+        build_tfjob(_spec(gpus_per_worker=2), _settings(gpu_image=""))
+    build_tfjob(_spec(gpus_per_worker=0), _settings(gpu_image=""))  # no GPUs: not needed
 
 
 def test_job_names_are_stable_per_task_and_distinct_across_tasks():
@@ -112,7 +129,7 @@ def test_the_whole_manifest_of_a_gpu_job_with_a_chief():
                      "annotations": {"sidecar.istio.io/inject": "false"}},
         "spec": {
             "containers": [{
-                "name": "tensorflow", "image": "ghcr.io/fmnist-kfp/fmnist-kfp:0.1.0",
+                "name": "tensorflow", "image": GPU_IMAGE,
                 "command": spec.trainer_command(python="python"),
                 "env": [{"name": "TF_CPP_MIN_LOG_LEVEL", "value": "2"}],
                 "envFrom": [{"secretRef": {"name": "s3-keys"}}],

@@ -40,8 +40,12 @@ def _spec(**overrides) -> TrainingJobSpec:
     return TrainingJobSpec(**values)
 
 
+IMAGE = "ghcr.io/fmnist-kfp/fmnist-kfp:0.1.0"
+GPU_IMAGE = "ghcr.io/fmnist-kfp/fmnist-kfp:0.1.0-gpu"
+
+
 def _settings(**overrides) -> KubernetesSettings:
-    return KubernetesSettings(image="ghcr.io/fmnist-kfp/fmnist-kfp:0.1.0", namespace="team-a",
+    return KubernetesSettings(image=IMAGE, gpu_image=GPU_IMAGE, namespace="team-a",
                               pvc_name="fmnist-pvc", **overrides)
 
 
@@ -66,6 +70,8 @@ def test_a_parameter_server_tfjob_passes_strict_crd_validation(gpus, evaluator):
     for kind in set(expected) - {"Worker"}:
         assert "nvidia.com/gpu" not in _container(manifest, kind)["resources"]["limits"]
         assert "nodeSelector" not in replicas[kind]["template"]["spec"]
+        assert _container(manifest, kind)["image"] == IMAGE  # no CUDA where no GPU
+    assert _container(manifest, "Worker")["image"] == (GPU_IMAGE if gpus else IMAGE)
     # Every replica runs the same trainer command: the TF_CONFIG task type picks its role.
     commands = {tuple(_container(manifest, kind)["command"]) for kind in replicas}
     assert len(commands) == 1

@@ -7,15 +7,16 @@ file differs from what this writes.
 from __future__ import annotations
 
 import inspect
+import json
 import re
 import sys
 from pathlib import Path
 
-import docstring_parser
 import yaml
 
 from fmnist.settings.jobs import KubernetesSettings
 from fmnist.settings.pipeline import PipelineParameters
+from fmnist.settings.platform import IMAGE_ENV, MOUNT_PATH, PVC_ENV, Platform
 from fmnist.settings.schema import markdown_table
 from fmnist.settings.serving import ServingSettings
 from fmnist.settings.tuning import TuningSettings
@@ -42,50 +43,91 @@ def _cell(text: str) -> str:
     return " ".join((text or "").split()).replace("|", "\\|")
 
 
+def _default(value) -> str:
+    """A default as a user types it: strings plain, the rest as JSON."""
+    return f"`{value}`" if isinstance(value, str) and value else f"`{json.dumps(value)}`"
+
+
+def kubernetes_calls(component) -> list[str]:
+    """The kfp-kubernetes calls a Kubernetes run of ``component``'s task needs (its
+    :class:`~kfp_components.base.KubernetesNeeds`, which the pipeline applies too), as lines
+    of Python acting on ``task``."""
+    needs, claim, q = component.kubernetes_needs, Platform.pvc_name, json.dumps
+    lines = ["from kfp import kubernetes", ""]
+    if needs.volume:
+        lines += ["# The shared ReadWriteMany claim (manifests/pvc): this step and the pods it",
+                  "# creates stage the dataset and the models on it; the step finds it by name.",
+                  f"kubernetes.mount_pvc(task, pvc_name={q(claim)}, mount_path={q(MOUNT_PATH)})",
+                  f"task.set_env_variable({q(PVC_ENV)}, {q(claim)})"]
+    if needs.credentials:
+        keys = ", ".join(f"{q(k)}: {q(k)}" for k in Platform.credential_keys)
+        lines += ["# Only for s3:// data: the object-store keys, from a Secret holding them.",
+                  "kubernetes.use_secret_as_env(",
+                  '    task, secret_name="fmnist-object-store",',
+                  f"    secret_key_to_env={{{keys}}},",
+                  ")"]
+    image = component.component_spec.implementation.container.image
+    lines += ["# Optional: lineage records the image this step ran.",
+              f"task.set_env_variable({q(IMAGE_ENV)}, {q(image)})"]
+    return lines
+
+
 def component_readme(folder: str, component) -> str:
-    """The README of one component folder."""
+    """The README of one component folder: from its docstring and compiled spec (the
+    descriptions and defaults the Kubeflow UI shows) and ``metadata.yaml``."""
     metadata = yaml.safe_load((COMPONENTS_DIR / folder / "metadata.yaml").read_text())
     spec = component.component_spec
-    doc = docstring_parser.parse(component.python_func.__doc__ or "")
-    described = {p.arg_name: p.description for p in doc.params}
-    returns = docstring_parser.parse(
-        (component.python_func.__doc__ or "").replace("Returns:", "Args:", 1)
-    ) if "Returns:" in (component.python_func.__doc__ or "") else None
     overview = inspect.cleandoc(component.python_func.__doc__ or "").split("\nArgs:")[0]
     title = metadata["name"].replace("_", " ").capitalize()
     lines = [f"# {title}", "",
              f"> Stability: **{metadata['stability']}**. Generated from the component's "
              "docstring and `metadata.yaml` by `make readme`; do not edit by hand.", "",
              "## Overview", "", overview.strip(), "",
-             "## Inputs", "", "| Parameter | Type | Default | Description |",
+             "## Inputs", "",
+             "Defaults are the Kubeflow variant's (the compiled pipeline's); inputs without "
+             "one are required.", "",
+             "| Parameter | Type | Default | Description |",
              "|-----------|------|---------|-------------|"]
+    required = []
     for name, value in (spec.inputs or {}).items():
         artifact = value.type.startswith("system.")
-        default = "" if value.default is None else f"`{value.default}`"
+        if not value.optional:
+            required.append(name)
+        default = "" if not value.optional else _default(value.default)
         lines.append(f"| `{name}` | `{_type_name(value.type, artifact)}` | {default} | "
-                     f"{_cell(described.get(name, ''))} |")
+                     f"{_cell(value.description)} |")
     lines += ["", "## Outputs", "", "| Name | Type | Description |",
               "|------|------|-------------|"]
     for name, value in (spec.outputs or {}).items():
-        text = described.get(name) or ""
-        if not text and returns is not None:
-            text = next((p.description for p in returns.params if p.arg_name == name),
-                        returns.params[0].description if name == "Output" and returns.params
-                        else "")
-        lines.append(f"| `{name}` | `{_type_name(value.type)}` | {_cell(text)} |")
-    dependencies = [f"  - {d['name']} `{d['version']}`"
-                    for d in metadata.get("dependencies", {}).get("kubeflow", [])]
-    module = f"kfp_components.{folder}"
-    lines += ["", "## Usage", "", "```python",
-              f"from {module} import {component.python_func.__name__}",
-              "# or, from the compiled component in a release:",
-              "from kfp import components",
-              f"{component.python_func.__name__} = components.load_component_from_file(",
-              f'    "compiled/components/{spec.name}.yaml")', "```", "",
+        lines.append(f"| `{name}` | `{_type_name(value.type)}` | {_cell(value.description)} |")
+    function = component.python_func.__name__
+    arguments = ", ".join(f"{name}=..." for name in required)
+    lines += ["", "## Usage", "",
+              "From the compiled component alone (`compiled/components/`, or a release's "
+              "`components/`):", "",
+              "```python",
+              "from kfp import components, dsl",
+              "",
+              f"{function} = components.load_component_from_file(",
+              f'    "compiled/components/{spec.name}.yaml")',
+              "",
+              "",
+              "@dsl.pipeline",
+              "def my_pipeline():",
+              f"    task = {function}({arguments})",
+              "```", "",
+              f"or `from {'kfp_components.' + folder} import {function}` with the package "
+              "installed.", "",
+              "## On Kubernetes", "",
+              "What a Kubernetes run of the task needs beside its inputs (kfp-kubernetes; "
+              "`compiled/fashion_mnist_pipeline.yaml` sets the same):", "",
+              "```python", *kubernetes_calls(component), "```", "",
               "## Metadata", "",
               f"- **Name**: {metadata['name']}",
               f"- **Stability**: {metadata['stability']}",
-              "- **Kubeflow dependencies**:", *dependencies,
+              "- **Kubeflow dependencies**:",
+              *[f"  - {d['name']} `{d['version']}`"
+                for d in metadata.get("dependencies", {}).get("kubeflow", [])],
               "- **Tags**: " + ", ".join(metadata.get("tags", [])),
               f"- **Last verified**: {metadata['lastVerified']}", ""]
     return "\n".join(lines)

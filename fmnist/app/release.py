@@ -1,13 +1,16 @@
 """``make release``: the wheel, the compiled pipeline and the compiled components of this
-version, written to ``dist/``.
+version, written to ``dist/``; ``make release-check TAG=v<version>`` before anything of it is
+built or pushed; ``make github-release TAG=v<version>`` attaches ``dist/`` to the GitHub release.
 
-A release is three things that must agree: the package version (``fmnist.__version__``, the one
-place it is set; the wheel's version comes from it), the component image every step and job
-runs (``$FMNIST_COMPONENT_IMAGE``, default ``ghcr.io/fmnist-kfp/fmnist-kfp:<version>``), and
-``CHANGELOG.md``. So it refuses, before building anything, when
+A release is things that must agree: the package version (``fmnist.__version__``, the one
+place it is set; the wheel's version comes from it), the images every step and job runs
+(``$FMNIST_COMPONENT_IMAGE``, and ``$FMNIST_GPU_IMAGE`` for replicas with GPUs), the git tag
+(``v<version>``) and ``CHANGELOG.md``. So it refuses, before building anything, when
 
-- the image's tag is not the version (the YAML would run other code than the wheel holds), or
-  the image is pinned by digest alone (its version cannot be read);
+- an image's tag is not the version (``<version>-gpu`` for the GPU image also does), so the
+  YAML would run other code than the wheel holds, or it names no tag (a digest alone);
+- an image is not pinned by digest (``<repository>:<version>@sha256:<digest>``: a tag can be
+  pushed again after the release; the release workflow takes the digests from the build);
 - ``CHANGELOG.md`` has no section for the version, or the section is still ``Unreleased``
   (cutting a release is giving it a date).
 
@@ -16,7 +19,8 @@ It writes, all or nothing (built aside, then moved into ``dist/``)::
     dist/fmnist_kfp-<version>-py3-none-any.whl
     dist/fashion-mnist-training-<version>.yaml        the pipeline
     dist/components/<component>-<version>.yaml        each component
-    dist/release-<version>.json                       version, image, files and their sha256
+    dist/release-<version>.json                       version, images, files and their sha256
+    dist/SHA256SUMS                                   all of the above, for ``sha256sum -c``
 
 Each YAML names its release in ``pipelineInfo.displayName`` (and the pipeline in its
 description, with the image): see :mod:`pipelines.compile`.
@@ -37,10 +41,18 @@ from pathlib import Path
 
 from fmnist import __version__
 from fmnist.errors import UserInputError
-from fmnist.settings.platform import IMAGE_ENV, component_image
+from fmnist.settings.platform import (
+    GPU_IMAGE_ENV,
+    GPU_TAG_SUFFIX,
+    IMAGE_ENV,
+    component_image,
+    gpu_image,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 PIPELINE_FILE = "fashion-mnist-training-{version}.yaml"
+CHECKSUMS = "SHA256SUMS"
+_DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 
 
 def image_tag(image: str) -> str:
@@ -62,17 +74,53 @@ def changelog_problem(text: str, version: str) -> str | None:
     return None
 
 
-def release_problems(version: str, image: str, changelog: str) -> list[str]:
+def image_problems(version: str, image: str, gpu: str) -> list[str]:
+    """What keeps the images from being a release's: their tags and digests."""
     problems = []
-    tag = image_tag(image)
-    if tag != version:
-        problems.append(
-            f"the component image {image!r} ({IMAGE_ENV}) is tagged {tag or 'nothing'!r}, not "
-            f"the package version {version!r}: the released YAML would run other code than the "
-            f"wheel. Build and push the image as ...:{version} and set {IMAGE_ENV} to it")
+    for what, variable, name, tags in (
+            ("component image", IMAGE_ENV, image, (version,)),
+            ("GPU image", GPU_IMAGE_ENV, gpu, (version + GPU_TAG_SUFFIX, version))):
+        tag = image_tag(name)
+        if tag not in tags:
+            problems.append(
+                f"the {what} {name!r} ({variable}) is tagged {tag or 'nothing'!r}, not "
+                f"{' or '.join(repr(t) for t in tags)}: the released YAML would run other code "
+                f"than the wheel. Build and push the image as ...:{tags[0]} and set {variable} "
+                "to it")
+        if not _DIGEST.search(name):
+            problems.append(
+                f"the {what} {name!r} ({variable}) is not pinned by digest, and a tag can be "
+                f"pushed again after the release: set {variable}=<repository>:{tags[0]}"
+                "@sha256:<digest> (what the push printed; the release workflow takes it from "
+                "the build)")
+    return problems
+
+
+def release_problems(version: str, image: str, gpu: str, changelog: str) -> list[str]:
+    problems = image_problems(version, image, gpu)
     if problem := changelog_problem(changelog, version):
         problems.append(problem)
     return problems
+
+
+def tag_problems(tag: str, version: str, changelog: str) -> list[str]:
+    """What keeps the git ``tag`` from releasing this checkout: it must be ``v<version>``, and
+    the changelog must date the version (checked before any image is pushed)."""
+    problems = []
+    if tag != f"v{version}":
+        problems.append(f"the tag {tag!r} is not v{version}, the package version "
+                        "(fmnist/__init__.py): tag the commit that sets the version, or set "
+                        "the version the tag names")
+    if problem := changelog_problem(changelog, version):
+        problems.append(problem)
+    return problems
+
+
+def changelog_section(text: str, version: str) -> str:
+    """The changelog's section of ``version`` (the GitHub release's notes)."""
+    match = re.search(rf"^## \[?{re.escape(version)}\]?.*?$(.*?)(?=^## |\Z)", text,
+                      re.MULTILINE | re.DOTALL)
+    return match[1].strip() + "\n" if match else ""
 
 
 def _sha256(path: Path) -> str:
@@ -107,10 +155,31 @@ def _build_wheel(staging: Path, version: str, uv: str) -> Path:
     return wheels[0]
 
 
+def checksums(directory: Path, files: list[Path]) -> str:
+    """``sha256sum``'s format: ``<sha256>  <path relative to directory>`` per file."""
+    return "".join(f"{_sha256(path)}  {path.relative_to(directory).as_posix()}\n"
+                   for path in sorted(files))
+
+
+def verify_checksums(directory: Path) -> list[str]:
+    """The files of ``directory/SHA256SUMS`` that are missing or differ (``sha256sum -c``)."""
+    bad = []
+    for line in (directory / CHECKSUMS).read_text().splitlines():
+        digest, name = line.split("  ", 1)
+        path = directory / name
+        if not path.is_file() or _sha256(path) != digest:
+            bad.append(name)
+    return bad
+
+
 def release(dist: Path, *, uv: str, changelog: Path = ROOT / "CHANGELOG.md") -> dict:
     """Checks, builds and writes the release into ``dist``; returns its manifest."""
     version, image = __version__, component_image()
-    problems = release_problems(version, image, changelog.read_text())
+    try:
+        gpu = gpu_image()
+    except UserInputError as error:  # a digest-pinned image without FMNIST_GPU_IMAGE
+        raise UserInputError(f"cannot release:\n  - {error}") from None
+    problems = release_problems(version, image, gpu, changelog.read_text())
     if problems:
         raise UserInputError("cannot release:\n  - " + "\n  - ".join(problems))
     dist.mkdir(parents=True, exist_ok=True)
@@ -120,15 +189,56 @@ def release(dist: Path, *, uv: str, changelog: Path = ROOT / "CHANGELOG.md") -> 
         manifest = {
             "version": version,
             "image": image,
+            "gpu_image": gpu,
             "files": {str(p.relative_to(staging)): _sha256(p) for p in files},
         }
         (staging / f"release-{version}.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        files.append(staging / f"release-{version}.json")
+        (staging / CHECKSUMS).write_text(checksums(staging, files))
         for path in sorted(staging.rglob("*")):
             if path.is_file():
                 target = dist / path.relative_to(staging)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(path, target)
     return manifest
+
+
+def check_tag(tag: str, changelog: Path) -> int:
+    """``make release-check``: the tag names this version, which the changelog dates; the
+    version goes to ``$GITHUB_OUTPUT`` (``version=...``) when the workflow gives one."""
+    problems = tag_problems(tag, __version__, changelog.read_text())
+    if problems:
+        print("error: cannot release:\n  - " + "\n  - ".join(problems), file=sys.stderr)
+        return 2
+    if os.environ.get("GITHUB_OUTPUT"):
+        with open(os.environ["GITHUB_OUTPUT"], "a") as handle:
+            handle.write(f"version={__version__}\n")
+    print(f"{tag}: releases {__version__}")
+    return 0
+
+
+def github_release(tag: str, dist: Path, changelog: Path, gh: str = "gh") -> int:
+    """``make github-release``: the files ``make release`` wrote for this version, checked
+    against ``SHA256SUMS``, attached to a new GitHub release of ``tag`` (``gh release create
+    --verify-tag``: the tag must exist on GitHub), its notes the changelog's section."""
+    problems = tag_problems(tag, __version__, changelog.read_text())
+    manifest = dist / f"release-{__version__}.json"
+    if not manifest.exists():
+        problems.append(f"{manifest} is missing: run `make release` first")
+    elif bad := verify_checksums(dist):
+        problems.append(f"{', '.join(bad)} differ from {dist / CHECKSUMS}: run `make release` "
+                        "again")
+    if problems:
+        print("error: cannot publish:\n  - " + "\n  - ".join(problems), file=sys.stderr)
+        return 2
+    files = [str(dist / name) for name in json.loads(manifest.read_text())["files"]]
+    with tempfile.TemporaryDirectory() as tmp:
+        notes = Path(tmp) / "notes.md"
+        notes.write_text(changelog_section(changelog.read_text(), __version__))
+        command = [gh, "release", "create", tag, "--verify-tag", "--title",
+                   f"fmnist-kfp {__version__}", "--notes-file", str(notes), *files,
+                   str(manifest), str(dist / CHECKSUMS)]
+        return subprocess.run(command, check=False).returncode
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,15 +248,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--uv", default=shutil.which("uv") or str(ROOT / ".tools/bin/uv"),
                         help="the uv that builds the wheel")
     parser.add_argument("--changelog", default=str(ROOT / "CHANGELOG.md"))
+    parser.add_argument("--check-tag", metavar="TAG",
+                        help="only check that TAG (v<version>) may release this checkout")
+    parser.add_argument("--github-release", metavar="TAG",
+                        help="attach dist/'s release of this version to a GitHub release of "
+                             "TAG (gh, GH_TOKEN)")
     args = parser.parse_args(argv)
+    if args.check_tag is not None:
+        return check_tag(args.check_tag, Path(args.changelog))
+    if args.github_release is not None:
+        return github_release(args.github_release, Path(args.dist), Path(args.changelog))
     try:
         manifest = release(Path(args.dist), uv=args.uv, changelog=Path(args.changelog))
     except UserInputError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    print(f"released {manifest['version']} (image {manifest['image']}) into {args.dist}:")
+    print(f"released {manifest['version']} (images {manifest['image']}, "
+          f"{manifest['gpu_image']}) into {args.dist}:")
     for name, digest in manifest["files"].items():
         print(f"  {name}  sha256 {digest}")
+    print(f"  {CHECKSUMS}: `cd {args.dist} && sha256sum -c {CHECKSUMS}`")
     return 0
 
 

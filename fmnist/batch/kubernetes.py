@@ -32,14 +32,14 @@ def _on_volume(path: str, mount_path: str) -> bool:
 
 class IndexedJobScorer:
     """Runs a :class:`ScoringJobSpec` as an Indexed Job; ``batch_api`` (a ``BatchV1Api``) and
-    ``runner`` are injectable for tests."""
+    ``runner`` are injectable for tests. Without ``settings``: the pods run ``image`` with the
+    compiled platform's claim under the user's kubernetes parameter (``setting_overrides``)."""
 
     def __init__(self, settings: KubernetesSettings | None = None, batch_api=None,
                  runner: RemoteJobRunner | None = None, poll_seconds: float = 10.0,
-                 **setting_overrides):
+                 image: str = "", **setting_overrides):
         if settings is None:
-            # The compiled platform's claim and image under the user's kubernetes parameter.
-            settings = cluster_settings(setting_overrides)
+            settings = cluster_settings(setting_overrides, image=image)
         self.settings = settings.validate()
         if not self.settings.pvc_name:
             raise UserInputError(

@@ -89,14 +89,14 @@ class RestartCount:
 
 
 class TFJobLauncher:
-    """Runs a training job as a TFJob; see the module docstring. ``settings`` default to the
-    step's (:func:`fmnist.settings.jobs.cluster_settings`: the compiled image and volume under
-    no user settings). ``clock`` and ``sleep`` go to the :class:`RemoteJobRunner` (tests wait
-    without waiting); ``request_timeout_seconds`` bounds each API call."""
+    """Runs a training job as a TFJob; see the module docstring. ``settings``: the pods'
+    (:func:`fmnist.settings.jobs.cluster_settings`, with the step's image inputs). ``clock``
+    and ``sleep`` go to the :class:`RemoteJobRunner` (tests wait without waiting);
+    ``request_timeout_seconds`` bounds each API call."""
 
     def __init__(
         self,
-        settings: KubernetesSettings | None = None,
+        settings: KubernetesSettings,
         training_client=None,
         poll_seconds: float = 10.0,
         timeout_seconds: float = 0.0,
@@ -105,10 +105,6 @@ class TFJobLauncher:
         clock=None,
         sleep=None,
     ):
-        if settings is None:
-            from fmnist.settings.jobs import cluster_settings
-
-            settings = cluster_settings({})
         self.settings = settings.validate()
         self._client = training_client
         self.out = out or sys.stdout

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fmnist.errors import UserInputError
-from fmnist.settings.names import has_tag, namespace_rule, quantity_rule
+from fmnist.settings.names import image_rule, namespace_rule, quantity_rule
 from fmnist.settings.schema import Settings, at_least, not_negative, one_of, setting
 
 BACKENDS = ("local", "kubernetes")
@@ -82,23 +82,19 @@ def strategy_problems(strategy: str, num_workers: int, num_ps: int) -> list[str]
     return problems
 
 
-def _image_rule(name: str, value: str) -> str | None:
-    if value and not has_tag(value):
-        return (f"image {value!r} has no tag; pin one (e.g. {value}:0.1.0) so every worker "
-                "runs the same code")
-    return None
-
-
 @dataclass
 class KubernetesSettings(Settings):
     """Where and how TFJobs (and Katib trials) run on the cluster: the ``kubernetes`` parameter.
 
-    ``image`` is not a user setting: it is the component image the pipeline was compiled with.
+    ``image`` and ``gpu_image`` are not user keys: they are the step's ``image`` and
+    ``gpu_image`` inputs (:class:`fmnist.settings.platform.JobImages`), the pods without and
+    with GPUs running each.
     """
 
     WHAT = "kubernetes settings"
 
-    image: str = ""  # the component image (fmnist.settings.platform), never a user key
+    image: str = ""  # the step's image input, never a user key
+    gpu_image: str = ""  # the step's gpu_image input (replicas that request GPUs)
     namespace: str = setting(
         "", help="Namespace of the TFJobs; empty: the namespace the step runs in.",
         rules=[namespace_rule])
@@ -149,7 +145,8 @@ class KubernetesSettings(Settings):
         return get_default_target_namespace()
 
     def cross_problems(self) -> list[str]:
-        return [p for p in [_image_rule("image", self.image)] if p]
+        return [p for p in (image_rule("image", self.image),
+                            image_rule("gpu_image", self.gpu_image)) if p]
 
     def validate(self) -> KubernetesSettings:
         problems = self.problems()
@@ -173,25 +170,32 @@ def step_namespace() -> str:
         return ""
 
 
-def cluster_settings(user: dict[str, Any] | None) -> KubernetesSettings:
-    """The settings of the TFJob (and Katib trial) pods a step creates: the compiled
-    platform's under the user's ``kubernetes`` parameter. The one place the two merge.
+def cluster_settings(user: dict[str, Any] | None, *, image: str,
+                     gpu_image: str = "") -> KubernetesSettings:
+    """The settings of the TFJob (and Katib trial, and batch Job) pods a step creates: the
+    compiled platform's under the user's ``kubernetes`` parameter. The one place the two merge.
 
-    From the platform (:mod:`fmnist.settings.platform`, baked into every task's environment):
-    the image (``FMNIST_COMPONENT_IMAGE``) and the shared claim (``FMNIST_PVC_NAME``) at
-    ``MOUNT_PATH``, where this step's pod has it mounted. The user's keys override the rest.
-    Refused before anything is created, naming the fix: a claim or mount path other than the
-    one this step mounts (the pods would not see the staged dataset, nor this step their
-    model), and pods in another namespace than this step's while they mount a claim (a pod can
-    only mount a PersistentVolumeClaim of its own namespace)."""
-    from fmnist.settings.platform import MOUNT_PATH, PVC_ENV, component_image
+    ``image`` and ``gpu_image`` are the step's inputs of those names (the pods without and
+    with GPUs run them; their defaults are the images the component was compiled with). From
+    the platform baked into every task's environment (:mod:`fmnist.settings.platform`): the
+    shared claim (``FMNIST_PVC_NAME``) at ``MOUNT_PATH``, where this step's pod has it mounted.
+    The user's keys override the rest. Refused before anything is created, naming the fix: no
+    image, a claim or mount path other than the one this step mounts (the pods would not see
+    the staged dataset, nor this step their model), and pods in another namespace than this
+    step's while they mount a claim (a pod can only mount a PersistentVolumeClaim of its own
+    namespace)."""
+    from fmnist.settings.platform import MOUNT_PATH, PVC_ENV
 
+    if not image:
+        raise UserInputError(
+            "no image for the pods this step creates on Kubernetes: give the step's image "
+            "input (a compiled component defaults it to the image it was compiled with)")
     typed, problems = KubernetesSettings.coerce_values(dict(user or {}))
     if problems:
         raise UserInputError(f"invalid {KubernetesSettings.WHAT}: " + "; ".join(problems))
     compiled_claim = os.environ.get(PVC_ENV, "").strip()
     base = {"pvc_name": compiled_claim, "mount_path": MOUNT_PATH} if compiled_claim else {}
-    settings = KubernetesSettings(image=component_image(), **{**base, **typed})
+    settings = KubernetesSettings(image=image, gpu_image=gpu_image, **{**base, **typed})
     if compiled_claim and (settings.pvc_name, settings.mount_path) != (compiled_claim,
                                                                        MOUNT_PATH):
         raise UserInputError(

@@ -46,3 +46,12 @@ def quantity_rule(name: str, value: str) -> str | None:
 
 def has_tag(image: str) -> bool:
     return ":" in image.rsplit("/", 1)[-1] or "@sha256:" in image
+
+
+def image_rule(name: str, value: str) -> str | None:
+    """An image must carry a tag or a digest: an untagged one would let the pods of one run
+    pull different code."""
+    if value and not has_tag(value):
+        return (f"{name} {value!r} has no tag; pin one (e.g. {value}:0.1.0) so every pod runs "
+                "the same code")
+    return None

@@ -201,7 +201,8 @@ class ServingSettings(Settings):
                  "artifact's own URI.", rules=[_storage_uri])
     namespace: str = setting("", help="Namespace of the InferenceService; empty: the step's.",
                              rules=[namespace_rule])
-    image: str = setting("", help="Predictor image of our runtime; empty: the component image.")
+    image: str = setting("", help="Predictor image of our runtime; empty: the deploy step's "
+                                  "`image` (the image the component was compiled with).")
     cpu: str = setting("1", help="CPU request and limit of each predictor replica.",
                        rules=[quantity_rule])
     memory: str = setting("2Gi", help="Memory request and limit of each predictor replica.",
@@ -235,11 +236,13 @@ class ServingSettings(Settings):
 
     @property
     def predictor_image(self) -> str:
-        if self.image:
-            return self.image
-        from fmnist.settings.platform import component_image
-
-        return component_image()
+        """The ServingRuntime's image: ``image``, into which the deploy step merges its own
+        ``image`` input when the ``serving`` parameter names none."""
+        if not self.image:
+            raise UserInputError(
+                "no predictor image: give the deploy step's image input (a compiled component "
+                "defaults it to the image it was compiled with) or serving.image")
+        return self.image
 
     def cross_problems(self) -> list[str]:
         problems = []
@@ -251,8 +254,8 @@ class ServingSettings(Settings):
             problems.append(
                 f"min_replicas={self.min_replicas} is greater than max_replicas="
                 f"{self.max_replicas}; raise max_replicas or lower min_replicas")
-        if self.runtime == FMNIST_RUNTIME and not has_tag(self.predictor_image):
-            image = self.predictor_image
+        if self.runtime == FMNIST_RUNTIME and self.image and not has_tag(self.image):
+            image = self.image
             problems.append(f"predictor image {image!r} has no tag; pin one (e.g. {image}:0.1.0)"
                             " so every replica serves with the same code")
         if self.runtime == TENSORFLOW_RUNTIME and (

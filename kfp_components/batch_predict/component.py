@@ -3,7 +3,7 @@ from kfp.dsl import Dataset, Input, Metrics, Model, Output
 from kfp_components.base import component
 
 
-@component
+@component(volume=True, credentials=True)
 def batch_predict(
     model: Input[Model],
     dataset: Input[Dataset],
@@ -11,6 +11,7 @@ def batch_predict(
     batch_prediction_workers: int,
     backend: str,
     kubernetes: dict,
+    image: str,
     predictions: Output[Dataset],
     metrics: Output[Metrics],
 ):
@@ -29,6 +30,7 @@ def batch_predict(
         batch_prediction_workers: {setting}
         backend: {setting}
         kubernetes: {setting}
+        image: {setting}
         predictions: JSON Lines files (id, class, class_name, probabilities, and label when
             known; error rows for unreadable inputs) and ``summary.json``; metadata holds the
             counts, the accuracy when labels exist, images/s and lineage.
@@ -42,7 +44,7 @@ def batch_predict(
     metadata, values = batch_predict_step(
         model_dir=model.path, data_dir=dataset.path, output_dir=predictions.path,
         source=batch_prediction_source, workers=batch_prediction_workers, backend=backend,
-        kubernetes=kubernetes)
+        kubernetes=kubernetes, image=image)
     predictions.metadata.update(metadata)
     for name, value in values.items():
         metrics.log_metric(name, value)
@@ -51,4 +53,5 @@ def batch_predict(
     add_lineage(predictions, "batch_predict", "batch_predict",
                 inputs={"model": model, "dataset": dataset},
                 parameters={"source": metadata["source"], "workers": batch_prediction_workers,
-                            "backend": backend, "accuracy": metadata["accuracy"]})
+                            "backend": backend, "accuracy": metadata["accuracy"],
+                            **({"image": image} if backend == "kubernetes" else {})})

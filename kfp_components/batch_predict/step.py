@@ -28,8 +28,8 @@ def job_name(output_dir: str) -> str:
     return stable_name("fmnist-batch", output_dir)
 
 
-def scoring_backend(backend: str, options: dict[str, Any]):
-    """Worker processes here, or an Indexed Job on the cluster."""
+def scoring_backend(backend: str, options: dict[str, Any], image: str = ""):
+    """Worker processes here, or an Indexed Job on the cluster whose pods run ``image``."""
 
     def local():
         from fmnist.batch.local import LocalBatchScorer
@@ -39,18 +39,19 @@ def scoring_backend(backend: str, options: dict[str, Any]):
     def kubernetes():
         from fmnist.batch.kubernetes import IndexedJobScorer
 
-        return IndexedJobScorer(**options)
+        return IndexedJobScorer(image=image, **options)
 
     return choose_backend("batch prediction", backend, local=local, kubernetes=kubernetes)
 
 
 def batch_predict_step(*, model_dir: str, data_dir: str, output_dir: str, source: str = "",
                        workers: int = 2, backend: str = "local",
-                       kubernetes: dict[str, Any] | None = None,
+                       kubernetes: dict[str, Any] | None = None, image: str = "",
                        scorer=None) -> tuple[dict[str, Any], dict[str, float]]:
     """Scores ``source`` (``""``: the dataset's test split) with the model in ``workers``
-    shards; returns the ``Dataset`` artifact's metadata and the metrics to log. Bad settings
-    and a source that does not exist fail before any worker starts."""
+    shards (on Kubernetes, pods running ``image``); returns the ``Dataset`` artifact's
+    metadata and the metrics to log. Bad settings and a source that does not exist fail
+    before any worker starts."""
     BatchPredictionSettings(batch_prediction_source=source,
                             batch_prediction_workers=workers).validate()
     listed = list_source(source, data_dir)
@@ -58,7 +59,7 @@ def batch_predict_step(*, model_dir: str, data_dir: str, output_dir: str, source
           flush=True)
     spec = ScoringJobSpec(name=job_name(output_dir), model_dir=model_dir, data_dir=data_dir,
                           output_dir=output_dir, source=source, num_shards=workers).validate()
-    runner = scorer or scoring_backend(backend, dict(kubernetes or {}))
+    runner = scorer or scoring_backend(backend, dict(kubernetes or {}), image)
     summary = runner.run(spec)
     seconds = summary.get("job_seconds") or 0.0
     rate = round(summary["rows"] / seconds, 1) if seconds else 0.0

@@ -14,6 +14,7 @@ def deploy_model(
     blessing_tolerance: float,
     verification_images: int,
     serving: dict,
+    image: str,
     deployment: Output[Artifact],
     blessing: Output[Metrics],
 ) -> NamedTuple("DeployOutputs", [("url", str), ("action", str), ("serves_model", bool)]):
@@ -34,6 +35,7 @@ def deploy_model(
         blessing_tolerance: {setting}
         verification_images: {setting}
         serving: {setting}
+        image: {setting}
         deployment: The decision record (action, URL, blessing, verification).
         blessing: Both test accuracies and whether the model was blessed.
 
@@ -51,7 +53,7 @@ def deploy_model(
         model_dir=model.path, model_uri=model.uri,
         test_accuracy=float(model.metadata["test_accuracy"]), data_dir=dataset.path,
         backend=backend, model_name=model_name, tolerance=blessing_tolerance,
-        verification_images=verification_images, serving=serving,
+        verification_images=verification_images, serving=serving, image=image,
     )
     record = decision["blessing"]
     blessing.log_metric("candidate_test_accuracy", record["candidate_accuracy"])
@@ -75,7 +77,9 @@ def deploy_model(
         served["storage_uri"] = decision["storage_uri"]
     add_lineage(deployment, "deploy", "deploy_model", inputs={"model": model, "dataset": dataset},
                 parameters={"model_name": model_name, "blessing_tolerance": blessing_tolerance,
-                            "blessed": record["blessed"]}, served=served)
+                            "blessed": record["blessed"],
+                            **({"image": serving.get("image") or image}
+                               if backend == "kubernetes" else {})}, served=served)
     outputs = namedtuple("DeployOutputs", ["url", "action", "serves_model"])
     return outputs(decision.get("url") or "", decision["action"],
                    decision["action"] in SERVES_CANDIDATE)

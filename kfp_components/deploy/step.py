@@ -9,6 +9,7 @@ from fmnist.backends import choose_backend
 from fmnist.errors import UserInputError
 from fmnist.settings.jobs import BACKENDS
 from fmnist.settings.serving import (
+    FMNIST_RUNTIME,
     KFP_STORE_SERVICE_ACCOUNT,
     DeploySettings,
     ServingSettings,
@@ -24,8 +25,9 @@ class DeploymentError(RuntimeError):
 
 
 def serving_problems(serving: dict[str, Any], backend: str, model_name: str,
-                     tolerance: float, verification_images: int) -> list[str]:
-    """Every problem with the serving parameters, before any work starts."""
+                     tolerance: float, verification_images: int, image: str = "") -> list[str]:
+    """Every problem with the serving parameters, before any work starts (``image``: the
+    deploy step's image input, the predictor's unless ``serving`` names another)."""
     problems = DeploySettings(model_name=model_name, blessing_tolerance=tolerance,
                               verification_images=verification_images).problems()
     if backend not in BACKENDS:
@@ -37,7 +39,12 @@ def serving_problems(serving: dict[str, Any], backend: str, model_name: str,
     if backend == "kubernetes":
         from serving.deploy.inference_service import KServeSettings
 
-        return problems + KServeSettings(name=model_name, **typed).problems()
+        service = KServeSettings(name=model_name, **{**typed, "image": settings.image or image})
+        if service.runtime == FMNIST_RUNTIME and not service.image:
+            problems.append("no predictor image: give the deploy step's image input (a compiled "
+                            "component defaults it to the image it was compiled with) or "
+                            "serving.image")
+        return problems + service.problems()
     return problems + settings.local_problems()
 
 
@@ -74,10 +81,25 @@ def service_account_for(model_uri: str, settings: ServingSettings) -> str:
     return KFP_STORE_SERVICE_ACCOUNT if from_kfp_store(model_uri, settings.storage_uri) else ""
 
 
+def kserve_settings(model_name: str, settings: ServingSettings, model_uri: str, image: str):
+    """The InferenceService's settings: the ``serving`` parameter's, the predictor running
+    ``serving.image`` or else the step's ``image`` input, the ServiceAccount
+    :func:`service_account_for` the model."""
+    from serving.deploy.inference_service import KServeSettings
+
+    values = {**settings.as_dict(), "image": settings.image or image,
+              "service_account": service_account_for(model_uri, settings)}
+    return KServeSettings(name=model_name, **values).validate()
+
+
 def deploy(*, model_dir: str, model_uri: str, test_accuracy: float, data_dir: str,
            backend: str, model_name: str, tolerance: float, verification_images: int,
-           serving: dict[str, Any], log=print, kserve_client=None) -> dict:
+           serving: dict[str, Any], image: str = "", log=print,
+           kserve_client=None) -> dict:
     """Blesses, deploys and verifies the model; returns the decision record.
+
+    ``image``: the deploy step's image input, which the ServingRuntime of our predictor runs
+    unless ``serving.image`` names another.
 
     ``kserve_client``: the ``kserve.KServeClient`` of the kubernetes backend (None: one from
     the pod's or the kubeconfig's credentials).
@@ -87,7 +109,8 @@ def deploy(*, model_dir: str, model_uri: str, test_accuracy: float, data_dir: st
     """
     from serving.deploy.verification import make_verifier, test_sample
 
-    problems = serving_problems(serving, backend, model_name, tolerance, verification_images)
+    problems = serving_problems(serving, backend, model_name, tolerance, verification_images,
+                                image)
     if problems:
         raise UserInputError("invalid serving parameters:\n  - " + "\n  - ".join(problems))
     settings = ServingSettings.from_dict(serving)
@@ -102,12 +125,9 @@ def deploy(*, model_dir: str, model_uri: str, test_accuracy: float, data_dir: st
             server_args=settings.local_server_args(serving), log=log)
 
     def kubernetes():
-        from serving.deploy.inference_service import KServeSettings
         from serving.deploy.kubernetes import deploy_with_kserve
 
-        values = {**settings.as_dict(),
-                  "service_account": service_account_for(model_uri, settings)}
-        service = KServeSettings(name=model_name, **values).validate()
+        service = kserve_settings(model_name, settings, model_uri, image)
 
         def run() -> dict:
             decision = deploy_with_kserve(

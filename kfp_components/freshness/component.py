@@ -11,6 +11,10 @@ def freshness_window(freshness: str) -> str:
 
     Args:
         freshness: {setting}
+
+    Returns:
+        The window's name (``<freshness>#<index>``), the ingestion step's
+        ``freshness_window``.
     """
     from fmnist.dataset.freshness import freshness_window as window
 

@@ -3,7 +3,7 @@ from kfp.dsl import Dataset, Output
 from kfp_components.base import component
 
 
-@component
+@component(defaults={"freshness_window": ""}, credentials=True)
 def ingest_fashion_mnist(
     data_source: str,
     freshness_window: str,
@@ -19,7 +19,8 @@ def ingest_fashion_mnist(
     Args:
         data_source: {setting}
         freshness_window: The current freshness window (from ``freshness-window``); it is
-            part of the cache key, so cached data expires with the window.
+            part of the cache key, so cached data expires with the window (empty: the cache
+            entry never expires).
         expected_sha256: {setting}
         validation_examples: {setting}
         dataset: TFRecord shards of the train, validation and test splits plus

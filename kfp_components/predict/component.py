@@ -1,9 +1,10 @@
 from kfp.dsl import Dataset, Input, Metrics, Model, Output
 
+from fmnist.settings.pipeline import cluster_defaults
 from kfp_components.base import component
 
 
-@component
+@component(defaults={"sample_size": cluster_defaults().prediction_images, "serves_model": True})
 def predict_with_served_model(
     model: Input[Model],
     dataset: Input[Dataset],
@@ -28,7 +29,8 @@ def predict_with_served_model(
         url: The server's base URL, from the deploy step.
         model_name: {setting}
         sample_size: The number of test images to send (the pipeline's prediction_images).
-        serves_model: Whether the server serves ``model`` (from the deploy step).
+        serves_model: Whether the server serves ``model`` (from the deploy step); when it
+            does, its answers must be the model's own (see above).
         metrics: Served accuracy, the selection accuracy on the same images, agreement (the
             fraction of equal classes), near-ties, unexplained disagreements, requests and
             failures.

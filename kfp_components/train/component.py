@@ -3,7 +3,9 @@ from kfp.dsl import Dataset, Input, Markdown, Metrics, Model, Output
 from kfp_components.base import component
 
 
-@component
+# hyperparameters defaults to {} (each value its setting's default), not to the four values:
+# KFP writes a dict default into the YAML's header in an order that changes between runs.
+@component(defaults={"hyperparameters": {}}, volume=True, credentials=True)
 def train_model(
     dataset: Input[Dataset],
     model_type: str,
@@ -20,6 +22,8 @@ def train_model(
     kubernetes: dict,
     max_restarts: int,
     profile_steps: int,
+    image: str,
+    gpu_image: str,
     model: Output[Model],
     metrics: Output[Metrics],
     tensorboard: Output[Markdown],
@@ -33,9 +37,10 @@ def train_model(
 
     Args:
         dataset: The ingested dataset.
-        model_type: ``basic``, ``dropout`` or ``batchnorm``.
+        model_type: {setting}
         hyperparameters: learning_rate, batch_size, filters and dropout_rate, as the tune step
-            outputs them (the search's best, or the given values).
+            outputs them (the search's best, or the given values); a key left out takes the
+            default of the pipeline parameter of that name.
         epochs: {setting}
         precision: {setting}
         train_examples: {setting}
@@ -48,6 +53,8 @@ def train_model(
         kubernetes: {setting}
         max_restarts: {setting}
         profile_steps: {setting}
+        image: {setting}
+        gpu_image: {setting}
         model: SavedModel under ``1/`` with the training history and TensorBoard logs
             (``tensorboard/``); metadata holds the model type, hyperparameters, parameter
             count, epochs, train time, final metrics and lineage.
@@ -76,6 +83,8 @@ def train_model(
         gpus_per_worker=gpus_per_worker,
         max_restarts=max_restarts,
         launcher_options=kubernetes if backend == "kubernetes" else None,
+        image=image,
+        gpu_image=gpu_image,
     )
     model.metadata.update(metadata)
     for name, value in values.items():
@@ -88,4 +97,5 @@ def train_model(
         "model_type": model_type, "hyperparameters": hyperparameters, "epochs": epochs,
         "precision": precision, "train_examples": train_examples, "num_workers": num_workers,
         "strategy": strategy, "num_ps": num_ps, "evaluator": evaluator, "backend": backend,
-        "job_name": metadata["job_name"]})
+        "job_name": metadata["job_name"],
+        **({"image": image, "gpu_image": gpu_image} if backend == "kubernetes" else {})})

@@ -114,6 +114,8 @@ def train_step(
     gpus_per_worker: int = 0,
     max_restarts: int = 2,
     launcher_options: dict[str, Any] | None = None,
+    image: str = "",
+    gpu_image: str = "",
     make_launcher: Callable[[KubernetesSettings], Any] | None = None,
     create_tensorboard=None,
 ) -> tuple[dict[str, Any], dict[str, float]]:
@@ -123,13 +125,15 @@ def train_step(
     dataset is staged on the shared volume (once per dataset) and the job works there; the
     finished model is then copied into ``model_dir`` like the local backend's.
     ``launcher_options`` is the pipeline's ``kubernetes`` parameter, merged over the compiled
-    platform's pod settings (:func:`~fmnist.settings.jobs.cluster_settings`).
+    platform's pod settings (:func:`~fmnist.settings.jobs.cluster_settings`); ``image`` and
+    ``gpu_image`` are what the TFJob's replicas run, without and with GPUs.
     """
     name = job_name(config.model_type, model_dir)
     job_data_dir, job_dir = data_dir, model_dir
     settings = None
     if backend == "kubernetes":
-        settings = cluster_settings(launcher_options)  # checked before anything is copied
+        # Checked before anything is copied.
+        settings = cluster_settings(launcher_options, image=image, gpu_image=gpu_image)
         if not settings.pvc_name:
             raise UserInputError(
                 "a TFJob needs the shared claim its pods and this step both mount (the staged "

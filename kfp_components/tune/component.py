@@ -5,7 +5,7 @@ from kfp.dsl import HTML, Artifact, Dataset, Input, Metrics, Output
 from kfp_components.base import component
 
 
-@component
+@component(defaults={"enabled": True}, volume=True, credentials=True)
 def tune_hyperparameters(
     dataset: Input[Dataset],
     model_type: str,
@@ -22,6 +22,8 @@ def tune_hyperparameters(
     strategy: str,
     num_ps: int,
     gpus_per_worker: int,
+    image: str,
+    gpu_image: str,
     search: Output[Artifact],
     metrics: Output[Metrics],
     report: Output[HTML],
@@ -37,8 +39,9 @@ def tune_hyperparameters(
 
     Args:
         dataset: The ingested dataset.
-        model_type: ``basic``, ``dropout`` or ``batchnorm``.
-        enabled: Search, or hand the given hyperparameters on unchanged.
+        model_type: {setting}
+        enabled: Search, or hand the given hyperparameters on unchanged (the pipeline's
+            ``tune``).
         learning_rate: {setting}
         batch_size: {setting}
         filters: {setting}
@@ -51,6 +54,8 @@ def tune_hyperparameters(
         strategy: {setting}
         num_ps: {setting}
         gpus_per_worker: {setting}
+        image: {setting}
+        gpu_image: {setting}
         search: Every trial (parameters, objective, status, epochs) and the best, as JSON.
         metrics: Best validation accuracy, trial counts and total epochs.
         report: A table of every trial and a plot of the objective against the trial.
@@ -76,7 +81,7 @@ def tune_hyperparameters(
                            data_dir=dataset.path, output_dir=search.path, backend=backend,
                            kubernetes=kubernetes, num_workers=num_workers,
                            strategy=strategy, num_ps=num_ps,
-                           gpus_per_worker=gpus_per_worker)
+                           gpus_per_worker=gpus_per_worker, image=image, gpu_image=gpu_image)
     outputs = tuning_outputs(result, given)
     # Files behind every output artifact, so a cached run can reuse them.
     os.makedirs(search.path, exist_ok=True)
@@ -93,5 +98,7 @@ def tune_hyperparameters(
 
     add_lineage(search, "tune", "tune_hyperparameters", inputs={"dataset": dataset}, parameters={
         "model_type": model_type, "tuned": enabled, "backend": backend,
-        "given": asdict(given), "best": asdict(outputs.hyperparameters)})
+        "given": asdict(given), "best": asdict(outputs.hyperparameters),
+        **({"image": image, "gpu_image": gpu_image}
+           if enabled and backend == "kubernetes" else {})})
     return namedtuple("TuneOutputs", ["hyperparameters"])(asdict(outputs.hyperparameters))

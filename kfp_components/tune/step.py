@@ -63,10 +63,11 @@ def tuning_problems(tuning: dict[str, Any], model_type: str, base: TrainingConfi
 def tune_step(*, model_type: str, base: TrainingConfig, tuning: dict[str, Any], data_dir: str,
               output_dir: str, backend: str = "local", kubernetes: dict[str, Any] | None = None,
               num_workers: int = 1, gpus_per_worker: int = 0,
-              strategy: str = "multi_worker_mirrored", num_ps: int = 1,
-              launcher=None) -> TuningResult:
+              strategy: str = "multi_worker_mirrored", num_ps: int = 1, image: str = "",
+              gpu_image: str = "", launcher=None) -> TuningResult:
     """Runs the search; trials work under ``output_dir`` locally, on the shared volume on
-    Kubernetes (``launcher``: a ``KatibExperimentLauncher`` with its own client). Raises
+    Kubernetes (``launcher``: a ``KatibExperimentLauncher`` with its own client), where the
+    trials' TFJob replicas run ``image``, or ``gpu_image`` when they request GPUs. Raises
     ``UserInputError`` before any trial for bad settings and ``TuningError`` when the search
     fails."""
     name = experiment_name(model_type, output_dir)
@@ -87,7 +88,7 @@ def tune_step(*, model_type: str, base: TrainingConfig, tuning: dict[str, Any], 
         from katib.kubernetes import KatibExperimentLauncher
 
         # The compiled image and claim under the user's settings, checked (namespace, claim).
-        pods = cluster_settings(kubernetes)
+        pods = cluster_settings(kubernetes, image=image, gpu_image=gpu_image)
         on_cluster = replace(settings, kubernetes=pods)
         data = f"{pods.mount_path.rstrip('/')}/datasets"
         build_experiment(on_cluster, space, data)  # every problem before the dataset is copied
