@@ -6,7 +6,6 @@ their descriptions in the docstring come from there (a test checks that the sign
 every one of them with its type).
 """
 
-import dataclasses
 from typing import NamedTuple
 
 from kfp import dsl, kubernetes
@@ -24,6 +23,7 @@ from kfp_components.predict import predict_with_served_model
 from kfp_components.select import select_best_model
 from kfp_components.train import train_model
 from kfp_components.tune import tune_hyperparameters
+from pipelines.defaults import cluster_defaults
 
 PIPELINE_NAME = "fashion-mnist-training"
 DESCRIPTION = """Trains basic, dropout and batch-norm CNNs on Fashion-MNIST with
@@ -43,17 +43,6 @@ class PipelineOutputs(NamedTuple):
     serving_url: str
     served_accuracy: float
     batch_predictions: Dataset
-
-
-def cluster_defaults(platform: Platform) -> PipelineParameters:
-    """The Kubeflow variant's defaults: TFJobs of two workers, TFDS as the data source.
-
-    ``kubernetes`` stays ``{}``: the shared claim is not a default the user's dict could
-    replace, but part of the platform every task carries (``FMNIST_PVC_NAME``, see
-    :func:`_on_platform`), under which the steps merge the user's settings
-    (:func:`fmnist.settings.jobs.cluster_settings`)."""
-    return dataclasses.replace(
-        PipelineParameters(), data_source="tfds", backend="kubernetes", num_workers=2)
 
 
 def _on_platform(task, platform: Platform | None, *, volume: bool = False,

@@ -11,15 +11,18 @@ import json
 import logging
 import os
 import re
+import tempfile
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from fmnist import errors
 from fmnist.app.validation import validate_parameters
 from fmnist.dataset.sources import resolve_source
 from fmnist.settings.pipeline import PipelineParameters
 from fmnist.settings.training import Hyperparameters
+from kfp_components import STEP_ERRORS_ENV
 
 DEFAULT_PIPELINE_ROOT = "runs/local"
 # Steps that read the clock or change or measure the live server run every time.
@@ -112,6 +115,25 @@ def _batch_summary(predictions) -> dict[str, Any]:
     return {**summary, "path": predictions.path}
 
 
+def _step_failure(failure: RuntimeError, errors_path: str,
+                  recorder: StepRecorder) -> Exception:
+    """What ends a failed run: the error a step stopped with, when it was one of
+    :mod:`fmnist.errors` (recorded in ``errors_path``: see
+    :func:`kfp_components.report_errors_briefly`), naming the step; else kfp.local's own
+    message (a bug: the step's traceback is in the log above)."""
+    try:
+        with open(errors_path) as handle:
+            records = [json.loads(line) for line in handle if line.strip()]
+    except (OSError, ValueError):
+        records = []
+    kind = getattr(errors, records[0]["error"], None) if records else None
+    if not (isinstance(kind, type) and issubclass(kind, Exception)):
+        return RuntimeError(_ANSI.sub("", str(failure)) + " Its log above says why.")
+    failed = [step["step"] for step in recorder.steps if step.get("status") == "FAILURE"]
+    where = f"the {failed[0]} step failed: " if failed else ""
+    return kind(where + records[0]["message"])
+
+
 def run_local(
     parameters: PipelineParameters,
     *,
@@ -140,13 +162,24 @@ def run_local(
     warnings.filterwarnings("ignore", message=".*have no effect in the current local runner.*")
     previous_level = root.level
     root.setLevel(logging.INFO)  # kfp.local's step events are INFO records
+    handle, errors_path = tempfile.mkstemp(prefix="fmnist-step-errors-", suffix=".jsonl")
+    os.close(handle)
+    previous_errors = os.environ.get(STEP_ERRORS_ENV)
+    os.environ[STEP_ERRORS_ENV] = errors_path  # the steps inherit it
     started = time.time()
     try:
         # One model at a time: each training job gets every core of this machine.
         outputs = make_pipeline(parallelism=1)(**_arguments(parameters))
+    except RuntimeError as failure:  # kfp.local: a step failed
+        raise _step_failure(failure, errors_path, recorder) from None
     finally:
         root.removeFilter(recorder)
         root.setLevel(previous_level)
+        if previous_errors is None:
+            os.environ.pop(STEP_ERRORS_ENV, None)
+        else:
+            os.environ[STEP_ERRORS_ENV] = previous_errors
+        os.remove(errors_path)
     total = round(time.time() - started, 2)
     best_model = outputs.outputs["best_model"]
     metadata = best_model.metadata
