@@ -37,19 +37,6 @@ def _add_pipeline_parameters(parser: argparse.ArgumentParser, *, local: bool) ->
                   defaults=[("", cluster_defaults())])
 
 
-def _writable_directory(path: str, flag: str) -> str:
-    """``path``, made if missing, when it is a local directory; ``UserInputError`` naming
-    ``flag`` when it cannot be one (a file is in the way, no permission). URIs pass as they
-    are: their filesystem answers for them."""
-    if "://" not in path:
-        try:
-            os.makedirs(path, exist_ok=True)
-        except OSError as error:
-            raise UserInputError(f"{flag} {path!r} cannot be made a directory: "
-                                 f"{error.strerror or error}") from None
-    return path
-
-
 def _check_listen(host: str, port: int) -> None:
     """Fails with the fix, before anything heavy is imported, when this machine cannot listen
     on ``host:port``: not a port, a host name that is not this machine's, a port in use."""
@@ -106,10 +93,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if args.backend not in (None, "local"):
         raise UserInputError("--local runs use the local backend; use --host for a cluster")
-    _writable_directory(args.pipeline_root, "--pipeline-root")
-    if args.summary:  # checked now, not after the run
-        _writable_directory(os.path.dirname(os.path.abspath(args.summary)), "--summary")
-
     summary = run_local(
         _parameters(args, backend="local"),
         pipeline_root=args.pipeline_root,
@@ -126,8 +109,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             *(f"  {name:10s} validation accuracy {m['validation_accuracy']:.4f}, trained in "
               f"{m['train_seconds']:.0f} s" for name, m in summary["models"].items()),
             f"Model:   {summary['best_model_path']}",
-            f"Report:  {summary['report_path']} (HTML)",
-            f"         {summary['report_markdown_path']} (Markdown)",
+            f"Report:  {summary['report_path']}",
+            f"         {summary['report_markdown_path']}",
+            *(f"Tuning:  {path}" for path in summary.get("tuning_reports", {}).values()),
             _serving_line(summary["deployment"]),
             _batch_line(summary["batch_prediction"]),
             f"Summary: {summary['summary_path']}",
@@ -204,7 +188,9 @@ def _add_endpoint_options(parser: argparse.ArgumentParser, required: bool) -> No
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    _writable_directory(args.output_dir, "--output-dir")
+    from fmnist.app.validation import writable_directory
+
+    writable_directory(args.output_dir, "--output-dir")
     from pipelines.compile import compile_all
 
     try:
@@ -218,14 +204,14 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from fmnist.app.validation import data_problems
+    from fmnist.app.validation import data_problems, writable_directory
     from fmnist.dataset.sources import resolve_source
 
     # A local directory is checked before TensorFlow is imported (half a minute).
     problems = data_problems(resolve_source(args.data_source))
     if problems:
         raise UserInputError("; ".join(problems))
-    _writable_directory(args.output, "--output")
+    writable_directory(args.output, "--output")
     from fmnist.dataset.ingest import ingest
 
     metadata = ingest(args.data_source, args.output,
@@ -363,7 +349,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--pipeline-root", default="runs/local",
                      help="where local runs keep artifacts and the cache (default %(default)s)")
     run.add_argument("--summary", default=None,
-                     help="where to write summary.json (default: in the pipeline root)")
+                     help="where to write summary.json; report.html and report.md go beside "
+                          "it (default: in the pipeline root)")
     run.add_argument("--no-cache", action="store_true", help="run every step again")
     _add_pipeline_parameters(run, local=True)
     run.set_defaults(func=cmd_run)

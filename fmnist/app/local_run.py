@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import tempfile
 import time
 import warnings
@@ -18,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from fmnist import errors
-from fmnist.app.validation import validate_parameters
+from fmnist.app.validation import validate_parameters, writable_directory
 from fmnist.dataset.sources import resolve_source
 from fmnist.settings.pipeline import PipelineParameters
 from fmnist.settings.training import Hyperparameters
@@ -105,6 +106,35 @@ def _tensorboard_logs(best_model) -> dict[str, str]:
     return logs
 
 
+def _tuning_reports(pipeline_root: str, models: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """Each tuned model's search report (the tune step's HTML artifact), by model type: the
+    latest search of that model type whose best values are the ones its model trained with
+    (a cached search is an earlier run's)."""
+    from fmnist.app.lineage import Index
+
+    reports: dict[str, str] = {}
+    for artifact in sorted(Index.of(pipeline_root).artifacts.values(), key=lambda a: a.run):
+        values = artifact.lineage.get("parameters") or {}
+        model = models.get(values.get("model_type"))
+        report = os.path.join(os.path.dirname(artifact.uri), "report")
+        if (artifact.name == "search" and model and values.get("tuned")
+                and _hyperparameters(values.get("best") or {}) == model["hyperparameters"]
+                and os.path.isfile(report)):
+            reports[values["model_type"]] = report
+    return reports
+
+
+def _readable_copies(directory: str, files: dict[str, str]) -> dict[str, str]:
+    """Copies of artifact files in ``directory``, under names that end in ``.html``/``.md``:
+    KFP writes an HTML or Markdown output artifact to a path without an extension (the
+    Kubeflow UI renders artifacts by their type), which a browser shows as source."""
+    copies = {}
+    for name, source in files.items():
+        copies[name] = os.path.abspath(os.path.join(directory, name))
+        shutil.copyfile(source, copies[name])
+    return copies
+
+
 def _batch_summary(predictions) -> dict[str, Any]:
     keys = ("source", "rows", "predicted", "errors", "labelled", "accuracy", "workers",
             "images_per_second", "scoring_images_per_second")
@@ -141,14 +171,19 @@ def run_local(
     summary_path: str | None = None,
     enable_caching: bool = True,
 ) -> dict[str, Any]:
-    """Validates the parameters, runs the pipeline locally, returns and writes the summary."""
+    """Validates the parameters, runs the pipeline locally, returns and writes the summary
+    (beside it, the reports as ``report.html`` and ``report.md``)."""
     validate_parameters(parameters)
+    pipeline_root = os.path.abspath(pipeline_root)
+    summary_path = os.path.abspath(summary_path or os.path.join(pipeline_root, "summary.json"))
+    summary_dir = os.path.dirname(summary_path)
+    # Both made now: a summary that cannot be written fails before the run, not after it.
+    writable_directory(pipeline_root, "the pipeline root")
+    writable_directory(summary_dir, "the summary's directory")
     from kfp import local
 
     from pipelines.fashion_mnist import make_pipeline
 
-    pipeline_root = os.path.abspath(pipeline_root)
-    os.makedirs(pipeline_root, exist_ok=True)
     local.init(
         runner=local.SubprocessRunner(use_venv=False),
         pipeline_root=pipeline_root,
@@ -201,8 +236,8 @@ def run_local(
         "tuned": parameters.tune,
         "deployment": _deployment_summary(outputs),
         "best_model_path": best_model.path,
-        "report_path": outputs.outputs["report"].path,
-        "report_markdown_path": outputs.outputs["report_markdown"].path,
+        "report_artifact_path": outputs.outputs["report"].path,
+        "report_markdown_artifact_path": outputs.outputs["report_markdown"].path,
         "total_seconds": total,
         "steps": recorder.steps,
         "cache_hits": sorted({s["step"] for s in recorder.steps if s["cache_hit"]}),
@@ -215,9 +250,17 @@ def run_local(
         "tensorboard": _tensorboard_logs(best_model),  # what `fmnist-kfp tensorboard` serves
         "batch_prediction": _batch_summary(outputs.outputs["batch_predictions"]),
     }
-    summary_path = summary_path or os.path.join(pipeline_root, "summary.json")
-    os.makedirs(os.path.dirname(os.path.abspath(summary_path)), exist_ok=True)
+    # The reports again beside the summary, named so a browser renders them.
+    tuning = _tuning_reports(pipeline_root, summary["models"]) if parameters.tune else {}
+    copies = _readable_copies(summary_dir, {
+        "report.html": summary["report_artifact_path"],
+        "report.md": summary["report_markdown_artifact_path"],
+        **{f"tuning-{model_type}.html": path for model_type, path in tuning.items()}})
+    summary["report_path"] = copies["report.html"]
+    summary["report_markdown_path"] = copies["report.md"]
+    summary["tuning_reports"] = {model_type: copies[f"tuning-{model_type}.html"]
+                                 for model_type in tuning}
     with open(summary_path, "w") as handle:
         json.dump(summary, handle, indent=2)
-    summary["summary_path"] = os.path.abspath(summary_path)
+    summary["summary_path"] = summary_path
     return summary
