@@ -248,8 +248,20 @@ def cron_expression(text: str) -> str:
 
 
 def _package(path: str) -> str:
+    """``path`` when it holds a compiled pipeline (checked before any request)."""
+    import yaml
+
     if not os.path.isfile(path):
         raise UserInputError(f"pipeline package {path!r} not found; run `make compile` first")
+    try:
+        with open(path) as handle:
+            spec = next(yaml.safe_load_all(handle), None)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        spec = str(error)
+    if not (isinstance(spec, dict) and "pipelineInfo" in spec and "root" in spec):
+        raise UserInputError(f"pipeline package {path!r} is not a compiled pipeline (no "
+                             "pipelineInfo and root); pass compiled/fashion_mnist_pipeline.yaml "
+                             "or run `make compile`")
     return path
 
 
