@@ -40,8 +40,9 @@ def _add_pipeline_parameters(parser: argparse.ArgumentParser, *, local: bool) ->
 def _check_listen(host: str, port: int) -> None:
     """Fails with the fix, before anything heavy is imported, when this machine cannot listen
     on ``host:port``: not a port, a host name that is not this machine's, a port in use."""
-    if not 1 <= port <= 65535:
-        raise UserInputError(f"--port {port} is not a TCP port; give one from 1 to 65535")
+    if not 0 <= port <= 65535:
+        raise UserInputError(f"--port {port} is not a TCP port; give one from 1 to 65535 (or "
+                             "0: any free port)")
     try:
         family, kind, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     except (socket.gaierror, UnicodeError) as error:
