@@ -314,3 +314,12 @@ def test_an_api_that_refuses_the_token_is_an_error_naming_it(world, tmp_path):
         done, seconds = run_cli(["schedule", "list", "--host", api.url], tmp_path)
     error = _check(done, seconds, Case((), 1, ("answered HTTP 401", "no valid token")))
     assert "--token-file" in error
+
+
+def test_an_experiment_that_is_not_there_is_bad_input(tmp_path):
+    from tests.kfp_standin import KfpStandIn
+
+    with KfpStandIn() as api:
+        done, seconds = run_cli(["schedule", "list", "--host", api.url, "--experiment", "nope"],
+                                tmp_path)
+    _check(done, seconds, Case((), 2, ("no experiment 'nope'", "--experiment")))

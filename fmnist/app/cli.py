@@ -94,6 +94,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if args.backend not in (None, "local"):
         raise UserInputError("--local runs use the local backend; use --host for a cluster")
+
     summary = run_local(
         _parameters(args, backend="local"),
         pipeline_root=args.pipeline_root,

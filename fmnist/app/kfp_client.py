@@ -61,8 +61,12 @@ class Endpoint:
 
     def token(self) -> str | None:
         if self.token_file:
-            with open(self.token_file) as handle:
-                return handle.read().strip() or None
+            try:
+                with open(self.token_file) as handle:
+                    return handle.read().strip() or None
+            except (OSError, UnicodeDecodeError) as error:
+                raise UserInputError(f"cannot read the token file {self.token_file!r}: "
+                                     f"{error}") from None
         return os.environ.get(TOKEN_ENV) or None
 
     def client(self):
