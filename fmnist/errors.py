@@ -10,22 +10,6 @@ class RemoteError(RuntimeError):
     be reached or refused the request; the message names the service and what to check."""
 
 
-class DataSourceError(RuntimeError):
-    """The dataset could not be obtained or failed verification."""
-
-
-class TrainingJobError(RuntimeError):
-    """A training job (local workers or a TFJob) failed."""
-
-
-class TrainingJobStopped(TrainingJobError):
-    """A training job was stopped on purpose before it finished (early stopping)."""
-
-
-class TuningError(RuntimeError):
-    """A hyperparameter search (a Katib Experiment or the local search) failed."""
-
-
 # Connection failures by the class names the HTTP clients give them (urllib3, requests,
 # httpx), so that this module imports none of them.
 _CONNECT_TIMEOUTS = {"ConnectTimeoutError", "ConnectTimeout"}
@@ -65,3 +49,19 @@ def connection_problem(error: BaseException) -> str | None:
                                 getattr(current, "reason", None), *current.args)
                     if isinstance(e, BaseException)]
     return None
+
+
+class DataSourceError(RuntimeError):
+    """The dataset could not be obtained or failed verification."""
+
+
+class TrainingJobError(RuntimeError):
+    """A training job (local workers or a TFJob) failed."""
+
+
+class TrainingJobStopped(TrainingJobError):
+    """A training job was stopped on purpose before it finished (early stopping)."""
+
+
+class TuningError(RuntimeError):
+    """A hyperparameter search (a Katib Experiment or the local search) failed."""

@@ -1,7 +1,7 @@
 """The arguments of a Kubeflow run of the compiled pipeline, checked before they are sent.
 
 A run sends only the parameters it changes; the rest keep the compiled pipeline's defaults,
-which are the Kubeflow variant's (:func:`pipelines.defaults.cluster_defaults`: TFJobs, two
+which are the Kubeflow variant's (:func:`pipelines.fashion_mnist.cluster_defaults`: TFJobs, two
 workers, TFDS) — not :class:`PipelineParameters`' local ones. So the values are checked as they
 will run: over the compiled defaults, by every rule the CLI applies (the settings' own, the
 Katib search's, the TFJob pods', the serving manifests'), and an unknown name or a wrong type is
@@ -18,7 +18,6 @@ from fmnist.settings.jobs import BACKENDS, KubernetesSettings
 from fmnist.settings.pipeline import PipelineParameters
 from fmnist.settings.platform import Platform
 from fmnist.settings.training import MODEL_TYPES
-from pipelines.defaults import cluster_defaults
 
 
 def parameter_problems(parameters: PipelineParameters) -> list[str]:
@@ -54,6 +53,8 @@ def cluster_arguments(**values: Any) -> dict[str, Any]:
     >>> cluster_arguments(epochs=12, num_workers=4)
     {'epochs': 12, 'num_workers': 4}
     """
+    from pipelines.fashion_mnist import cluster_defaults
+
     typed, problems = PipelineParameters.coerce_values(values)
     if not problems:
         parameters = dataclasses.replace(cluster_defaults(Platform.from_env()), **typed)

@@ -12,6 +12,7 @@ from kfp import dsl, kubernetes
 from kfp.dsl import HTML, Artifact, Dataset, Markdown, Model
 
 from fmnist import __version__
+from fmnist.settings import pipeline as settings
 from fmnist.settings.pipeline import PipelineParameters
 from fmnist.settings.platform import MOUNT_PATH, Platform
 from fmnist.settings.schema import args_doc
@@ -23,7 +24,6 @@ from kfp_components.predict import predict_with_served_model
 from kfp_components.select import select_best_model
 from kfp_components.train import train_model
 from kfp_components.tune import tune_hyperparameters
-from pipelines.defaults import cluster_defaults
 
 PIPELINE_NAME = "fashion-mnist-training"
 DESCRIPTION = """Trains basic, dropout and batch-norm CNNs on Fashion-MNIST with
@@ -43,6 +43,17 @@ class PipelineOutputs(NamedTuple):
     serving_url: str
     served_accuracy: float
     batch_predictions: Dataset
+
+
+def cluster_defaults(platform: Platform) -> PipelineParameters:
+    """The Kubeflow variant's defaults (:func:`fmnist.settings.pipeline.cluster_defaults`):
+    TFJobs of two workers, TFDS as the data source.
+
+    ``kubernetes`` stays ``{}``: the shared claim is not a default the user's dict could
+    replace, but part of the platform every task carries (``FMNIST_PVC_NAME``, see
+    :func:`_on_platform`), under which the steps merge the user's settings
+    (:func:`fmnist.settings.jobs.cluster_settings`)."""
+    return settings.cluster_defaults()
 
 
 def _on_platform(task, platform: Platform | None, *, volume: bool = False,

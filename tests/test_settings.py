@@ -72,7 +72,7 @@ def _flags(command: str) -> dict:
 def test_run_help_shows_the_local_and_the_compiled_defaults():
     """`run` serves --local (PipelineParameters' defaults) and --host (the compiled
     pipeline's: cluster_defaults); where they differ its help shows both, and says which."""
-    from pipelines.defaults import cluster_defaults
+    from fmnist.settings.pipeline import cluster_defaults
 
     local, cluster = PipelineParameters(), cluster_defaults()
     flags = _flags("run")
@@ -93,7 +93,7 @@ def test_run_help_shows_the_local_and_the_compiled_defaults():
 
 def test_schedule_help_shows_the_compiled_defaults():
     """A schedule runs the compiled pipeline: its help shows only those defaults."""
-    from pipelines.defaults import cluster_defaults
+    from fmnist.settings.pipeline import cluster_defaults
 
     cluster = cluster_defaults()
     flags = _flags("schedule")
@@ -107,7 +107,7 @@ def test_schedule_help_shows_the_compiled_defaults():
 
 def test_the_compiled_pipeline_has_the_defaults_the_help_shows():
     """cluster_defaults is what compiled/ holds, so the help's "with --host" is true."""
-    from pipelines.defaults import cluster_defaults
+    from fmnist.settings.pipeline import cluster_defaults
 
     spec = next(yaml.safe_load_all((ROOT / "compiled" / "fashion_mnist_pipeline.yaml")
                                    .read_text()))

@@ -22,7 +22,7 @@ def _add_pipeline_parameters(parser: argparse.ArgumentParser, *, local: bool) ->
     """The parameters as flags, each with the default it gets when left out: the compiled
     pipeline's on Kubeflow (only the flags given are sent) and, for ``local``, this
     machine's."""
-    from pipelines.defaults import cluster_defaults  # neither kfp nor the pipeline
+    from fmnist.settings.pipeline import cluster_defaults
 
     sent = ("Only the flags given are sent to Kubeflow; the rest keep the compiled pipeline's "
             "defaults.")

@@ -9,11 +9,11 @@ The CLI flags, the pipeline's parameters and docstring and the README's tables d
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from fmnist.settings.batch import BatchPredictionSettings
-from fmnist.settings.data import DataSettings
+from fmnist.settings.data import TFDS_SOURCE, DataSettings
 from fmnist.settings.jobs import JobSettings, KubernetesSettings
 from fmnist.settings.schema import Settings, each_once, not_empty, one_of, setting
 from fmnist.settings.serving import DeploySettings, ServingSettings
@@ -77,3 +77,10 @@ class PipelineParameters(BatchPredictionSettings, DeploySettings, JobSettings, T
 
     def arguments(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def cluster_defaults() -> PipelineParameters:
+    """The Kubeflow variant's defaults: TFJobs of two workers, TFDS as the data source. The
+    compiled pipeline's parameters and the compiled components' inputs default to them."""
+    return replace(PipelineParameters(), data_source=TFDS_SOURCE, backend="kubernetes",
+                   num_workers=2)
