@@ -205,17 +205,22 @@ def cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_ingest(args: argparse.Namespace) -> int:
+def _check_ingest(args: argparse.Namespace) -> None:
+    """A local data directory and the output, checked before TensorFlow is imported (half a
+    minute)."""
     from fmnist.app.validation import data_problems, writable_directory
     from fmnist.dataset.sources import resolve_source
 
-    # A local directory is checked before TensorFlow is imported (half a minute).
     problems = data_problems(resolve_source(args.data_source))
     if problems:
         raise UserInputError("; ".join(problems))
     writable_directory(args.output, "--output")
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
     from fmnist.dataset.ingest import ingest
 
+    _check_ingest(args)
     metadata = ingest(args.data_source, args.output,
                       validation_examples=args.validation_examples)
     print(json.dumps({k: metadata[k] for k in ("source", "verification", "sha256")}, indent=2))
@@ -248,14 +253,15 @@ def _latest_model_dir(summary_path: str) -> str:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serves a model in the foreground with KServe's ModelServer (Ctrl-C stops it)."""
+    from serving.model_server.server import main as serve_main
+
     model_dir = args.model_dir or _latest_model_dir(args.summary)
+    # Checked before the server imports TensorFlow and loads the model.
     if "://" not in model_dir and not os.path.isdir(model_dir):
         raise UserInputError(f"model directory {model_dir!r} does not exist; pass --model-dir "
                              "(a directory the training step exported) or run the pipeline "
                              "first (make run)")
     _check_listen(args.host, args.port)
-    from serving.model_server.server import main as serve_main
-
     print(f"serving {model_dir} as {args.model_name} on http://{args.host}:{args.port}")
     try:
         serve_main([f"--model_dir={model_dir}", f"--model_name={args.model_name}",
@@ -267,9 +273,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_deployment(args: argparse.Namespace) -> int:
     """Local deployments started by pipeline runs: where they are, and stopping them."""
-    DeploySettings(model_name=args.name).validate()  # a name, never a path
     from serving.deploy.local import running_server, stop_server
 
+    DeploySettings(model_name=args.name).validate()  # a name, never a path
     if args.action == "stop":
         stopped = stop_server(args.name)
         print(f"stopped {args.name}" if stopped else f"no local deployment called {args.name}")
