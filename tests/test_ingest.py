@@ -151,12 +151,12 @@ def test_tfds_failure_says_what_to_do_offline(monkeypatch, tmp_path):
         ingest("tfds", str(tmp_path / "out"))
 
 
-def test_tfds_source_is_ingested_through_the_tfds_api(tmp_path, monkeypatch):
+def test_tfds_source_is_ingested_through_the_tfds_api(tmp_path):
     import tensorflow_datasets as tfds
 
     # mock_data stands in for the download; the probe of the download host must not go out.
-    monkeypatch.setattr(sources, "unreachable", lambda url: None)
-    with tfds.testing.mock_data(num_examples=100):
+    with tfds.testing.mock_data(num_examples=100), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sources, "unreachable", lambda url: None)
         metadata = ingest("tfds", str(tmp_path / "out"), validation_examples=1)
     assert metadata["source_kind"] == "tfds"
     assert metadata["source"].startswith("tfds:fashion_mnist/")

@@ -20,7 +20,6 @@ import pytest
 
 from fmnist.dataset import sources
 from fmnist.errors import DataSourceError
-from tests.fixtures import offline_prefix
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -48,6 +47,8 @@ def test_tfds_prepares_fashion_mnist_offline_from_the_official_files(real_data_d
            "HOME": "/nonexistent", "TMPDIR": str(tmp_path),
            "FASHION_MNIST_DIR": str(real_data_dir), "TFDS_DATA_DIR": str(data_dir),
            "TF_CPP_MIN_LOG_LEVEL": "2"}
+    from tests.fixtures import offline_prefix
+
     command = offline_prefix(tmp_path, env) + [sys.executable, "-c", script]
     done = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True,
                           timeout=600)
@@ -70,6 +71,63 @@ def test_tfds_prepares_in_a_writable_directory_without_a_home(monkeypatch, tmp_p
     assert sources.tfds_data_dir() == str(tmp_path / "fmnist-tensorflow-datasets")
     monkeypatch.setenv(sources.TFDS_DATA_DIR_ENV, "/data/tfds")
     assert sources.tfds_data_dir() == "/data/tfds"
+
+
+def test_an_offline_machine_fails_in_seconds_naming_the_data_directory(tmp_path):
+    """Without $FASHION_MNIST_DIR and without network, TFDS used to retry its downloads for
+    3 min 25 s (10 retries, backing off) before the error; the download host is now asked
+    once first, so the error comes in seconds, and still names the fix."""
+    script = textwrap.dedent("""
+        import json, time
+        import tensorflow_datasets  # not timed: imports are not the network
+        from fmnist.dataset import sources
+        started = time.monotonic()
+        try:
+            sources.load("tfds")
+            outcome = "loaded"
+        except Exception as error:
+            outcome = f"{type(error).__name__}: {error}"
+        print(json.dumps({"seconds": time.monotonic() - started, "outcome": outcome}))
+    """)
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(REPO), "HOME": str(tmp_path),
+           "TMPDIR": str(tmp_path), "TFDS_DATA_DIR": str(tmp_path / "tfds"),
+           "TF_CPP_MIN_LOG_LEVEL": "2"}
+    from tests.fixtures import offline_prefix
+
+    command = offline_prefix(tmp_path, env) + [sys.executable, "-c", script]
+    done = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=150)  # what it took before, 205 s, ends the test
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["outcome"].startswith("DataSourceError: TensorFlow Datasets could not "
+                                       "download fashion_mnist"), found
+    assert "cannot be reached" in found["outcome"] and "FASHION_MNIST_DIR" in found["outcome"]
+    assert found["seconds"] < 15, found  # two probes, a second apart, each failing at once
+
+
+def test_the_probe_tells_an_unreachable_host_from_a_failing_server():
+    """Only a host that cannot be reached fails fast; a server that answers, even with a 5xx,
+    is left to the download's own retries."""
+    import socket
+
+    from tests.loopback import JsonRequestHandler, LoopbackServer
+
+    class Failing(LoopbackServer):
+        def __init__(self):
+            class Handler(JsonRequestHandler):
+                def do_HEAD(self):
+                    self.send_response(503)
+                    self.end_headers()
+
+            self._serve(Handler)
+
+    with Failing() as server:
+        assert sources.unreachable(server.url + "/t10k-images-idx3-ubyte.gz") is None
+    with socket.socket() as closed:  # bound, not listening: connections are refused
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}/"
+        assert "refused" in sources.unreachable(url)
+    assert "does not resolve" in sources.unreachable("http://nonexistent.invalid/")
 
 
 def _failing_prepare(monkeypatch, error: BaseException) -> None:
@@ -107,61 +165,6 @@ def test_a_failed_download_names_the_offline_fix(monkeypatch, tmp_path):
     with pytest.raises(DataSourceError, match="could not download fashion_mnist.*"
                                               "FASHION_MNIST_DIR"):
         sources.load("tfds")
-
-
-def test_an_offline_machine_fails_in_seconds_naming_the_data_directory(tmp_path):
-    """Without $FASHION_MNIST_DIR and without network, TFDS used to retry its downloads for
-    3 min 25 s (10 retries, backing off) before the error; the download host is now asked
-    once first, so the error comes in seconds, and still names the fix."""
-    script = textwrap.dedent("""
-        import json, time
-        import tensorflow_datasets  # not timed: imports are not the network
-        from fmnist.dataset import sources
-        started = time.monotonic()
-        try:
-            sources.load("tfds")
-            outcome = "loaded"
-        except Exception as error:
-            outcome = f"{type(error).__name__}: {error}"
-        print(json.dumps({"seconds": time.monotonic() - started, "outcome": outcome}))
-    """)
-    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(REPO), "HOME": str(tmp_path),
-           "TMPDIR": str(tmp_path), "TFDS_DATA_DIR": str(tmp_path / "tfds"),
-           "TF_CPP_MIN_LOG_LEVEL": "2"}
-    command = offline_prefix(tmp_path, env) + [sys.executable, "-c", script]
-    done = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True,
-                          timeout=150)  # what it took before, 205 s, ends the test
-    assert done.returncode == 0, done.stderr[-3000:]
-    found = json.loads(done.stdout.strip().splitlines()[-1])
-    assert found["outcome"].startswith("DataSourceError: TensorFlow Datasets could not "
-                                       "download fashion_mnist"), found
-    assert "cannot be reached" in found["outcome"] and "FASHION_MNIST_DIR" in found["outcome"]
-    assert found["seconds"] < 15, found  # two probes, a second apart, each failing at once
-
-
-def test_the_probe_tells_an_unreachable_host_from_a_failing_server():
-    """Only a host that cannot be reached fails fast; a server that answers, even with a 5xx,
-    is left to the download's own retries."""
-    import socket
-
-    from tests.loopback import JsonRequestHandler, LoopbackServer
-
-    class Failing(LoopbackServer):
-        def __init__(self):
-            class Handler(JsonRequestHandler):
-                def do_HEAD(self):
-                    self.send_response(503)
-                    self.end_headers()
-
-            self._serve(Handler)
-
-    with Failing() as server:
-        assert sources.unreachable(server.url + "/t10k-images-idx3-ubyte.gz") is None
-    with socket.socket() as closed:  # bound, not listening: connections are refused
-        closed.bind(("127.0.0.1", 0))
-        url = f"http://127.0.0.1:{closed.getsockname()[1]}/"
-        assert "refused" in sources.unreachable(url)
-    assert "does not resolve" in sources.unreachable("http://nonexistent.invalid/")
 
 
 def test_tensorflow_datasets_imports_what_it_needs():

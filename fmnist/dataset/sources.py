@@ -174,19 +174,6 @@ def tfds_data_dir() -> str:
         tempfile.gettempdir(), "fmnist-tensorflow-datasets")
 
 
-def _download_failed(error: BaseException) -> bool:
-    """Whether ``error`` (or one it was raised from) is a failed download, not a bug."""
-    import requests
-    from tensorflow_datasets.core.download.util import DownloadError
-
-    while error is not None:
-        if isinstance(error, DownloadError | requests.RequestException | urllib.error.URLError
-                      | socket.gaierror | ConnectionError | TimeoutError):
-            return True
-        error = error.__cause__ or error.__context__
-    return False
-
-
 def unreachable(url: str) -> str | None:
     """Why the host of ``url`` cannot be reached, or None when it answered at all.
 
@@ -214,6 +201,19 @@ def _needs_download(builder, data_dir: str) -> bool:
     """Whether preparing will download: not prepared yet and nothing downloaded before."""
     downloads = os.path.join(data_dir, "downloads")
     return not builder.is_prepared() and not (os.path.isdir(downloads) and os.listdir(downloads))
+
+
+def _download_failed(error: BaseException) -> bool:
+    """Whether ``error`` (or one it was raised from) is a failed download, not a bug."""
+    import requests
+    from tensorflow_datasets.core.download.util import DownloadError
+
+    while error is not None:
+        if isinstance(error, DownloadError | requests.RequestException | urllib.error.URLError
+                      | socket.gaierror | ConnectionError | TimeoutError):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def _load_tfds() -> RawDataset:
