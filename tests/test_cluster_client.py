@@ -14,6 +14,7 @@ from fmnist.app.cli import main as cli_main
 from fmnist.app.kfp_client import cron_expression
 from fmnist.errors import UserInputError
 from tests.kfp_standin import API, KfpStandIn
+from tests.loopback import JsonRequestHandler, LoopbackServer
 
 PACKAGE = "compiled/fashion_mnist_pipeline.yaml"
 
@@ -298,9 +299,30 @@ def test_an_explicit_old_tag_is_refused_and_the_override_is_honoured(capsys, mon
         assert "is 2.5.0" in capsys.readouterr().err
 
 
+class LoginPage(LoopbackServer):
+    """What a Kubeflow behind Dex answers a client without a session: an HTML login page."""
+
+    def __init__(self):
+        class Handler(JsonRequestHandler):
+            def do_GET(self):
+                page = b"<html><body>Log in to Kubeflow</body></html>"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(page)))
+                self.end_headers()
+                self.wfile.write(page)
+
+        self._serve(Handler)
+
+
 def test_a_healthz_that_is_not_json_says_what_to_check(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert cli_main(["upload", "--host", "http://127.0.0.1:9"]) == 2
-    err = capsys.readouterr().err
-    assert "cannot read the Kubeflow Pipelines backend's version" in err
-    assert "--kfp-backend-version" in err
+    with LoginPage() as page:
+        assert cli_main(["upload", "--host", page.url]) == 2
+        err = capsys.readouterr().err
+        assert "cannot read the Kubeflow Pipelines backend's version" in err
+        assert "text/html" in err and "--kfp-backend-version" in err
+        # Naming the version does not get past a login page.
+        assert cli_main(["upload", "--host", page.url, "--kfp-backend-version", "2.15.0"]) == 2
+        err = capsys.readouterr().err
+        assert "is not the Kubeflow Pipelines API's healthz" in err and "Traceback" not in err

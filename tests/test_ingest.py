@@ -71,6 +71,16 @@ def test_a_validation_split_a_class_cannot_give_is_refused_before_writing(synthe
         ingest(str(directory), str(tmp_path / "out"), validation_examples=0)
 
 
+def test_an_output_tensorflow_cannot_write_is_an_error_naming_it(synthetic_idx):
+    from fmnist.errors import UserInputError
+
+    directory, checksums = synthetic_idx
+    with pytest.raises(UserInputError, match="cannot write the dataset to ftp://x/out: File "
+                                             "system scheme 'ftp' not implemented"):
+        ingest(str(directory), "ftp://x/out", expected_sha256=checksums,
+               validation_examples=200)
+
+
 def test_training_dataset_yields_global_batches_of_float_pixels(synthetic_dataset):
     dataset = training_dataset(str(synthetic_dataset), "train", 64, shuffle=True, seed=1, take=640)
     batches = list(dataset)
@@ -147,7 +157,9 @@ def test_tfds_failure_says_what_to_do_offline(monkeypatch, tmp_path):
 def test_tfds_source_is_ingested_through_the_tfds_api(tmp_path):
     import tensorflow_datasets as tfds
 
-    with tfds.testing.mock_data(num_examples=100):
+    # mock_data stands in for the download; the probe of the download host must not go out.
+    with tfds.testing.mock_data(num_examples=100), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sources, "unreachable", lambda url: None)
         metadata = ingest("tfds", str(tmp_path / "out"), validation_examples=1)
     assert metadata["source_kind"] == "tfds"
     assert metadata["source"].startswith("tfds:fashion_mnist/")

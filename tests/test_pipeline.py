@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -276,6 +277,9 @@ def test_local_pipeline_runs_end_to_end_then_from_cache(data_parameters, tmp_pat
     assert not first["cache_hits"] and all(s["seconds"] >= 0 for s in first["steps"])
     assert (Path(first["best_model_path"]) / "1" / "saved_model.pb").exists()
     report = Path(first["report_path"]).read_text()
+    assert first["report_path"] == str(summary_path.parent / "report.html")
+    assert first["report_markdown_path"] == str(summary_path.parent / "report.md")
+    assert Path(first["report_artifact_path"]).read_text() == report  # the KFP artifact
     assert "data:image/png;base64," in report and "Per-class accuracy" in report
     assert "Training and validation curves" in report
     assert "| model | validation accuracy | test accuracy |" in \
@@ -347,11 +351,74 @@ def test_tuned_pipeline_trains_with_the_searchs_best_values_then_from_cache(
     [report] = [p for p in root.rglob("report") if "tune-hyperparameters" in str(p)]
     assert "data:image/png;base64," in report.read_text()  # objective against trial
     assert "Hyperparameter search" in report.read_text()
+    assert first["tuning_reports"] == {"basic": str(root / "tuning-basic.html")}
+    assert Path(first["tuning_reports"]["basic"]).read_text() == report.read_text()
 
     second = run_local(parameters, pipeline_root=str(root))
     assert second["all_steps_cached"], second["steps"]
     assert "tune-hyperparameters" in second["cache_hits"]
     assert second["models"]["basic"]["hyperparameters"] == trained
+
+
+class _Artifact:
+    """What run_local reads of a kfp.local output artifact."""
+
+    def __init__(self, path: Path, metadata: dict | None = None):
+        self.path = self.uri = str(path)
+        self.metadata = metadata or {}
+
+
+def test_the_run_names_reports_a_browser_renders(tmp_path, monkeypatch, capsys, synthetic_idx):
+    """KFP writes HTML and Markdown output artifacts to paths without an extension (the
+    Kubeflow UI renders them by type), which a browser shows as source: the summary and what
+    `run --local` prints name copies ending in .html and .md, the search reports of a tuned
+    run too. The pipeline itself is stubbed: this is about the summary, not the steps."""
+    root = tmp_path / "runs"
+    select, tune = root / "run-1" / "select-best-model", root / "run-1" / "tune-hyperparameters"
+    select.mkdir(parents=True)
+    tune.mkdir(parents=True)
+    (select / "report").write_text("<html>selection</html>")
+    (select / "report_markdown").write_text("| model | validation accuracy |")
+    (tune / "report").write_text("<html>Hyperparameter search</html>")
+    best = {"learning_rate": 0.002, "batch_size": 64, "filters": 32, "dropout_rate": 0.5}
+    search = {"uri": str(tune / "search"), "metadata": {"lineage": {"parameters": {
+        "model_type": "basic", "tuned": True, "best": best}}}}
+    (tune / "executor_output.json").write_text(json.dumps(
+        {"artifacts": {"search": {"artifacts": [search]}}}))
+    leaderboard = [{"model_type": "basic", "validation_accuracy": 0.9, "train_seconds": 3.0,
+                    "parameters": 1000, "epochs": 1, "hyperparameters": best}]
+    outputs = SimpleNamespace(outputs={
+        "best_model": _Artifact(root / "model", {"test_accuracy": 0.89,
+                                                 "validation_accuracy": 0.9,
+                                                 "leaderboard": leaderboard}),
+        "best_model_type": "basic",
+        "report": _Artifact(select / "report"),
+        "report_markdown": _Artifact(select / "report_markdown"),
+        "deployment": _Artifact(root / "deployment", {"action": "created",
+                                                      "name": "fashion-mnist"}),
+        "serving_url": "http://127.0.0.1:1", "served_accuracy": 0.89,
+        "batch_predictions": _Artifact(root / "predictions", {"rows": 10, "errors": 0,
+                                                              "images_per_second": 5.0}),
+    })
+    monkeypatch.setattr("kfp.local.init", lambda **kwargs: None)
+    monkeypatch.setattr("pipelines.fashion_mnist.make_pipeline",
+                        lambda parallelism: lambda **arguments: outputs)
+    directory, _ = synthetic_idx
+    assert cli_main(["run", "--local", "--pipeline-root", str(root), "--data-source",
+                     str(directory), "--model-types", "basic", "--tune"]) == 0
+    printed = capsys.readouterr().out
+    summary = json.loads((root / "summary.json").read_text())
+    assert summary["report_path"] == str(root / "report.html")
+    assert summary["report_markdown_path"] == str(root / "report.md")
+    assert summary["tuning_reports"] == {"basic": str(root / "tuning-basic.html")}
+    assert (root / "report.html").read_text() == "<html>selection</html>"
+    assert (root / "report.md").read_text() == "| model | validation accuracy |"
+    assert (root / "tuning-basic.html").read_text() == "<html>Hyperparameter search</html>"
+    for path in ("report.html", "report.md", "tuning-basic.html"):
+        assert str(root / path) in printed
+    # The artifacts themselves are untouched, and the summary still names them.
+    assert (select / "report").read_text() == "<html>selection</html>"
+    assert summary["report_artifact_path"] == str(select / "report")
 
 
 @pytest.mark.parametrize(

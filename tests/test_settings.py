@@ -3,6 +3,7 @@ docs, the trainer's flags and the README's tables all come from :mod:`fmnist.set
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import shutil
 import subprocess
@@ -61,6 +62,79 @@ def test_every_cli_flag_is_a_setting_with_its_help_and_default():
         assert name in flags, f"--{name.replace('_', '-')} is missing"
         assert flags[name].help.startswith(spec.setting.help.replace("%", "%%")), name
         assert f"default {spec.default_text}" in flags[name].help, name
+
+
+def _flags(command: str) -> dict:
+    parser = build_parser()._subparsers._group_actions[0].choices[command]  # noqa: SLF001
+    return {action.dest: action for action in parser._actions}  # noqa: SLF001
+
+
+def test_run_help_shows_the_local_and_the_compiled_defaults():
+    """`run` serves --local (PipelineParameters' defaults) and --host (the compiled
+    pipeline's: cluster_defaults); where they differ its help shows both, and says which."""
+    from fmnist.settings.pipeline import cluster_defaults
+
+    local, cluster = PipelineParameters(), cluster_defaults()
+    flags = _flags("run")
+    differ = {name for name in PipelineParameters.specs()
+              if getattr(local, name) != getattr(cluster, name)}
+    assert {"data_source", "backend", "num_workers"} <= differ
+    for name, spec in PipelineParameters.specs().items():
+        text = " ".join(flags[name].help.split())
+        if name in differ:
+            here = dataclasses.replace(spec, default=getattr(local, name)).default_text
+            there = dataclasses.replace(spec, default=getattr(cluster, name)).default_text
+            assert f"(default {here} with --local, {there} with --host)" in text, name
+        else:
+            assert text.endswith(f"(default {spec.default_text})"), name
+    assert "(default 1 with --local, 2 with --host)" in flags["num_workers"].help
+    assert '(default "" with --local, tfds with --host)' in flags["data_source"].help
+
+
+def test_schedule_help_shows_the_compiled_defaults():
+    """A schedule runs the compiled pipeline: its help shows only those defaults."""
+    from fmnist.settings.pipeline import cluster_defaults
+
+    cluster = cluster_defaults()
+    flags = _flags("schedule")
+    for name, spec in PipelineParameters.specs().items():
+        shown = dataclasses.replace(spec, default=getattr(cluster, name)).default_text
+        assert " ".join(flags[name].help.split()).endswith(f"(default {shown})"), name
+    assert flags["backend"].help.endswith("(default kubernetes)")
+    assert flags["num_workers"].help.endswith("(default 2)")
+    assert flags["data_source"].help.endswith("(default tfds)")
+
+
+def test_the_compiled_pipeline_has_the_defaults_the_help_shows():
+    """cluster_defaults is what compiled/ holds, so the help's "with --host" is true."""
+    from fmnist.settings.pipeline import cluster_defaults
+
+    spec = next(yaml.safe_load_all((ROOT / "compiled" / "fashion_mnist_pipeline.yaml")
+                                   .read_text()))
+    compiled = spec["root"]["inputDefinitions"]["parameters"]
+    cluster = cluster_defaults()
+    for name in ("data_source", "backend", "num_workers", "epochs"):
+        assert compiled[name]["defaultValue"] == getattr(cluster, name), name
+
+
+def test_help_imports_neither_kfp_nor_tensorflow():
+    """`fmnist-kfp run --help` stays fast: no kfp (nor its compiler), no pipeline built, no
+    TensorFlow."""
+    script = ("import sys\n"
+              "from fmnist.app.cli import main\n"
+              "try:\n"
+              "    main(['run', '--help'])\n"
+              "except SystemExit:\n"
+              "    pass\n"
+              "heavy = [m for m in sys.modules if m.split('.')[0] in "
+              "('kfp', 'tensorflow', 'kfp_components', 'kubernetes')\n"
+              "         or m == 'pipelines.fashion_mnist']\n"
+              "print('heavy:', sorted(heavy), file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "with --host" in done.stdout
+    assert "heavy: []" in done.stderr
 
 
 def test_the_trainer_takes_every_training_setting_as_a_flag():

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -24,31 +23,6 @@ from fmnist.errors import DataSourceError
 from tests.conftest import needs_tfds
 
 REPO = Path(__file__).resolve().parent.parent
-
-_GUARD = """
-import socket
-def _offline(self, address, *args, **kwargs):
-    if self.family != socket.AF_UNIX:
-        raise OSError(101, "Network is unreachable (the test forbids the network)")
-    return _connect(self, address, *args, **kwargs)
-_connect = socket.socket.connect
-socket.socket.connect = _offline
-socket.socket.connect_ex = _offline
-"""
-
-
-def _offline_prefix(tmp_path: Path, env: dict[str, str]) -> list[str]:
-    """A network namespace of our own (no interface but a down loopback) when the kernel lets
-    us make one; otherwise every Python socket connection is refused."""
-    if shutil.which("unshare") and subprocess.run(["unshare", "-rn", "true"],
-                                                  capture_output=True).returncode == 0:
-        return ["unshare", "-rn"]
-    guard = tmp_path / "guard"
-    guard.mkdir()
-    (guard / "sitecustomize.py").write_text(_GUARD)
-    env["PYTHONPATH"] = f"{guard}{os.pathsep}{env['PYTHONPATH']}"
-    return []
-
 
 def _fingerprint(images: np.ndarray, labels: np.ndarray) -> str:
     """The examples as a multiset: TFDS stores them in its own (hashed) order."""
@@ -75,7 +49,9 @@ def test_tfds_prepares_fashion_mnist_offline_from_the_official_files(real_data_d
            "HOME": "/nonexistent", "TMPDIR": str(tmp_path),
            "FASHION_MNIST_DIR": str(real_data_dir), "TFDS_DATA_DIR": str(data_dir),
            "TF_CPP_MIN_LOG_LEVEL": "2"}
-    command = _offline_prefix(tmp_path, env) + [sys.executable, "-c", script]
+    from tests.fixtures import offline_prefix
+
+    command = offline_prefix(tmp_path, env) + [sys.executable, "-c", script]
     done = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -99,6 +75,63 @@ def test_tfds_prepares_in_a_writable_directory_without_a_home(monkeypatch, tmp_p
     assert sources.tfds_data_dir() == "/data/tfds"
 
 
+def test_an_offline_machine_fails_in_seconds_naming_the_data_directory(tmp_path):
+    """Without $FASHION_MNIST_DIR and without network, TFDS used to retry its downloads for
+    3 min 25 s (10 retries, backing off) before the error; the download host is now asked
+    once first, so the error comes in seconds, and still names the fix."""
+    script = textwrap.dedent("""
+        import json, time
+        import tensorflow_datasets  # not timed: imports are not the network
+        from fmnist.dataset import sources
+        started = time.monotonic()
+        try:
+            sources.load("tfds")
+            outcome = "loaded"
+        except Exception as error:
+            outcome = f"{type(error).__name__}: {error}"
+        print(json.dumps({"seconds": time.monotonic() - started, "outcome": outcome}))
+    """)
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(REPO), "HOME": str(tmp_path),
+           "TMPDIR": str(tmp_path), "TFDS_DATA_DIR": str(tmp_path / "tfds"),
+           "TF_CPP_MIN_LOG_LEVEL": "2"}
+    from tests.fixtures import offline_prefix
+
+    command = offline_prefix(tmp_path, env) + [sys.executable, "-c", script]
+    done = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=150)  # what it took before, 205 s, ends the test
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["outcome"].startswith("DataSourceError: TensorFlow Datasets could not "
+                                       "download fashion_mnist"), found
+    assert "cannot be reached" in found["outcome"] and "FASHION_MNIST_DIR" in found["outcome"]
+    assert found["seconds"] < 15, found  # two probes, a second apart, each failing at once
+
+
+def test_the_probe_tells_an_unreachable_host_from_a_failing_server():
+    """Only a host that cannot be reached fails fast; a server that answers, even with a 5xx,
+    is left to the download's own retries."""
+    import socket
+
+    from tests.loopback import JsonRequestHandler, LoopbackServer
+
+    class Failing(LoopbackServer):
+        def __init__(self):
+            class Handler(JsonRequestHandler):
+                def do_HEAD(self):
+                    self.send_response(503)
+                    self.end_headers()
+
+            self._serve(Handler)
+
+    with Failing() as server:
+        assert sources.unreachable(server.url + "/t10k-images-idx3-ubyte.gz") is None
+    with socket.socket() as closed:  # bound, not listening: connections are refused
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}/"
+        assert "refused" in sources.unreachable(url)
+    assert "does not resolve" in sources.unreachable("http://nonexistent.invalid/")
+
+
 def _failing_prepare(monkeypatch, error: BaseException) -> None:
     import tensorflow_datasets as tfds
 
@@ -106,6 +139,7 @@ def _failing_prepare(monkeypatch, error: BaseException) -> None:
         raise error
 
     monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare", prepare)
+    monkeypatch.setattr(sources, "unreachable", lambda url: None)  # the host answers
     monkeypatch.delenv("FASHION_MNIST_DIR", raising=False)
 
 

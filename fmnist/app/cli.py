@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import socket
 import sys
 
 from fmnist import __version__
@@ -13,12 +15,48 @@ from fmnist.extras import require
 from fmnist.settings.data import DataSettings
 from fmnist.settings.pipeline import PipelineParameters
 from fmnist.settings.schema import add_flags, given_values
+from fmnist.settings.serving import DeploySettings
 
 _D = PipelineParameters()
 
 
-def _add_pipeline_parameters(parser: argparse.ArgumentParser) -> None:
-    add_flags(parser, PipelineParameters, title="pipeline parameters")
+def _add_pipeline_parameters(parser: argparse.ArgumentParser, *, local: bool) -> None:
+    """The parameters as flags, each with the default it gets when left out: the compiled
+    pipeline's on Kubeflow (only the flags given are sent) and, for ``local``, this
+    machine's."""
+    from fmnist.settings.pipeline import cluster_defaults
+
+    sent = ("Only the flags given are sent to Kubeflow; the rest keep the compiled pipeline's "
+            "defaults.")
+    if local:
+        add_flags(parser, PipelineParameters, title="pipeline parameters",
+                  description=sent + " Where they differ from this machine's, the help shows "
+                                     "both: 'default 1 with --local, 2 with --host'.",
+                  defaults=[("with --local", PipelineParameters()),
+                            ("with --host", cluster_defaults())])
+    else:
+        add_flags(parser, PipelineParameters, title="pipeline parameters", description=sent,
+                  defaults=[("", cluster_defaults())])
+
+
+def _check_listen(host: str, port: int) -> None:
+    """Fails with the fix, before anything heavy is imported, when this machine cannot listen
+    on ``host:port``: not a port, a host name that is not this machine's, a port in use."""
+    if not 0 <= port <= 65535:
+        raise UserInputError(f"--port {port} is not a TCP port; give one from 1 to 65535 (or "
+                             "0: any free port)")
+    try:
+        family, kind, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except (socket.gaierror, UnicodeError) as error:
+        raise UserInputError(f"--host {host!r} does not resolve ({error}); give an address of "
+                             "this machine, e.g. 127.0.0.1 or 0.0.0.0") from None
+    with socket.socket(family, kind) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as error:
+            raise UserInputError(f"cannot listen on {host}:{port}: {error.strerror or error}; "
+                                 "pick another --port (or --host), or stop what uses it") from None
 
 
 def _parameters(args: argparse.Namespace, **overrides) -> PipelineParameters:
@@ -75,8 +113,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             *(f"  {name:10s} validation accuracy {m['validation_accuracy']:.4f}, trained in "
               f"{m['train_seconds']:.0f} s" for name, m in summary["models"].items()),
             f"Model:   {summary['best_model_path']}",
-            f"Report:  {summary['report_path']} (HTML)",
-            f"         {summary['report_markdown_path']} (Markdown)",
+            f"Report:  {summary['report_path']}",
+            f"         {summary['report_markdown_path']}",
+            *(f"Tuning:  {path}" for path in summary.get("tuning_reports", {}).values()),
             _serving_line(summary["deployment"]),
             _batch_line(summary["batch_prediction"]),
             f"Summary: {summary['summary_path']}",
@@ -103,7 +142,12 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     api_client = preflight.api_client_from(args.kubeconfig, args.context)
     rows = preflight.preflight(endpoint, api_client, preflight.cluster_from(args))
     print(preflight.render(rows))
-    return 0 if preflight.ready(rows) else 1
+    if preflight.ready(rows):
+        return 0
+    missing = [row for row in rows if row.ok is False]
+    print(f"error: not ready, {len(missing)} missing (each with its fix above); first "
+          f"{missing[0].check}: {missing[0].found}", file=sys.stderr)
+    return 1
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:
@@ -147,17 +191,38 @@ def _add_endpoint_options(parser: argparse.ArgumentParser, required: bool) -> No
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
+    from fmnist.app.validation import writable_directory
+
+    writable_directory(args.output_dir, "--output-dir")
     from pipelines.compile import compile_all
 
-    for path in compile_all(args.output_dir):
+    try:
+        written = compile_all(args.output_dir)
+    except OSError as error:
+        raise UserInputError(f"cannot write the compiled files into {args.output_dir!r}: "
+                             f"{error}") from None
+    for path in written:
         print(f"wrote {path}")
     return 0
+
+
+def _check_ingest(args: argparse.Namespace) -> None:
+    """A local data directory and the output, checked before TensorFlow is imported (half a
+    minute)."""
+    from fmnist.app.validation import data_problems, writable_directory
+    from fmnist.dataset.sources import resolve_source
+
+    problems = data_problems(resolve_source(args.data_source))
+    if problems:
+        raise UserInputError("; ".join(problems))
+    writable_directory(args.output, "--output")
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     require("training", "fmnist-kfp ingest")
     from fmnist.dataset.ingest import ingest
 
+    _check_ingest(args)
     metadata = ingest(args.data_source, args.output,
                       validation_examples=args.validation_examples)
     print(json.dumps({k: metadata[k] for k in ("source", "verification", "sha256")}, indent=2))
@@ -194,9 +259,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from serving.model_server.server import main as serve_main
 
     model_dir = args.model_dir or _latest_model_dir(args.summary)
+    # Checked before the server imports TensorFlow and loads the model.
+    if "://" not in model_dir and not os.path.isdir(model_dir):
+        raise UserInputError(f"model directory {model_dir!r} does not exist; pass --model-dir "
+                             "(a directory the training step exported) or run the pipeline "
+                             "first (make run)")
+    _check_listen(args.host, args.port)
     print(f"serving {model_dir} as {args.model_name} on http://{args.host}:{args.port}")
-    serve_main([f"--model_dir={model_dir}", f"--model_name={args.model_name}",
-                f"--host={args.host}", f"--http_port={args.port}", *args.server_args])
+    try:
+        serve_main([f"--model_dir={model_dir}", f"--model_name={args.model_name}",
+                    f"--host={args.host}", f"--http_port={args.port}", *args.server_args])
+    except FileNotFoundError as error:  # no SavedModel there: the message says what to pass
+        raise UserInputError(str(error)) from None
     return 0
 
 
@@ -205,6 +279,7 @@ def cmd_deployment(args: argparse.Namespace) -> int:
     require("serving", "fmnist-kfp deployment")
     from serving.deploy.local import running_server, stop_server
 
+    DeploySettings(model_name=args.name).validate()  # a name, never a path
     if args.action == "stop":
         stopped = stop_server(args.name)
         print(f"stopped {args.name}" if stopped else f"no local deployment called {args.name}")
@@ -237,12 +312,16 @@ def _tensorboard_logs(summary_path: str) -> dict[str, str]:
     try:
         with open(summary_path) as handle:
             logs = json.load(handle).get("tensorboard") or {}
-    except (OSError, json.JSONDecodeError):
+    except (OSError, json.JSONDecodeError, AttributeError):
         logs = {}
     if not logs:
         raise UserInputError(
             f"no TensorBoard logs: {summary_path} is missing or names none; run the pipeline "
             "first (make run) or pass --logdir")
+    gone = [path for path in logs.values() if "://" not in path and not os.path.isdir(path)]
+    if gone:
+        raise UserInputError(f"the TensorBoard logs {summary_path} names are gone "
+                             f"({', '.join(gone)}); run the pipeline again or pass --logdir")
     return logs
 
 
@@ -250,18 +329,21 @@ def cmd_tensorboard(args: argparse.Namespace) -> int:
     """TensorBoard on 127.0.0.1 over the latest local run's training logs (foreground)."""
     require("training", "fmnist-kfp tensorboard")
     if args.logdir:
+        if "://" not in args.logdir and not os.path.isdir(args.logdir):
+            raise UserInputError(f"--logdir {args.logdir!r} does not exist; pass a directory "
+                                 "of TensorBoard event files")
         spec = ["--logdir", args.logdir]
     else:
         logs = _tensorboard_logs(args.summary)
         spec = ["--logdir_spec", ",".join(f"{name}:{path}" for name, path in logs.items())]
+    _check_listen(args.host, args.port)
     from tensorboard import program
 
     board = program.TensorBoard()
     board.configure(argv=["tensorboard", *spec, "--host", args.host, "--port", str(args.port)])
     print(f"TensorBoard on http://{args.host}:{args.port}/ over {' '.join(spec[1:])}",
           flush=True)
-    board.main()
-    return 0
+    return 0 if board.main() == 0 else 1  # it printed why
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -281,9 +363,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--pipeline-root", default="runs/local",
                      help="where local runs keep artifacts and the cache (default %(default)s)")
     run.add_argument("--summary", default=None,
-                     help="where to write summary.json (default: in the pipeline root)")
+                     help="where to write summary.json; report.html and report.md go beside "
+                          "it (default: in the pipeline root)")
     run.add_argument("--no-cache", action="store_true", help="run every step again")
-    _add_pipeline_parameters(run)
+    _add_pipeline_parameters(run, local=True)
     run.set_defaults(func=cmd_run)
 
     comp = commands.add_parser("compile", help="compile the pipelines to YAML")
@@ -305,7 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
     sch.add_argument("--max-concurrency", type=int, default=1, help="default %(default)s")
     sch.add_argument("--catchup", action="store_true", help="run missed schedules (off)")
     sch.add_argument("--id", default="", help="disable: the recurring run ID")
-    _add_pipeline_parameters(sch)
+    _add_pipeline_parameters(sch, local=False)
     sch.set_defaults(func=cmd_schedule)
 
     pre = commands.add_parser("preflight", help="check a cluster before a first run (exit 0: "

@@ -8,13 +8,16 @@ and the user namespace of a multi-user deployment. Nothing here prints a token.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import urllib.parse
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from fmnist.errors import UserInputError
+from fmnist.errors import RemoteError, UserInputError, connection_problem
 
 TOKEN_ENV = "KF_PIPELINES_TOKEN"
 # dsl.Collected (the fan-in of the models trained in parallel) is resolved by KFP backends from
@@ -26,6 +29,11 @@ HEALTHZ_PATH = "/apis/v2beta1/healthz"  # served by every KFP 2.x API server and
 DEFAULT_PACKAGE = "compiled/fashion_mnist_pipeline.yaml"
 DEFAULT_EXPERIMENT = "fashion-mnist"
 _CRON_FIELD = re.compile(r"^[\d*?/,LW#A-Z-]+$", re.IGNORECASE)
+# A host that cannot be reached fails in seconds: one probe of the healthz with a short connect
+# timeout before kfp.Client, whose constructor retries a failed healthz 5 times, 5 s apart.
+CONNECT_TIMEOUT_SECONDS = 5.0
+FORWARD_HINT = ("check --host: the KFP API or UI address, e.g. http://localhost:8080 while "
+                "`kubectl port-forward -n kubeflow svc/ml-pipeline-ui 8080:80` runs")
 
 
 @dataclass
@@ -37,7 +45,12 @@ class Endpoint:
 
     def validate(self) -> Endpoint:
         parsed = urllib.parse.urlparse(self.host or "")
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        try:
+            valid = parsed.scheme in ("http", "https") and bool(parsed.hostname) and (
+                parsed.port or 0) >= 0
+        except ValueError:  # a port that is not a number from 0 to 65535
+            valid = False
+        if not valid:
             raise UserInputError(
                 f"host {self.host!r} is not a URL; give the Kubeflow Pipelines endpoint, e.g. "
                 "https://kubeflow.example.com/pipeline or http://localhost:8080"
@@ -48,8 +61,12 @@ class Endpoint:
 
     def token(self) -> str | None:
         if self.token_file:
-            with open(self.token_file) as handle:
-                return handle.read().strip() or None
+            try:
+                with open(self.token_file) as handle:
+                    return handle.read().strip() or None
+            except (OSError, UnicodeDecodeError) as error:
+                raise UserInputError(f"cannot read the token file {self.token_file!r}: "
+                                     f"{error}") from None
         return os.environ.get(TOKEN_ENV) or None
 
     def client(self):
@@ -60,7 +77,10 @@ class Endpoint:
         kwargs: dict[str, Any] = {"host": self.host, "existing_token": self.token()}
         if self.namespace:
             kwargs["namespace"] = self.namespace
-        return kfp.Client(**kwargs)
+        with warnings.catch_warnings(), talking_to(self):
+            # Its FutureWarning names the backend versions it needs; check_backend did that.
+            warnings.filterwarnings("ignore", "This client only works with", FutureWarning)
+            return kfp.Client(**kwargs)
 
 
 def parse_version(text: str) -> tuple[int, int, int] | None:
@@ -86,6 +106,78 @@ class BackendVersion:
     evidence: str
 
 
+def _healthz(endpoint: Endpoint, timeout: float):
+    """The response to a GET of the healthz; ``RemoteError`` when none came."""
+    import httpx
+
+    headers = {"Accept": "application/json"}
+    token = endpoint.token()
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    url = endpoint.host.rstrip("/") + HEALTHZ_PATH
+    try:
+        return httpx.get(url, headers=headers,
+                         timeout=httpx.Timeout(timeout, connect=CONNECT_TIMEOUT_SECONDS))
+    except httpx.HTTPError as error:
+        raise remote_error(endpoint, error) from None
+
+
+def remote_error(endpoint: Endpoint, error: BaseException) -> RemoteError:
+    """``error`` of a request to the endpoint, as a message that names what to check."""
+    problem = connection_problem(error)
+    if problem:
+        return RemoteError(f"cannot reach Kubeflow Pipelines at {endpoint.host}: {problem}; "
+                           f"{FORWARD_HINT}")
+    status = getattr(error, "status", None)
+    if status is not None:  # kfp_server_api.ApiException: the API server answered
+        reason = _api_message(getattr(error, "body", None)) or getattr(error, "reason", "")
+        hint = ("; check the token (--token-file or $KF_PIPELINES_TOKEN) and --namespace"
+                if status in (401, 403) else "")
+        return RemoteError(f"Kubeflow Pipelines at {endpoint.host} answered HTTP {status}: "
+                           f"{reason}{hint}")
+    return RemoteError(f"the request to Kubeflow Pipelines at {endpoint.host} failed: "
+                       f"{type(error).__name__}: {error}")
+
+
+def _api_message(body: Any) -> str:
+    """The API server's ``message`` from an error body (JSON), else the body's start."""
+    import json
+
+    text = body.decode(errors="replace") if isinstance(body, bytes) else str(body or "")
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return " ".join(text.split())[:300]
+    if isinstance(document, dict):
+        return str(document.get("message") or document.get("error") or document)[:300]
+    return str(document)[:300]
+
+
+@contextlib.contextmanager
+def talking_to(endpoint: Endpoint) -> Iterator[None]:
+    """Turns what ``kfp.Client`` raises when the API server is unreachable or refuses a
+    request (urllib3 errors, ``ApiException``, the constructor's healthz ``TimeoutError``)
+    into ``RemoteError`` naming the endpoint."""
+    import urllib3
+    from kfp_server_api.exceptions import ApiException
+
+    try:
+        yield
+    except (ApiException, urllib3.exceptions.HTTPError, OSError) as error:
+        raise remote_error(endpoint, error) from None
+
+
+def _healthz_json(endpoint: Endpoint, timeout: float = 30.0) -> tuple[dict | None, str]:
+    """The healthz's JSON object (None when the answer is not one) and what came back."""
+    response = _healthz(endpoint, timeout)
+    try:
+        body = response.json() if response.status_code == 200 else None
+    except ValueError:
+        body = None
+    got = f"HTTP {response.status_code} {response.headers.get('content-type', '')}".strip()
+    return (body if isinstance(body, dict) else None), got
+
+
 def read_backend_version(endpoint: Endpoint, timeout: float = 30.0) -> BackendVersion:
     """A raw GET of the API server's healthz, directly or through the Kubeflow UI.
 
@@ -96,21 +188,9 @@ def read_backend_version(endpoint: Endpoint, timeout: float = 30.0) -> BackendVe
     ml-pipeline-ui (``frontend/server/handlers/healthz.ts`` L20-29). Released images before 2.16
     say ``tag_name: unknown`` (the release workflow passed no build args; fixed by 94841d6c85).
     """
-    import httpx
-
-    headers = {"Accept": "application/json"}
-    token = endpoint.token()
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
     url = endpoint.host.rstrip("/") + HEALTHZ_PATH
-    try:
-        response = httpx.get(url, headers=headers, timeout=timeout)
-        body = response.json() if response.status_code == 200 else None
-    except (httpx.HTTPError, ValueError) as error:
-        response, body = None, f"{type(error).__name__}: {error}"
-    if not isinstance(body, dict):
-        got = body if isinstance(body, str) else (
-            f"HTTP {response.status_code} {response.headers.get('content-type', '')}")
+    body, got = _healthz_json(endpoint, timeout)
+    if body is None:
         raise UserInputError(
             f"cannot read the Kubeflow Pipelines backend's version at {url} ({got}; a login "
             f"page? check --host and the token); if you know it, pass {BACKEND_FLAG} "
@@ -141,6 +221,13 @@ def check_backend(endpoint: Endpoint) -> str:
         if declared < MIN_BACKEND:
             raise UserInputError(f"the KFP backend is {_dotted(declared)} ({BACKEND_FLAG}): "
                                  f"{advice}")
+        # The version is taken on the user's word, but the API must answer: kfp.Client reads
+        # the healthz too, and retries a failing one for half a minute.
+        body, got = _healthz_json(endpoint)
+        if body is None:
+            raise UserInputError(
+                f"{endpoint.host.rstrip('/')}{HEALTHZ_PATH} is not the Kubeflow Pipelines API's "
+                f"healthz ({got}; a login page? check --host and the token)")
         return f"{_dotted(declared)} (given with {BACKEND_FLAG})"
     found = read_backend_version(endpoint)
     if not found.at_least_minimum:
@@ -165,8 +252,20 @@ def cron_expression(text: str) -> str:
 
 
 def _package(path: str) -> str:
+    """``path`` when it holds a compiled pipeline (checked before any request)."""
+    import yaml
+
     if not os.path.isfile(path):
         raise UserInputError(f"pipeline package {path!r} not found; run `make compile` first")
+    try:
+        with open(path) as handle:
+            spec = next(yaml.safe_load_all(handle), None)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        spec = str(error)
+    if not (isinstance(spec, dict) and "pipelineInfo" in spec and "root" in spec):
+        raise UserInputError(f"pipeline package {path!r} is not a compiled pipeline (no "
+                             "pipelineInfo and root); pass compiled/fashion_mnist_pipeline.yaml "
+                             "or run `make compile`")
     return path
 
 
@@ -181,14 +280,21 @@ def submit_run(
     timeout_seconds: int = 6 * 3600,
 ) -> dict[str, Any]:
     """Creates a run from the compiled package in ``experiment``; optionally waits for it."""
+    path = _package(package)
     client = endpoint.client()
-    result = client.create_run_from_pipeline_package(
-        _package(package), arguments=arguments, run_name=run_name,
-        experiment_name=experiment, namespace=endpoint.namespace or None,
-    )
+    with talking_to(endpoint):
+        result = client.create_run_from_pipeline_package(
+            path, arguments=arguments, run_name=run_name,
+            experiment_name=experiment, namespace=endpoint.namespace or None,
+        )
     outcome = {"run_id": result.run_id, "experiment": experiment}
     if wait:
-        run = client.wait_for_run_completion(result.run_id, timeout=timeout_seconds)
+        with talking_to(endpoint):
+            try:
+                run = client.wait_for_run_completion(result.run_id, timeout=timeout_seconds)
+            except TimeoutError:
+                raise RemoteError(f"run {result.run_id} did not finish within "
+                                  f"{timeout_seconds} s; it goes on in Kubeflow") from None
         outcome["state"] = str(run.state)
         if outcome["state"] not in ("SUCCEEDED",):
             raise UserInputError(f"run {result.run_id} ended {outcome['state']}")
@@ -198,19 +304,21 @@ def submit_run(
 def upload(endpoint: Endpoint, name: str, *, version: str, package: str = DEFAULT_PACKAGE,
            description: str = "") -> dict[str, Any]:
     """Uploads the package as a new pipeline, or as a new version of an existing one."""
+    path = _package(package)
     client = endpoint.client()
-    pipeline_id = client.get_pipeline_id(name)
-    if pipeline_id is None:
-        pipeline = client.upload_pipeline(_package(package), pipeline_name=name,
-                                          description=description or None,
-                                          namespace=endpoint.namespace or None)
-        pipeline_id = pipeline.pipeline_id
-        versions = client.list_pipeline_versions(pipeline_id).pipeline_versions or []
-        return {"pipeline_id": pipeline_id, "created": True,
-                "version_id": versions[0].pipeline_version_id if versions else None}
-    created = client.upload_pipeline_version(_package(package), pipeline_version_name=version,
-                                             pipeline_id=pipeline_id,
-                                             description=description or None)
+    with talking_to(endpoint):
+        pipeline_id = client.get_pipeline_id(name)
+        if pipeline_id is None:
+            pipeline = client.upload_pipeline(path, pipeline_name=name,
+                                              description=description or None,
+                                              namespace=endpoint.namespace or None)
+            pipeline_id = pipeline.pipeline_id
+            versions = client.list_pipeline_versions(pipeline_id).pipeline_versions or []
+            return {"pipeline_id": pipeline_id, "created": True,
+                    "version_id": versions[0].pipeline_version_id if versions else None}
+        created = client.upload_pipeline_version(path, pipeline_version_name=version,
+                                                 pipeline_id=pipeline_id,
+                                                 description=description or None)
     return {"pipeline_id": pipeline_id, "created": False,
             "version_id": created.pipeline_version_id}
 
@@ -230,24 +338,32 @@ def schedule(
     expression = cron_expression(cron)
     if max_concurrency < 1:
         raise UserInputError(f"max concurrency must be at least 1, got {max_concurrency}")
+    path = _package(package)
     client = endpoint.client()
-    experiment_id = client.create_experiment(
-        experiment, namespace=endpoint.namespace or None
-    ).experiment_id
-    recurring = client.create_recurring_run(
-        experiment_id=experiment_id, job_name=name, cron_expression=expression,
-        max_concurrency=max_concurrency, no_catchup=not catchup, params=arguments,
-        pipeline_package_path=_package(package),
-    )
+    with talking_to(endpoint):
+        experiment_id = client.create_experiment(
+            experiment, namespace=endpoint.namespace or None
+        ).experiment_id
+        recurring = client.create_recurring_run(
+            experiment_id=experiment_id, job_name=name, cron_expression=expression,
+            max_concurrency=max_concurrency, no_catchup=not catchup, params=arguments,
+            pipeline_package_path=path,
+        )
     return {"recurring_run_id": recurring.recurring_run_id, "cron": expression}
 
 
 def list_schedules(endpoint: Endpoint, experiment: str = DEFAULT_EXPERIMENT) -> list[dict]:
     client = endpoint.client()
-    experiment_id = client.get_experiment(
-        experiment_name=experiment, namespace=endpoint.namespace or None
-    ).experiment_id
-    response = client.list_recurring_runs(experiment_id=experiment_id, page_size=100)
+    with talking_to(endpoint):
+        try:
+            experiment_id = client.get_experiment(
+                experiment_name=experiment, namespace=endpoint.namespace or None
+            ).experiment_id
+        except ValueError:  # kfp.Client: "No experiment is found with name ..."
+            raise UserInputError(
+                f"no experiment {experiment!r} at {endpoint.host}; pass the one the schedules "
+                "were created in with --experiment") from None
+        response = client.list_recurring_runs(experiment_id=experiment_id, page_size=100)
     return [
         {"id": r.recurring_run_id, "name": r.display_name, "status": str(r.status),
          "cron": r.trigger.cron_schedule.cron if r.trigger and r.trigger.cron_schedule else None}
@@ -256,4 +372,6 @@ def list_schedules(endpoint: Endpoint, experiment: str = DEFAULT_EXPERIMENT) -> 
 
 
 def disable_schedule(endpoint: Endpoint, recurring_run_id: str) -> None:
-    endpoint.client().disable_recurring_run(recurring_run_id)
+    client = endpoint.client()
+    with talking_to(endpoint):
+        client.disable_recurring_run(recurring_run_id)

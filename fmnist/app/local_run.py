@@ -11,15 +11,19 @@ import json
 import logging
 import os
 import re
+import shutil
+import tempfile
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from fmnist.app.validation import validate_parameters
+from fmnist import errors
+from fmnist.app.validation import validate_parameters, writable_directory
 from fmnist.dataset.sources import resolve_source
 from fmnist.settings.pipeline import PipelineParameters
 from fmnist.settings.training import Hyperparameters
+from kfp_components import STEP_ERRORS_ENV
 
 DEFAULT_PIPELINE_ROOT = "runs/local"
 # Steps that read the clock or change or measure the live server run every time.
@@ -105,6 +109,35 @@ def _tensorboard_logs(best_model) -> dict[str, str]:
     return logs
 
 
+def _tuning_reports(pipeline_root: str, models: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """Each tuned model's search report (the tune step's HTML artifact), by model type: the
+    latest search of that model type whose best values are the ones its model trained with
+    (a cached search is an earlier run's)."""
+    from fmnist.app.lineage import Index
+
+    reports: dict[str, str] = {}
+    for artifact in sorted(Index.of(pipeline_root).artifacts.values(), key=lambda a: a.run):
+        values = artifact.lineage.get("parameters") or {}
+        model = models.get(values.get("model_type"))
+        report = os.path.join(os.path.dirname(artifact.uri), "report")
+        if (artifact.name == "search" and model and values.get("tuned")
+                and _hyperparameters(values.get("best") or {}) == model["hyperparameters"]
+                and os.path.isfile(report)):
+            reports[values["model_type"]] = report
+    return reports
+
+
+def _readable_copies(directory: str, files: dict[str, str]) -> dict[str, str]:
+    """Copies of artifact files in ``directory``, under names that end in ``.html``/``.md``:
+    KFP writes an HTML or Markdown output artifact to a path without an extension (the
+    Kubeflow UI renders artifacts by their type), which a browser shows as source."""
+    copies = {}
+    for name, source in files.items():
+        copies[name] = os.path.abspath(os.path.join(directory, name))
+        shutil.copyfile(source, copies[name])
+    return copies
+
+
 def _batch_summary(predictions) -> dict[str, Any]:
     keys = ("source", "rows", "predicted", "errors", "labelled", "accuracy", "workers",
             "images_per_second", "scoring_images_per_second")
@@ -115,6 +148,25 @@ def _batch_summary(predictions) -> dict[str, Any]:
     return {**summary, "path": predictions.path}
 
 
+def _step_failure(failure: RuntimeError, errors_path: str,
+                  recorder: StepRecorder) -> Exception:
+    """What ends a failed run: the error a step stopped with, when it was one of
+    :mod:`fmnist.errors` (recorded in ``errors_path``: see
+    :func:`kfp_components.report_errors_briefly`), naming the step; else kfp.local's own
+    message (a bug: the step's traceback is in the log above)."""
+    try:
+        with open(errors_path) as handle:
+            records = [json.loads(line) for line in handle if line.strip()]
+    except (OSError, ValueError):
+        records = []
+    kind = getattr(errors, records[0]["error"], None) if records else None
+    if not (isinstance(kind, type) and issubclass(kind, Exception)):
+        return RuntimeError(_ANSI.sub("", str(failure)) + " Its log above says why.")
+    failed = [step["step"] for step in recorder.steps if step.get("status") == "FAILURE"]
+    where = f"the {failed[0]} step failed: " if failed else ""
+    return kind(where + records[0]["message"])
+
+
 def run_local(
     parameters: PipelineParameters,
     *,
@@ -122,14 +174,19 @@ def run_local(
     summary_path: str | None = None,
     enable_caching: bool = True,
 ) -> dict[str, Any]:
-    """Validates the parameters, runs the pipeline locally, returns and writes the summary."""
+    """Validates the parameters, runs the pipeline locally, returns and writes the summary
+    (beside it, the reports as ``report.html`` and ``report.md``)."""
     validate_parameters(parameters)
+    pipeline_root = os.path.abspath(pipeline_root)
+    summary_path = os.path.abspath(summary_path or os.path.join(pipeline_root, "summary.json"))
+    summary_dir = os.path.dirname(summary_path)
+    # Both made now: a summary that cannot be written fails before the run, not after it.
+    writable_directory(pipeline_root, "the pipeline root")
+    writable_directory(summary_dir, "the summary's directory")
     from kfp import local
 
     from pipelines.fashion_mnist import make_pipeline
 
-    pipeline_root = os.path.abspath(pipeline_root)
-    os.makedirs(pipeline_root, exist_ok=True)
     local.init(
         runner=local.SubprocessRunner(use_venv=False),
         pipeline_root=pipeline_root,
@@ -143,13 +200,24 @@ def run_local(
     warnings.filterwarnings("ignore", message=".*have no effect in the current local runner.*")
     previous_level = root.level
     root.setLevel(logging.INFO)  # kfp.local's step events are INFO records
+    handle, errors_path = tempfile.mkstemp(prefix="fmnist-step-errors-", suffix=".jsonl")
+    os.close(handle)
+    previous_errors = os.environ.get(STEP_ERRORS_ENV)
+    os.environ[STEP_ERRORS_ENV] = errors_path  # the steps inherit it
     started = time.time()
     try:
         # One model at a time: each training job gets every core of this machine.
         outputs = make_pipeline(parallelism=1)(**_arguments(parameters))
+    except RuntimeError as failure:  # kfp.local: a step failed
+        raise _step_failure(failure, errors_path, recorder) from None
     finally:
         root.removeFilter(recorder)
         root.setLevel(previous_level)
+        if previous_errors is None:
+            os.environ.pop(STEP_ERRORS_ENV, None)
+        else:
+            os.environ[STEP_ERRORS_ENV] = previous_errors
+        os.remove(errors_path)
     total = round(time.time() - started, 2)
     best_model = outputs.outputs["best_model"]
     metadata = best_model.metadata
@@ -171,8 +239,8 @@ def run_local(
         "tuned": parameters.tune,
         "deployment": _deployment_summary(outputs),
         "best_model_path": best_model.path,
-        "report_path": outputs.outputs["report"].path,
-        "report_markdown_path": outputs.outputs["report_markdown"].path,
+        "report_artifact_path": outputs.outputs["report"].path,
+        "report_markdown_artifact_path": outputs.outputs["report_markdown"].path,
         "total_seconds": total,
         "steps": recorder.steps,
         "cache_hits": sorted({s["step"] for s in recorder.steps if s["cache_hit"]}),
@@ -185,9 +253,17 @@ def run_local(
         "tensorboard": _tensorboard_logs(best_model),  # what `fmnist-kfp tensorboard` serves
         "batch_prediction": _batch_summary(outputs.outputs["batch_predictions"]),
     }
-    summary_path = summary_path or os.path.join(pipeline_root, "summary.json")
-    os.makedirs(os.path.dirname(os.path.abspath(summary_path)), exist_ok=True)
+    # The reports again beside the summary, named so a browser renders them.
+    tuning = _tuning_reports(pipeline_root, summary["models"]) if parameters.tune else {}
+    copies = _readable_copies(summary_dir, {
+        "report.html": summary["report_artifact_path"],
+        "report.md": summary["report_markdown_artifact_path"],
+        **{f"tuning-{model_type}.html": path for model_type, path in tuning.items()}})
+    summary["report_path"] = copies["report.html"]
+    summary["report_markdown_path"] = copies["report.md"]
+    summary["tuning_reports"] = {model_type: copies[f"tuning-{model_type}.html"]
+                                 for model_type in tuning}
     with open(summary_path, "w") as handle:
         json.dump(summary, handle, indent=2)
-    summary["summary_path"] = os.path.abspath(summary_path)
+    summary["summary_path"] = summary_path
     return summary

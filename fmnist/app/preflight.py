@@ -25,10 +25,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from fmnist.errors import UserInputError
+from fmnist.errors import RemoteError, UserInputError, connection_problem
 
 ISTIO_POLICY = "fmnist-serving-in-cluster"
 SETUP = "manifests/"
+# An API server that does not answer costs seconds: a 5 s connect timeout, one retry.
+CONNECT_TIMEOUT_SECONDS = 5.0
+RETRIES = 1
 
 # (group, version, plural, what, fix)
 APIS = (
@@ -99,7 +102,7 @@ def _call(api_client, path: str, method: str = "GET", body=None, headers=None):
     return api_client.call_api(path, method, body=body, header_params=headers or {},
                                response_type="object", auth_settings=["BearerToken"],
                                _return_http_data_only=True, _preload_content=True,
-                               _request_timeout=30)
+                               _request_timeout=(CONNECT_TIMEOUT_SECONDS, 30))
 
 
 def _status(error) -> int | None:
@@ -112,9 +115,34 @@ def check_kfp(endpoint) -> Row:
     minimum = ".".join(map(str, MIN_BACKEND))
     try:
         return Row("KFP backend", True, check_backend(endpoint))
+    except RemoteError as error:  # its message says what to check
+        return Row("KFP backend", False, str(error))
     except UserInputError as error:
         return Row("KFP backend", False, str(error),
                    f"KFP {minimum} or newer (Kubeflow 1.11), or --kfp-backend-version")
+
+
+def check_api_server(api_client) -> Row | None:
+    """None when the Kubernetes API server answers with these credentials; else the row that
+    says why not, in place of every other check (each would only fail the same way)."""
+    server = api_client.configuration.host
+    what = "Kubernetes API server"
+    try:
+        _call(api_client, "/version")
+    except Exception as error:
+        problem = connection_problem(error)
+        status = _status(error)
+        if problem:
+            return Row(what, False, f"cannot reach {server}: {problem}",
+                       "check the kubeconfig's cluster (--kubeconfig, --context): is it up, "
+                       "does it need a VPN or a tunnel?")
+        if status == 401:
+            return Row(what, False, f"{server} refused the kubeconfig's credentials (HTTP 401)",
+                       "log in again, or pick another --context")
+        if status is None:  # no answer at all: TLS, a proxy, a reset
+            return Row(what, False, f"cannot talk to {server}: {type(error).__name__}: {error}",
+                       "check the kubeconfig's server address and certificate")
+    return None  # it answered (a 403 or 404 on /version still means it is there)
 
 
 def check_apis(api_client) -> list[Row]:
@@ -189,7 +217,11 @@ def check_serving_credentials(api, cluster: Cluster) -> Row:
     from serving.deploy.credentials import credential_problems
 
     what = f"serving credentials {api.namespace}/{cluster.serving_service_account}"
-    problems = credential_problems(api, cluster.serving_service_account, log=lambda line: None)
+    try:
+        problems = credential_problems(api, cluster.serving_service_account,
+                                       log=lambda line: None)
+    except Exception as error:  # the API server failed the read: say so, check the rest
+        return Row(what, None, f"cannot check them: {error}")
     if problems:
         return Row(what, False, problems[0].split(";")[0],
                    f"kubectl apply -k {SETUP}serving-credentials -n {api.namespace} (see "
@@ -260,6 +292,9 @@ def preflight(endpoint, api_client, cluster: Cluster, *, check_backend: bool = T
     from serving.deploy.kserve_api import KServeApi
 
     rows = [check_kfp(endpoint)] if check_backend else []
+    server = check_api_server(api_client)
+    if server is not None:
+        return [*rows, server]
     rows += check_apis(api_client)
     core = client.CoreV1Api(api_client)
     serving = KServeApi(api_client, cluster.serving_namespace)
@@ -303,6 +338,7 @@ def api_client_from(kubeconfig: str = "", context: str = ""):
     except Exception as error:
         raise UserInputError(f"cannot load the kubeconfig ({error}); point --kubeconfig or "
                              "$KUBECONFIG at one for the cluster") from None
+    configuration.retries = RETRIES
     return client.ApiClient(configuration)
 
 

@@ -51,3 +51,16 @@ def data_problems(source: str) -> list[str]:
     if missing:
         return [f"data directory {source!r} lacks {', '.join(missing)}"]
     return []
+
+
+def writable_directory(path: str, what: str) -> str:
+    """``path``, made if missing, when it is a local directory; ``UserInputError`` naming
+    ``what`` (a flag, a parameter) when it cannot be one: a file in the way, no permission.
+    URIs pass as they are: their filesystem answers for them."""
+    if "://" not in path:
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as error:
+            raise UserInputError(f"{what} {path!r} cannot be made a directory: "
+                                 f"{error.strerror or error}") from None
+    return path

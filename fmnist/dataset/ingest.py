@@ -82,7 +82,12 @@ def ingest(
 
     import tensorflow as tf
 
-    tf.io.gfile.makedirs(output_dir)
+    try:
+        tf.io.gfile.makedirs(output_dir)
+    except tf.errors.OpError as error:  # no filesystem for the scheme, a file in the way
+        raise UserInputError(f"cannot write the dataset to {output_dir}: {error.message}; "
+                             "give a local directory or a URI TensorFlow writes (gs://, "
+                             "s3:// with tensorflow-io)") from None
     split_metadata: dict[str, Any] = {}
     for split, (images, labels) in arrays.items():
         written = records.write_split(

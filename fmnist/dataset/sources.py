@@ -21,7 +21,9 @@ import hashlib
 import os
 import socket
 import tempfile
+import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 
@@ -29,10 +31,16 @@ import numpy as np
 
 from fmnist.dataset.idx import decode_idx_gz
 from fmnist.dataset.official import IMAGE_SIZE, NUM_CLASSES, OFFICIAL_FILES, OfficialFile
-from fmnist.errors import DataSourceError
+from fmnist.errors import DataSourceError, connection_problem
 from fmnist.settings.data import DATA_DIR_ENV, TFDS_SOURCE
 
 HTTP_TIMEOUT_SECONDS = 60
+# Before TFDS downloads (with 10 retries, backing off for 3.5 minutes in all), its host is asked
+# once, twice at most: a machine without network fails in seconds.
+PROBE_TIMEOUT_SECONDS = 5.0
+PROBE_ATTEMPTS = 2
+OFFLINE_FIX = (f"On a machine without network, set {DATA_DIR_ENV} (or the data_source "
+               "parameter) to a directory holding the four official IDX .gz files.")
 TFDS_DATA_DIR_ENV = "TFDS_DATA_DIR"  # TFDS's own variable (tensorflow_datasets/core/constants.py)
 
 
@@ -92,21 +100,27 @@ def _read_bytes(location: str, name: str) -> bytes:
         except (urllib.error.URLError, OSError) as err:
             raise DataSourceError(
                 f"could not download {name} from {describe_source(location)}: {err}. "
-                f"On a machine without network, set {DATA_DIR_ENV} (or the data_source "
-                "parameter) to a directory holding the four official IDX .gz files."
+                + OFFLINE_FIX
             ) from err
     import tensorflow as tf  # gfile reads local paths and gs://, s3://, hdfs:// URIs
 
     if location.startswith("file://"):
         path = path[len("file://") :]
-    if not tf.io.gfile.exists(path):
+    try:
+        if not tf.io.gfile.exists(path):
+            raise DataSourceError(
+                f"{name} is missing from the Fashion-MNIST directory "
+                f"{describe_source(location)}: it must hold the four official files "
+                f"({', '.join(f.name for f in OFFICIAL_FILES)})."
+            )
+        with tf.io.gfile.GFile(path, "rb") as handle:
+            return handle.read()
+    except tf.errors.OpError as err:  # a scheme TensorFlow has no filesystem for, no access
         raise DataSourceError(
-            f"{name} is missing from the Fashion-MNIST directory {describe_source(location)}: "
-            "it must hold the four official files "
-            f"({', '.join(f.name for f in OFFICIAL_FILES)})."
-        )
-    with tf.io.gfile.GFile(path, "rb") as handle:
-        return handle.read()
+            f"cannot read {name} from {describe_source(location)}: {err.message}. Give a local "
+            "directory, an http(s):// URL, or a URI TensorFlow reads (gs://, s3:// with "
+            "tensorflow-io, hdfs://)."
+        ) from None
 
 
 def _verify(official: OfficialFile, data: bytes, expected: str) -> str:
@@ -160,6 +174,35 @@ def tfds_data_dir() -> str:
         tempfile.gettempdir(), "fmnist-tensorflow-datasets")
 
 
+def unreachable(url: str) -> str | None:
+    """Why the host of ``url`` cannot be reached, or None when it answered at all.
+
+    A HEAD request, through the proxies the download would use, without retries: a name that
+    does not resolve, a refused connection, no route or no answer within
+    ``PROBE_TIMEOUT_SECONDS`` is asked once more after a second. Any HTTP answer, even a 5xx,
+    and an answer cut off count as reached: the download's own retries are for those."""
+    import requests
+
+    problem = None
+    for attempt in range(PROBE_ATTEMPTS):
+        if attempt:
+            time.sleep(1.0)
+        try:
+            requests.head(url, timeout=PROBE_TIMEOUT_SECONDS, allow_redirects=False).close()
+            return None
+        except requests.RequestException as error:
+            problem = connection_problem(error)
+            if problem is None:
+                return None
+    return problem
+
+
+def _needs_download(builder, data_dir: str) -> bool:
+    """Whether preparing will download: not prepared yet and nothing downloaded before."""
+    downloads = os.path.join(data_dir, "downloads")
+    return not builder.is_prepared() and not (os.path.isdir(downloads) and os.listdir(downloads))
+
+
 def _download_failed(error: BaseException) -> bool:
     """Whether ``error`` (or one it was raised from) is a failed download, not a bug."""
     import requests
@@ -200,7 +243,16 @@ def _load_tfds() -> RawDataset:
     data_dir = tfds_data_dir()
     try:
         builder = tfds.builder("fashion_mnist", data_dir=data_dir)
+        url = getattr(builder, "URL", "")  # where TFDS downloads fashion_mnist from
+        if not manual and url and _needs_download(builder, data_dir):
+            problem = unreachable(url)
+            if problem:
+                host = urllib.parse.urlsplit(url).hostname
+                raise DataSourceError(f"TensorFlow Datasets could not download fashion_mnist: "
+                                      f"{host} cannot be reached: {problem}. {OFFLINE_FIX}")
         builder.download_and_prepare(download_config=config)
+    except DataSourceError:
+        raise
     except NonMatchingChecksumError as err:
         raise DataSourceError(
             f"TensorFlow Datasets downloaded fashion_mnist files that do not match its "
@@ -211,9 +263,7 @@ def _load_tfds() -> RawDataset:
         if not _download_failed(err):
             raise  # a bug, or a full disk: its own message says what
         raise DataSourceError(
-            f"TensorFlow Datasets could not download fashion_mnist: {err}. On a machine "
-            f"without network, set {DATA_DIR_ENV} (or the data_source parameter) to a "
-            "directory holding the four official IDX .gz files."
+            f"TensorFlow Datasets could not download fashion_mnist: {err}. {OFFLINE_FIX}"
         ) from err
     loaded = [
         next(iter(tfds.as_numpy(builder.as_dataset(split=split).batch(100_000))))

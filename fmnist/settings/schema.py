@@ -19,7 +19,7 @@ import json
 import math
 import types
 import typing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import MISSING, Field, dataclass
 from typing import Any, ClassVar, TypeVar
 
@@ -330,25 +330,40 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def add_flags(parser, group: type[Settings], *, title: str | None = None) -> None:
+def add_flags(parser, group: type[Settings], *, title: str | None = None,
+              description: str | None = None,
+              defaults: Sequence[tuple[str, Settings]] = ()) -> None:
     """One ``--flag`` per setting of ``group`` (``argparse``). Every flag defaults to None
     ("not given"), so :func:`given_values` returns only what was typed; a boolean alone means
     true (``--tune``) or takes a value (``--augment false``), lists take ``a,b``, JSON objects
-    take ``'{...}'``."""
-    target = parser.add_argument_group(title) if title else parser
+    take ``'{...}'``.
+
+    The help states the defaults a value left out gets: the group's own, or ``defaults``, the
+    sets of defaults by where they apply (``[("with --local", local), ("with --host",
+    cluster)]``): ``(default 10)`` where they agree, ``(default 1 with --local, 2 with --host)``
+    where not. A single set is shown without its place."""
+    target = parser.add_argument_group(title, description) if title else parser
+    sets = list(defaults) or [("", group())]
     for name, spec in group.specs().items():
-        text = spec.setting.help.replace("%", "%%")
+        shown = f"{spec.setting.help} ({default_note(spec, sets)})".replace("%", "%%")
         if spec.kind is bool:
             target.add_argument(flag(name), nargs="?", const="true", default=None,
-                                metavar="BOOL", help=f"{text} (default {spec.default_text})")
+                                metavar="BOOL", help=shown)
         elif spec.kind in (dict, list, tuple):
             target.add_argument(flag(name), default=None,
-                                metavar="JSON" if spec.kind is dict else "A,B",
-                                help=f"{text} (default {spec.default_text})")
+                                metavar="JSON" if spec.kind is dict else "A,B", help=shown)
         else:
             target.add_argument(flag(name), default=None, type=str,
-                                metavar=spec.type_name.upper(),
-                                help=f"{text} (default {spec.default_text})")
+                                metavar=spec.type_name.upper(), help=shown)
+
+
+def default_note(spec: Spec, sets: Sequence[tuple[str, Settings]]) -> str:
+    """``default 10``, or ``default 1 with --local, 2 with --host`` when the sets disagree."""
+    texts = [(where, dataclasses.replace(spec, default=getattr(values, spec.name)).default_text)
+             for where, values in sets]
+    if len({text for _, text in texts}) == 1:
+        return f"default {texts[0][1]}"
+    return "default " + ", ".join(f"{text} {where}".rstrip() for where, text in texts)
 
 
 def given_values(args, group: type[Settings]) -> dict[str, Any]:
