@@ -173,6 +173,10 @@ def test_the_readme_python_api_examples_run_against_the_kfp_api(kfp_api, tmp_pat
         assert spec["pipelineInfo"]["name"] == "fashion-mnist-training"
         assert spec["pipelineInfo"]["displayName"] == f"fashion-mnist-training {__version__}"
         assert body["experiment_id"] == "exp-1"
+    # The profile namespace of the client reaches the experiment the runs go into (multi-user
+    # KFP scopes experiments, and through them runs, by namespace).
+    assert {c["body"].get("namespace") for c in kfp_api.find("POST", f"{API}/experiments")} \
+        == {"team-a"}
     [recurring] = [c["body"] for c in kfp_api.find("POST", f"{API}/recurringruns")]
     assert recurring["display_name"] == "fashion-mnist-nightly"
     assert recurring["trigger"]["cron_schedule"]["cron"] == "0 0 3 * * *"
@@ -180,6 +184,26 @@ def test_the_readme_python_api_examples_run_against_the_kfp_api(kfp_api, tmp_pat
     assert int(recurring["max_concurrency"]) == 1
     assert recurring["runtime_config"]["parameters"] == {"epochs": 12}
     assert namespace["schedule"].recurring_run_id == "recurring-1"
+
+
+def test_the_front_pages_python_example_runs_as_written(kfp_api, tmp_path, monkeypatch):
+    """The README's "From Python" example, unchanged: ``kfp.Client()`` takes its host from
+    ``KF_PIPELINES_ENDPOINT`` (kfp/client/client.py; inside the cluster it is unset and the
+    client uses the in-cluster address and token), and the run carries only the given
+    argument."""
+    from fmnist import __version__
+
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("\n### From Python\n", 1)[1].split("\n### ", 1)[0]
+    [example] = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+    assert f'"fashion-mnist-training-{__version__}.yaml"' in example
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KF_PIPELINES_ENDPOINT", kfp_api.url)
+    shutil.copy(ROOT / PACKAGE, tmp_path / f"fashion-mnist-training-{__version__}.yaml")
+    exec(example, {})  # noqa: S102 - the README's own example
+    [run] = [c["body"] for c in kfp_api.find("POST", f"{API}/runs")]
+    assert run["runtime_config"]["parameters"] == {"epochs": 12}
+    assert not [c for c in kfp_api.calls if "rejected" in c]
 
 
 def _client(kfp_api):

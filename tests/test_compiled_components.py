@@ -247,3 +247,36 @@ def test_the_compiled_components_run_under_kfp_local_on_the_real_data(real_data_
     # One epoch on 3,000 images learns (chance is 0.1); the test split is read for the winner.
     assert 0.5 < values["best_validation_accuracy"] <= 1.0, values
     assert 0.5 < values["best_test_accuracy"] <= 1.0, values
+
+
+def test_the_readme_example_of_one_component_in_a_users_pipeline_compiles(tmp_path):
+    """The front page's example, as written, over a release's file names (the compiled
+    components renamed as ``make release`` names them), in a child that imports none of this
+    package: it compiles, and the train task mounts the claim and names it."""
+    from fmnist import __version__
+
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("\n### One component in your pipeline\n", 1)[1].split("\n## ", 1)[0]
+    [example] = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+    (tmp_path / "components").mkdir()
+    for path in COMPILED.glob("*.yaml"):
+        (tmp_path / "components" / f"{path.stem}-{__version__}.yaml").write_text(
+            path.read_text())
+    script = example + textwrap.dedent("""
+        import sys
+        from kfp import compiler
+        compiler.Compiler().compile(my_training, "my_training.yaml")
+        assert not {"fmnist", "kfp_components", "pipelines"} & {
+            name.split(".")[0] for name in sys.modules}
+    """)
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, env={"PATH": os.environ["PATH"]})
+    assert done.returncode == 0, done.stderr[-3000:]
+    documents = list(yaml.safe_load_all((tmp_path / "my_training.yaml").read_text()))
+    platform = documents[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    [train] = [spec for name, spec in platform.items() if "train" in name]
+    assert train["pvcMount"][0]["mountPath"] == "/mnt/fmnist"
+    executors = documents[0]["deploymentSpec"]["executors"]
+    [train_executor] = [e for name, e in executors.items() if "train" in name]
+    assert {"name": "FMNIST_PVC_NAME", "value": "fmnist-data"} in \
+        train_executor["container"]["env"]

@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from fmnist.settings.jobs import KubernetesSettings
-from fmnist.settings.pipeline import PipelineParameters
+from fmnist.settings.pipeline import PipelineParameters, cluster_defaults
 from fmnist.settings.platform import IMAGE_ENV, MOUNT_PATH, PVC_ENV, Platform
 from fmnist.settings.schema import markdown_table
 from fmnist.settings.serving import ServingSettings
@@ -136,8 +136,12 @@ def component_readme(folder: str, component) -> str:
 def readme_blocks() -> dict[str, str]:
     """The README's generated tables, by block name."""
     return {
-        "parameters": markdown_table(PipelineParameters,
-                                     header=("parameter", "default", "meaning")),
+        # Both variants' defaults: the local run's, and the compiled pipeline's (what the
+        # Kubeflow UI, `run --host` and the Python API start from).
+        "parameters": markdown_table(
+            PipelineParameters, header=("parameter", "local default", "Kubeflow default",
+                                        "meaning"),
+            defaults=[PipelineParameters(), cluster_defaults()]),
         "tuning": markdown_table(TuningSettings, header=("`tuning` key", "default", "meaning")),
         "kubernetes": markdown_table(KubernetesSettings,
                                      header=("`kubernetes` key", "default", "meaning")),

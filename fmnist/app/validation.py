@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 
 from fmnist.dataset.official import OFFICIAL_FILES
-from fmnist.dataset.sources import resolve_source
 from fmnist.errors import UserInputError
 from fmnist.settings.data import DATA_DIR_ENV, TFDS_SOURCE
 from fmnist.settings.pipeline import PipelineParameters
@@ -23,6 +22,9 @@ def parameter_problems(parameters: PipelineParameters,
     on this machine the data directory's files."""
     problems = pipeline_problems(parameters)
     if check_data if check_data is not None else parameters.backend == "local":
+        # Here, not at the top: `compile` uses writable_directory in a base install (no numpy).
+        from fmnist.dataset.sources import resolve_source
+
         # A cluster reads its own storage; this machine's directories mean nothing there.
         problems += data_problems(resolve_source(parameters.data_source))
     return list(dict.fromkeys(problems))

@@ -405,14 +405,17 @@ def args_doc(groups: Iterable[type[Settings]], names: Iterable[str] | None = Non
 
 
 def markdown_table(group: type[Settings], names: Iterable[str] | None = None,
-                   header: tuple[str, str, str] = ("setting", "default", "meaning"),
-                   defaults: Settings | None = None) -> str:
-    """A README table of the group's settings: name, default, help."""
+                   header: Sequence[str] = ("setting", "default", "meaning"),
+                   defaults: Sequence[Settings] | None = None) -> str:
+    """A README table of the group's settings: name, one default column per set of
+    ``defaults`` (the group's own when none are given; ``header`` names each), help."""
     specs = group.specs()
-    values = defaults or group()
-    rows = [f"| {header[0]} | {header[1]} | {header[2]} |", "| --- | --- | --- |"]
+    sets = list(defaults or [group()])
+    rows = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     for name in names if names is not None else specs:
         spec = specs[name]
-        shown = dataclasses.replace(spec, default=getattr(values, name)).default_text
-        rows.append(f"| `{name}` | `{shown}` | {spec.setting.help} |")
+        shown = [dataclasses.replace(spec, default=getattr(values, name)).default_text
+                 for values in sets]
+        rows.append(f"| `{name}` | " + " | ".join(f"`{text}`" for text in shown)
+                    + f" | {spec.setting.help} |")
     return "\n".join(rows)
