@@ -5,12 +5,15 @@ UV := $(or $(shell command -v uv 2>/dev/null),.tools/bin/uv)
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup run serve test install-check compile readme release bench lint clean help mutation
+.PHONY: setup run serve test shared-data install-check compile readme release bench lint clean help \
+	mutation
 
 help:
 	@echo "make run      - run the pipeline end to end on this machine (kfp.local)"
 	@echo "make serve    - serve the latest selected model on 127.0.0.1:8080 (SERVE_ARGS)"
 	@echo "make test     - run the tests"
+	@echo "make shared-data - fetch the real Fashion-MNIST and upstream CRDs the tests read"
+	@echo "               into SHARED (../shared), each checked against its pinned sha256"
 	@echo "make install-check - pip-install the wheel on PYTHON_VERSION (base, and [all] dry run)"
 	@echo "make compile  - compile the pipeline and components into compiled/"
 	@echo "make readme   - regenerate the component READMEs and the README's settings tables"
@@ -40,6 +43,13 @@ serve: setup
 test: setup
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# What the tests read beside the checkout (../shared: the four official Fashion-MNIST files, the
+# upstream CRDs), each checked against its sha256 pinned in tests/shared_files.py; files already
+# there with the pinned sha256 are kept. GitHub's CI runs it before `make test`.
+SHARED ?= ../shared
+shared-data: setup
+	$(PY) -m tests.shared_files --dest "$(SHARED)"
 
 # The wheel installed with plain pip on one Python (tests/test_install.py; `make test` runs
 # all four). Its runner is a venv of its own with the base and the dev group, no extras.

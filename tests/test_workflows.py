@@ -119,6 +119,20 @@ def test_ci_runs_the_tests_on_311_and_the_wheel_on_every_supported_python():
     assert step["run"] == "make install-check PYTHON_VERSION=${{ matrix.python }}"
 
 
+def test_ci_fetches_the_shared_files_first_and_lets_the_tests_that_need_them_fail():
+    ci = _workflow("ci.yml")
+    steps = [s for _, s in _steps({"jobs": {"t": ci["jobs"]["test"]}}) if "run" in s]
+    runs = [s["run"] for s in steps]
+    fetch, test = (runs.index(f"make {target} PYTHON_VERSION=3.11")
+                   for target in ("shared-data", "test"))
+    assert fetch < test
+    env = {**ci.get("env", {}), **ci["jobs"]["test"].get("env", {}), **steps[test].get("env", {})}
+    assert "CI" not in env  # GitHub's CI=true: what is missing fails, as in the project's CI
+    # Where `make shared-data` puts the data by default (SHARED), as .ci/run exports it.
+    assert re.search(r"^SHARED \?= \.\./shared$", (ROOT / "Makefile").read_text(), re.MULTILINE)
+    assert env["FASHION_MNIST_DIR"] == "${{ github.workspace }}/../shared/data/fashion-mnist"
+
+
 def test_a_release_checks_the_tag_then_pushes_then_compiles_against_the_digests():
     release = _workflow("release.yml")
     assert release["on"] == {"push": {"tags": ["v*"]}}

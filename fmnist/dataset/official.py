@@ -20,6 +20,13 @@ NUM_CLASSES = len(CLASS_NAMES)
 IMAGE_SIZE = 28
 
 
+# Where the release is downloaded from: Zalando's S3 bucket, as TensorFlow Datasets registers it for
+# ``fashion_mnist`` (url_checksums/fashion_mnist.txt, with the sha256 below; the data source
+# "tfds" downloads from there, and tests/test_shared_files.py holds the two together). Its website
+# endpoint speaks plain HTTP only: the sha256 pins are what make a download trustworthy.
+OFFICIAL_URL = "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"
+
+
 @dataclass(frozen=True)
 class OfficialFile:
     """One of the four gzip-compressed IDX files of the official release."""
