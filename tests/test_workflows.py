@@ -3,11 +3,12 @@ publish is a make target the tests here exercise; actions are pinned by commit; 
 the images before compiling against their digests and publishes with the narrowest rights.
 
 The action SHAs were read from the actions' own repositories (``git rev-parse <tag>^{commit}``
-on actions/checkout v7.0.1, astral-sh/setup-uv v10.0.1, docker/setup-buildx-action v4.3.0,
-docker/login-action v4.1.0, docker/build-push-action v7.3.0, actions/upload-artifact v7.0.0,
-actions/download-artifact v8.0.1); pypa/gh-action-pypi-publish v1.13.0's from the workflows of
-other projects pinning it (its repository's snapshot here ends at v1.8.14). Outputs relied on:
-docker/build-push-action v7.3.0 ``action.yml`` ``outputs.digest`` (``sha256:<hex>``).
+on actions/checkout v7.0.1, actions/setup-python v7.0.0, astral-sh/setup-uv v10.0.1,
+docker/setup-buildx-action v4.3.0, docker/login-action v4.1.0, docker/build-push-action v7.3.0,
+actions/upload-artifact v7.0.0, actions/download-artifact v8.0.1); pypa/gh-action-pypi-publish
+v1.13.0's from the workflows of other projects pinning it (its repository's snapshot here ends
+at v1.8.14). Outputs relied on: docker/build-push-action v7.3.0 ``action.yml``
+``outputs.digest`` (``sha256:<hex>``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ WORKFLOWS = ROOT / ".github" / "workflows"
 # Steps that are not make targets: what only GitHub can do.
 NOT_MAKE = {"docker/setup-buildx-action", "docker/login-action", "docker/build-push-action",
             "pypa/gh-action-pypi-publish", "actions/checkout", "astral-sh/setup-uv",
+            "actions/setup-python",
             "actions/upload-artifact", "actions/download-artifact"}
 
 
