@@ -43,7 +43,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.loopback import JsonRequestHandler, LoopbackServer, reply_json
+from tests.loopback import JsonRequestHandler, LoopbackServer, reply_bytes, reply_json
 
 # (group, version, plural) -> kind, for everything the stand-in serves.
 CORE = {
@@ -178,13 +178,8 @@ class ApiServerStandIn(LoopbackServer):
                 with standin.lock:
                     code, reply = standin.dispatch(method, self.path, body)
                 if reply is None:  # what the API server says for a type it does not serve
-                    data = b"404 page not found\n"
-                    self.send_response(404)
-                    self.send_header("Content-Type", "text/plain; charset=utf-8")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                    return
+                    return reply_bytes(self, b"404 page not found\n", 404,
+                                       "text/plain; charset=utf-8")
                 reply_json(self, reply, code)
 
             def do_GET(self):

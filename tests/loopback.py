@@ -7,13 +7,17 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
-def reply_json(handler: BaseHTTPRequestHandler, body: dict, code: int = 200) -> None:
-    data = json.dumps(body).encode()
+def reply_bytes(handler: BaseHTTPRequestHandler, data: bytes, code: int = 200,
+                content_type: str = "application/json") -> None:
     handler.send_response(code)
-    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Type", content_type)
     handler.send_header("Content-Length", str(len(data)))
     handler.end_headers()
     handler.wfile.write(data)
+
+
+def reply_json(handler: BaseHTTPRequestHandler, body: dict, code: int = 200) -> None:
+    reply_bytes(handler, json.dumps(body).encode(), code)
 
 
 class JsonRequestHandler(BaseHTTPRequestHandler):

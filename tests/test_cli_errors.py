@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures import offline_prefix
+from tests.loopback import reply_json
 
 REPO = Path(__file__).resolve().parent.parent
 # Every case ends well within this; the slowest import TensorFlow (about 15 s on 2 cores).
@@ -301,12 +302,8 @@ def test_an_api_that_refuses_the_token_is_an_error_naming_it(world, tmp_path):
             def do_get(request):
                 if request.path.startswith("/apis/v2beta1/healthz"):
                     return answer(request)
-                body = b'{"error": "Unauthorized", "message": "no valid token", "code": 16}'
-                request.send_response(401)
-                request.send_header("Content-Type", "application/json")
-                request.send_header("Content-Length", str(len(body)))
-                request.end_headers()
-                request.wfile.write(body)
+                reply_json(request, {"error": "Unauthorized", "message": "no valid token",
+                                     "code": 16}, 401)
 
             handler.do_GET = do_get
 

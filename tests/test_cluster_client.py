@@ -14,7 +14,7 @@ from fmnist.app.cli import main as cli_main
 from fmnist.app.kfp_client import cron_expression
 from fmnist.errors import UserInputError
 from tests.kfp_standin import API, KfpStandIn
-from tests.loopback import JsonRequestHandler, LoopbackServer
+from tests.loopback import JsonRequestHandler, LoopbackServer, reply_bytes
 
 PACKAGE = "compiled/fashion_mnist_pipeline.yaml"
 
@@ -329,12 +329,8 @@ class LoginPage(LoopbackServer):
     def __init__(self):
         class Handler(JsonRequestHandler):
             def do_GET(self):
-                page = b"<html><body>Log in to Kubeflow</body></html>"
-                self.send_response(200)
-                self.send_header("Content-Type", "text/html")
-                self.send_header("Content-Length", str(len(page)))
-                self.end_headers()
-                self.wfile.write(page)
+                reply_bytes(self, b"<html><body>Log in to Kubeflow</body></html>",
+                            content_type="text/html")
 
         self._serve(Handler)
 
