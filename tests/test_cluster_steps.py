@@ -112,6 +112,7 @@ def test_every_step_and_everything_it_creates_runs_the_compiled_image(compiled, 
         from fmnist.settings.training import TrainingConfig
         from fmnist.training.job import TrainingJobSpec
         from katib.experiment import build_experiment
+        from katib.experiment import to_manifest as experiment_manifest
         from kfp_components.tune.step import experiment_settings
 
         def images(manifest):
@@ -136,7 +137,7 @@ def test_every_step_and_everything_it_creates_runs_the_compiled_image(compiled, 
                                                   TrainingConfig(), {{}}, num_workers=2,
                                                   gpus_per_worker=gpus)
             settings = replace(settings, kubernetes=trial_pods)
-            experiment = to_manifest(build_experiment(settings, space, "/mnt/fmnist/d"))
+            experiment = experiment_manifest(build_experiment(settings, space, "/mnt/fmnist/d"))
             found[f"trial {{gpus}}"] = images(experiment["spec"]["trialTemplate"]["trialSpec"])
         print(json.dumps(found))
     """, tmp_path)
