@@ -22,10 +22,15 @@ The rules it enforces, each from upstream source:
   ``APIResourceList``), 404 when the group/version is not served (kubernetes/apiserver
   ``pkg/endpoints/discovery``).
 * SelfSubjectAccessReview, made as the ``Impersonate-User`` when given, answers
-  ``status.allowed``: with ``rbac=True`` by the stored Roles and RoleBindings (a rule allows when
-  its apiGroups, resources (``resource/subresource``), verbs and resourceNames match, ``*``
-  matching all: kubernetes ``pkg/apis/rbac/v1/evaluation_helpers.go`` ``RuleAllows``), else by
-  ``allowed``; impersonation needs the ``impersonate`` verb (403 when ``impersonation`` is off).
+  ``status.allowed``: with ``rbac=True`` by the stored RoleBindings of the namespace, each naming
+  a Role of that namespace or a ClusterRole (a rule allows when its apiGroups, resources
+  (``resource/subresource``), verbs and resourceNames match, ``*`` matching all: kubernetes
+  ``pkg/apis/rbac/v1/evaluation_helpers.go`` ``RuleAllows``), else by ``allowed``. A ClusterRole
+  with an ``aggregationRule`` has the rules of every ClusterRole its label selectors match, as
+  kubernetes' ``pkg/controller/clusterroleaggregation/clusterroleaggregation_controller.go``
+  fills them in (v1.31: ``syncClusterRole``, the union of the selected roles' rules; the
+  selected roles' own rules are filled the same way, so aggregation nests). Impersonation needs
+  the ``impersonate`` verb (403 when ``impersonation`` is off).
 
 Faults can be injected per request (``fail``): an HTTP status, a delay past the client's
 timeout, or a dropped connection.
@@ -64,6 +69,7 @@ CORE = {
 }
 CLUSTER_SCOPED = {
     ("apiextensions.k8s.io", "v1", "customresourcedefinitions"): "CustomResourceDefinition",
+    ("rbac.authorization.k8s.io", "v1", "clusterroles"): "ClusterRole",
 }
 # Custom resources: their status is a subresource, so the main resource cannot write it.
 WITH_STATUS_SUBRESOURCE = {"InferenceService", "Deployment"}
@@ -400,8 +406,10 @@ class ApiServerStandIn(LoopbackServer):
                        and subject.get("namespace", ns) == account_namespace
                        for subject in binding.get("subjects") or []):
                 continue
-            role = self.objects.get(("Role", ns, binding["roleRef"]["name"]))
-            for rule in (role or {}).get("rules") or []:
+            ref = binding["roleRef"]
+            rules = (self._cluster_role_rules(ref["name"]) if ref.get("kind") == "ClusterRole"
+                     else (self.objects.get(("Role", ns, ref["name"])) or {}).get("rules") or [])
+            for rule in rules:
                 def has(values, wanted):
                     return "*" in (values or []) or wanted in (values or [])
                 if (has(rule.get("apiGroups"), group) and has(rule.get("resources"), resource)
@@ -409,6 +417,23 @@ class ApiServerStandIn(LoopbackServer):
                         and (not rule.get("resourceNames") or name in rule["resourceNames"])):
                     return True
         return False
+
+    def _cluster_role_rules(self, name: str, seen: frozenset = frozenset()) -> list[dict]:
+        """A ClusterRole's rules, aggregated as the clusterrole-aggregation controller does."""
+        role = self.objects.get(("ClusterRole", "", name))
+        if role is None or name in seen:
+            return []
+        selectors = (role.get("aggregationRule") or {}).get("clusterRoleSelectors")
+        if not selectors:
+            return list(role.get("rules") or [])
+        rules = []
+        for (kind, _, other), candidate in list(self.objects.items()):
+            labels = (candidate.get("metadata") or {}).get("labels") or {}
+            if kind == "ClusterRole" and other != name and any(
+                    all(labels.get(k) == v for k, v in (s.get("matchLabels") or {}).items())
+                    for s in selectors):
+                rules += self._cluster_role_rules(other, seen | {name})
+        return rules
 
     # -- for the tests -------------------------------------------------------------------
 

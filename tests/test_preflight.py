@@ -11,6 +11,7 @@ from fmnist.app.cli import main as cli_main
 from fmnist.app.preflight import PERMISSIONS
 from tests.kfp_standin import KfpStandIn
 from tests.kserve_standin import KServeStandIn
+from tests.kubeflow_roles import kubeflow_profile
 from tests.setup_manifests import build
 from tests.test_cluster_client import HEALTHZ_2_5
 
@@ -143,3 +144,35 @@ def test_multi_user_checks_the_profiles_default_editor(cluster, capsys):
     output = capsys.readouterr().out
     assert set(standin.impersonated) == {"system:serviceaccount:team-a:default-editor"}
     assert "kubeflow-edit" in output  # the fix for multi-user names Kubeflow's role
+
+
+@pytest.mark.parametrize("kubeflow", ["v1.11.0", "26.03"])
+def test_on_multi_user_kubeflow_the_profiles_roles_grant_every_permission(kubeflow, monkeypatch,
+                                                                          tmp_path, capsys):
+    """The README says multi-user Kubeflow needs no RBAC step: the profile controller binds the
+    profile's ``default-editor`` to ``kubeflow-edit`` (kubeflow/kubeflow v1.10.0
+    components/profile-controller/controllers/profile_controller.go L209-213, 592-632; Kubeflow
+    1.11 and 26.03 run that controller), which aggregates the roles each component installs.
+    With those roles as kubeflow/manifests ships them (tests/kubeflow_roles/, extracted at the
+    tag) and no Role of ours, every permission the steps use is granted."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("FMNIST_CREDENTIALS_SECRET", raising=False)
+    monkeypatch.delenv("FMNIST_PVC_NAME", raising=False)
+    with KServeStandIn(rbac=True) as standin, KfpStandIn() as kfp:
+        kubeflow_profile(standin, "team-a", kubeflow)
+        for base in ("pvc", "serving-credentials", "serving-access"):
+            for obj in build(base, namespace="team-a"):
+                standin.put(obj)
+        claim = standin.objects[("PersistentVolumeClaim", "team-a", "fmnist-data")]
+        claim["status"] = {"phase": "Bound", "accessModes": ["ReadWriteMany"]}
+        code = cli_main(["preflight", "--host", kfp.url, "--namespace", "team-a",
+                         "--kubeconfig", str(standin.kubeconfig("team-a"))])
+        output = capsys.readouterr().out
+        assert code == 0, output
+        assert set(standin.impersonated) == {"system:serviceaccount:team-a:default-editor"}
+        # Without the aggregation (kubeflow-edit's own rules are empty) nothing is granted.
+        edit = standin.objects[("ClusterRole", "", "kubeflow-edit")]
+        del edit["aggregationRule"]
+        assert cli_main(["preflight", "--host", kfp.url, "--namespace", "team-a",
+                         "--kubeconfig", str(standin.kubeconfig("team-a"))]) == 1
+        assert len(missing_lines(capsys.readouterr().out)) == len(PERMISSIONS)
