@@ -25,7 +25,7 @@ from tests.setup_manifests import BASES, ROOT, build, kustomization
 
 MODELS = {"PersistentVolumeClaim": "V1PersistentVolumeClaim", "Role": "V1Role",
           "RoleBinding": "V1RoleBinding", "ServiceAccount": "V1ServiceAccount",
-          "Secret": "V1Secret"}
+          "Secret": "V1Secret", "Job": "V1Job"}
 
 # The shape of spec in Istio's AuthorizationPolicy CRD, v1beta1 (kubeflow/manifests v1.11.0
 # common/istio/istio-crds/base/crd.yaml, CustomResourceDefinition
@@ -144,9 +144,72 @@ def test_kubectl_kustomize_builds_what_the_tests_load(base, tmp_path):
 
 
 def test_the_pvc_is_read_write_many_and_named_as_the_compile_default():
-    (claim,) = build("pvc")
+    claim, _ = sorted(build("pvc"), key=lambda obj: obj["kind"] != "PersistentVolumeClaim")
     assert claim["metadata"]["name"] == "fmnist-data"  # Platform.pvc_name's default
     assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+
+
+def _permissions_job() -> dict:
+    (job,) = [obj for obj in build("pvc", namespace="team-a") if obj["kind"] == "Job"]
+    return job
+
+
+def test_the_permissions_job_mounts_the_claim_as_the_pipelines_pods_do():
+    """The claim's root must be writable before the first run: a step writes it first (the
+    dataset copy), and KFP gives step pods no fsGroup (kubeflow/pipelines 2.15.0
+    backend/src/v2/compiler/argocompiler/argo.go 153-156: runAsUser only; 2.16.0 argo.go
+    163-176 and kubernetes_platform/proto/kubernetes_executor_config.proto 277-291: no
+    fsGroup). The Job mounts the claim at the steps' path as the image's user 1000 in group 0
+    with fsGroup 0, which the kubelet applies to the root where the driver supports it; no
+    Istio sidecar (it would keep the pod running, kubeflow/manifests v1.11.0
+    tests/training_operator_job.yaml 12-15); the image is the runtime's base."""
+    import re
+
+    from fmnist.settings.platform import IMAGE_GID, IMAGE_UID, MOUNT_PATH
+    from tests.job_standin import job_problems
+
+    job = _permissions_job()
+    assert job_problems(job) == []
+    assert job["spec"]["backoffLimit"] == 0  # one answer, not retries of the same one
+    template = job["spec"]["template"]
+    assert template["metadata"]["labels"]["sidecar.istio.io/inject"] == "false"
+    pod = template["spec"]
+    assert pod["securityContext"] == {"runAsUser": IMAGE_UID, "runAsGroup": IMAGE_GID,
+                                      "fsGroup": IMAGE_GID,
+                                      "fsGroupChangePolicy": "OnRootMismatch"}
+    (claim,) = [obj for obj in build("pvc") if obj["kind"] == "PersistentVolumeClaim"]
+    assert pod["volumes"] == [{"name": "fmnist-data", "persistentVolumeClaim": {
+        "claimName": claim["metadata"]["name"]}}]
+    (container,) = pod["containers"]
+    assert container["volumeMounts"] == [{"name": "fmnist-data", "mountPath": MOUNT_PATH}]
+    assert container["env"] == [{"name": "ROOT", "value": MOUNT_PATH}]
+    dockerfile = (ROOT.parent / "Dockerfile").read_text()
+    assert container["image"] == re.search(r"^ARG PYTHON_IMAGE=(\S+)", dockerfile, re.M)[1]
+
+
+def _run_check(root: str) -> subprocess.CompletedProcess:
+    command = _permissions_job()["spec"]["template"]["spec"]["containers"][0]["command"]
+    return subprocess.run(command, env={"ROOT": root, "PATH": "/usr/bin:/bin"},
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_the_permissions_check_passes_on_a_writable_root_and_leaves_nothing(tmp_path):
+    done = _run_check(str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "the shared volume is ready" in done.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_permissions_check_fails_on_a_root_it_cannot_write_naming_the_fix(tmp_path):
+    """A root no directory can be made in (a file stands for it: this test may run as root,
+    whom permissions do not stop)."""
+    root = tmp_path / "not-a-directory"
+    root.write_text("")
+    done = _run_check(str(root))
+    assert done.returncode == 1
+    assert "the shared volume is not ready" in done.stderr
+    assert "chown 1000:0 <root> && chmod 2775 <root>" in done.stderr
+    assert "fsGroupPolicy: File" in done.stderr
 
 
 def test_the_standalone_role_grants_every_permission_the_pipeline_uses():
