@@ -236,6 +236,45 @@ def test_the_serving_credentials_pass_the_deploy_steps_check():
         assert account["metadata"]["name"] == KFP_STORE_SERVICE_ACCOUNT
 
 
+# KFP's object store as each supported Kubeflow release installs it: Service → {port:
+# targetPort}, and the pod ports SeaweedFS's NetworkPolicy opens to profile namespaces (where
+# the predictor's storage initializer runs). kubeflow/manifests, under
+# applications/pipeline/upstream/third-party/seaweedfs/base/seaweedfs/:
+# - v1.11.0 (KFP 2.15.0): seaweedfs-service.yaml (name L8, port 8333 → 8333 L17-19),
+#   minio-service.yaml (name L4, port 9000 → 8333 L10-14), both in kustomization.yaml L5-12;
+# - 26.03 (KFP 2.16.0): seaweedfs-service.yaml (name L6, 8333 → 8333 L15-17, 9000 → 8333
+#   L19-21); kustomization.yaml L5-11 lists no minio-service.yaml, and the directory has none;
+# - both: seaweedfs-networkpolicy.yaml L6-15 (from namespaces labelled
+#   app.kubernetes.io/part-of: kubeflow-profile, port 8333 only).
+# Only the S3 Services are listed (seaweedfs also serves 8111, 8888, 9333, 18888, 19333).
+KFP_OBJECT_STORES = {
+    "Kubeflow 1.11.0": {"services": {"seaweedfs.kubeflow": {8333: 8333},
+                                     "minio-service.kubeflow": {9000: 8333}},
+                        "profile_ports": {8333}},
+    "Kubeflow 26.03": {"services": {"seaweedfs.kubeflow": {8333: 8333, 9000: 8333}},
+                       "profile_ports": {8333}},
+}
+
+
+@pytest.mark.parametrize("release", sorted(KFP_OBJECT_STORES))
+def test_the_serving_credentials_name_an_endpoint_every_supported_release_serves(release):
+    """KServe's storage initializer fetches the model from the s3-endpoint annotation of our
+    Secret: a Service and port of KFP's object store that the release installs and whose pod
+    port its NetworkPolicy admits from a profile namespace. minio-service.kubeflow:9000 was
+    one on 1.11 (an alias of SeaweedFS) but is gone from 26.03."""
+    from serving.deploy import credentials
+
+    (secret,) = [o for o in build("serving-credentials") if o["kind"] == "Secret"]
+    endpoint = secret["metadata"]["annotations"]["serving.kserve.io/s3-endpoint"]
+    host, _, port = endpoint.rpartition(":")
+    store = KFP_OBJECT_STORES[release]
+    assert host in store["services"], f"{release} has no Service {host}"
+    assert int(port) in store["services"][host], f"{release}: {host} has no port {port}"
+    assert store["services"][host][int(port)] in store["profile_ports"]
+    # The deploy step's advice names the same endpoint.
+    assert endpoint == getattr(credentials, "KFP_STORE_ENDPOINT", None)
+
+
 def test_the_istio_policy_selects_our_predictors_and_only_the_inference_paths():
     (policy,) = build("serving-access", namespace="team-a")
     manifest = to_manifest(build_inference_service(
