@@ -275,6 +275,23 @@ def test_the_serving_credentials_name_an_endpoint_every_supported_release_serves
     assert endpoint == getattr(credentials, "KFP_STORE_ENDPOINT", None)
 
 
+def test_every_kubeflow_release_the_readme_supports_has_its_object_store_checked():
+    """A row of the README's support matrix that runs the whole pipeline on a Kubeflow release
+    has that release's object store in KFP_OBJECT_STORES, so the serving credentials' endpoint
+    is checked against it (a new release's row needs its Services read first)."""
+    readme = (ROOT.parent / "README.md").read_text()
+    section = readme.split("### What it runs on", 1)[1].split("\n### ", 1)[0]
+    supported = []
+    for line in section.splitlines():
+        if not line.startswith("| Kubeflow "):
+            continue
+        cells = [cell.strip() for cell in line.strip().strip("|").split(" | ")]
+        if cells[0][9:10].isdigit() and cells[2].startswith("the whole pipeline"):
+            supported.append(cells[0])
+    assert supported == ["Kubeflow 26.03", "Kubeflow 1.11.0"]
+    assert set(supported) == set(KFP_OBJECT_STORES)
+
+
 def test_the_istio_policy_selects_our_predictors_and_only_the_inference_paths():
     (policy,) = build("serving-access", namespace="team-a")
     manifest = to_manifest(build_inference_service(
