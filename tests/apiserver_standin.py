@@ -58,6 +58,7 @@ CORE = {
     ("", "v1", "persistentvolumeclaims"): "PersistentVolumeClaim",
     ("", "v1", "pods"): "Pod",
     ("apps", "v1", "deployments"): "Deployment",
+    ("batch", "v1", "jobs"): "Job",  # manifests/pvc's permissions Job, stored as applied
     ("serving.kserve.io", "v1beta1", "inferenceservices"): "InferenceService",
     ("serving.kserve.io", "v1alpha1", "servingruntimes"): "ServingRuntime",
     ("security.istio.io", "v1beta1", "authorizationpolicies"): "AuthorizationPolicy",

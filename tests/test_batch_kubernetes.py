@@ -6,6 +6,7 @@ the same way."""
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -73,6 +74,45 @@ def test_the_api_servers_rules_refuse_what_it_refuses():
     assert "spec.completions: Required value" in job_problems(no_completions)[0]
     with pytest.raises(UserInputError, match="DNS-1035 label of at most 56"):
         build_indexed_job(_spec(name="fmnist-batch-" + "a" * 50), _settings(Path("/m")))
+
+
+def test_the_jobs_pods_run_as_the_image_user_with_fs_group_0_on_the_shared_volume():
+    """Each pod writes its shard under batch/<job>/ on the shared volume, which the step made:
+    the image's user 1000 in group 0 (the step pods' group; KFP gives them no fsGroup,
+    kubeflow/pipelines 2.16.0 backend/src/v2/compiler/argocompiler/argo.go 163-176), and
+    fsGroup 0 where the volume's driver applies it. The kubernetes client's V1PodSecurityContext
+    has the fields (the round trip above keeps every one)."""
+    from kubernetes.client import ApiClient
+
+    manifest = to_manifest(build_indexed_job(_spec(), _settings(Path("/mnt/fmnist"))))
+    assert to_manifest(ApiClient().deserialize(_Response(manifest), "V1Job")) == manifest
+    assert manifest["spec"]["template"]["spec"]["securityContext"] == {
+        "runAsUser": 1000, "runAsGroup": 0, "fsGroup": 0, "fsGroupChangePolicy": "OnRootMismatch"}
+
+
+def test_the_step_makes_the_jobs_directory_group_writable(tmp_path):
+    """The step makes batch/<job>/ (its pods write predictions/ there): mode 2775 whatever the
+    umask, so that pods of group 0 can write it even when KFP runs the step as another uid
+    (PIPELINE_RUN_AS_USER, kubeflow/pipelines 2.15.0 argocompiler/container.go 132-149)."""
+    import stat
+
+    mount = tmp_path / "volume"
+    mount.mkdir()
+    model, data = tmp_path / "model", tmp_path / "data"
+    (model / "1").mkdir(parents=True)
+    (model / "1" / "saved_model.pb").write_bytes(b"model")
+    data.mkdir()
+    (data / "metadata.json").write_text(json.dumps({"sha256": {"test": "ab"}}))
+    scorer = IndexedJobScorer(_settings(mount), batch_api=object())
+    old = os.umask(0o022)
+    try:
+        remote = scorer.remote_spec(_spec(model_dir=str(model), data_dir=str(data),
+                                          output_dir=str(tmp_path / "out")))
+    finally:
+        os.umask(old)
+    for directory in (mount / "batch", mount / "batch" / _spec().name, mount / "datasets"):
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o2775, directory
+    assert remote.model_dir == f"{mount}/batch/{_spec().name}/model"
 
 
 def test_job_state_follows_the_complete_and_failed_conditions():

@@ -418,3 +418,27 @@ def test_a_searched_model_type_is_a_label_placeholder():
     manifest = _manifest(_settings(), space)
     labels = manifest["spec"]["trialTemplate"]["trialSpec"]["metadata"]["labels"]
     assert labels["fmnist/model-type"] == "${trialParameters.model_type}"
+
+
+def test_every_trial_pod_runs_as_the_image_user_with_fs_group_0_on_the_shared_volume():
+    """Trials write their checkpoints and exports under katib/<experiment>/<trial>/ on the
+    shared volume, which the tuning step made (group 0, setgid): so the trial TFJob's pods run
+    as the image's user 1000 in group 0, with fsGroup 0 where the volume's driver applies it.
+    Katib creates the trial's TFJob from trialSpec with only its placeholders, name and
+    namespace replaced (kubeflow/katib v0.19.0 pkg/controller.v1beta1/experiment/manifest/
+    generator.go 89-107, trial/trial_controller.go 295), and its pod webhook sets no pod-level
+    securityContext (pkg/webhook/v1beta1/pod/inject_webhook.go 182-183 and 245-249 touch only
+    shareProcessNamespace and the collector container's own), so the pod-level fields reach
+    the pods, the metrics collector included. Valid for Katib's Experiment CRD and swagger and,
+    strictly, for the TFJob CRD."""
+    manifest = _manifest(_settings(num_workers=2, use_chief=True))
+    validate_katib(manifest)
+    trial = manifest["spec"]["trialTemplate"]["trialSpec"]
+    validate_strict(trial, "tfjob.kubeflow.org_v1.yaml", "v1")
+    assert webhook_problems(manifest) == []
+    replicas = trial["spec"]["tfReplicaSpecs"]
+    assert set(replicas) == {"Chief", "Worker"}
+    for replica in replicas.values():
+        assert replica["template"]["spec"]["securityContext"] == {
+            "runAsUser": 1000, "runAsGroup": 0, "fsGroup": 0,
+            "fsGroupChangePolicy": "OnRootMismatch"}

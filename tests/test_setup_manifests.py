@@ -25,7 +25,7 @@ from tests.setup_manifests import BASES, ROOT, build, kustomization
 
 MODELS = {"PersistentVolumeClaim": "V1PersistentVolumeClaim", "Role": "V1Role",
           "RoleBinding": "V1RoleBinding", "ServiceAccount": "V1ServiceAccount",
-          "Secret": "V1Secret"}
+          "Secret": "V1Secret", "Job": "V1Job"}
 
 # The shape of spec in Istio's AuthorizationPolicy CRD, v1beta1 (kubeflow/manifests v1.11.0
 # common/istio/istio-crds/base/crd.yaml, CustomResourceDefinition
@@ -144,9 +144,72 @@ def test_kubectl_kustomize_builds_what_the_tests_load(base, tmp_path):
 
 
 def test_the_pvc_is_read_write_many_and_named_as_the_compile_default():
-    (claim,) = build("pvc")
+    claim, _ = sorted(build("pvc"), key=lambda obj: obj["kind"] != "PersistentVolumeClaim")
     assert claim["metadata"]["name"] == "fmnist-data"  # Platform.pvc_name's default
     assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+
+
+def _permissions_job() -> dict:
+    (job,) = [obj for obj in build("pvc", namespace="team-a") if obj["kind"] == "Job"]
+    return job
+
+
+def test_the_permissions_job_mounts_the_claim_as_the_pipelines_pods_do():
+    """The claim's root must be writable before the first run: a step writes it first (the
+    dataset copy), and KFP gives step pods no fsGroup (kubeflow/pipelines 2.15.0
+    backend/src/v2/compiler/argocompiler/argo.go 153-156: runAsUser only; 2.16.0 argo.go
+    163-176 and kubernetes_platform/proto/kubernetes_executor_config.proto 277-291: no
+    fsGroup). The Job mounts the claim at the steps' path as the image's user 1000 in group 0
+    with fsGroup 0, which the kubelet applies to the root where the driver supports it; no
+    Istio sidecar (it would keep the pod running, kubeflow/manifests v1.11.0
+    tests/training_operator_job.yaml 12-15); the image is the runtime's base."""
+    import re
+
+    from fmnist.settings.platform import IMAGE_GID, IMAGE_UID, MOUNT_PATH
+    from tests.job_standin import job_problems
+
+    job = _permissions_job()
+    assert job_problems(job) == []
+    assert job["spec"]["backoffLimit"] == 0  # one answer, not retries of the same one
+    template = job["spec"]["template"]
+    assert template["metadata"]["labels"]["sidecar.istio.io/inject"] == "false"
+    pod = template["spec"]
+    assert pod["securityContext"] == {"runAsUser": IMAGE_UID, "runAsGroup": IMAGE_GID,
+                                      "fsGroup": IMAGE_GID,
+                                      "fsGroupChangePolicy": "OnRootMismatch"}
+    (claim,) = [obj for obj in build("pvc") if obj["kind"] == "PersistentVolumeClaim"]
+    assert pod["volumes"] == [{"name": "fmnist-data", "persistentVolumeClaim": {
+        "claimName": claim["metadata"]["name"]}}]
+    (container,) = pod["containers"]
+    assert container["volumeMounts"] == [{"name": "fmnist-data", "mountPath": MOUNT_PATH}]
+    assert container["env"] == [{"name": "ROOT", "value": MOUNT_PATH}]
+    dockerfile = (ROOT.parent / "Dockerfile").read_text()
+    assert container["image"] == re.search(r"^ARG PYTHON_IMAGE=(\S+)", dockerfile, re.M)[1]
+
+
+def _run_check(root: str) -> subprocess.CompletedProcess:
+    command = _permissions_job()["spec"]["template"]["spec"]["containers"][0]["command"]
+    return subprocess.run(command, env={"ROOT": root, "PATH": "/usr/bin:/bin"},
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_the_permissions_check_passes_on_a_writable_root_and_leaves_nothing(tmp_path):
+    done = _run_check(str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "the shared volume is ready" in done.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_permissions_check_fails_on_a_root_it_cannot_write_naming_the_fix(tmp_path):
+    """A root no directory can be made in (a file stands for it: this test may run as root,
+    whom permissions do not stop)."""
+    root = tmp_path / "not-a-directory"
+    root.write_text("")
+    done = _run_check(str(root))
+    assert done.returncode == 1
+    assert "the shared volume is not ready" in done.stderr
+    assert "chown 1000:0 <root> && chmod 2775 <root>" in done.stderr
+    assert "fsGroupPolicy: File" in done.stderr
 
 
 def test_the_standalone_role_grants_every_permission_the_pipeline_uses():
@@ -171,6 +234,62 @@ def test_the_serving_credentials_pass_the_deploy_steps_check():
         assert credential_problems(api, KFP_STORE_SERVICE_ACCOUNT, print) == []
         (account,) = [o for o in build("serving-credentials") if o["kind"] == "ServiceAccount"]
         assert account["metadata"]["name"] == KFP_STORE_SERVICE_ACCOUNT
+
+
+# KFP's object store as each supported Kubeflow release installs it: Service → {port:
+# targetPort}, and the pod ports SeaweedFS's NetworkPolicy opens to profile namespaces (where
+# the predictor's storage initializer runs). kubeflow/manifests, under
+# applications/pipeline/upstream/third-party/seaweedfs/base/seaweedfs/:
+# - v1.11.0 (KFP 2.15.0): seaweedfs-service.yaml (name L8, port 8333 → 8333 L17-19),
+#   minio-service.yaml (name L4, port 9000 → 8333 L10-14), both in kustomization.yaml L5-12;
+# - 26.03 (KFP 2.16.0): seaweedfs-service.yaml (name L6, 8333 → 8333 L15-17, 9000 → 8333
+#   L19-21); kustomization.yaml L5-11 lists no minio-service.yaml, and the directory has none;
+# - both: seaweedfs-networkpolicy.yaml L6-15 (from namespaces labelled
+#   app.kubernetes.io/part-of: kubeflow-profile, port 8333 only).
+# Only the S3 Services are listed (seaweedfs also serves 8111, 8888, 9333, 18888, 19333).
+KFP_OBJECT_STORES = {
+    "Kubeflow 1.11.0": {"services": {"seaweedfs.kubeflow": {8333: 8333},
+                                     "minio-service.kubeflow": {9000: 8333}},
+                        "profile_ports": {8333}},
+    "Kubeflow 26.03": {"services": {"seaweedfs.kubeflow": {8333: 8333, 9000: 8333}},
+                       "profile_ports": {8333}},
+}
+
+
+@pytest.mark.parametrize("release", sorted(KFP_OBJECT_STORES))
+def test_the_serving_credentials_name_an_endpoint_every_supported_release_serves(release):
+    """KServe's storage initializer fetches the model from the s3-endpoint annotation of our
+    Secret: a Service and port of KFP's object store that the release installs and whose pod
+    port its NetworkPolicy admits from a profile namespace. minio-service.kubeflow:9000 was
+    one on 1.11 (an alias of SeaweedFS) but is gone from 26.03."""
+    from serving.deploy import credentials
+
+    (secret,) = [o for o in build("serving-credentials") if o["kind"] == "Secret"]
+    endpoint = secret["metadata"]["annotations"]["serving.kserve.io/s3-endpoint"]
+    host, _, port = endpoint.rpartition(":")
+    store = KFP_OBJECT_STORES[release]
+    assert host in store["services"], f"{release} has no Service {host}"
+    assert int(port) in store["services"][host], f"{release}: {host} has no port {port}"
+    assert store["services"][host][int(port)] in store["profile_ports"]
+    # The deploy step's advice names the same endpoint.
+    assert endpoint == getattr(credentials, "KFP_STORE_ENDPOINT", None)
+
+
+def test_every_kubeflow_release_the_readme_supports_has_its_object_store_checked():
+    """A row of the README's support matrix that runs the whole pipeline on a Kubeflow release
+    has that release's object store in KFP_OBJECT_STORES, so the serving credentials' endpoint
+    is checked against it (a new release's row needs its Services read first)."""
+    readme = (ROOT.parent / "README.md").read_text()
+    section = readme.split("### What it runs on", 1)[1].split("\n### ", 1)[0]
+    supported = []
+    for line in section.splitlines():
+        if not line.startswith("| Kubeflow "):
+            continue
+        cells = [cell.strip() for cell in line.strip().strip("|").split(" | ")]
+        if cells[0][9:10].isdigit() and cells[2].startswith("the whole pipeline"):
+            supported.append(cells[0])
+    assert supported == ["Kubeflow 26.03", "Kubeflow 1.11.0"]
+    assert set(supported) == set(KFP_OBJECT_STORES)
 
 
 def test_the_istio_policy_selects_our_predictors_and_only_the_inference_paths():

@@ -137,6 +137,8 @@ def test_the_whole_manifest_of_a_gpu_job_with_a_chief():
                 "volumeMounts": [{"mountPath": "/mnt/fmnist", "name": "fmnist-data"}],
             }],
             "nodeSelector": {"nvidia.com/gpu.present": "true"},
+            "securityContext": {"runAsUser": 1000, "runAsGroup": 0, "fsGroup": 0,
+                                "fsGroupChangePolicy": "OnRootMismatch"},
             "serviceAccountName": "trainer",
             "tolerations": [{"effect": "NoSchedule", "key": "nvidia.com/gpu",
                              "operator": "Exists"}],
@@ -167,7 +169,9 @@ def test_a_cpu_job_without_a_claim_has_no_gpu_fields_and_no_volume():
     worker = manifest["spec"]["tfReplicaSpecs"]["Worker"]
     assert worker["restartPolicy"] == "Never"
     pod = worker["template"]["spec"]
-    assert set(pod) == {"containers"}  # no volumes, node selector, tolerations, account
+    # No volumes, node selector, tolerations, account; no fsGroup without a volume.
+    assert set(pod) == {"containers", "securityContext"}
+    assert pod["securityContext"] == {"runAsUser": 1000, "runAsGroup": 0}
     assert set(pod["containers"][0]) == {"name", "image", "command", "env", "resources"}
     assert manifest["spec"]["runPolicy"] == {"backoffLimit": 3, "cleanPodPolicy": "Running",
                                              "ttlSecondsAfterFinished": 3600}
@@ -196,3 +200,28 @@ def test_a_name_whose_pods_would_not_be_dns_labels_is_refused():
         f"job name {name!r} is too long: its pod and service '{name}-worker-10' would exceed "
         "63 characters; shorten the name by 1")
 
+
+
+def test_every_replica_runs_as_the_image_user_with_fs_group_0_on_the_shared_volume():
+    """The pods write the shared volume (checkpoints, exports, TensorBoard logs) next to what
+    the pipeline's steps wrote there, so they run as the image's user 1000 in group 0, the
+    group the step pods run in (KFP gives a step no fsGroup: kubeflow/pipelines 2.15.0
+    backend/src/v2/compiler/argocompiler/argo.go 153-156, 2.16.0 argo.go 163-176 and
+    kubernetes_platform/proto/kubernetes_executor_config.proto 277-291), with ``fsGroup: 0``
+    where the volume's driver applies it, changed only on a root mismatch. Pod-level, in every
+    replica's template: the Training Operator creates each pod from a copy of its replica's
+    template (kubeflow/trainer v1.9.2 pkg/controller.v1/common/pod.go 410-455). The fields are
+    the TFJob CRD's (../shared/crds/tfjob.kubeflow.org_v1.yaml: podSecurityContext fsGroup,
+    fsGroupChangePolicy, runAsGroup, runAsUser), checked strictly."""
+    from fmnist.settings.platform import IMAGE_GID, IMAGE_UID
+
+    spec = _spec(num_workers=2, strategy="parameter_server", num_ps=2, evaluator=True)
+    manifest = to_manifest(build_tfjob(spec, _settings(pvc_name="fmnist-data")))
+    validate_strict(manifest, CRD, "v1")
+    replicas = manifest["spec"]["tfReplicaSpecs"]
+    assert set(replicas) == {"Chief", "Worker", "PS", "Evaluator"}
+    for replica in replicas.values():
+        assert replica["template"]["spec"]["securityContext"] == {
+            "runAsUser": IMAGE_UID, "runAsGroup": IMAGE_GID, "fsGroup": IMAGE_GID,
+            "fsGroupChangePolicy": "OnRootMismatch"}
+    assert (IMAGE_UID, IMAGE_GID) == (1000, 0)  # the Dockerfile's USER (tests/test_image.py)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from fmnist.errors import UserInputError
+from fmnist.kubernetes.storage import pod_security_context
 from fmnist.scoring.job import ScoringJobSpec
 from fmnist.settings.jobs import KubernetesSettings
 from fmnist.settings.names import is_dns_1035_label
@@ -63,7 +64,11 @@ def build_indexed_job(spec: ScoringJobSpec, settings: KubernetesSettings):
         metadata=client.V1ObjectMeta(labels=dict(labels),
                                      annotations={"sidecar.istio.io/inject": "false"}),
         spec=client.V1PodSpec(containers=[container], volumes=volumes, restart_policy="Never",
-                              service_account_name=settings.service_account or None),
+                              service_account_name=settings.service_account or None,
+                              # Writes its shard on the shared volume: see
+                              # fmnist.kubernetes.storage.
+                              security_context=pod_security_context(
+                                  with_volume=bool(settings.pvc_name))),
     )
     return client.V1Job(
         api_version="batch/v1",

@@ -14,6 +14,7 @@ it (:func:`backoff_limit`).
 from __future__ import annotations
 
 from fmnist.errors import UserInputError
+from fmnist.kubernetes.storage import pod_security_context
 from fmnist.settings.jobs import GPU_RESOURCE, KubernetesSettings
 from fmnist.training.job import TrainingJobSpec
 
@@ -115,6 +116,9 @@ def build_tfjob(spec: TrainingJobSpec, settings: KubernetesSettings):
             tolerations=[client.V1Toleration(**t) for t in settings.gpu_tolerations]
             if gpus
             else None,
+            # The image's user and group, and fsGroup 0 on the shared volume: see
+            # fmnist.kubernetes.storage for why, and how the operator passes it on.
+            security_context=pod_security_context(with_volume=bool(settings.pvc_name)),
         )
         # No Istio sidecar in training pods (it would keep a finished pod running and sits in
         # the workers' gRPC path): the label is what Kubeflow's own TFJob test sets

@@ -36,6 +36,12 @@ SECRET_ENV = "FMNIST_CREDENTIALS_SECRET"
 DEFAULT_IMAGE_REPOSITORY = "ghcr.io/fmnist-kfp/fmnist-kfp"
 GPU_TAG_SUFFIX = "-gpu"  # <repository>:<version>-gpu beside <repository>:<version>
 MOUNT_PATH = "/mnt/fmnist"
+# Who the image runs as (Dockerfile: ``USER 1000:0``; tests/test_image.py holds them together).
+# Every pod this package creates runs so too, and owns the shared volume's files with group 0,
+# the group KFP's own step pods run in: KFP can set no fsGroup on them (see
+# fmnist.kubernetes.storage), so group 0 is the one group every writer of the volume shares.
+IMAGE_UID = 1000
+IMAGE_GID = 0
 
 
 def component_image() -> str:

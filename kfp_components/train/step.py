@@ -19,7 +19,7 @@ from typing import Any
 from fmnist.backends import choose_backend
 from fmnist.errors import UserInputError
 from fmnist.kubernetes.names import stable_name
-from fmnist.kubernetes.storage import copy_tree, stage_dataset
+from fmnist.kubernetes.storage import copy_tree, make_shared_dirs, stage_dataset
 from fmnist.settings.jobs import KubernetesSettings, cluster_settings
 from fmnist.settings.platform import PVC_ENV
 from fmnist.settings.training import TrainingConfig
@@ -161,6 +161,7 @@ def train_step(
 
         build_tfjob(spec, settings)
         job_data_dir = stage_dataset(data_dir, f"{shared}/datasets")
+        make_shared_dirs(f"{shared}/jobs")  # group-writable: every job's pods make theirs
         spec.data_dir = job_data_dir
         # Before the job starts, so its progress can be watched.
         tensorboard.update(publish_tensorboard(tensorboard_name(config.model_type, model_dir),

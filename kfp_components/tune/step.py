@@ -83,7 +83,7 @@ def tune_step(*, model_type: str, base: TrainingConfig, tuning: dict[str, Any], 
                                                                         data_dir)
 
     def on_kubernetes():
-        from fmnist.kubernetes.storage import stage_dataset
+        from fmnist.kubernetes.storage import make_shared_dirs, stage_dataset
         from katib.experiment import build_experiment
         from katib.kubernetes import KatibExperimentLauncher
 
@@ -93,6 +93,7 @@ def tune_step(*, model_type: str, base: TrainingConfig, tuning: dict[str, Any], 
         data = f"{pods.mount_path.rstrip('/')}/datasets"
         build_experiment(on_cluster, space, data)  # every problem before the dataset is copied
         data = stage_dataset(data_dir, data)
+        make_shared_dirs(on_cluster.trials_root)  # group-writable: every trial makes its own
         katib = launcher
         if katib is None:
             deadline = pods.active_deadline_seconds  # a trial's: the search may take them all

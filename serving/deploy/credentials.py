@@ -1,8 +1,13 @@
 """Object-store credentials for KServe's storage initializer, and the check made before any
 write that a model in KFP's object store can be fetched.
 
-KFP stores artifacts as ``minio://<bucket>/<key>`` behind ``minio-service.kubeflow:9000``
-(MinIO on Kubeflow 1.10, SeaweedFS on 1.11; plain HTTP). KServe has no ``minio://`` scheme
+KFP stores artifacts as ``minio://<bucket>/<key>`` in its object store, over plain HTTP:
+SeaweedFS on Kubeflow 1.11 and 26.03 (standalone KFP 2.15, 2.16), whose S3 port both serve as
+``seaweedfs.kubeflow:8333`` (:data:`KFP_STORE_ENDPOINT`; kubeflow/manifests v1.11.0 and 26.03
+applications/pipeline/upstream/third-party/seaweedfs/base/seaweedfs/seaweedfs-service.yaml).
+1.11 also keeps the name ``minio-service`` (port 9000, ``minio-service.yaml``), which 26.03 no
+longer ships (its ``kustomization.yaml`` lines 5-11); MinIO itself (Kubeflow 1.10, standalone
+KFP 2.14) is ``minio-service.kubeflow:9000``. KServe has no ``minio://`` scheme
 (kserve v0.20.0 ``python/storage/kserve_storage/kserve_storage.py`` L47-65), so the deploy step
 serves it as ``s3://<bucket>/<key>`` with a ServiceAccount whose Secret holds:
 
@@ -27,6 +32,12 @@ from serving.deploy.kserve_api import KServeApi
 KFP_STORE_SCHEME = "minio://"
 ACCESS_KEY = "AWS_ACCESS_KEY_ID"
 SECRET_KEY = "AWS_SECRET_ACCESS_KEY"
+# Where KServe's storage initializer reaches KFP's SeaweedFS from a profile namespace, on both
+# Kubeflow 1.11 and 26.03: the S3 port, the one SeaweedFS's NetworkPolicy admits from profile
+# namespaces (seaweedfs-networkpolicy.yaml lines 6-15, both tags). manifests/serving-credentials
+# sets it.
+KFP_STORE_ENDPOINT = "seaweedfs.kubeflow:8333"
+MINIO_ENDPOINT = "minio-service.kubeflow:9000"  # KFP's store where it still runs MinIO
 ENDPOINT_ANNOTATION = "serving.kserve.io/s3-endpoint"
 USE_HTTPS_ANNOTATION = "serving.kserve.io/s3-usehttps"
 VERIFY_SSL_ANNOTATION = "serving.kserve.io/s3-verifyssl"
@@ -98,7 +109,8 @@ def _secret_problem(secret: dict, name: str) -> str | None:
     if not endpoint:
         return (f"Secret {name!r} has no {ENDPOINT_ANNOTATION} annotation, so KServe would "
                 f"fetch from AWS instead of KFP's object store; annotate it with "
-                f"{ENDPOINT_ANNOTATION}: minio-service.kubeflow:9000 and "
+                f"{ENDPOINT_ANNOTATION}: {KFP_STORE_ENDPOINT} (SeaweedFS, Kubeflow 1.11 and "
+                f"later; {MINIO_ENDPOINT} where KFP runs MinIO) and "
                 f"{USE_HTTPS_ANNOTATION}: \"0\"")
     use_https = annotations.get(USE_HTTPS_ANNOTATION) or data.get(USE_HTTPS_KEY)
     if "://" not in endpoint and use_https != "0":
