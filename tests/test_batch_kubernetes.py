@@ -115,6 +115,35 @@ def test_the_step_makes_the_jobs_directory_group_writable(tmp_path):
     assert remote.model_dir == f"{mount}/batch/{_spec().name}/model"
 
 
+def test_a_retried_step_never_rewrites_the_model_its_jobs_pods_may_be_loading(tmp_path):
+    """A retried step pod stages again, then re-attaches to the Job its first try created
+    (same name, HTTP 409): that Job's pods may be loading batch/<job>/model. The second staging
+    must leave those files alone (before, it copied over them with overwrite, truncating each
+    file a pod had open); the model comes from the same artifact, so the published copy is
+    the one to use."""
+    mount = tmp_path / "volume"
+    mount.mkdir()
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "metadata.json").write_text(json.dumps({"sha256": {"test": "ab"}}))
+    scorer = IndexedJobScorer(_settings(mount), batch_api=object())
+
+    def stage(payload: bytes) -> Path:
+        model = tmp_path / f"model-{payload[:1].decode()}"
+        (model / "1").mkdir(parents=True)
+        (model / "1" / "saved_model.pb").write_bytes(payload)
+        remote = scorer.remote_spec(_spec(model_dir=str(model), data_dir=str(data),
+                                          output_dir=str(tmp_path / "out")))
+        return Path(remote.model_dir) / "1" / "saved_model.pb"
+
+    loaded = stage(b"A" * 4096)
+    with loaded.open("rb") as pod:  # a pod of the first try's Job is reading the model
+        again = stage(b"B" * 4096)  # different bytes, so any rewrite would show
+        assert again == loaded
+        assert pod.read() == b"A" * 4096
+    assert not [p for p in (mount / "batch" / _spec().name).iterdir() if p.name.startswith(".")]
+
+
 def test_job_state_follows_the_complete_and_failed_conditions():
     job = {"spec": {"completions": 2}, "status": {"succeeded": 1, "active": 1}}
     assert job_state(job) == (False, False, "1/2 shards done, 1 running, 0 failed pods", "")

@@ -17,7 +17,7 @@ from dataclasses import replace
 from fmnist.errors import UserInputError
 from fmnist.kubernetes.job import build_indexed_job, job_state, to_manifest
 from fmnist.kubernetes.runner import JobStatus, RemoteJob, RemoteJobRunner
-from fmnist.kubernetes.storage import copy_tree, make_shared_dirs, stage_dataset
+from fmnist.kubernetes.storage import copy_tree, make_shared_dirs, publish_copy, stage_dataset
 from fmnist.scoring.job import ScoringJobSpec, merge_shards
 from fmnist.settings.jobs import KubernetesSettings, cluster_settings
 from fmnist.settings.platform import PVC_ENV
@@ -74,7 +74,9 @@ class IndexedJobScorer:
                 f"it: use a gs:// or s3:// URI, or a path under {mount} (the shared volume)")
         root = f"{mount}/batch/{spec.name}"
         make_shared_dirs(root)  # the Job's pods write their shards in it, whatever our uid
-        copy_tree(spec.model_dir, f"{root}/model")
+        # A retried step re-attaches to the Job its first try created, whose pods may be
+        # loading this model: published once, never rewritten.
+        publish_copy(spec.model_dir, f"{root}/model")
         return replace(spec, model_dir=f"{root}/model",
                        data_dir=stage_dataset(spec.data_dir, f"{mount}/datasets"),
                        output_dir=f"{root}/predictions")

@@ -140,48 +140,68 @@ def dataset_key(metadata: dict) -> str:
     ).hexdigest()[:16]
 
 
+def publish_copy(source: str, target: str, *, marker: str = "",
+                 before_publish: Callable[[str], None] | None = None) -> str:
+    """Copies the directory ``source`` to ``target`` on the mounted volume, atomically, and
+    returns ``target``; a published copy is reused, never overwritten (a job may be reading
+    it).
+
+    The copy goes into a directory of its own beside the target (``marker``, a top-level file,
+    last), and is renamed into place: a rename is atomic, and renaming a directory onto one
+    that exists and is not empty fails (POSIX rename(2), ENOTEMPTY/EEXIST; NFS too), so of two
+    steps publishing the same copy at once one publishes and the other discards its copy and
+    uses the winner's. With ``marker``, a target without it is an incomplete copy an older,
+    non-atomic version left: refused, naming it. ``before_publish`` (tests) runs with the
+    temporary directory before the rename."""
+    import tensorflow as tf
+
+    if _is_uri(target):
+        raise ValueError(f"{target!r} must be on a mounted volume: publishing a copy relies on "
+                         "an atomic directory rename")
+    target = target.rstrip("/")
+    parent, name = posixpath.split(target)
+
+    def published() -> bool:
+        return tf.io.gfile.exists(f"{target}/{marker}" if marker else target)
+
+    if published():
+        return target
+    make_shared_dirs(parent)
+    staging = f"{parent}/.{name}.{uuid.uuid4().hex}"
+    done = False
+    try:
+        copy_tree(source, staging, last=marker)
+        if before_publish is not None:
+            before_publish(staging)
+        try:
+            os.rename(staging, target)
+            done = True
+        except OSError as error:
+            if error.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+            if not published():
+                # Only a copy made before publishing was atomic can be there without its
+                # marker; nothing reads it, but another step may still be writing it.
+                raise UserInputError(
+                    f"{target} holds an incomplete copy (no {marker}), left by an interrupted "
+                    "copy of an earlier version of this package; no job reads it: delete that "
+                    "directory and run again") from error
+    finally:
+        if not done:  # lost the race, or failed: our copy goes
+            shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
 def stage_dataset(data_dir: str, shared_root: str,
                   before_publish: Callable[[str], None] | None = None) -> str:
     """Copies the dataset to ``shared_root`` (a directory on the mounted volume) under a name
-    from its checksums, and returns where; a complete copy is reused, never overwritten.
-
-    The copy goes into a directory of its own beside the target, ``metadata.json`` last, and is
-    renamed into place: a rename is atomic, and renaming a directory onto one that exists and
-    is not empty fails (POSIX rename(2), ENOTEMPTY/EEXIST; NFS too), so of two steps staging
-    the same dataset at once one publishes and the other discards its copy and uses the
-    winner's. ``before_publish`` (tests) runs with the temporary directory before the rename."""
-    import tensorflow as tf
-
+    from its checksums, ``metadata.json`` last, and returns where (:func:`publish_copy`): of
+    steps staging the same dataset at once one copy is published, and none is ever rewritten
+    while a job reads it."""
     from fmnist.dataset.records import METADATA_FILE, read_metadata
 
     if _is_uri(shared_root):
         raise ValueError(f"the dataset is staged on a mounted volume, not {shared_root!r}: "
                          "publishing it relies on an atomic directory rename")
     target = f"{shared_root.rstrip('/')}/{dataset_key(read_metadata(data_dir))}"
-    marker = f"{target}/{METADATA_FILE}"
-    if tf.io.gfile.exists(marker):  # published whole: reuse
-        return target
-    make_shared_dirs(shared_root)
-    staging = f"{shared_root.rstrip('/')}/.{posixpath.basename(target)}.{uuid.uuid4().hex}"
-    published = False
-    try:
-        copy_tree(data_dir, staging, last=METADATA_FILE)
-        if before_publish is not None:
-            before_publish(staging)
-        try:
-            os.rename(staging, target)
-            published = True
-        except OSError as error:
-            if error.errno not in (errno.ENOTEMPTY, errno.EEXIST):
-                raise
-            if not tf.io.gfile.exists(marker):
-                # Only a copy made before publishing was atomic can be there without its
-                # marker; nothing reads it, but another step may still be writing it.
-                raise UserInputError(
-                    f"{target} holds an incomplete copy of the dataset (no {METADATA_FILE}), "
-                    "left by an interrupted copy of an earlier version of this package; no "
-                    "job reads it: delete that directory and run again") from error
-    finally:
-        if not published:  # lost the race, or failed: our copy goes
-            shutil.rmtree(staging, ignore_errors=True)
-    return target
+    return publish_copy(data_dir, target, marker=METADATA_FILE, before_publish=before_publish)
