@@ -14,16 +14,23 @@ the API server answered, kserve v0.20.0 ``controller.go`` L421-438).
 * a change of the revision template (the predictor less ``canaryTrafficPercent``, the
   annotations and labels: ``components/predictor.go`` v0.15.2 L99-101, L444-458,
   ``ksvc_reconciler.go`` L149-166) creates revision ``<isvc>-predictor-0000N``;
-* the traffic follows ``ksvc_reconciler.go`` v0.15.2 L113-140: ``canaryTrafficPercent`` splits
+* the traffic follows ``ksvc_reconciler.go`` v0.15.2 L115-147 (v0.16.0 L132-164), rendered on
+  every reconcile from the status' ``latestRolledoutRevision``: ``canaryTrafficPercent`` splits
   only once a revision was rolled out, the latest target is tagged ``latest`` only with the
-  annotation ``serving.kserve.io/enable-tag-routing: "true"``, the other ``prev``;
+  annotation ``serving.kserve.io/enable-tag-routing: "true"``, the other always ``prev``;
   ``latestRevision`` targets route to the latest *ready* revision (Knative);
-* ``latestRolledoutRevision`` moves when the latest ready revision has 100 %, and
-  ``previousRolledoutRevision`` appears from the second rollout on; empty fields are left out,
-  never null (``inference_service_status.go`` v0.20.0 L575-635, L76);
-* ``observedGeneration`` is the Knative Service's generation, which moves only when the spec
-  KServe derives changes (L635, F5.1); url/address are copied only while it is Ready (L612-618);
-  traffic URLs are the external tag URLs (knative-v1.16.2 ``traffic.go`` L96-144).
+* ``latestRolledoutRevision`` moves when the latest ready revision has 100 %, and back to
+  ``previousRolledoutRevision`` when the rolled-out latest revision drops below 100 % while it
+  still has all traffic; ``previousRolledoutRevision`` appears from the second rollout on;
+  empty fields are left out, never null (``inference_service_status.go`` v0.15.2 L450-481,
+  v0.20.0 L575-635, L76);
+* ``observedGeneration`` is the Knative Service's generation, which moves only when what KServe
+  renders changes (v0.15.2 L510, v0.16.0 L586; F5.1), so it drifts from the InferenceService's:
+  an annotation moves it and not the InferenceService's, two writes KServe sees as one move it
+  once; url/address are copied only while it is Ready (v0.20.0 L612-618); traffic URLs are the
+  external tag URLs (knative-v1.16.2 ``traffic.go`` L96-144);
+* only revisions the Route names (any percent) or the latest created one behind a
+  ``latestRevision`` target keep pods (``running``; Knative's routingState and reachability).
 
 **Standard** (raw): a Deployment ``<isvc>-predictor`` with the InferenceService's annotations and
 labels on its pod template (``deployment_reconciler.go`` v0.15.2 L141-155), its own generation
