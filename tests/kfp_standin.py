@@ -26,6 +26,27 @@ What it checks, each from kubeflow/pipelines at tag 2.15.0 (Kubeflow 1.11; the s
   string, bool, list, struct), and a required input without a default must be sent.
 - ``GetValidExperimentNamespacePair`` (``run_server.go:142``): an ``experiment_id`` that is
   given must exist.
+
+Pipelines are scoped by namespace as the API server scopes them (the same code and lines at
+2.15.0, Kubeflow 1.11, and 2.16.0):
+
+- ``backend/src/apiserver/resource/resource_manager.go:2017-2023`` (``ReplaceNamespace``): in
+  single-user mode every namespace a request names becomes ``""``; in multi-user mode it is
+  kept (``multi_user``, which defaults to what the healthz says).
+- ``server/pipeline_server.go:401-416`` and ``storage/pipeline_store.go:298-312``
+  (``ListPipelines``): the list is ``WHERE Namespace = <the request's namespace>``, so in
+  multi-user mode a list without a namespace returns only the shared pipelines, and a list in
+  a namespace only that namespace's (private) ones.
+- ``model/pipeline.go:44,54``: a unique index ``namespace_name`` on (Name, Namespace);
+  ``server/pipeline_upload_server.go:117-178``: an upload takes the ``namespace`` query
+  parameter (through ``ReplaceNamespace``), the pipeline's Name from ``name`` (its display
+  name too when none is given), and answers HTTP 409 when the index refuses it
+  (``storage/pipeline_store.go:607-613``), with the body of ``writeErrorToResponse``
+  (``:388-397``: ``error_message``, ``error_details``).
+- ``model/pipeline_version.go:37,46``: a unique index ``idx_pipelineid_name`` on (PipelineId,
+  Name) of versions; ``pipeline_upload_server.go:230-312``: ``upload_version`` answers 400 for
+  a pipeline that does not exist (``FetchNamespaceFromPipelineId``, :272) and 409 for a
+  version name the pipeline already has.
 """
 
 from __future__ import annotations
@@ -92,8 +113,10 @@ HEALTHZ_2_15 = {"commit_sha": "unknown", "tag_name": "unknown", "multi_user": Fa
 
 
 class KfpStandIn(LoopbackServer):
-    def __init__(self, healthz: dict | None = None):
+    def __init__(self, healthz: dict | None = None, multi_user: bool | None = None):
         self.healthz = HEALTHZ_2_15 if healthz is None else healthz
+        self.multi_user = (bool(self.healthz.get("multi_user", self.healthz.get(
+            "apiServerMultiUser"))) if multi_user is None else multi_user)
         self.calls: list[dict] = []
         self.experiments: dict[str, dict] = {}
         self.pipelines: dict[str, dict] = {}
@@ -126,6 +149,11 @@ class KfpStandIn(LoopbackServer):
                 standin.calls.append(call)
                 return call
 
+            def _upload_error(self, code: int, message: str) -> None:
+                """``writeErrorToResponse`` (pipeline_upload_server.go:388-397)."""
+                standin.calls[-1]["rejected"] = message
+                self._reply({"error_message": message, "error_details": message}, code)
+
             def _uploaded_spec(self, raw: bytes) -> dict:
                 """The pipeline spec in a multipart upload (``uploadfile``)."""
                 message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
@@ -148,8 +176,11 @@ class KfpStandIn(LoopbackServer):
                                        if found else {})
                 if path == f"{API}/pipelines":
                     name = _filter_value(query)
-                    found = [p for p in standin.pipelines.values() if p["display_name"] == name]
-                    return self._reply({"pipelines": found} if found else {})
+                    namespace = standin.replace_namespace(query.get("namespace", ""))
+                    found = [p for p in standin.pipelines.values()
+                             if p["display_name"] == name and p["namespace"] == namespace]
+                    return self._reply({"pipelines": found, "total_size": len(found)}
+                                       if found else {})
                 if match := re.fullmatch(f"{API}/pipelines/([^/]+)/versions", path):
                     return self._reply({"pipeline_versions": [
                         {"pipeline_id": match[1], "pipeline_version_id": version_id}
@@ -207,22 +238,36 @@ class KfpStandIn(LoopbackServer):
                     standin.runs[run["run_id"]] = run
                     return self._reply(run)
                 if path == f"{API}/pipelines/upload":
-                    name = call["query"].get("name", "")
+                    query = call["query"]
+                    name = query.get("name", "")
+                    namespace = standin.replace_namespace(query.get("namespace", ""))
+                    if any((p["name"], p["namespace"]) == (name, namespace)
+                           for p in standin.pipelines.values()):
+                        return self._upload_error(
+                            409, "Failed to create a pipeline and a pipeline version")
                     pipeline = {"pipeline_id": f"pipeline-{len(standin.pipelines) + 1}",
-                                "display_name": name}
+                                "name": name, "display_name": query.get("display_name") or name,
+                                "namespace": namespace}
                     standin.pipelines[pipeline["pipeline_id"]] = pipeline
                     standin.versions[f"version-{len(standin.versions) + 1}"] = {
-                        "pipeline_id": pipeline["pipeline_id"],
+                        "pipeline_id": pipeline["pipeline_id"], "name": name,
                         "spec": self._uploaded_spec(call["raw"])}
                     return self._reply(pipeline)
                 if path == f"{API}/pipelines/upload_version":
+                    pipeline_id = call["query"].get("pipelineid", "")
+                    name = call["query"].get("name", "")
+                    if pipeline_id not in standin.pipelines:
+                        return self._upload_error(400, "Failed to create a pipeline version")
+                    if any((v["pipeline_id"], v["name"]) == (pipeline_id, name)
+                           for v in standin.versions.values()):
+                        return self._upload_error(409, "Failed to create a pipeline version")
                     version_id = f"version-{len(standin.versions) + 1}"
                     standin.versions[version_id] = {
-                        "pipeline_id": call["query"].get("pipelineid"),
+                        "pipeline_id": pipeline_id, "name": name,
                         "spec": self._uploaded_spec(call["raw"])}
-                    return self._reply({"pipeline_id": call["query"].get("pipelineid"),
+                    return self._reply({"pipeline_id": pipeline_id,
                                         "pipeline_version_id": version_id,
-                                        "display_name": call["query"].get("name")})
+                                        "display_name": name})
                 if path == f"{API}/recurringruns":
                     _, problems = self._source_problems(body)
                     concurrency = int(body.get("max_concurrency") or 0)
@@ -251,6 +296,10 @@ class KfpStandIn(LoopbackServer):
                 self._reply({"error": "not found", "code": 5}, 404)
 
         self._serve(Handler)
+
+    def replace_namespace(self, namespace: str) -> str:
+        """``ReplaceNamespace``: single-user mode has one, empty, namespace."""
+        return namespace if self.multi_user else ""
 
     def find(self, method: str, path: str) -> list[dict]:
         return [c for c in self.calls if c["method"] == method and c["path"] == path]

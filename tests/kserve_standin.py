@@ -14,16 +14,23 @@ the API server answered, kserve v0.20.0 ``controller.go`` L421-438).
 * a change of the revision template (the predictor less ``canaryTrafficPercent``, the
   annotations and labels: ``components/predictor.go`` v0.15.2 L99-101, L444-458,
   ``ksvc_reconciler.go`` L149-166) creates revision ``<isvc>-predictor-0000N``;
-* the traffic follows ``ksvc_reconciler.go`` v0.15.2 L113-140: ``canaryTrafficPercent`` splits
+* the traffic follows ``ksvc_reconciler.go`` v0.15.2 L115-147 (v0.16.0 L132-164), rendered on
+  every reconcile from the status' ``latestRolledoutRevision``: ``canaryTrafficPercent`` splits
   only once a revision was rolled out, the latest target is tagged ``latest`` only with the
-  annotation ``serving.kserve.io/enable-tag-routing: "true"``, the other ``prev``;
+  annotation ``serving.kserve.io/enable-tag-routing: "true"``, the other always ``prev``;
   ``latestRevision`` targets route to the latest *ready* revision (Knative);
-* ``latestRolledoutRevision`` moves when the latest ready revision has 100 %, and
-  ``previousRolledoutRevision`` appears from the second rollout on; empty fields are left out,
-  never null (``inference_service_status.go`` v0.20.0 L575-635, L76);
-* ``observedGeneration`` is the Knative Service's generation, which moves only when the spec
-  KServe derives changes (L635, F5.1); url/address are copied only while it is Ready (L612-618);
-  traffic URLs are the external tag URLs (knative-v1.16.2 ``traffic.go`` L96-144).
+* ``latestRolledoutRevision`` moves when the latest ready revision has 100 %, and back to
+  ``previousRolledoutRevision`` when the rolled-out latest revision drops below 100 % while it
+  still has all traffic; ``previousRolledoutRevision`` appears from the second rollout on;
+  empty fields are left out, never null (``inference_service_status.go`` v0.15.2 L450-481,
+  v0.20.0 L575-635, L76);
+* ``observedGeneration`` is the Knative Service's generation, which moves only when what KServe
+  renders changes (v0.15.2 L510, v0.16.0 L586; F5.1), so it drifts from the InferenceService's:
+  an annotation moves it and not the InferenceService's, two writes KServe sees as one move it
+  once; url/address are copied only while it is Ready (v0.20.0 L612-618); traffic URLs are the
+  external tag URLs (knative-v1.16.2 ``traffic.go`` L96-144);
+* only revisions the Route names (any percent) or the latest created one behind a
+  ``latestRevision`` target keep pods (``running``; Knative's routingState and reachability).
 
 **Standard** (raw): a Deployment ``<isvc>-predictor`` with the InferenceService's annotations and
 labels on its pod template (``deployment_reconciler.go`` v0.15.2 L141-155), its own generation
@@ -87,6 +94,8 @@ class _State:
     mode: str = ""
     ksvc_generation: int = 0
     ksvc_spec: str = ""
+    canary: int | None = None  # canaryTrafficPercent as KServe last saw it
+    tagged: bool = False
     template: str = ""
     revisions: list = field(default_factory=list)
     rolled_out: str = ""
@@ -260,54 +269,106 @@ class KServeStandIn(ApiServerStandIn):
         if revision.ticks_left < 0:
             revision.ready, revision.failed = revision.ok, not revision.ok
 
+    @staticmethod
+    def _ksvc_traffic(state: _State) -> list[dict]:
+        """The traffic KServe writes into the Knative Service (ksvc_reconciler.go v0.15.2
+        L115-147, v0.16.0 L132-164): a canary split only once a revision was rolled out, the
+        latest target tagged ``latest`` with tag routing on, the other always ``prev``."""
+        tag = {"tag": "latest"} if state.tagged else {}
+        if state.canary is not None and state.rolled_out:
+            targets = [{"latestRevision": True, "percent": state.canary, **tag}]
+            if state.canary < 100:
+                targets.append({"revisionName": state.rolled_out, "latestRevision": False,
+                                "percent": 100 - state.canary, "tag": "prev"})
+            return targets
+        return [{"latestRevision": True, "percent": 100, **tag}]
+
+    @staticmethod
+    def _propagate_rollout(state: _State, targets: list[dict], created, ready) -> None:
+        """``PropagateStatus``'s bookkeeping of rolled-out revisions
+        (inference_service_status.go v0.15.2 L450-481, v0.16.0 L526-557): the latest ready
+        revision with 100 % becomes latestRolledoutRevision; if the rolled-out revision is the
+        latest one and its latestRevision target drops below 100 % while the revision still
+        has all traffic (``canaryTrafficPercent: 0`` on an unchanged template), KServe takes it
+        for a rollback and makes previousRolledoutRevision the rolled-out one again."""
+        if ready is None:
+            return
+        shares: dict[str, int] = {}
+        for target in targets:
+            shares[target["revisionName"]] = shares.get(target["revisionName"], 0) + \
+                target["percent"]
+        for target in targets:
+            if target["revisionName"] != ready.name or not target["latestRevision"]:
+                continue
+            if state.rolled_out != ready.name:
+                if target["percent"] == 100:
+                    state.previous, state.rolled_out = state.rolled_out, ready.name
+            elif created is ready and target["percent"] < 100 \
+                    and shares.get(target["revisionName"]) == 100 and state.previous:
+                state.rolled_out = state.previous
+
+    def running(self, name: str = "fashion-mnist", namespace: str = "kubeflow") -> list[str]:
+        """The revisions that keep pods: Knative labels every revision its Route names in
+        spec or status traffic, at any percent, and the latest created one behind a
+        latestRevision target, ``routingState: active`` (knative-v1.16.2 and v1.21.1
+        ``pkg/reconciler/labeler/metasync.go`` L35-82); an active revision is Reachable
+        (``pkg/reconciler/revision/resources/pa.go`` L54-81), and only a reachable one keeps
+        its min-scale (``pkg/apis/autoscaling/v1alpha1/pa_lifecycle.go`` L88-95, which
+        KServe sets from minReplicas); any other revision scales to zero."""
+        state = self.states[(namespace, name)]
+        isvc = self.objects[("InferenceService", namespace, name)]
+        traffic = (((isvc.get("status") or {}).get("components") or {}).get("predictor")
+                   or {}).get("traffic") or []
+        active = {target["revisionName"] for target in traffic}
+        if state.revisions and any(t.get("latestRevision") for t in traffic):
+            active.add(state.revisions[-1].name)
+        return [r.name for r in state.revisions if r.name in active]
+
     def _serverless(self, key, isvc, state: _State, acted: bool) -> None:
         namespace, name = key
-        predictor = dict(isvc["spec"]["predictor"])
-        canary = predictor.pop("canaryTrafficPercent", None)
-        annotations = isvc["metadata"].get("annotations") or {}
-        if acted:
+        if acted:  # KServe reconciles the write it has seen (a later one may be unseen yet)
+            predictor = dict(isvc["spec"]["predictor"])
+            state.canary = predictor.pop("canaryTrafficPercent", None)
+            annotations = isvc["metadata"].get("annotations") or {}
             template = json.dumps({"predictor": predictor, "annotations": annotations,
                                    "labels": isvc["metadata"].get("labels") or {}},
                                   sort_keys=True)
-            if template != state.template:
+            if template != state.template:  # Knative: a new template, a new revision
                 state.template = template
                 state.revisions.append(_Revision(
                     f"{name}-predictor-{len(state.revisions) + 1:05d}",
                     predictor["model"]["storageUri"], self.ready_after, self.ready_for(isvc)))
-            tagged = annotations.get(TAG_ANNOTATION) == "true" and self.honour_tag_routing
-            ksvc_spec = json.dumps([template, canary, state.rolled_out, tagged])
-            if ksvc_spec != state.ksvc_spec:
-                state.ksvc_spec = ksvc_spec
-                state.ksvc_generation += 1
+            state.tagged = annotations.get(TAG_ANNOTATION) == "true" and self.honour_tag_routing
         else:
             for revision in state.revisions:
                 self._progress(revision)
-        if not state.ksvc_spec:
+        if not state.template:
             return
-        spec = json.loads(state.ksvc_spec)
-        canary, rolled_out_then, tagged = spec[1], spec[2], spec[3]
+        # KServe renders the Knative Service on every reconcile, and it reconciles whenever
+        # the Knative Service's status changes (it Owns it: controller.go v0.15.2 L406,
+        # v0.16.0 L560), from the spec and the *status'* latestRolledoutRevision
+        # (ksvc_reconciler.go v0.15.2 L106-147, v0.16.0 L123-164); it updates the Knative
+        # Service only when that differs (L187-191, L281-291), and each update moves the
+        # Knative Service's own generation, which is what status.observedGeneration copies.
+        # So one write to the InferenceService can move it twice (a rolled-out revision
+        # changes while a canary is set), or not at all (a change KServe renders the same).
+        route = self._ksvc_traffic(state)
+        ksvc_spec = json.dumps([state.template, route], sort_keys=True)
+        if ksvc_spec != state.ksvc_spec:
+            state.ksvc_spec = ksvc_spec
+            state.ksvc_generation += 1
         created = state.revisions[-1] if state.revisions else None
         ready = next((r for r in reversed(state.revisions) if r.ready), None)
+        # Knative's Route: a latestRevision target goes to the latest *ready* revision.
         targets = []
         if ready is not None:
-            if canary is not None and rolled_out_then:
-                targets.append({"revisionName": ready.name, "latestRevision": True,
-                                "percent": canary, **({"tag": "latest"} if tagged else {})})
-                if canary < 100:
-                    targets.append({"revisionName": rolled_out_then, "latestRevision": False,
-                                    "percent": 100 - canary, **({"tag": "prev"} if tagged
-                                                                 else {})})
-            else:
-                targets.append({"revisionName": ready.name, "latestRevision": True,
-                                "percent": 100, **({"tag": "latest"} if tagged else {})})
-        for target in targets:
-            if "tag" in target:
-                target["url"] = (f"http://{target['tag']}-{name}-predictor.{namespace}."
-                                 f"{self.domain}")
-            if (target["latestRevision"] and target["percent"] == 100
-                    and state.rolled_out != target["revisionName"]):
-                state.previous = state.rolled_out
-                state.rolled_out = target["revisionName"]
+            for target in route:
+                resolved = {**target, "revisionName": target.get("revisionName") or ready.name}
+                if "tag" in resolved:
+                    resolved["url"] = (f"http://{resolved['tag']}-{name}-predictor."
+                                       f"{namespace}.{self.domain}")
+                targets.append(resolved)
+        self._propagate_rollout(state, targets, created, ready)
         config_ready = created is not None and created.ready
         routes_ready = ready is not None
         ksvc_ready = config_ready and routes_ready

@@ -70,6 +70,76 @@ def test_upload_creates_the_pipeline_then_adds_versions(kfp_api, capsys):
     assert b"fashion-mnist-training" in version["raw"]  # the compiled package itself
 
 
+@pytest.fixture()
+def multi_user_kfp(monkeypatch, tmp_path):
+    """Multi-user KFP (Kubeflow 1.11's 2.15.0, 26.03's 2.16.0): a list without a namespace
+    shows only shared pipelines (kfp_standin, pipeline_server.go:401-416)."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("KF_PIPELINES_TOKEN", "secret-token-123")
+    with KfpStandIn(multi_user=True) as standin:
+        yield standin
+
+
+def test_a_private_pipeline_uploaded_twice_gets_a_new_version(multi_user_kfp, capsys):
+    """With --namespace the pipeline is created private to that namespace; the second upload
+    must find it there (a lookup among shared pipelines misses it, and a second create hits
+    the unique (Name, Namespace) index: model/pipeline.go:44,54, HTTP 409)."""
+    host = ["--host", multi_user_kfp.url, "--namespace", "team-a"]
+    assert cli_main(["upload", *host, "--name", "fmnist"]) == 0, capsys.readouterr().err
+    first = _json(capsys.readouterr().out)
+    assert first["created"] is True
+    assert multi_user_kfp.pipelines[first["pipeline_id"]]["namespace"] == "team-a"
+
+    code = cli_main(["upload", *host, "--name", "fmnist", "--version", "v0.1.1"])
+    assert code == 0, capsys.readouterr().err
+    second = _json(capsys.readouterr().out)
+    assert second["created"] is False and second["pipeline_id"] == first["pipeline_id"]
+    version = multi_user_kfp.find("POST", f"{API}/pipelines/upload_version")[0]
+    assert version["query"] == {"name": "v0.1.1", "pipelineid": first["pipeline_id"]}
+    assert len(multi_user_kfp.find("POST", f"{API}/pipelines/upload")) == 1
+    lookups = multi_user_kfp.find("GET", f"{API}/pipelines")
+    assert lookups[0]["query"]["namespace"] == "team-a"  # private ones first
+
+
+def test_a_shared_pipeline_gets_the_new_version_when_the_namespace_has_none(multi_user_kfp,
+                                                                            capsys):
+    """A pipeline uploaded without a namespace is shared; an upload with --namespace finds it
+    when the namespace has no private pipeline of that name, as before."""
+    assert cli_main(["upload", "--host", multi_user_kfp.url, "--name", "fmnist"]) == 0
+    shared = _json(capsys.readouterr().out)
+    assert multi_user_kfp.pipelines[shared["pipeline_id"]]["namespace"] == ""
+    assert cli_main(["upload", "--host", multi_user_kfp.url, "--namespace", "team-a",
+                     "--name", "fmnist", "--version", "v2"]) == 0
+    second = _json(capsys.readouterr().out)
+    assert second["created"] is False and second["pipeline_id"] == shared["pipeline_id"]
+
+
+def test_an_existing_version_name_is_a_clear_error(kfp_api, capsys):
+    """Version names are unique per pipeline (model/pipeline_version.go:37,46): a third upload
+    with the default version name is refused with HTTP 409, and the message says what to pass."""
+    args = ["upload", "--host", kfp_api.url, "--name", "fmnist", "--version", "v1"]
+    assert cli_main(args) == 0 and cli_main(args) == 0
+    capsys.readouterr()
+    assert cli_main(args) == 2
+    err = capsys.readouterr().err
+    assert "version 'v1' of pipeline 'fmnist' already exists" in err and "--version" in err
+
+
+def test_the_standin_scopes_pipelines_by_namespace_as_multi_user_kfp_does(multi_user_kfp):
+    client = _client(multi_user_kfp)
+    private = client.upload_pipeline(str(ROOT / PACKAGE), pipeline_name="p", namespace="team-a")
+    assert client.get_pipeline_id("p") is None  # shared only
+    found = client.list_pipelines(namespace="team-a", filter=json.dumps({"predicates": [
+        {"operation": "EQUALS", "key": "display_name", "stringValue": "p"}]}))
+    assert [p.pipeline_id for p in found.pipelines] == [private.pipeline_id]
+    from kfp_server_api.exceptions import ApiException
+
+    with pytest.raises(ApiException) as error:
+        client.upload_pipeline(str(ROOT / PACKAGE), pipeline_name="p", namespace="team-a")
+    assert error.value.status == 409
+    client.upload_pipeline(str(ROOT / PACKAGE), pipeline_name="p")  # shared: another namespace
+
+
 def test_schedule_creates_lists_and_disables_a_recurring_run(kfp_api, capsys):
     assert cli_main(["schedule", "create", "--host", kfp_api.url, "--cron", "0 3 * * *",
                      "--max-concurrency", "2", "--epochs", "8"]) == 0

@@ -23,6 +23,7 @@ from serving.deploy.inference_service import (
     ANNOTATION_CANDIDATE_TEST_ACCURACY,
     ANNOTATION_MODEL_URI,
     ANNOTATION_PREVIOUS_MODEL_URI,
+    ANNOTATION_ROLLED_BACK,
     ANNOTATION_TEST_ACCURACY,
     CANARY_ANNOTATIONS,
     TAG_ROUTING_ANNOTATION,
@@ -127,6 +128,12 @@ def puts(standin, name=NAME) -> list[dict]:
             if method == "PUT" and body["metadata"]["name"] == name]
 
 
+def rolled_back_to(standin, uri: str) -> bool:
+    """The last write re-applied ``uri`` to all traffic (a Serverless rollback's second)."""
+    predictor = puts(standin)[-1]["spec"]["predictor"]
+    return predictor["model"]["storageUri"] == uri and "canaryTrafficPercent" not in predictor
+
+
 def model_annotations(isvc: dict) -> dict:
     return {key: value for key, value in isvc["metadata"]["annotations"].items()
             if key.startswith("fmnist.kubeflow.org/")}
@@ -212,14 +219,133 @@ def test_a_canary_that_fails_verification_is_rolled_back(standin):
     assert result["action"] == "rolled_back"
     assert result["verification"]["accuracy"] == 0.62 and not result["verification"]["passed"]
     assert "failed verification" in result["reason"] and OLD in result["reason"]
-    canary, rollback = puts(standin)
-    assert rollback["spec"]["predictor"]["canaryTrafficPercent"] == 0
+    assert "no traffic and no tag" in result["reason"]
+    canary, pin, restore = puts(standin)
+    # First the previous model with all traffic kept on the rolled-out revision, then, once
+    # its new revision is ready, all traffic to that.
+    assert pin["spec"]["predictor"]["canaryTrafficPercent"] == 0
+    assert pin["spec"]["predictor"]["model"]["storageUri"] == OLD
+    assert "canaryTrafficPercent" not in restore["spec"]["predictor"]
+    assert restore["spec"]["predictor"]["model"]["storageUri"] == OLD
     served = standin.isvc()
     assert model_annotations(served) == {ANNOTATION_TEST_ACCURACY: "0.900000",
-                                         ANNOTATION_MODEL_URI: OLD}
+                                         ANNOTATION_MODEL_URI: OLD,
+                                         ANNOTATION_ROLLED_BACK: f"{NEW} (generation 2)"}
     traffic = {t["tag"]: t["percent"]
                for t in served["status"]["components"]["predictor"]["traffic"]}
-    assert traffic == {"latest": 0, "prev": 100}
+    assert traffic == {"latest": 100}
+    assert standin.answering(ADDRESS)[0] == OLD
+
+
+def test_a_rolled_back_canary_leaves_no_revision_of_the_rejected_model_running(standin):
+    """KServe's own pin (``canaryTrafficPercent: 0``) keeps the rejected revision behind the
+    ``latest`` tag at 0 %: Knative still routes it, so it stays Reachable and keeps its
+    min-scale pods (knative-v1.16.2 ``labeler/metasync.go`` L35-82, ``revision/resources/
+    pa.go`` L54-81, ``autoscaling/v1alpha1/pa_lifecycle.go`` L88-95). The rollback re-applies
+    the last good predictor, so the latest revision serves the previous model again and the
+    rejected one is named by no traffic target: it scales to zero."""
+    serve_old_model(standin, 0.90)
+    result = deploy(standin, NEW, 0.95, Verifier(standin, {NEW: 0.40, OLD: 0.90}))
+    assert result["action"] == "rolled_back"
+    isvc = standin.isvc()
+    predictor = isvc["spec"]["predictor"]
+    assert predictor["model"]["storageUri"] == OLD and "canaryTrafficPercent" not in predictor
+    rejected = {r.name for r in standin.states[(NS, NAME)].revisions if r.uri == NEW}
+    assert rejected and not rejected & set(standin.running())
+    traffic = isvc["status"]["components"]["predictor"]["traffic"]
+    assert [(t["tag"], t["percent"]) for t in traffic] == [("latest", 100)]
+    assert not rejected & {t["revisionName"] for t in traffic}
+    assert standin.answering(CANARY_URL)[0] == OLD  # the latest tag: the previous model
+    assert standin.answering(ADDRESS)[0] == OLD
+    assert model_annotations(isvc)[ANNOTATION_MODEL_URI] == OLD
+
+
+def test_a_rollback_of_a_canary_kserve_never_saw_still_finishes(standin):
+    """A run terminated right after its canary write writes the rollback before KServe saw
+    the canary. Were the rollback's template the rolled-out one, no revision would come of it
+    to wait for, and ``canaryTrafficPercent: 0`` on the rolled-out revision reads to KServe as
+    a rollback of the last promotion: it moves latestRolledoutRevision back to the previous one
+    (inference_service_status.go v0.15.2 L466-479) and traffic with it. The rollback's template
+    names the rejected model, so it always makes a revision of the previous model, which then
+    takes all traffic."""
+    middle = "pvc://fmnist-data/models/run-1b"
+    serve_old_model(standin, 0.80)
+    deploy(standin, middle, 0.90)  # promoted: previousRolledoutRevision is now set
+    assert standin.isvc()["status"]["components"]["predictor"]["previousRolledoutRevision"]
+    logs = SigtermWhenCreated("(canary)")
+    with pytest.raises(SystemExit):
+        deploy(standin, NEW, 0.95, logs=logs, ready_timeout_seconds=1)
+    assert not any("warning" in line for line in logs), logs
+    settle(standin)
+    predictor = standin.isvc()["spec"]["predictor"]
+    assert predictor["model"]["storageUri"] == middle
+    assert "canaryTrafficPercent" not in predictor
+    assert standin.answering(ADDRESS)[0] == middle
+    assert standin.answering(CANARY_URL)[0] == middle
+
+
+def settle(standin: KServeStandIn) -> None:
+    """Reads enough for the controllers to act on every write and finish their rollouts."""
+    for _ in range(10):
+        standin.tick(NS, NAME)
+
+
+class SigtermWhenCreated(list):
+    """A log that sends SIGTERM once the runner says it wrote the job named ``what``: the
+    write is in, nothing has read it yet."""
+
+    def __init__(self, what: str):
+        super().__init__()
+        self.what = what
+
+    def append(self, line: str) -> None:
+        super().append(line)
+        if line.startswith("created ") and line.endswith(self.what):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_a_good_canary_is_promoted_when_the_generations_differ(standin):
+    """``status.observedGeneration`` is the Knative Service's generation (kserve v0.15.2
+    ``inference_service_status.go`` L510, v0.16.0 L586), not the InferenceService's. Once
+    two writes reached KServe as one (a terminated run's canary and its rollback), the
+    InferenceService's generation stays ahead of it, and a wait for ``observedGeneration >=
+    generation`` never ends: the good canary below would be rolled back."""
+    serve_old_model(standin, 0.90)
+    with pytest.raises(SystemExit):
+        deploy(standin, NEW, 0.95, logs=SigtermWhenCreated("(canary)"),
+               ready_timeout_seconds=1)
+    settle(standin)
+    isvc = standin.isvc()
+    assert isvc["metadata"]["generation"] > isvc["status"]["observedGeneration"]
+    assert standin.answering(ADDRESS)[0] == OLD
+    verifier = Verifier(standin, {NEW: 0.95, OLD: 0.90})
+    result = deploy(standin, NEW, 0.95, verifier, ready_timeout_seconds=1)
+    assert result["action"] == "promoted"
+    assert verifier.answered == [NEW]
+    assert standin.answering(ADDRESS)[0] == NEW
+
+
+def test_a_canary_is_judged_on_its_own_revision_when_knatives_generation_is_ahead(standin):
+    """A ``kubectl annotate`` changes no spec, so the InferenceService's generation stays
+    (apiextensions-apiserver strategy.go L145-186), but KServe copies the annotation into the
+    revision template: the Knative Service, and observedGeneration, move ahead of it. The
+    wait must still see the canary's own revision before it verifies."""
+    standin.lag = 3
+    serve_old_model(standin, 0.90)
+    api = standin.kserve_client(NS).api_instance
+    isvc = api.get_namespaced_custom_object("serving.kserve.io", "v1beta1", NS,
+                                            "inferenceservices", NAME)
+    isvc["metadata"]["annotations"]["team.example.com/owner"] = "ml"
+    api.replace_namespaced_custom_object("serving.kserve.io", "v1beta1", NS,
+                                         "inferenceservices", NAME, isvc)
+    settle(standin)
+    isvc = standin.isvc()
+    assert isvc["status"]["observedGeneration"] > isvc["metadata"]["generation"]
+    standin.calls.clear()
+    verifier = Verifier(standin, {NEW: 0.40, OLD: 0.90})
+    result = deploy(standin, NEW, 0.95, verifier)
+    assert result["action"] == "rolled_back"
+    assert verifier.answered == [NEW]
     assert standin.answering(ADDRESS)[0] == OLD
 
 
@@ -233,7 +359,7 @@ def test_a_verifier_that_raises_counts_as_a_failed_canary(standin):
     assert result["action"] == "rolled_back"
     assert result["verification"] == {"ok": False, "passed": False,
                                       "error": "ConnectionError: connection refused"}
-    assert puts(standin)[-1]["spec"]["predictor"]["canaryTrafficPercent"] == 0
+    assert rolled_back_to(standin, OLD)
 
 
 def test_a_canary_below_the_tolerance_is_rolled_back_even_when_ok(standin):
@@ -305,7 +431,7 @@ def test_a_canary_that_never_gets_ready_is_rolled_back_then_raised(standin):
     assert "not ready after 0.3 s" in str(error.value.__cause__)
     assert "kubectl describe inferenceservice" in str(error.value.__cause__)
     assert error.value.result["action"] == "rolled_back"
-    assert puts(standin)[-1]["spec"]["predictor"]["canaryTrafficPercent"] == 0
+    assert rolled_back_to(standin, OLD)
     assert not verifier.calls
     assert standin.answering(ADDRESS)[0] == OLD
     assert any("RevisionFailed" in line for line in logs)
@@ -331,7 +457,7 @@ def test_sigterm_during_the_canary_rolls_it_back(standin):
         deploy(standin, NEW, 0.95, Verifier(standin, raises={CANARY_URL: terminated}),
                logs=logs)
     assert error.value.code == 143
-    assert puts(standin)[-1]["spec"]["predictor"]["canaryTrafficPercent"] == 0
+    assert rolled_back_to(standin, OLD)
     assert standin.answering(ADDRESS)[0] == OLD
     assert any("rolling back" in line for line in logs)
     assert signal.getsignal(signal.SIGTERM) is previous
@@ -592,6 +718,31 @@ def test_a_failed_candidate_leaves_the_main_service_untouched_and_says_so(raw):
     assert not puts(raw) and result["url"] == RAW_ADDRESS
     assert ("InferenceService", NS, f"{NAME}-canary") not in raw.objects
     assert raw.answering(RAW_ADDRESS)[0] == OLD
+
+
+def test_a_rejected_candidate_that_cannot_be_deleted_fails_the_step_and_says_how(raw):
+    """The rejected model must not keep serving at the candidate's own address: when deleting
+    the candidate fails, the step says so (and how to delete it) instead of returning a
+    quiet ``candidate_failed``."""
+    serve_old_model(raw, 0.90)
+    raw.faults.append(Fault("DELETE", f"inferenceservices/{NAME}-canary", status=500,
+                            times=99))
+    with pytest.raises(KServeRolloutError, match="deleting the candidate failed.*kubectl "
+                                                 f"delete inferenceservice -n {NS} "
+                                                 f"{NAME}-canary") as error:
+        deploy(raw, NEW, 0.95, Verifier(raw, {NEW: 0.40, OLD: 0.90}))
+    assert error.value.result["action"] == "candidate_failed"
+    assert "was not changed" in str(error.value)
+    assert not puts(raw) and raw.answering(RAW_ADDRESS)[0] == OLD
+
+
+def test_a_candidate_that_never_gets_ready_is_deleted(raw):
+    serve_old_model(raw, 0.90)
+    raw.ready_for = lambda isvc: isvc["metadata"]["name"] == NAME
+    with pytest.raises(KServeRolloutError, match="did not come up.*is gone.*was not changed"):
+        deploy(raw, NEW, 0.95, ready_timeout_seconds=0.3)
+    assert ("InferenceService", NS, f"{NAME}-canary") not in raw.objects
+    assert not puts(raw) and raw.answering(RAW_ADDRESS)[0] == OLD
 
 
 def test_a_main_rollout_that_does_not_finish_writes_the_previous_model_back(raw):

@@ -21,6 +21,7 @@ from serving.deploy.kserve_status import (
     describe,
     mode_for_new,
     mode_of,
+    revisions_named,
     tag_url,
 )
 
@@ -145,17 +146,32 @@ def test_a_deployment_past_its_progress_deadline_says_why():
     assert deployment_failed(deployment()) is None and deployment_failed(None) is None
 
 
-def test_describe_says_ready_reason_revisions_and_generations():
+def test_describe_says_ready_reason_revisions_and_traffic():
+    """No generations: the status' observedGeneration is the Knative Service's (Serverless,
+    kserve v0.15.2 inference_service_status.go L510) or the Deployment's (Standard, L354),
+    never comparable with the InferenceService's own."""
     obj = {"metadata": {"generation": 3},
            "status": {"observedGeneration": 2, "conditions": [
                {"type": "Ready", "status": "False", "reason": "RevisionFailed",
                 "message": "boom"}],
-               "components": {"predictor": {"latestCreatedRevision": "r2",
-                                            "latestReadyRevision": "r1",
-                                            "latestRolledoutRevision": "r1"}}}}
+               "components": {"predictor": {
+                   "latestCreatedRevision": "r2", "latestReadyRevision": "r1",
+                   "latestRolledoutRevision": "r1",
+                   "traffic": [{"revisionName": "r1", "percent": 10, "latestRevision": True,
+                                "tag": "latest"},
+                               {"revisionName": "r1", "percent": 90, "tag": "prev"}]}}}}
     assert describe(obj) == ("Ready=False (RevisionFailed: boom) revisions created=r2 ready=r1 "
-                             "rolled out=r1 observed generation 2/3")
-    assert describe({}) == "Ready=Unknown observed generation 0/0"
+                             "rolled out=r1 traffic r1 10% (latest), r1 90% (prev)")
+    assert describe({}) == "Ready=Unknown"
+
+
+def test_revisions_named_are_every_revision_the_predictor_status_names():
+    obj = {"status": {"components": {"predictor": {
+        "latestCreatedRevision": "r3", "latestReadyRevision": "r2",
+        "latestRolledoutRevision": "r1", "previousRolledoutRevision": "r0",
+        "traffic": [{"revisionName": "r2", "percent": 10}, {"revisionName": "r1"}]}}}}
+    assert revisions_named(obj) == {"r0", "r1", "r2", "r3"}
+    assert revisions_named({}) == set()
 
 
 # -- API errors ------------------------------------------------------------------------------

@@ -149,7 +149,10 @@ def _api_message(body: Any) -> str:
     except ValueError:
         return " ".join(text.split())[:300]
     if isinstance(document, dict):
-        return str(document.get("message") or document.get("error") or document)[:300]
+        # gRPC-gateway errors say "message"; the upload endpoints "error_message"
+        # (2.15.0 backend/src/apiserver/server/pipeline_upload_server.go L388-397).
+        return str(document.get("message") or document.get("error_message")
+                   or document.get("error") or document)[:300]
     return str(document)[:300]
 
 
@@ -301,24 +304,77 @@ def submit_run(
     return outcome
 
 
+def find_pipeline(client, name: str, namespace: str = "") -> str | None:
+    """The id of the pipeline displayed as ``name`` where ``upload`` puts it: private to
+    ``namespace`` when one is given, else (or when that has none) among shared pipelines.
+
+    ``kfp.Client.get_pipeline_id`` lists without a namespace, which multi-user KFP answers with
+    shared pipelines only: ``ListPipelines`` selects ``Namespace = <the request's>``
+    (kubeflow/pipelines 2.15.0 and 2.16.0 ``backend/src/apiserver/server/pipeline_server.go``
+    L401-416, ``storage/pipeline_store.go`` L298-312). Single-user KFP ignores the namespace
+    (``resource_manager.go`` L2017-2023), so the first list finds every pipeline there."""
+    import json
+
+    query = json.dumps({"predicates": [
+        {"operation": "EQUALS", "key": "display_name", "stringValue": name}]})
+    for scope in dict.fromkeys([namespace or None, None]):
+        found = client.list_pipelines(filter=query, namespace=scope,
+                                      page_size=2).pipelines or []
+        if len(found) > 1:
+            where = f"namespace {scope}" if scope else "the shared pipelines"
+            raise UserInputError(f"{len(found)} pipelines are named {name!r} in {where}; "
+                                 "pass --name with a name only one of them has")
+        if found:
+            return found[0].pipeline_id
+    return None
+
+
+def _conflict(error: BaseException) -> bool:
+    return getattr(error, "status", None) == 409
+
+
 def upload(endpoint: Endpoint, name: str, *, version: str, package: str = DEFAULT_PACKAGE,
            description: str = "") -> dict[str, Any]:
-    """Uploads the package as a new pipeline, or as a new version of an existing one."""
+    """Uploads the package as a new pipeline, or as a new version of an existing one.
+
+    With a namespace (multi-user Kubeflow) the pipeline is created private to it (KFP's
+    unique index is (Name, Namespace): 2.15.0 ``backend/src/apiserver/model/pipeline.go``
+    L44, L54); an existing one is looked up there first, then among shared pipelines."""
+    from kfp_server_api.exceptions import ApiException
+
     path = _package(package)
     client = endpoint.client()
+    where = f"namespace {endpoint.namespace}" if endpoint.namespace else "shared pipelines"
     with talking_to(endpoint):
-        pipeline_id = client.get_pipeline_id(name)
+        pipeline_id = find_pipeline(client, name, endpoint.namespace)
         if pipeline_id is None:
-            pipeline = client.upload_pipeline(path, pipeline_name=name,
-                                              description=description or None,
-                                              namespace=endpoint.namespace or None)
+            try:
+                pipeline = client.upload_pipeline(path, pipeline_name=name,
+                                                  description=description or None,
+                                                  namespace=endpoint.namespace or None)
+            except ApiException as error:
+                if not _conflict(error):
+                    raise
+                # The index holds the pipeline's name; the lookup matches display names.
+                raise UserInputError(
+                    f"Kubeflow Pipelines already has a pipeline named {name!r} in {where}, "
+                    "but none displayed under that name; pass --name with another name, or "
+                    "rename it in the Kubeflow UI") from None
             pipeline_id = pipeline.pipeline_id
             versions = client.list_pipeline_versions(pipeline_id).pipeline_versions or []
             return {"pipeline_id": pipeline_id, "created": True,
                     "version_id": versions[0].pipeline_version_id if versions else None}
-        created = client.upload_pipeline_version(path, pipeline_version_name=version,
-                                                 pipeline_id=pipeline_id,
-                                                 description=description or None)
+        try:
+            created = client.upload_pipeline_version(path, pipeline_version_name=version,
+                                                     pipeline_id=pipeline_id,
+                                                     description=description or None)
+        except ApiException as error:
+            if not _conflict(error):
+                raise
+            # Version names are unique per pipeline (model/pipeline_version.go L37, L46).
+            raise UserInputError(
+                f"version {version!r} of pipeline {name!r} already exists; pass --version "
+                "with a new version name") from None
     return {"pipeline_id": pipeline_id, "created": False,
             "version_id": created.pipeline_version_id}
 

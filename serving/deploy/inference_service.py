@@ -80,7 +80,11 @@ CANARY_ANNOTATIONS = (
     ANNOTATION_CANDIDATE_MODEL_URI,
     ANNOTATION_PREVIOUS_MODEL_URI,
 )
-MODEL_ANNOTATIONS = (ANNOTATION_TEST_ACCURACY, ANNOTATION_MODEL_URI, *CANARY_ANNOTATIONS)
+# Set by a Serverless rollback: the rejected model and the generation of its canary write. It
+# makes the rollback's revision template differ from every earlier one (rollout_serverless).
+ANNOTATION_ROLLED_BACK = "fmnist.kubeflow.org/rolled-back"
+MODEL_ANNOTATIONS = (ANNOTATION_TEST_ACCURACY, ANNOTATION_MODEL_URI, *CANARY_ANNOTATIONS,
+                     ANNOTATION_ROLLED_BACK)
 
 
 @dataclass

@@ -15,9 +15,13 @@ the newest (0.20.0); see /work/notes/upstream-kserve.md for the excerpts:
   service>.<namespace>.svc.cluster.local`` (knative-v1.16.2 ``pkg/reconciler/route/resources/
   service.go`` L45-57, ``ingress.go`` L138-145).
 * Rolled out (Q5): Serverless copies the Knative Service's status, observedGeneration included
-  (``inference_service_status.go`` v0.20.0 L575-635); Standard copies the Deployment's, whose
-  generation is not the InferenceService's (L449-456), so a Standard rollout is judged on the
-  Deployment itself.
+  (``PropagateStatus``, ``inference_service_status.go`` v0.15.2 L442-511, v0.16.0 L518-587):
+  that counts the *Knative Service's* generations, which move once per change KServe renders
+  into it, not once per write to the InferenceService, so a Serverless rollout is judged on
+  the revisions and traffic of that same status (``rollout_serverless``). Standard copies the
+  Deployment's (v0.15.2 L354, v0.16.0 L431; v0.20.0 L449-456), so a Standard rollout is judged
+  on the Deployment itself. Neither compares observedGeneration with the InferenceService's
+  own generation.
 """
 
 from __future__ import annotations
@@ -145,6 +149,19 @@ def predictor_status(isvc: dict) -> dict:
     return ((isvc.get("status") or {}).get("components") or {}).get("predictor") or {}
 
 
+_REVISION_FIELDS = ("latestCreatedRevision", "latestReadyRevision", "latestRolledoutRevision",
+                    "previousRolledoutRevision")
+
+
+def revisions_named(isvc: dict) -> set[str]:
+    """Every Knative revision the predictor's status names (its revision fields and its
+    traffic targets)."""
+    predictor = predictor_status(isvc)
+    names = {predictor.get(key) for key in _REVISION_FIELDS}
+    names |= {target.get("revisionName") for target in predictor.get("traffic") or []}
+    return {name for name in names if name}
+
+
 def external_url(isvc: dict) -> str | None:
     """``status.url``: what users outside the cluster call (through the ingress gateway)."""
     return (isvc.get("status") or {}).get("url")
@@ -187,7 +204,7 @@ def pinned_target(isvc: dict) -> dict:
 
 
 def describe(isvc: dict) -> str:
-    """One line for progress logs: Ready, its reason, and the revisions."""
+    """One line for progress logs: Ready, its reason, the revisions and the traffic."""
     ready = condition(isvc, "Ready")
     predictor = predictor_status(isvc)
     parts = [f"Ready={ready.get('status', 'Unknown')}"]
@@ -197,7 +214,11 @@ def describe(isvc: dict) -> str:
         parts.append(f"revisions created={predictor.get('latestCreatedRevision')} "
                      f"ready={predictor.get('latestReadyRevision', '-')} "
                      f"rolled out={predictor.get('latestRolledoutRevision', '-')}")
-    parts.append(f"observed generation {observed_generation(isvc)}/{generation(isvc)}")
+    traffic = [f"{target.get('revisionName', '?')} {target.get('percent', 0)}%"
+               + (f" ({target['tag']})" if target.get("tag") else "")
+               for target in predictor.get("traffic") or []]
+    if traffic:
+        parts.append("traffic " + ", ".join(traffic))
     return " ".join(parts)
 
 

@@ -16,9 +16,10 @@ return ``{"action", "blessing", "url", "external_url", "canary_url", "verificati
 "namespace", "name", "mode", "runtime", "storage_uri", "service_account",
 "canary_traffic_percent", "reason"}``, ``url`` being the cluster-local address the predict step
 calls. ``action`` is one of ``created``, ``unchanged``, ``rejected``, ``promoted``,
-``rolled_back`` (Serverless: traffic pinned back to the previous revision; Standard: the previous
-model written back) and ``candidate_failed`` (Standard: the candidate failed and the main
-InferenceService was never touched).
+``rolled_back`` (Serverless: the previous predictor re-applied, so a new revision of the
+previous model takes all traffic and the rejected revision, with no traffic and no tag, scales to
+zero; Standard: the previous model written back) and ``candidate_failed`` (Standard: the
+candidate failed and was deleted, and the main InferenceService was never touched).
 """
 
 from __future__ import annotations

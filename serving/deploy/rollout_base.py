@@ -298,6 +298,7 @@ class Rollout:
         def status(isvc: dict) -> JobStatus:
             self.check_mode(isvc)
             verdict = check(isvc)
+            self.observed(isvc)
             last["progress"] = verdict.progress
             return JobStatus(done=verdict.done or verdict.failed, failed=verdict.failed,
                              progress=verdict.progress, reason=verdict.reason)
@@ -322,6 +323,9 @@ class Rollout:
             cause = error.__cause__
             raise (cause if isinstance(cause, KServeRolloutError)
                    else KServeRolloutError(str(error))) from error
+
+    def observed(self, isvc: dict) -> None:
+        """Called with every read a wait judges (after judging it)."""
 
     def reader(self, name: str | None = None) -> Callable[[], dict]:
         """Reads the InferenceService; a 404 raises (the runner: it vanished)."""

@@ -61,22 +61,38 @@ class StandardRollout(Rollout):
         body = self.build(self.stable_annotations(self.storage_uri, self.test_accuracy),
                           name=candidate)
         written: dict = {}
+        deleted: dict = {}
+
+        def cleanup(why: str) -> None:
+            try:
+                self.delete_candidate(candidate, f"the rollout {why}")
+            except Exception as failure:
+                deleted["failure"] = failure
+                raise
+            deleted["done"] = True
+
         try:
             _, candidate_url, verification, passed = self.verified_job(
                 "candidate", candidate, create=lambda: written.update(self.create_object(body)),
                 rolled_out=lambda isvc: self.rolled_out(isvc, written, candidate),
-                cleanup=lambda why: self.delete_candidate(candidate, f"the rollout {why}"))
+                cleanup=cleanup)
         except Exception as error:
             raise KServeRolloutError(
                 f"the candidate of {self.storage_uri} did not come up ({type(error).__name__}: "
-                f"{error}); it was deleted, and {self.where} was not changed and still serves "
-                f"{previous_uri}") from error
+                f"{error}); {self.candidate_removed(candidate, deleted)}, and {self.where} was "
+                f"not changed and still serves {previous_uri}") from error
         if not passed:
-            return self.result(
+            result = self.result(
                 "candidate_failed", decision, current, canary_url=candidate_url,
                 verification=verification,
                 reason=f"the candidate failed verification ({self.describe(verification)}); "
                        f"{self.where} was not changed and still serves {previous_uri}")
+            if "done" not in deleted:
+                # A rejected model must not keep running at its own address.
+                raise KServeRolloutError(
+                    f"{result['reason']}, but {self.candidate_removed(candidate, deleted)}",
+                    result)
+            return result
         promoted = self.promote_main(decision, candidate, stable, previous_uri)
         self.delete_candidate(candidate, "the main InferenceService serves its model now")
         return self.result(
@@ -141,6 +157,18 @@ class StandardRollout(Rollout):
         return self.run_job("rollback", read=self.reader(),
                             create=lambda: written.update(self.write(body)),
                             check=lambda isvc: self.rolled_out(isvc, written, self.name))
+
+    def candidate_removed(self, candidate: str, deleted: dict) -> str:
+        """Says whether the candidate is gone, deleting it once more if the job's cleanup did
+        not (it is not called when the API stayed unreachable) or failed."""
+        if "done" not in deleted:
+            try:
+                self.delete_candidate(candidate, "the rollout is over")
+            except Exception as failure:
+                return (f"deleting the candidate failed ({failure}); delete it: kubectl delete "
+                        f"inferenceservice -n {self.api.namespace} {candidate}")
+        deleted["done"] = True
+        return f"the candidate {self.api.where(candidate)} is gone"
 
     def delete_candidate(self, candidate: str, why: str) -> None:
         existing = self.retrying(lambda: self.api.get(candidate), f"read {candidate}")
