@@ -39,8 +39,9 @@ from typing import Any
 
 from fmnist.kubernetes.runner import api_message, api_status
 
-# No pending or running trial stays so for 10 minutes without its TFJob running: pods are
-# scheduled and images pulled within that (the trainer's image is pulled once per node).
+# Ten minutes pending, or running without a running TFJob, is held up: pods are scheduled and
+# images pulled well within that (the trainer's image once per node). A trial that trains
+# longer is not reported: its TFJob runs.
 STALL_SECONDS = 600.0
 FINISHED_GRACE_SECONDS = 60.0
 KATIB_NAMESPACE = "kubeflow"  # where Kubeflow's and Katib's manifests install katib-controller
@@ -172,10 +173,6 @@ class StallWatch:
         known.kind, known.cause = kind, cause
         if new:
             self.say(f"trial {name} is not progressing: {cause}")
-
-    def stuck(self) -> dict[str, str]:
-        """The trials found not progressing, with their finding."""
-        return {name: known.cause for name, known in sorted(self.trials.items()) if known.cause}
 
     def summary(self) -> str:
         """``trials that never progressed: <names> (<finding and fix>); ...``, one group per
