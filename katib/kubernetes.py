@@ -11,7 +11,14 @@ remote-job runner (:mod:`fmnist.kubernetes.runner`), like the training step's TF
 * it fails the step when the Experiment fails, naming Katib's reason and message (the retired
   KFP Katib launcher printed the failed Experiment as its output instead), and deletes it so
   that a retried step starts a fresh search instead of re-attaching to the failed one;
-* it deletes the Experiment when the run is terminated (SIGTERM) or the step's deadline passes.
+* it deletes the Experiment when the run is terminated (SIGTERM) or the step's deadline passes;
+* it reports trials that never progress (:mod:`katib.stalls`): a trial Katib lists as pending
+  or running for ``stall_seconds`` is examined through its TFJob, and a line names it and the
+  likely cause, above all a katib-controller that is not watching TFJobs because Training
+  Operator v1 was installed after it (then trials stay Running for hours); when the deadline
+  passes, the failure names those trials;
+* a 401, 403 or 410 reading the Experiment or listing its trials leaves the Experiment running
+  for a retried step to re-attach to (the runner's :class:`~fmnist.kubernetes.runner.ReadRefused`).
 
 Katib's conditions are cumulative, one per type, a re-set type moving to the end (kubeflow/katib
 v0.19.0 ``pkg/apis/controller/experiments/v1beta1/util.go`` lines 112-160, ``trials/v1beta1/
@@ -29,7 +36,13 @@ from dataclasses import asdict
 
 from fmnist.errors import TuningError
 from fmnist.kubernetes.runner import FAILED as FAILED_JOB
-from fmnist.kubernetes.runner import JobStatus, RemoteJob, RemoteJobError, RemoteJobRunner
+from fmnist.kubernetes.runner import (
+    DeadlineExceeded,
+    JobStatus,
+    RemoteJob,
+    RemoteJobError,
+    RemoteJobRunner,
+)
 from katib.experiment import build_experiment, to_manifest
 from katib.results import (
     EARLY_STOPPED,
@@ -43,6 +56,7 @@ from katib.results import (
 )
 from katib.search_space import SearchSpace
 from katib.settings import API_VERSION, OBJECTIVE_TYPES, TRIAL_NAME_PARAMETER, ExperimentSettings
+from katib.stalls import STALL_SECONDS, StallWatch
 
 GROUP, VERSION = API_VERSION.split("/")
 EXPERIMENT_PLURAL = "experiments"
@@ -51,12 +65,16 @@ TRIAL_PLURAL = "trials"
 # pkg/controller.v1beta1/util/labels.go lines 40-47, consts/const.go line 67,
 # experiment/experiment_controller.go lines 264-267; the SDK's constants.py line 38).
 EXPERIMENT_LABEL = "katib.kubeflow.org/experiment"
+# A trial's job: a TFJob named after the trial (pkg/controller.v1beta1/experiment/manifest/
+# generator.go lines 102-104), of Training Operator v1's kubeflow.org/v1.
+TFJOB_GROUP, TFJOB_VERSION, TFJOB_PLURAL = "kubeflow.org", "v1", "tfjobs"
 
 
 class KatibApi:
-    """The four Katib calls the launcher makes, on the Kubernetes client's ``CustomObjectsApi``,
-    answering Katib's own models (``kubeflow_katib_api``: pydantic, generated from Katib's
-    OpenAPI spec, kubeflow/katib v0.19.0 api/python_api/).
+    """The four Katib calls the launcher makes, and a read of a trial's TFJob, on the
+    Kubernetes client's ``CustomObjectsApi``, answering Katib's own models
+    (``kubeflow_katib_api``: pydantic, generated from Katib's OpenAPI spec, kubeflow/katib
+    v0.19.0 api/python_api/).
 
     They are the requests kubeflow-katib 0.19.0's ``KatibClient`` sends (sdk/python/v1beta1/
     kubeflow/katib/api/katib_client.py: create_experiment lines 136-157, get_experiment
@@ -109,6 +127,20 @@ class KatibApi:
         self.api.delete_namespaced_custom_object(GROUP, VERSION, namespace, EXPERIMENT_PLURAL,
                                                  name)
 
+    def get_tfjob(self, name: str, namespace: str, timeout: float) -> dict | None:
+        """The TFJob called ``name`` as stored (a dict: only its status is read), None when the
+        API server answers 404 (no such TFJob, or no TFJob CRD). Other errors raise."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return self.api.get_namespaced_custom_object(TFJOB_GROUP, TFJOB_VERSION, namespace,
+                                                         TFJOB_PLURAL, name,
+                                                         _request_timeout=timeout)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
 
 # A trial's outcome, most decisive first; then whether it is under way.
 _TRIAL_STATES = (FAILED, METRICS_UNAVAILABLE, EARLY_STOPPED, KILLED, SUCCEEDED, "Running",
@@ -156,8 +188,9 @@ class KatibExperimentLauncher:
 
     def __init__(self, katib_client: KatibApi | None = None, poll_seconds: float = 15.0,
                  timeout_seconds: float = 0.0, out=None, request_timeout_seconds: float = 60.0,
-                 clock=None, sleep=None):
+                 clock=None, sleep=None, stall_seconds: float = STALL_SECONDS):
         self._client = katib_client
+        self.stall_seconds = stall_seconds
         self.out = out or sys.stdout
         # timeout 0: wait as long as the Experiment runs
         injected = {k: v for k, v in (("clock", clock), ("sleep", sleep)) if v is not None}
@@ -180,6 +213,10 @@ class KatibExperimentLauncher:
         client = self.client()
         timeout = self.request_timeout_seconds
         started = self.runner.clock()
+        stalls = StallWatch(namespace, clock=self.runner.clock, say=self._say,
+                            read_tfjob=lambda trial: client.get_tfjob(trial, namespace=namespace,
+                                                                      timeout=timeout),
+                            stall_seconds=self.stall_seconds)
 
         def read():
             """The Experiment, and its trials once it has finished (so that a transient error
@@ -197,8 +234,10 @@ class KatibExperimentLauncher:
             if failed is not None:
                 return JobStatus(done=True, failed=True, progress=progress,
                                  reason=f"{failed.reason}: {failed.message} ({progress})")
-            return JobStatus(done=_holds(current.status, SUCCEEDED) is not None,
-                             progress=progress)
+            done = _holds(current.status, SUCCEEDED) is not None
+            if not done:
+                stalls.update(current.status)
+            return JobStatus(done=done, progress=progress)
 
         def cleanup(why: str) -> None:
             if why == FAILED_JOB:
@@ -218,6 +257,11 @@ class KatibExperimentLauncher:
             finished, trials = self.runner.run(job)
         except RemoteJobError as error:
             raise TuningError(str(error)) from error
+        except DeadlineExceeded as error:
+            stuck = stalls.summary()
+            if not stuck:
+                raise
+            raise DeadlineExceeded(f"{error}; {stuck}") from error
         return self._result(settings, finished, trials, self.runner.clock() - started)
 
     @staticmethod

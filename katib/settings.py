@@ -52,6 +52,9 @@ TRIAL_NAME_PARAMETER = "trialName"  # ${trialSpec.Name}: a directory of its own 
 # Trial TFJobs are named <experiment>-<8 characters> and their pods' services
 # <trial>-worker-<i>, which must stay DNS labels (63 characters).
 MAX_NAME_LENGTH = 40
+# The step's deadline beyond its trials' rounds: Katib's suggestion service starting, the
+# dataset staged, the Experiment deleted.
+SEARCH_SLACK_SECONDS = 600
 
 _TUNING = TuningSettings()  # the defaults a search starts from, for either backend
 
@@ -109,6 +112,7 @@ class ExperimentSettings:
     max_restarts: int = 1
     output_dir: str = ""  # trials write under <output_dir>/<name>/<trial>; default: the PVC's
     retain_trials: bool = False  # keep finished trials' TFJobs (and pods) for debugging
+    trial_minutes: int = _TUNING.trial_minutes  # a trial's share of the step's deadline
 
     @classmethod
     def from_tuning(cls, name: str, model_type: str, base: TrainingConfig,
@@ -129,6 +133,7 @@ class ExperimentSettings:
             model_type=model_type,
             base_config=replace(base, epochs=tuning.epochs,
                                 train_examples=tuning.train_examples),
+            trial_minutes=tuning.trial_minutes,
             **cluster,
         )
 
@@ -143,6 +148,21 @@ class ExperimentSettings:
     @property
     def target_namespace(self) -> str:
         return self.namespace or (self.kubernetes.target_namespace if self.kubernetes else "")
+
+    def deadline_seconds(self) -> float:
+        """The tuning step's deadline on Kubernetes (0: none): a trial's time for each round of
+        ``parallel_trial_count`` trials (Katib counts failed trials toward
+        ``maxTrialCount`` too, so there are at most ceil(max / parallel) rounds), plus
+        ``SEARCH_SLACK_SECONDS``. A trial's time is its TFJob's ``active_deadline_seconds``
+        when set, else ``trial_minutes``. Without a deadline a search whose trials never
+        finish (a katib-controller that does not watch TFJobs) would hold the run for hours."""
+        kubernetes = self.kubernetes
+        per_trial = ((kubernetes.active_deadline_seconds if kubernetes else 0)
+                     or self.trial_minutes * 60)
+        if per_trial <= 0 or self.parallel_trial_count < 1:
+            return 0.0
+        rounds = -(-self.max_trial_count // self.parallel_trial_count)
+        return float(rounds * per_trial + SEARCH_SLACK_SECONDS)
 
     def training_config(self) -> TrainingConfig:
         """The configuration every trial starts from, before its assignments."""

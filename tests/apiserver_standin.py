@@ -18,6 +18,8 @@ The rules it enforces, each from upstream source:
 * Nulls the schema does not allow are pruned from what is stored, never rejected
   (apiextensions-apiserver v0.36.3 ``pkg/apiserver/customresource_handler.go`` L1431-1440,
   ``pkg/apiserver/schema/defaulting/prunenulls.go`` L21-50).
+* A list answers the objects its ``labelSelector`` selects (equality-based terms:
+  kubernetes/apimachinery v0.31.3 ``pkg/labels/selector.go``, as ``tests.k8s_standin.selects``).
 * API discovery: ``GET /apis/<group>/<version>`` lists the resources served there (an
   ``APIResourceList``), 404 when the group/version is not served (kubernetes/apiserver
   ``pkg/endpoints/discovery``).
@@ -45,9 +47,11 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
+from tests.k8s_standin import REASONS, selects
 from tests.loopback import JsonRequestHandler, LoopbackServer, reply_bytes, reply_json
 
 # (group, version, plural) -> kind, for everything the stand-in serves.
@@ -180,8 +184,9 @@ class ApiServerStandIn(LoopbackServer):
                         time.sleep(fault.delay)
                     if fault.status:
                         return reply_json(self, status_reply(
-                            fault.status, "InternalError" if fault.status >= 500 else
-                            "NotFound", f"injected {fault.status}"), fault.status)
+                            fault.status, REASONS.get(fault.status, "InternalError"
+                                                      if fault.status >= 500 else "Unknown"),
+                            f"injected {fault.status}"), fault.status)
                 with standin.lock:
                     code, reply = standin.dispatch(method, self.path, body)
                 if reply is None:  # what the API server says for a type it does not serve
@@ -253,15 +258,18 @@ class ApiServerStandIn(LoopbackServer):
                                      'User "system:serviceaccount:kubeflow:pipeline-runner" '
                                      f'cannot {method.lower()} resource "{resource.plural}" in '
                                      f'API group "{group}" in the namespace "{namespace}"')
-        return self.handle(method, resource, namespace, match["name"], body)
+        selector = parse_qs(urlsplit(path).query).get("labelSelector", [""])[0]
+        return self.handle(method, resource, namespace, match["name"], body, selector)
 
-    def handle(self, method, resource: Resource, namespace: str, name: str | None, body):
+    def handle(self, method, resource: Resource, namespace: str, name: str | None, body,
+               selector: str = ""):
         if method == "POST":
             return self.create(resource, namespace, body)
         key = (resource.kind, namespace, name)
-        if method == "GET" and name is None:
+        if method == "GET" and name is None:  # a list, by label selector when one is given
             items = [copy.deepcopy(obj) for (kind, ns, _), obj in self.objects.items()
-                     if kind == resource.kind and ns == namespace]
+                     if kind == resource.kind and ns == namespace
+                     and selects(selector, (obj.get("metadata") or {}).get("labels") or {})]
             return 200, {"apiVersion": resource.api_version, "kind": f"{resource.kind}List",
                          "metadata": {}, "items": items}
         if key not in self.objects:

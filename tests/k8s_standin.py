@@ -56,9 +56,12 @@ def status_body(code: int, reason: str, message: str = "", **details) -> dict:
             "message": message, "reason": reason, "code": code, **details}
 
 
-REASONS = {400: "BadRequest", 403: "Forbidden", 404: "NotFound", 408: "Timeout",
-           409: "AlreadyExists", 422: "Invalid", 429: "TooManyRequests",
-           500: "InternalError", 503: "ServiceUnavailable", 504: "Timeout"}
+# metav1.StatusReason by code (kubernetes/apimachinery v0.31.3 pkg/apis/meta/v1/types.go lines
+# 833-964; 410 is Expired, a resourceVersion too old: pkg/api/errors/errors.go lines 270-279).
+REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound",
+           408: "Timeout", 409: "AlreadyExists", 410: "Expired", 422: "Invalid",
+           429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable",
+           504: "Timeout"}
 
 
 def selects(selector: str, labels: dict[str, str]) -> bool:

@@ -22,7 +22,19 @@ said).
   pod's command as Katib's pod webhook does (:func:`katib_wrap`), collects the metrics as the
   StdOut collector does (:func:`collect`, :func:`observation`) and ends the Experiment by
   status_util.go's rules. Early stopping *decisions* are not modelled (the wrapper's early-stop
-  branch is).
+  branch is). ``run_processes=False`` runs the trials' pods as scripts (exit 0 after a few
+  ticks) instead of real processes.
+* The Experiment's status lists its trials by state (``pendingTrialList``, ``runningTrialList``,
+  ...: pkg/controller.v1beta1/experiment/util/status_util.go lines 60-123; Go leaves empty
+  lists out, ``omitempty``).
+* A trial's TFJob is named after the trial (pkg/controller.v1beta1/experiment/manifest/
+  generator.go lines 102-104) and is readable at the TFJob endpoint (404 ``NotFound`` when
+  absent, as for any missing object).
+* ``watches_tfjobs=False`` is katib-controller started before the TFJob CRD existed: its trial
+  controller skipped the TFJob watch (pkg/controller.v1beta1/trial/trial_controller.go lines
+  103-127), so a trial is reconciled when it is created (its TFJob created, the trial marked
+  Running: trial/util/job_util.go lines 111-115, trial_controller_util.go lines 121-127) and
+  never again; its TFJob runs to the end unnoticed.
 """
 
 from __future__ import annotations
@@ -48,6 +60,7 @@ EXPERIMENT_WEBHOOK = "validator.experiment.katib.kubeflow.org"  # webhooks.yaml 
 _EXPERIMENTS = re.compile(r"^/apis/kubeflow\.org/([^/]+)/namespaces/([^/]+)/experiments"
                           r"(?:/([^/?]+))?")
 _TRIALS = re.compile(r"^/apis/kubeflow\.org/([^/]+)/namespaces/([^/]+)/trials(?:\?|$)")
+_TFJOBS = re.compile(r"^/apis/kubeflow\.org/([^/]+)/namespaces/([^/]+)/tfjobs/([^/?]+)$")
 # Katib's condition reasons and messages (pkg/controller.v1beta1/experiment/util/status_util.go
 # lines 35-41 and 195-233; experiment_controller.go line 234).
 _REASONS = {
@@ -126,9 +139,12 @@ def trial(name: str, parameters: dict[str, str], metrics: dict[str, float] | Non
 
 def state(condition: str, succeeded: int = 0, running: int = 0, failed: int = 0,
           early_stopped: int = 0, best: dict | None = None, reason: str = "",
-          message: str = "") -> dict:
+          message: str = "", running_trials: tuple[str, ...] = (),
+          pending_trials: tuple[str, ...] = ()) -> dict:
     """An Experiment status as Katib writes it; ``best`` is a :func:`trial` that becomes the
-    ``currentOptimalTrial`` (Katib's placeholder, an empty one, when None)."""
+    ``currentOptimalTrial`` (Katib's placeholder, an empty one, when None); ``running_trials``
+    and ``pending_trials`` name the trials in ``runningTrialList`` and ``pendingTrialList``
+    (status_util.go lines 60-123; left out when empty)."""
     conditions = set_condition([], "Created", "True", *_REASONS["Created"])
     if condition != "Created":
         conditions = set_condition(conditions, "Running", "True", *_REASONS["Running"])
@@ -141,11 +157,13 @@ def state(condition: str, succeeded: int = 0, running: int = 0, failed: int = 0,
         optimal = {"bestTrialName": best["metadata"]["name"],
                    "parameterAssignments": best["spec"]["parameterAssignments"],
                    "observation": best["status"].get("observation", {})}
+    lists = {"runningTrialList": list(running_trials), "pendingTrialList": list(pending_trials)}
     return {
         "conditions": conditions, "startTime": "2025-01-01T10:00:00Z",
         "trials": succeeded + running + failed + early_stopped,
         "trialsSucceeded": succeeded, "trialsRunning": running, "trialsFailed": failed,
         "trialsEarlyStopped": early_stopped, "currentOptimalTrial": optimal,
+        **{key: names for key, names in lists.items() if names},
     }
 
 
@@ -278,11 +296,15 @@ def kubernetes_expand(text: str) -> str:
 class ExperimentRun:
     """Katib's controllers for one Experiment, ticked on each read of it."""
 
-    def __init__(self, experiment: dict, kubelet: Kubelet, clock, work_dir: Path):
+    def __init__(self, experiment: dict, kubelet: Kubelet, clock, work_dir: Path, *,
+                 run_processes: bool = True, watches_tfjobs: bool = True):
         self.experiment = experiment
         self.kubelet = kubelet
         self.clock = clock
         self.work_dir = work_dir
+        self.run_processes = run_processes
+        self.watches_tfjobs = watches_tfjobs
+        self.judged: set[str] = set()  # trials reconciled at least once after their job
         self.status: dict = {}
         self.trials: dict[str, dict] = {}  # name -> Trial
         self.jobs: dict[str, TFJobController] = {}  # trial name -> its TFJob
@@ -309,7 +331,9 @@ class ExperimentRun:
             return
         for name, job in self.jobs.items():
             job.tick()
-            self._judge_trial(name, job)
+            if self.watches_tfjobs or name not in self.judged:  # no watch: no event
+                self._judge_trial(name, job)
+                self.judged.add(name)
         self._suggest()
         self._update_status()
 
@@ -358,7 +382,8 @@ class ExperimentRun:
                 pod.env["KATIB_TRIAL_NAME"] = name
                 pod.metrics_dir = log_dir
 
-        self.jobs[name] = TFJobController(job, self.kubelet, self.clock, run_processes=True,
+        self.jobs[name] = TFJobController(job, self.kubelet, self.clock,
+                                          run_processes=self.run_processes,
                                           mutate_pod=katib_pod_webhook)
         conditions = set_condition([], "Created", "True", "TrialCreated", "Trial is created")
         self.trials[name] = {
@@ -448,18 +473,26 @@ class ExperimentRun:
     def _update_status(self) -> None:
         counts = {kind: 0 for kind in ("Succeeded", "Failed", "EarlyStopped",
                                        "MetricsUnavailable", "Killed")}
-        running = 0
-        for trial in self.trials.values():
-            kind = next((k for k in counts if is_true(trial["status"]["conditions"], k)), None)
+        running, pending = [], []
+        for name, trial in sorted(self.trials.items()):
+            conditions = trial["status"]["conditions"]
+            kind = next((k for k in counts if is_true(conditions, k)), None)
             if kind:
                 counts[kind] += 1
+            elif is_true(conditions, "Running"):  # status_util.go lines 82-92
+                running.append(name)
             else:
-                running += 1
+                pending.append(name)
         status = self.status
         status.update(trials=len(self.trials), trialsSucceeded=counts["Succeeded"],
                       trialsFailed=counts["Failed"], trialsEarlyStopped=counts["EarlyStopped"],
                       trialMetricsUnavailable=counts["MetricsUnavailable"],
-                      trialsRunning=running)
+                      trialsRunning=len(running), trialsPending=len(pending))
+        for key, names in (("runningTrialList", running), ("pendingTrialList", pending)):
+            if names:
+                status[key] = names
+            else:
+                status.pop(key, None)
         status["currentOptimalTrial"] = self._optimal()
         # status_util.go UpdateExperimentStatusCondition, lines 187-235: goal, then max failed,
         # then max trials.
@@ -548,12 +581,16 @@ class KatibStandIn(FaultyServer):
 
     def __init__(self, states: list[dict] | None = None, trials: list[dict] | None = None, *,
                  run: bool = False, namespaces: tuple[str, ...] = ("team-a", "kubeflow"),
-                 work_dir: Path | None = None):
+                 work_dir: Path | None = None, tfjobs: dict[str, dict] | None = None,
+                 run_processes: bool = True, watches_tfjobs: bool = True):
         self._init_faults()
         self.experiments: dict[tuple[str, str], dict] = {}  # (namespace, name) -> what we sent
         self.states = states or [state("Succeeded")]
         self.trials = trials or []
+        self.tfjobs = dict(tfjobs or {})  # scripted: trial name -> its TFJob as stored
         self.run = run
+        self.run_processes = run_processes
+        self.watches_tfjobs = watches_tfjobs
         self.namespaces = set(namespaces)
         self.clock = Clock()
         self._tmp = None
@@ -598,7 +635,9 @@ class KatibStandIn(FaultyServer):
             self.experiments[key] = body
             if self.run:
                 self.runs[key] = ExperimentRun(body, self.kubelet, self.clock,
-                                               self.work_dir / "trials")
+                                               self.work_dir / "trials",
+                                               run_processes=self.run_processes,
+                                               watches_tfjobs=self.watches_tfjobs)
         reply_json(handler, body, 201)
         return None
 
@@ -631,6 +670,14 @@ class KatibStandIn(FaultyServer):
                 if key in self.runs:
                     self.runs[key].tick()  # the controllers act after the read: status lags
             return None
+        if match := _TFJOBS.match(path):
+            if self._fault(handler, "GET", "tfjobs"):
+                return None
+            job = self._tfjob(match[2], match[3]) if match[1] == "v1" else None
+            if job is None:
+                return reply_json(handler, status_body(
+                    404, "NotFound", f'tfjobs.kubeflow.org "{match[3]}" not found'), 404)
+            return reply_json(handler, job)
         if match := _TRIALS.match(handler.path):
             if self._fault(handler, "GET", "trials"):
                 return None
@@ -663,6 +710,15 @@ class KatibStandIn(FaultyServer):
         status = self.states[min(self._reads, len(self.states) - 1)]
         self._reads += 1
         return {**copy.deepcopy(experiment), "status": status}
+
+    def _tfjob(self, namespace: str, name: str) -> dict | None:
+        """A trial's TFJob (named after the trial) as stored: a running Experiment's, else a
+        scripted one."""
+        for (ns, _), run in list(self.runs.items()):
+            if ns == namespace and name in run.jobs:
+                return run.jobs[name].manifest()
+        job = self.tfjobs.get(name)
+        return copy.deepcopy(job) if job and job["metadata"]["namespace"] == namespace else None
 
     def _trials(self, namespace: str) -> list[dict]:
         found = [t for t in self.trials if t["metadata"]["namespace"] == namespace]

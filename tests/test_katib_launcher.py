@@ -484,3 +484,225 @@ def test_unavailable_metrics_are_no_values(tmp_path):
         result = _launcher(standin).run(_settings(tmp_path), _space(), DATA_DIR)
     record = {t.name: t for t in result.trials}["fmnist-tune-dddd4444"]
     assert (record.objective, record.metrics) == (None, {})
+
+
+# ---------------------------------------------------------------------------------------------
+# Trials that never progress (katib/stalls.py), and the step's default deadline
+
+STUCK = "fmnist-tune-e1f2g3h4"
+TRAINING = "fmnist-tune-j5k6l7m8"
+RESTART = "kubectl rollout restart deployment/katib-controller -n kubeflow"
+
+
+def _tfjob(name: str, *conditions: str) -> dict:
+    """A trial's TFJob as the training operator stores it (conditions cumulative, Running set
+    to False once it ends: kubeflow/trainer v1.9.2 pkg/util/status.go lines 100-150)."""
+    listed = [{"type": kind, "status": "True", "reason": f"TFJob{kind}", "message": ""}
+              for kind in conditions]
+    if {"Succeeded", "Failed"} & set(conditions):
+        listed = [{**c, "status": "False"} if c["type"] == "Running" else c for c in listed]
+    return {"apiVersion": "kubeflow.org/v1", "kind": "TFJob",
+            "metadata": {"name": name, "namespace": "team-a"}, "status": {"conditions": listed}}
+
+
+class _Timed(io.StringIO):
+    """The launcher's output with the fake time each line was written at."""
+
+    def __init__(self, clock):
+        super().__init__()
+        self.clock = clock
+        self.at: list[tuple[float, str]] = []
+
+    def write(self, text: str) -> int:
+        if text.strip():
+            self.at.append((self.clock(), text.strip()))
+        return super().write(text)
+
+
+def _stuck_run(tmp_path, tfjobs: dict, timeout: float, **state_lists):
+    time = FakeTime()
+    out = _Timed(time)
+    with KatibStandIn([state("Created"), state("Running", running=2, **state_lists)],
+                      tfjobs=tfjobs) as standin:
+        launcher = KatibExperimentLauncher(standin.katib_client(), poll_seconds=POLL,
+                                           timeout_seconds=timeout, out=out,
+                                           request_timeout_seconds=2, clock=time,
+                                           sleep=time.sleep)
+        with pytest.raises(TimeoutError) as deadline:
+            launcher.run(_settings(tmp_path), _space(), DATA_DIR)
+    return standin, out, str(deadline.value)
+
+
+def test_a_trial_whose_tfjob_ended_unnoticed_is_named_with_the_watch_fix(tmp_path):
+    """katib-controller started before the TFJob CRD skips the TFJob watch (kubeflow/katib
+    v0.19.0 pkg/controller.v1beta1/trial/trial_controller.go lines 103-127): the trial stays
+    Running after its TFJob finished. The launcher says so, with the fix, once the trial has
+    been running for the stall window (600 s) and its TFJob has been seen finished for a
+    minute; a trial whose TFJob runs is not named. Before this, the step waited silently."""
+    tfjobs = {STUCK: _tfjob(STUCK, "Created", "Running", "Succeeded"),
+              TRAINING: _tfjob(TRAINING, "Created", "Running")}
+    standin, out, message = _stuck_run(tmp_path, tfjobs, 1500,
+                                       running_trials=(STUCK, TRAINING))
+    found = [(at, line) for at, line in out.at if "is not progressing" in line]
+    assert len(found) == 1, out.getvalue()
+    at, line = found[0]
+    assert line.startswith(f"trial {STUCK} is not progressing: its TFJob team-a/{STUCK} "
+                           "succeeded, but Katib still counts the trial as running")
+    assert "katib-controller is not watching TFJobs" in line and RESTART in line
+    first_listed = 15.0  # the second read lists the trials
+    assert first_listed + 600 + 60 <= at < first_listed + 600 + 60 + 2 * POLL
+    # The deadline's failure names the stuck trial and the fix; the Experiment is deleted.
+    assert f"within the step's 1500 s; trials that never progressed: {STUCK} (" in message
+    assert RESTART in message and TRAINING not in message
+    assert ("DELETE", EXPERIMENT) in standin.methods()
+    assert ("GET", f"/apis/kubeflow.org/v1/namespaces/team-a/tfjobs/{TRAINING}") in \
+        standin.methods()  # examined, found training, not named
+
+
+def test_nothing_is_named_before_the_stall_window(tmp_path):
+    tfjobs = {STUCK: _tfjob(STUCK, "Created", "Running", "Failed")}
+    standin, out, message = _stuck_run(tmp_path, tfjobs, 600, running_trials=(STUCK,))
+    assert "is not progressing" not in out.getvalue()
+    assert "never progressed" not in message
+    assert not any("/tfjobs/" in path for _, path in standin.methods())
+
+
+@pytest.mark.parametrize(("tfjobs", "listed", "expected"), [
+    ({}, "pending_trials", "pending for 10 min, and its TFJob team-a/{name} was never created: "
+                           "katib-controller could not create it. Is Training Operator v1 "
+                           "installed (kubectl get crd tfjobs.kubeflow.org)?"),
+    ({STUCK: _tfjob(STUCK, "Created")}, "running_trials",
+     "running for 10 min, and its TFJob team-a/{name} never started running (Created): its "
+     "pods are likely Pending (kubectl describe pods -n team-a -l "
+     "training.kubeflow.org/job-name={name} says why"),
+    ({STUCK: _tfjob(STUCK, "Created", "Running", "Failed")}, "running_trials",
+     "its TFJob team-a/{name} failed, but Katib still counts the trial as running 1 min later. "
+     "katib-controller is not watching TFJobs"),
+])
+def test_each_way_a_trial_stalls_is_named_with_its_likely_cause(tmp_path, tfjobs, listed,
+                                                                expected):
+    _, out, message = _stuck_run(tmp_path, tfjobs, 1500, **{listed: (STUCK,)})
+    lines = [line for line in out.getvalue().splitlines() if "is not progressing" in line]
+    assert lines == [f"trial {STUCK} is not progressing: " + lines[0].split(": ", 1)[1]]
+    assert expected.format(name=STUCK) in lines[0]
+    assert f"trials that never progressed: {STUCK} (" in message
+
+
+def test_a_tfjob_that_cannot_be_read_is_a_finding_not_a_failure(tmp_path):
+    """The TFJob is read for the diagnosis only: a 403 there neither fails the step nor
+    leaves it (it waits on, to its deadline)."""
+    time = FakeTime()
+    with KatibStandIn([state("Running", running=1, running_trials=(STUCK,))]) as standin:
+        standin.inject("GET", "tfjobs", *[403] * 200)
+        launcher = _launcher(standin, timeout_seconds=1500, clock=time, sleep=time.sleep)
+        with pytest.raises(TimeoutError, match=f"never progressed: {STUCK} "):
+            launcher.run(_settings(tmp_path), _space(), DATA_DIR)
+    out = launcher.out.getvalue()
+    assert out.count("is not progressing") == 1
+    assert "could not be read (HTTP 403 Forbidden: injected HTTP 403). If it has finished, " \
+           "katib-controller is not watching TFJobs" in out
+
+
+def test_trials_of_a_katib_controller_without_the_tfjob_watch_are_named(tmp_path):
+    """The stand-in plays the whole failure: trials whose TFJobs run to the end while Katib,
+    without the watch, keeps them Running; every trial that ran is named at the deadline."""
+    time = FakeTime()
+    with KatibStandIn(run=True, run_processes=False, watches_tfjobs=False,
+                      work_dir=tmp_path / "katib") as standin:
+        launcher = _launcher(standin, timeout_seconds=1500, clock=time, sleep=time.sleep)
+        settings = _settings(tmp_path, max_trial_count=2, parallel_trial_count=2,
+                             max_failed_trial_count=1)
+        with pytest.raises(TimeoutError) as deadline:
+            launcher.run(settings, _space(), DATA_DIR)
+    out = launcher.out.getvalue()
+    assert "Running: 0 succeeded, 2 running" in out
+    stuck = [line.split()[1] for line in out.splitlines() if "is not progressing" in line]
+    assert len(stuck) == 2 and all(RESTART in line for line in out.splitlines()
+                                   if "is not progressing" in line)
+    assert str(deadline.value).endswith(
+        f"; trials that never progressed: {', '.join(sorted(stuck))} (their TFJobs finished, "
+        "but Katib still counts them as running: katib-controller is most likely not watching "
+        f"TFJobs (Training Operator v1 installed after Katib); fix: {RESTART})")
+
+
+@pytest.mark.parametrize("resource", ["experiments", "trials"])
+@pytest.mark.parametrize("status", [401, 403, 410])
+def test_an_auth_or_gone_answer_mid_search_leaves_the_experiment(tmp_path, resource, status):
+    """A 401/403 (the step's token, its RBAC) or 410 reading the Experiment or listing its
+    trials leaves the search running for a retried step to re-attach to (Kubernetes API
+    conventions, "HTTP Status codes": kubernetes/community api-conventions.md lines 1514-1530
+    and 1562-1566 at 24e7d8f); until the fix the Experiment was deleted."""
+    with KatibStandIn(PROGRESS, [FIRST, BEST]) as standin:
+        if resource == "experiments":
+            original = standin.on_get
+
+            def after_two_reads(handler):
+                if sum(m == "GET" for m, _ in standin.methods()) == 3:
+                    standin.inject("GET", "experiments", status)
+                original(handler)
+
+            standin.on_get = after_two_reads
+        else:
+            standin.inject("GET", "trials", status)  # listed once the Experiment succeeded
+        launcher = _launcher(standin)
+        with pytest.raises(TuningError) as failure:
+            launcher.run(_settings(tmp_path), _space(), DATA_DIR)
+        assert ("team-a", "fmnist-tune") in standin.experiments
+    assert not any(m == "DELETE" for m, _ in standin.methods())
+    message = str(failure.value)
+    assert f"reading Katib Experiment team-a/fmnist-tune was refused (HTTP {status} " in message
+    assert message.endswith("The job is left as it is, still running and not deleted, and a "
+                            "retry of this step re-attaches to it")
+
+
+def test_the_tuning_steps_deadline_is_a_trials_time_per_round(monkeypatch):
+    """Before, a search without kubernetes.active_deadline_seconds had no deadline at all, so
+    trials Katib never saw finish held the run for hours. Now: tuning.trial_minutes (60) per
+    round of parallel trials, plus 10 minutes; active_deadline_seconds replaces a trial's
+    time; 0 and no active_deadline_seconds: none."""
+    from fmnist.settings.training import TrainingConfig
+    from fmnist.settings.tuning import TuningSettings
+    from kfp_components.tune.step import experiment_settings
+
+    def deadline(tuning: dict, **kubernetes) -> float:
+        settings, _ = experiment_settings("fmnist-tune", "dropout", TrainingConfig(), tuning)
+        settings.kubernetes = KubernetesSettings(image="img:1", namespace="team-a",
+                                                 pvc_name="fmnist-pvc", **kubernetes)
+        return settings.deadline_seconds()
+
+    assert TuningSettings().trial_minutes == 60
+    assert deadline({}) == 6 * 3600 + 600  # 12 trials, 2 at a time: 6 rounds
+    assert deadline({"max_trials": 5, "parallel_trials": 2, "trial_minutes": 20}) == \
+        3 * 1200 + 600
+    assert deadline({}, active_deadline_seconds=900) == 6 * 900 + 600
+    assert deadline({"trial_minutes": 0}) == 0.0
+    assert deadline({"trial_minutes": 0}, active_deadline_seconds=900) == 6 * 900 + 600
+    assert TuningSettings(trial_minutes=-1).problems() == [
+        "trial_minutes must be 0 or more, got -1"]
+
+
+def test_the_tuning_step_gives_its_launcher_that_deadline(synthetic_dataset, tmp_path,
+                                                          monkeypatch):
+    from fmnist.settings.training import TrainingConfig
+    from kfp_components.tune import step
+
+    made: dict = {}
+
+    class Launcher:
+        def __init__(self, **kwargs):
+            made.update(kwargs)
+
+        def run(self, settings, space, data):
+            made["ran"] = settings.name
+            return "result"
+
+    monkeypatch.delenv("FMNIST_PVC_NAME", raising=False)
+    monkeypatch.setattr("katib.kubernetes.KatibExperimentLauncher", Launcher)
+    result = step.tune_step(
+        model_type="dropout", base=TrainingConfig(), tuning={"max_trials": 4,
+                                                             "parallel_trials": 2},
+        data_dir=str(synthetic_dataset), output_dir=str(tmp_path / "out"),
+        backend="kubernetes", kubernetes={"namespace": "team-a", "pvc_name": "fmnist-pvc",
+                                          "mount_path": str(tmp_path / "volume")},
+        image="ghcr.io/fmnist-kfp/fmnist-kfp:0.1.0")
+    assert result == "result" and made["timeout_seconds"] == 2 * 3600 + 600

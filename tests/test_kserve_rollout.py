@@ -813,3 +813,59 @@ def test_a_canary_whose_rollback_fails_says_how_to_pin_the_old_model(standin):
     with pytest.raises(KServeRolloutError, match="rolling it back failed.*kubectl patch "
                                                  ".*canaryTrafficPercent.*:0"):
         deploy(standin, NEW, 0.95, ready_timeout_seconds=0.2)
+
+
+# -- An auth error while waiting: the rollout is left as it is ------------------------------------
+
+
+def _fault_after_write(server, name: str, fault: Fault) -> None:
+    """``fault`` is armed once ``name`` has been written (created or updated): it hits the
+    rollout's wait, not the reads before its write."""
+    original = server.after_write
+
+    def after_write(kind, namespace, written, old):
+        original(kind, namespace, written, old)
+        if kind == "InferenceService" and written == name and fault not in server.faults:
+            server.faults.append(fault)
+
+    server.after_write = after_write
+
+
+@pytest.mark.parametrize("status", [401, 403, 410])
+def test_an_auth_or_gone_answer_during_the_canary_leaves_it_and_says_so(standin, status):
+    """A 401/403 (the step's token, its RBAC) or 410 while the canary is awaited says nothing
+    about the canary (Kubernetes API conventions, "HTTP Status codes": kubernetes/community
+    api-conventions.md lines 1514-1530 and 1562-1566 at 24e7d8f): it is left, not rolled back
+    (a rollback PUT would be refused the same way); the error says where things stand. Until
+    the fix the runner's error path rolled it back and called it interrupted."""
+    serve_old_model(standin)
+    _fault_after_write(standin, NAME, Fault("GET", f"inferenceservices/{NAME}", status=status))
+    with pytest.raises(kserve_api.RolloutLeftAsIs) as error:
+        deploy(standin, NEW, 0.95)
+    (canary,) = puts(standin)  # the canary's write, and no rollback
+    assert canary["spec"]["predictor"]["canaryTrafficPercent"] == 10
+    message = str(error.value)
+    assert message.startswith(f"the canary of {NEW} on InferenceService {NS}/{NAME} was left "
+                              f"as it is, taking 10% of the traffic unverified (reading "
+                              f"InferenceService {NS}/{NAME} was refused (HTTP {status} ")
+    assert "a retry of this step replaces it" in message
+    assert "canaryTrafficPercent\":0" in message  # how to pin the old model by hand
+
+
+@pytest.mark.parametrize("status", [401, 403, 410])
+def test_an_auth_or_gone_answer_reading_the_candidates_deployment_leaves_it(raw, status):
+    """Standard mode reads the candidate's Deployment in the wait's status callback: its 403
+    is classified as the InferenceService's read is. The candidate is not deleted, and the
+    message does not claim it was."""
+    serve_old_model(raw)
+    _fault_after_write(raw, f"{NAME}-canary", Fault(
+        "GET", f"deployments/{NAME}-canary-predictor", status=status))
+    with pytest.raises(kserve_api.RolloutLeftAsIs) as error:
+        deploy(raw, NEW, 0.95)
+    assert ("InferenceService", NS, f"{NAME}-canary") in raw.objects  # not deleted
+    assert not puts(raw)  # the main InferenceService untouched
+    message = str(error.value)
+    assert message.startswith(f"the candidate InferenceService {NS}/{NAME}-canary of {NEW} was "
+                              "left as it is (reading InferenceService")
+    assert f"HTTP {status} " in message and "was deleted" not in message
+    assert f"InferenceService {NS}/{NAME} was not changed and still serves {OLD}" in message

@@ -190,6 +190,48 @@ def test_a_transient_error_listing_pods_is_retried_too(tmp_path):
     assert not any(m == "DELETE" for m, _ in standin.methods())
 
 
+@pytest.mark.parametrize("resource", ["tfjobs", "pods"])
+@pytest.mark.parametrize("status", [401, 403, 410])
+def test_an_auth_or_gone_answer_mid_run_leaves_the_tfjob_running(tmp_path, resource, status):
+    """A 401 or 403 (the step's token or RBAC) or 410 Gone reading the TFJob or listing its
+    pods says nothing about the job: it is left for a retried step to re-attach to (Kubernetes
+    API conventions, "HTTP Status codes", kubernetes/community api-conventions.md lines
+    1514-1530 and 1562-1566 at 24e7d8f). Until the fix the runner deleted it."""
+    with KubernetesStandIn(running_ticks=50) as standin:
+        launcher = _launcher(standin)
+        original = standin.on_get
+
+        def after_running(handler):
+            job = standin.job(NAME)
+            if job and any(c["type"] == "Running" for c in job["status"].get("conditions", [])):
+                standin.on_get = original
+                standin.inject("GET", resource, status)
+            original(handler)
+
+        standin.on_get = after_running
+        with pytest.raises(TrainingJobError) as failure:
+            launcher.run(_spec(tmp_path))
+        assert standin.job(NAME) is not None and (("kubeflow", NAME) in standin.jobs)
+    assert not any(m == "DELETE" for m, _ in standin.methods())
+    message = str(failure.value)
+    assert f"reading TFJob kubeflow/{NAME} was refused (HTTP {status} " in message
+    assert "left as it is, still running and not deleted" in message
+    assert "a retry of this step re-attaches to it" in message
+
+
+@pytest.mark.parametrize("status", [401, 403, 410])
+def test_an_auth_or_gone_answer_reading_the_log_skips_the_log_and_the_job_goes_on(tmp_path,
+                                                                                  status):
+    _finish(tmp_path)
+    with KubernetesStandIn(logs={"worker-0": "line one\n"}, running_ticks=4) as standin:
+        standin.inject("GET", "log", status)
+        launcher = _launcher(standin)
+        outcome = launcher.run(_spec(tmp_path))
+    assert outcome.result == {"model_type": "basic"}
+    assert not any(m == "DELETE" for m, _ in standin.methods())
+    assert launcher.out.getvalue().count(f"[{NAME}-worker-0] line one") == 1
+
+
 def test_a_job_deleted_behind_our_back_is_an_error_naming_it(tmp_path):
     with KubernetesStandIn(running_ticks=50) as standin:
         launcher = _launcher(standin)

@@ -16,15 +16,63 @@ from tests.setup_manifests import build
 from tests.test_cluster_client import HEALTHZ_2_5
 
 NS = "kubeflow"
+TFJOB_CRD = ("CustomResourceDefinition", "", "tfjobs.kubeflow.org")
+KATIB_POD = ("Pod", NS, "katib-controller-6c8d9f7b5-x2k4p")
+RESTART = "kubectl rollout restart deployment/katib-controller -n kubeflow"
+# katib-config as Kubeflow installs it: kubeflow/manifests v1.11.0 applications/katib/upstream/
+# installs/katib-cert-manager/katib-config.yaml lines 1-13 (= kubeflow/katib v0.19.0
+# manifests/v1beta1/installs/katib-cert-manager/katib-config.yaml).
+KATIB_CONFIG = """apiVersion: config.kubeflow.org/v1beta1
+kind: KatibConfig
+init:
+  controller:
+    webhookPort: 8443
+    trialResources:
+      - TrainJob.v1alpha1.trainer.kubeflow.org
+      - Job.v1.batch
+      - TFJob.v1.kubeflow.org
+      - PyTorchJob.v1.kubeflow.org
+      - MPIJob.v1.kubeflow.org
+      - XGBoostJob.v1.kubeflow.org
+"""
+
+
+def katib_controller_pod(started: str, container_started: str | None = None) -> dict:
+    """A running katib-controller pod as its Deployment makes it (kubeflow/katib v0.19.0
+    manifests/v1beta1/components/controller/controller.yaml lines 14-25: the label
+    katib.kubeflow.org/component=controller, container katib-controller)."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": KATIB_POD[2], "namespace": NS,
+                         "labels": {"katib.kubeflow.org/component": "controller",
+                                    "sidecar.istio.io/inject": "false",
+                                    "pod-template-hash": "6c8d9f7b5"}},
+            "spec": {"containers": [{"name": "katib-controller",
+                                     "image": "ghcr.io/kubeflow/katib/katib-controller:v0.19.0"}]},
+            "status": {"phase": "Running", "startTime": started, "containerStatuses": [{
+                "name": "katib-controller", "ready": True, "restartCount": 0,
+                "image": "ghcr.io/kubeflow/katib/katib-controller:v0.19.0", "imageID": "",
+                "state": {"running": {"startedAt": container_started or started}}}]}}
 
 
 def ready_cluster(standin: KServeStandIn) -> None:
-    """Standalone KFP in ``kubeflow`` after the README's setup steps."""
+    """Standalone KFP in ``kubeflow`` after the README's setup steps: Training Operator v1
+    installed before Katib (its CRD older than katib-controller's start)."""
     for base in ("pvc", "standalone-rbac", "serving-credentials", "serving-access"):
         for obj in build(base, namespace=NS):
             standin.put(obj)
     claim = standin.objects[("PersistentVolumeClaim", NS, "fmnist-data")]
     claim["status"] = {"phase": "Bound", "accessModes": ["ReadWriteMany"]}
+    standin.put({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                 "metadata": {"name": "tfjobs.kubeflow.org"}})
+    standin.objects[TFJOB_CRD]["metadata"]["creationTimestamp"] = "2026-01-01T09:00:00Z"
+    standin.put(katib_controller_pod("2026-01-01T09:10:00Z"))
+    standin.put({"apiVersion": "v1", "kind": "ConfigMap",
+                 "metadata": {"name": "katib-config", "namespace": NS},
+                 "data": {"katib-config.yaml": KATIB_CONFIG}})
+
+
+def _crd_created(at: str):
+    return lambda s, k: s.objects[TFJOB_CRD]["metadata"].update(creationTimestamp=at)
 
 
 @pytest.fixture
@@ -95,6 +143,14 @@ PIECES = {
         "serving.kserve.io/s3-endpoint")),
     "istio-policy": ("Istio policy", lambda s, k: s.objects.pop(
         ("AuthorizationPolicy", NS, "fmnist-serving-in-cluster"))),
+    # Training Operator v1 installed after Katib: katib-controller skipped the TFJob watch
+    # (kubeflow/katib v0.19.0 pkg/controller.v1beta1/trial/trial_controller.go lines 103-127).
+    "katib-started-before-tfjob-crd": ("Katib watches TFJobs",
+                                       _crd_created("2026-01-01T09:10:01Z")),
+    # katib-config without TFJob: never watched (cmd/katib-controller/v1beta1/main.go 80-85).
+    "katib-config-without-tfjob": ("Katib watches TFJobs", lambda s, k: s.objects[
+        ("ConfigMap", NS, "katib-config")]["data"].update(
+        {"katib-config.yaml": KATIB_CONFIG.replace("      - TFJob.v1.kubeflow.org\n", "")})),
     **{f"may-{verb}-{resource}{'-' + sub if sub else ''}": (
         f"may {verb} {resource}{'/' + sub if sub else ''}",
         (lambda v, g, r: lambda s, k: _drop_permission(s, v, g, r))(
@@ -176,3 +232,62 @@ def test_on_multi_user_kubeflow_the_profiles_roles_grant_every_permission(kubefl
         assert cli_main(["preflight", "--host", kfp.url, "--namespace", "team-a",
                          "--kubeconfig", str(standin.kubeconfig("team-a"))]) == 1
         assert len(missing_lines(capsys.readouterr().out)) == len(PERMISSIONS)
+
+
+def _rows(output: str, check: str) -> list[str]:
+    lines = output.splitlines()
+    return [line + "\n" + (lines[i + 1] if i + 1 < len(lines) else "")
+            for i, line in enumerate(lines) if check in line]
+
+
+def test_katib_started_before_the_tfjob_crd_is_named_with_the_restart(cluster, capsys):
+    """The rule (kubeflow/katib v0.19.0 trial_controller.go lines 103-127): the TFJob watch is
+    set up only if the CRD is mapped when katib-controller starts. A CRD created after the
+    controller container started fails preflight with the restart as the fix."""
+    standin, kfp = cluster
+    _crd_created("2026-01-01T09:30:00Z")(standin, kfp)
+    assert preflight(standin, kfp) == 1
+    (row,) = _rows(capsys.readouterr().out, "Katib watches TFJobs")
+    assert row.startswith("MISSING")
+    assert (f"katib-controller pod {KATIB_POD[2]} started 2026-01-01 09:10:00 UTC, before the "
+            "TFJob CRD was created (2026-01-01 09:30:00 UTC): it is not watching TFJobs") in row
+    assert f"fix: {RESTART}" in row
+
+
+def test_a_katib_controller_restarted_after_the_crd_watches_it(cluster, capsys):
+    """A container restart re-runs katib-controller's setup (its watches with it): the
+    container's start counts, not the pod's."""
+    standin, kfp = cluster
+    standin.objects[KATIB_POD].update(katib_controller_pod(
+        "2026-01-01T08:00:00Z", container_started="2026-01-01T09:20:00Z"))
+    assert preflight(standin, kfp) == 0
+    (row,) = _rows(capsys.readouterr().out, "Katib watches TFJobs")
+    assert row.startswith("ok") and "started 2026-01-01 09:20:00 UTC, after the TFJob CRD" in row
+    _crd_created("2026-01-01T09:30:00Z")(standin, kfp)
+    assert preflight(standin, kfp) == 1
+
+
+@pytest.mark.parametrize(("path", "what"), [
+    ("/api/v1/namespaces/kubeflow/pods", "cannot list pods in kubeflow (HTTP 403 Forbidden)"),
+    ("/customresourcedefinitions/tfjobs.kubeflow.org",
+     "cannot read the CRD tfjobs.kubeflow.org (HTTP 403 Forbidden)"),
+])
+def test_when_rbac_hides_the_katib_check_it_says_so_and_does_not_fail(cluster, capsys, path,
+                                                                      what):
+    from tests.apiserver_standin import Fault
+
+    standin, kfp = cluster
+    _crd_created("2026-01-01T09:30:00Z")(standin, kfp)  # would fail, were it readable
+    standin.faults.append(Fault("GET", path, status=403, times=10))
+    assert preflight(standin, kfp) == 0
+    (row,) = _rows(capsys.readouterr().out, "Katib watches TFJobs")
+    assert row.startswith("note") and f"could not check: {what}" in row
+    assert RESTART in row
+
+
+def test_the_katib_check_applies_only_when_tfjobs_and_katib_are_served(cluster, capsys):
+    standin, kfp = cluster
+    _crd_created("2026-01-01T09:30:00Z")(standin, kfp)
+    standin.served.discard(("kubeflow.org", "v1beta1", "experiments"))
+    preflight(standin, kfp)
+    assert not _rows(capsys.readouterr().out, "Katib watches TFJobs")

@@ -22,6 +22,7 @@ from fmnist.kubernetes.runner import (
     JobRefused,
     JobStatus,
     JobVanished,
+    ReadRefused,
     RemoteJob,
     RemoteJobError,
     RemoteJobRunner,
@@ -29,6 +30,7 @@ from fmnist.kubernetes.runner import (
     api_message,
     api_status,
     is_transient,
+    left_as_is_status,
 )
 
 
@@ -47,7 +49,8 @@ class Clock:
 
 def _api_error(status: int, message: str = "") -> ApiException:
     error = ApiException(status=status, reason={404: "Not Found", 409: "Conflict",
-                                                 403: "Forbidden", 500: "Internal Server Error",
+                                                 401: "Unauthorized", 403: "Forbidden",
+                                                 410: "Gone", 500: "Internal Server Error",
                                                  422: "Unprocessable Entity"}.get(status, ""))
     error.body = json.dumps({"kind": "Status", "message": message})
     return error
@@ -179,10 +182,87 @@ def test_a_failed_job_fails_with_its_reason_and_is_cleaned_up():
 
 def test_a_permanent_read_error_names_the_api_servers_answer_and_cleans_up():
     clock, lines = Clock(), []
-    script = Script(["Running", _sdk_wrapped(_api_error(403, "tfjobs is forbidden"))])
-    with pytest.raises(RemoteJobError, match="HTTP 403 Forbidden: tfjobs is forbidden"):
+    script = Script(["Running", _sdk_wrapped(_api_error(422, "unprocessable"))])
+    with pytest.raises(RemoteJobError, match="HTTP 422 Unprocessable Entity: unprocessable"):
         _runner(clock, lines).run(script.job())
     assert script.calls[-1] == f"cleanup:{ERROR}"
+
+
+@pytest.mark.parametrize("status", [401, 403, 410])
+@pytest.mark.parametrize("wrap", [False, True])
+def test_an_auth_or_gone_error_while_waiting_leaves_the_job_for_a_retry(status, wrap):
+    """401 and 403 speak of the step's access and 410 of what the server still keeps, not of
+    the job (Kubernetes API conventions, "HTTP Status codes": kubernetes/community
+    contributors/devel/sig-architecture/api-conventions.md lines 1514-1530 and 1562-1566 at
+    24e7d8f). Until the fix the runner took them for a permanent error and deleted a job that
+    a retried step could have re-attached to."""
+    clock, lines = Clock(), []
+    error = _api_error(status, "denied")
+    script = Script(["Running", _sdk_wrapped(error) if wrap else error])
+    with pytest.raises(ReadRefused) as refused:
+        _runner(clock, lines).run(script.job())
+    assert refused.value.status == status
+    assert not any(call.startswith("cleanup") for call in script.calls)
+    message = str(refused.value)
+    assert message.startswith(f"reading TFJob team-a/job was refused (HTTP {status} ")
+    assert message.endswith("The job is left as it is, still running and not deleted, and a "
+                            "retry of this step re-attaches to it")
+    assert script.calls == ["create", "read", "read"]  # not retried: it would not change
+
+
+def test_an_auth_error_in_the_status_callbacks_own_read_leaves_the_job_too():
+    """A KServe rollout's status callback reads the Deployment; its 403 is classified as the
+    job's read is (it rolled the rollout back before the fix)."""
+    clock, lines = Clock(), []
+    script = Script(["Running"])
+    job = script.job()
+    job.status = lambda state: _raise(
+        _sdk_wrapped(_api_error(403, "deployments.apps is forbidden")))
+    with pytest.raises(ReadRefused, match="HTTP 403 Forbidden: deployments.apps is forbidden"):
+        _runner(clock, lines).run(job)
+    assert not any(call.startswith("cleanup") for call in script.calls)
+
+
+def test_a_transient_error_in_the_status_callback_is_retried():
+    clock, lines = Clock(), []
+    script = Script(["Running", "Running", "Succeeded"])
+    failures = [_api_error(503)]
+
+    def status(state):
+        if state == "Running" and failures:
+            raise failures.pop()
+        return Script.status(state)
+
+    job = script.job()
+    job.status = status
+    assert _runner(clock, lines).run(job) == "Succeeded"
+    assert not any(call.startswith("cleanup") for call in script.calls)
+    assert sum("failed transiently" in line for line in lines) == 1
+
+
+def test_other_errors_of_the_status_callback_pass_as_they_are_and_clean_up():
+    class Verdict(Exception):
+        pass
+
+    clock, lines = Clock(), []
+    script = Script(["Running"])
+    job = script.job()
+    job.status = lambda state: _raise(Verdict("wrong mode"))
+    with pytest.raises(Verdict):
+        _runner(clock, lines).run(job)
+    assert script.calls[-1] == f"cleanup:{ERROR}"
+
+
+def test_a_401_or_403_on_create_stays_a_refusal():
+    for status in (401, 403):
+        script = Script(["Running"], create_errors=[_api_error(status, "no")])
+        with pytest.raises(JobRefused) as refused:
+            _runner(Clock(), []).run(script.job())
+        assert refused.value.status == status and script.calls == ["create"]
+
+
+def _raise(error: BaseException):
+    raise error
 
 
 def test_a_refused_create_names_the_api_servers_answer_and_creates_nothing():
@@ -311,6 +391,9 @@ def test_error_classification():
     assert not is_transient(ValueError("a bug"))
     assert api_message(_api_error(403, "denied")) == "HTTP 403 Forbidden: denied"
     assert api_message(ValueError("x")) == "ValueError: x"
+    assert [left_as_is_status(_sdk_wrapped(_api_error(code))) for code in
+            (401, 403, 404, 409, 410, 422, 500)] == [401, 403, None, None, 410, None, None]
+    assert left_as_is_status(ValueError("no API here")) is None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,6 +10,9 @@ It asks, with the user's kubeconfig and the KFP endpoint:
   kubeflow/manifests v1.11.0 ``example/kustomization.yaml`` L93-96), Experiment and Trial
   (``kubeflow.org/v1beta1``), InferenceService (``serving.kserve.io/v1beta1``) and
   ServingRuntime (``serving.kserve.io/v1alpha1``);
+* whether Katib watches TFJobs (when both are served): katib-controller builds its watches
+  once, at start, and skips the TFJob watch if the CRD did not exist then, so trials would stay
+  Running for hours (:func:`check_katib_watch`);
 * KServe's default deployment mode (inferenceservice-config, for information);
 * the shared ReadWriteMany claim, the compile-time credentials Secret (when one is named), the
   serving ServiceAccount and its S3 Secret (``serving.deploy.credentials``), and the Istio
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 from fmnist.errors import RemoteError, UserInputError, connection_problem
 
@@ -39,7 +43,9 @@ APIS = (
      "install Training Operator v1: Kubeflow 1.11's example install ships Trainer v2 (no "
      "TFJob); apply kubeflow/manifests applications/training-operator/upstream/overlays/kubeflow"
      " (kubectl apply --server-side -k \"github.com/kubeflow/manifests/applications/"
-     "training-operator/upstream/overlays/kubeflow?ref=v1.11.0\")"),
+     "training-operator/upstream/overlays/kubeflow?ref=v1.11.0\"), then, with Katib already "
+     "installed, restart katib-controller so that it watches TFJobs (kubectl rollout restart "
+     "deployment/katib-controller -n kubeflow)"),
     ("kubeflow.org", "v1beta1", "experiments", "Katib Experiment",
      "install Katib (applications/katib in kubeflow/manifests); only needed with --tune"),
     ("kubeflow.org", "v1beta1", "trials", "Katib Trial",
@@ -50,10 +56,23 @@ APIS = (
      "install KServe 0.14 or newer (applications/kserve in kubeflow/manifests)"),
 )
 
+# Katib's controller (kubeflow/katib v0.19.0 manifests/v1beta1/components/controller/
+# controller.yaml lines 2-26: Deployment katib-controller in kubeflow, pods labelled
+# katib.kubeflow.org/component=controller, container katib-controller; the same in
+# kubeflow/manifests v1.11.0 and 26.03 applications/katib/upstream/components/controller/).
+KATIB_NAMESPACE = "kubeflow"
+KATIB_CONTROLLER = "katib-controller"
+KATIB_CONTROLLER_SELECTOR = "katib.kubeflow.org/component=controller"
+KATIB_CONFIG = "katib-config"  # the ConfigMap, its key katib-config.yaml (controller.yaml 57-77)
+TFJOB_CRD = "tfjobs.kubeflow.org"
+TFJOB_TRIAL_RESOURCE = ("TFJob", "v1", "kubeflow.org")  # Kind.version.group in trialResources
+RESTART_KATIB = f"kubectl rollout restart deployment/{KATIB_CONTROLLER} -n {KATIB_NAMESPACE}"
+
 # (verb, group, resource, subresource, what for): what the steps' code calls.
 PERMISSIONS = (
     ("create", "kubeflow.org", "tfjobs", "", "train: create the TFJob"),
-    ("get", "kubeflow.org", "tfjobs", "", "train: follow the TFJob"),
+    ("get", "kubeflow.org", "tfjobs", "", "train: follow the TFJob; tune: examine a "
+                                          "stalled trial's"),
     ("delete", "kubeflow.org", "tfjobs", "", "train: delete it on SIGTERM or failure"),
     ("list", "", "pods", "", "train: find the chief pod"),
     ("get", "", "pods", "log", "train: read the chief's log"),
@@ -162,6 +181,120 @@ def check_apis(api_client) -> list[Row]:
         else:
             rows.append(Row(what, False, f"{plural}.{group}/{version} is not served", fix))
     return rows
+
+
+def _time(value) -> datetime | None:
+    """An API timestamp (RFC 3339 text, or the client's datetime) as an aware datetime."""
+    if isinstance(value, datetime):
+        return value
+    if not value:
+        return None
+    try:  # Python 3.10's fromisoformat takes no "Z"
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _trial_resources(config_text: str) -> list[str]:
+    """katib-config's ``init.controller.trialResources``; Katib's default when it names none
+    (kubeflow/katib v0.19.0 pkg/apis/config/v1beta1/defaults.go lines 50-51 and 91-94)."""
+    import yaml
+
+    config = yaml.safe_load(config_text or "") or {}
+    controller = ((config.get("init") or {}).get("controller") or {}) if isinstance(
+        config, dict) else {}
+    return list(controller.get("trialResources") or []) or ["Job.v1.batch"]
+
+
+def _watches_tfjobs(resources: list[str]) -> bool:
+    """Whether ``Kind.version.group`` entries name Training Operator v1's TFJob (Katib parses
+    them with schema.ParseKindArg: pkg/util/v1beta1/katibconfig/config.go lines 44-58)."""
+    return any(tuple(str(entry).split(".", 2)) == TFJOB_TRIAL_RESOURCE for entry in resources)
+
+
+def check_katib_watch(api_client, core) -> Row:
+    """Whether katib-controller watches TFJobs, as kubeflow/katib v0.19.0 decides it: once, at
+    start, for each kind in katib-config's ``trialResources`` (cmd/katib-controller/v1beta1/
+    main.go lines 59-85) whose CRD the API server maps *then*; a kind without a mapping is
+    skipped with only a log line asking for a restart
+    (pkg/controller.v1beta1/trial/trial_controller.go lines 103-127). Without the watch a
+    trial's TFJob runs to its end unnoticed and the trial stays Running (for hours). Kubeflow
+    1.11's and 26.03's example installs leave Training Operator v1 out (kubeflow/manifests
+    v1.11.0 example/kustomization.yaml lines 93-94), so it is often installed after Katib.
+
+    Compared: the TFJob CRD's ``creationTimestamp`` against the start of each running
+    katib-controller container (its pod's start when the container's is not reported). A read
+    this user may not make (RBAC) makes the row a note, never a miss."""
+    what = "Katib watches TFJobs"
+    fix = (f"{RESTART_KATIB} (katib-controller then watches the TFJob CRD; install Training "
+           "Operator v1 before Katib to avoid this)")
+    try:
+        crd = _call(api_client, f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
+                                f"{TFJOB_CRD}")
+    except Exception as error:
+        return Row(what, None, f"could not check: cannot read the CRD {TFJOB_CRD} "
+                               f"({_reason(error)})", f"if Training Operator v1 was installed "
+                                                     f"after Katib: {RESTART_KATIB}")
+    created = _time(((crd or {}).get("metadata") or {}).get("creationTimestamp"))
+    try:
+        pods = core.list_namespaced_pod(KATIB_NAMESPACE, label_selector=KATIB_CONTROLLER_SELECTOR,
+                                        _request_timeout=30).items
+    except Exception as error:
+        return Row(what, None, f"could not check: cannot list pods in {KATIB_NAMESPACE} "
+                               f"({_reason(error)})", f"if Training Operator v1 was installed "
+                                                     f"after Katib: {RESTART_KATIB}")
+    try:
+        config = core.read_namespaced_config_map(KATIB_CONFIG, KATIB_NAMESPACE,
+                                                 _request_timeout=30)
+        resources = _trial_resources((config.data or {}).get("katib-config.yaml", ""))
+    except Exception:  # unreadable: the CRD's age is still worth comparing
+        resources = None
+    if resources is not None and not _watches_tfjobs(resources):
+        return Row(what, False, f"katib-config's trialResources {resources} lack "
+                                "TFJob.v1.kubeflow.org: katib-controller never watches TFJobs",
+                   f"add TFJob.v1.kubeflow.org to init.controller.trialResources in the "
+                   f"ConfigMap {KATIB_NAMESPACE}/{KATIB_CONFIG}, then {RESTART_KATIB}")
+    started = []
+    for pod in pods:
+        status = pod.status
+        if status is None or status.phase != "Running" or pod.metadata.deletion_timestamp:
+            continue
+        container = next((c for c in status.container_statuses or []
+                          if c.name == KATIB_CONTROLLER), None)
+        running = container.state.running if container and container.state else None
+        start = _time(running.started_at if running else None) or _time(status.start_time)
+        if start is not None:
+            started.append((start, pod.metadata.name))
+    if created is None or not started:
+        found = ("no running katib-controller pod in " + KATIB_NAMESPACE if not started
+                 else f"no creationTimestamp on the CRD {TFJOB_CRD}")
+        return Row(what, None, f"could not check: {found}",
+                   "Katib's Experiments need katib-controller running (kubectl get pods -n "
+                   f"{KATIB_NAMESPACE} -l {KATIB_CONTROLLER_SELECTOR})")
+    before = [(start, name) for start, name in sorted(started) if start < created]
+    if before:
+        start, name = before[0]
+        return Row(what, False, f"{KATIB_CONTROLLER} pod {name} started {_utc(start)}, before "
+                                f"the TFJob CRD was created ({_utc(created)}): it is not "
+                                "watching TFJobs, and tuning trials would stay Running for "
+                                "hours", fix)
+    if any(start == created for start, _ in started):
+        return Row(what, None, f"{KATIB_CONTROLLER} started in the second the TFJob CRD was "
+                               f"created ({_utc(created)}): too close to tell", fix)
+    start = min(start for start, _ in started)
+    return Row(what, True, f"{KATIB_CONTROLLER} started {_utc(start)}, after the TFJob CRD "
+                           f"({_utc(created)})")
+
+
+def _utc(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _reason(error) -> str:
+    status = _status(error)
+    if status is not None:
+        return f"HTTP {status} {getattr(error, 'reason', '') or ''}".rstrip()
+    return f"{type(error).__name__}: {error}"
 
 
 def check_mode(api) -> Row:
@@ -295,8 +428,12 @@ def preflight(endpoint, api_client, cluster: Cluster, *, check_backend: bool = T
     server = check_api_server(api_client)
     if server is not None:
         return [*rows, server]
-    rows += check_apis(api_client)
+    apis = check_apis(api_client)
+    rows += apis
     core = client.CoreV1Api(api_client)
+    served = {row.check for row in apis if row.ok}
+    if {"TFJob (Training Operator v1)", "Katib Experiment"} <= served:  # else nothing to watch
+        rows.append(check_katib_watch(api_client, core))
     serving = KServeApi(api_client, cluster.serving_namespace)
     rows.append(check_mode(serving))
     rows.append(check_pvc(core, cluster))

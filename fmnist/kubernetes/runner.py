@@ -18,6 +18,15 @@ It follows google-cloud-pipeline-components' ``job_remote_runner``:
   :func:`api_status` looks through the chain.
   Should the API stay unreachable for ``unreachable_seconds``, the step fails and the job is
   left running: a retry of the step re-attaches to it.
+* **A read the API server refuses leaves the job alone.** HTTP 401 (the step's credentials are
+  no longer accepted: an expired or revoked token), 403 (its ServiceAccount may no longer read
+  the job) and 410 Gone while waiting say nothing about the job, only about this step's access
+  to it: the step fails with :class:`ReadRefused`, naming the status, and the job is left
+  running for a retry of the step to re-attach to. Deleting it would throw away work a retry
+  could have kept (and with the same credentials the delete would likely fail anyway). The
+  same holds for reads the ``status`` callback makes (a KServe rollout reads the
+  InferenceService's Deployment there). A 401 or 403 on *create* stays a refusal
+  (:class:`JobRefused`): nothing was created.
 * **A job that vanished** (404 after it existed) is an error naming it; nothing is cleaned up.
 * **A failed job fails the step** with the reason its controller gave (:class:`JobFailed`), and
   is cleaned up so that a retried step starts afresh instead of re-attaching to the failure.
@@ -57,6 +66,14 @@ FAILED = "failed"  # the job's controller says it failed (or the caller's budget
 ERROR = "error"  # an unexpected error while waiting (a permanent API error, a bug)
 
 TRANSIENT_STATUSES = frozenset({408, 429})  # plus every 5xx
+# Answers to a read that speak of this step's access, not of the job (see ReadRefused):
+# 401 StatusUnauthorized, 403 StatusForbidden and 410 StatusGone in the Kubernetes API
+# conventions (kubernetes/community contributors/devel/sig-architecture/api-conventions.md,
+# "HTTP Status codes", lines 1514-1530 and 1562-1566 at 24e7d8f: for 410, "no longer available
+# at the server"). The API server answers 410 with reason Expired when a resourceVersion is too
+# old (kubernetes/apimachinery v0.31.3 pkg/api/errors/errors.go lines 270-279,
+# NewResourceExpired).
+LEFT_AS_IS_STATUSES = frozenset({401, 403, 410})
 
 
 class RemoteJobError(RuntimeError):
@@ -79,8 +96,22 @@ class JobRefused(RemoteJobError):
         self.status = status
 
 
-class ApiUnreachable(RemoteJobError):
+class JobLeftAsIs(RemoteJobError):
+    """The step could not follow the job and left it running: a retry of the step
+    re-attaches to it. Nothing is cleaned up."""
+
+
+class ApiUnreachable(JobLeftAsIs):
     """Reads kept failing transiently for ``unreachable_seconds``; the job was left running."""
+
+
+class ReadRefused(JobLeftAsIs):
+    """The API server answered a read while waiting with 401, 403 or 410
+    (:data:`LEFT_AS_IS_STATUSES`); the job was left running."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
 
 
 class DeadlineExceeded(TimeoutError):
@@ -177,6 +208,23 @@ def is_transient(error: BaseException) -> bool:
     return False
 
 
+def left_as_is_status(error: BaseException) -> int | None:
+    """401, 403 or 410 when ``error`` carries one of them (:data:`LEFT_AS_IS_STATUSES`): a
+    read that failed so while waiting leaves the job as it is. None otherwise."""
+    status = api_status(error)
+    return status if status in LEFT_AS_IS_STATUSES else None
+
+
+_REFUSED_BECAUSE = {
+    401: "the API server no longer accepts this step's credentials (an expired or revoked "
+         "ServiceAccount token)",
+    403: "this step's ServiceAccount may no longer read it (its permissions changed while it "
+         "waited; `fmnist-kfp preflight` lists the permissions the steps need)",
+    410: "what was asked is no longer available at the API server (StatusGone in the "
+         "Kubernetes API conventions: a resourceVersion too old to serve)",
+}
+
+
 def _already_exists(error: BaseException) -> bool:
     # An SDK may word a 409 so, without the ApiException (kubeflow-katib's KatibClient did).
     return api_status(error) == 409 or "already exists" in str(error)
@@ -240,15 +288,15 @@ class RemoteJobRunner:
     def run(self, job: RemoteJob) -> Any:
         """Runs ``job`` to success and returns its last read; raises :class:`JobFailed`,
         :class:`JobVanished`, :class:`JobRefused`, :class:`ApiUnreachable`,
-        :class:`DeadlineExceeded` or :class:`Terminated` (after cleaning up where that
-        applies)."""
+        :class:`ReadRefused`, :class:`DeadlineExceeded` or :class:`Terminated` (after cleaning
+        up where that applies)."""
         guard = _SigtermGuard(job.where, self.log)
         previous = self._install(guard)
         started = self.clock()
         try:
             self._create(job, guard, started)
             return self._wait(job, started)
-        except (JobVanished, JobRefused, ApiUnreachable):
+        except (JobVanished, JobRefused, JobLeftAsIs):
             raise  # nothing to clean up: gone, never created, or left for a retry to re-attach
         except BaseException as error:
             guard.cleaning = True
@@ -316,6 +364,7 @@ class RemoteJobRunner:
                         f"{job.where} vanished: the API server answers 404 Not Found for it. "
                         "Someone deleted it, or its namespace, while this step waited"
                     ) from error
+                self._refused(job, error)
                 if not is_transient(error):
                     raise RemoteJobError(f"reading {job.where} failed: {api_message(error)}"
                                          ) from error
@@ -323,8 +372,19 @@ class RemoteJobRunner:
                                             delay)
                 delay = min(delay * 2, self.retry_seconds[1])
                 continue
+            try:
+                status = job.status(current)
+            except Exception as error:
+                # The callback's own reads (a rollout's Deployment): classified as the job's
+                # read is; anything else it raises is the caller's verdict, passed on as is.
+                self._refused(job, error)
+                if not is_transient(error):
+                    raise
+                trouble_since = self._retry(job, "reading", error, started, trouble_since,
+                                            delay)
+                delay = min(delay * 2, self.retry_seconds[1])
+                continue
             delay, trouble_since = self.retry_seconds[0], None
-            status = job.status(current)
             if status.progress and status.progress != shown:
                 shown = status.progress
                 self.log(f"{job.where}: {status.progress}")
@@ -333,6 +393,18 @@ class RemoteJobRunner:
                     raise JobFailed(f"{job.where} failed: {status.reason or status.progress}")
                 return current
             self._pause(job, started, self.poll_seconds)
+
+    @staticmethod
+    def _refused(job: RemoteJob, error: BaseException) -> None:
+        """Raises :class:`ReadRefused` for a 401, 403 or 410 while waiting: the job is left
+        as it is (see the module docstring)."""
+        status = left_as_is_status(error)
+        if status is None:
+            return
+        raise ReadRefused(
+            f"reading {job.where} was refused ({api_message(error)}): {_REFUSED_BECAUSE[status]}."
+            f" The job is left as it is, still running and not deleted, and a retry of this "
+            "step re-attaches to it", status) from error
 
     def _retry(self, job: RemoteJob, doing: str, error: BaseException, started: float,
                trouble_since: float | None, delay: float) -> float:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fmnist.settings.schema import Settings, setting
+from fmnist.settings.schema import Settings, not_negative, setting
 
 
 @dataclass
@@ -36,6 +36,13 @@ class TuningSettings(Settings):
     objective_goal: float | None = setting(
         None, help="Stop once a trial's validation accuracy reaches it.")
     random_state: int | None = setting(None, help="Seed of the search algorithm.")
+    trial_minutes: int = setting(
+        60, help="Kubeflow: minutes a trial may take, for the step's deadline: one per round "
+                 "of parallel_trials (ceil(max_trials / parallel_trials) rounds) plus 10; past "
+                 "it the step deletes the Experiment and fails, naming the trials that never "
+                 "progressed (kubernetes.active_deadline_seconds, when set, replaces it; 0 "
+                 "and no active_deadline_seconds: no deadline).",
+        rules=[not_negative])
 
     @property
     def failed_trial_budget(self) -> int:

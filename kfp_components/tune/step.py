@@ -94,12 +94,8 @@ def tune_step(*, model_type: str, base: TrainingConfig, tuning: dict[str, Any], 
         build_experiment(on_cluster, space, data)  # every problem before the dataset is copied
         data = stage_dataset(data_dir, data)
         make_shared_dirs(on_cluster.trials_root)  # group-writable: every trial makes its own
-        katib = launcher
-        if katib is None:
-            deadline = pods.active_deadline_seconds  # a trial's: the search may take them all
-            katib = KatibExperimentLauncher(
-                timeout_seconds=deadline * on_cluster.max_trial_count + 600
-                if deadline else 0.0)
+        katib = launcher or KatibExperimentLauncher(
+            timeout_seconds=on_cluster.deadline_seconds())  # tuning.trial_minutes per round
         return lambda: katib.run(on_cluster, space, data)
 
     run = choose_backend("tuning", backend, local=local, kubernetes=on_kubernetes)

@@ -8,7 +8,9 @@ webhook's own code and ``admission webhook "<name>" denied the request: <why>``
 KServe's validator denies with 403, controller-runtime v0.19.1 ``pkg/webhook/admission/
 validator_custom.go`` L114-121 and ``response.go`` L63-83), a missing permission with 403.
 5xx, 429, timeouts and dropped connections are transient: :class:`TransientApiError`, which the
-rollout's waits retry (the kserve SDK's own ``get`` retries none of them, F9.1).
+rollout's waits retry (the kserve SDK's own ``get`` retries none of them, F9.1). A 401, 403 or
+410 while a rollout waits leaves it as it stands (:class:`RolloutLeftAsIs`; the remote-job
+runner's rule).
 """
 
 from __future__ import annotations
@@ -35,6 +37,12 @@ class KServeRolloutError(RuntimeError):
 
 class ReadinessTimeout(KServeRolloutError):
     """The InferenceService did not become Ready in ``ready_timeout_seconds``."""
+
+
+class RolloutLeftAsIs(KServeRolloutError):
+    """A wait could not go on (the API server refused this step's reads, or did not answer for
+    long) and the rollout was left as it stood, neither finished nor rolled back: the message
+    says where things stand (the remote-job runner's ``JobLeftAsIs`` is its cause)."""
 
 
 class TransientApiError(KServeRolloutError):

@@ -38,6 +38,7 @@ from serving.deploy.kserve_api import (
     KServeApi,
     KServeRolloutError,
     ReadinessTimeout,
+    RolloutLeftAsIs,
     TransientApiError,
 )
 from serving.deploy.kserve_status import (
@@ -283,9 +284,11 @@ class Rollout:
         """Makes ``create`` (the write) and polls ``read`` until ``check`` says done, on the
         runner. SIGTERM, the deadline, a failed check or an error call ``cleanup(why)`` first;
         then the runner's error is raised (a deadline as :class:`ReadinessTimeout`; SIGTERM
-        exits the step with 143 after the cleanup)."""
+        exits the step with 143 after the cleanup). A read the API server refuses (401, 403,
+        410) or that stays unanswered calls no cleanup: :class:`RolloutLeftAsIs`."""
         from fmnist.kubernetes.runner import (
             DeadlineExceeded,
+            JobLeftAsIs,
             JobRefused,
             JobStatus,
             RemoteJob,
@@ -323,6 +326,9 @@ class Rollout:
             cause = error.__cause__
             raise (cause if isinstance(cause, KServeRolloutError)
                    else KServeRolloutError(str(error))) from error
+        except JobLeftAsIs as error:  # no cleanup ran: the callers say where things stand
+            raise RolloutLeftAsIs(f"the {what} on {self.api.where(name or self.name)} was left "
+                                  f"as it is ({error})") from error
 
     def observed(self, isvc: dict) -> None:
         """Called with every read a wait judges (after judging it)."""

@@ -64,7 +64,7 @@ from serving.deploy.inference_service import (
     annotations_of,
     format_accuracy,
 )
-from serving.deploy.kserve_api import KServeRolloutError, ReadinessTimeout
+from serving.deploy.kserve_api import KServeRolloutError, ReadinessTimeout, RolloutLeftAsIs
 from serving.deploy.kserve_status import (
     CANARY_TAG,
     cluster_local_url,
@@ -205,7 +205,17 @@ class ServerlessRollout(Rollout):
 
     def interrupted(self, error: Exception, undone: dict, decision: BlessingDecision,
                     percent: int, previous: str):
-        """Raises for a canary that could not be judged (the runner has rolled it back)."""
+        """Raises for a canary that could not be judged (the runner has rolled it back, unless
+        the API server refused the wait's reads: then it was left as it is)."""
+        if isinstance(error, RolloutLeftAsIs):
+            raise RolloutLeftAsIs(
+                f"the canary of {self.storage_uri} on {self.where} was left as it is, taking "
+                f"{percent}% of the traffic unverified ({error.__cause__ or error}); a retry "
+                "of this step replaces it, or roll it back by hand: kubectl patch "
+                f"inferenceservice -n {self.api.namespace} {self.name} --type=merge -p "
+                "'{\"spec\":{\"predictor\":{\"canaryTrafficPercent\":0}}}', then set "
+                f"spec.predictor.model.storageUri back to {previous} and, once its new revision "
+                "is ready, remove canaryTrafficPercent") from error
         why = f"{type(error).__name__}: {error}"
         if "failure" in undone:
             raise KServeRolloutError(

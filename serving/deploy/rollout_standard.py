@@ -29,7 +29,7 @@ from serving.deploy.inference_service import (
     annotations_of,
     candidate_name,
 )
-from serving.deploy.kserve_api import KServeRolloutError
+from serving.deploy.kserve_api import KServeRolloutError, RolloutLeftAsIs
 from serving.deploy.kserve_status import (
     cluster_local_url,
     deployment_failed,
@@ -76,6 +76,11 @@ class StandardRollout(Rollout):
                 "candidate", candidate, create=lambda: written.update(self.create_object(body)),
                 rolled_out=lambda isvc: self.rolled_out(isvc, written, candidate),
                 cleanup=cleanup)
+        except RolloutLeftAsIs as error:  # not deleted: nothing was cleaned up
+            raise RolloutLeftAsIs(
+                f"the candidate {self.api.where(candidate)} of {self.storage_uri} was left as "
+                f"it is ({error.__cause__ or error}); {self.where} was not changed and still "
+                f"serves {previous_uri}; a retry of this step replaces the candidate") from error
         except Exception as error:
             raise KServeRolloutError(
                 f"the candidate of {self.storage_uri} did not come up ({type(error).__name__}: "
@@ -132,6 +137,13 @@ class StandardRollout(Rollout):
                 return isvc
             why = f"it failed verification after the rollover ({self.describe(verification)})"
             error: Exception = JobFailed(why)
+        except RolloutLeftAsIs as failure:  # nothing written back, the candidate kept
+            raise RolloutLeftAsIs(
+                f"{self.where} was being moved to {self.storage_uri} and was left as it is "
+                f"({failure.__cause__ or failure}): it serves {previous_uri} until KServe has "
+                f"rolled {self.storage_uri} out, and a retry of this step then verifies it; "
+                f"the candidate {self.api.where(candidate)} stays until the next rollout "
+                "deletes it") from failure
         except Exception as failure:
             why, error = f"{type(failure).__name__}: {failure}", failure
         if "failure" in undone or "isvc" not in undone:
