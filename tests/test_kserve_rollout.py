@@ -300,7 +300,7 @@ class SigtermWhenCreated(list):
 
     def append(self, line: str) -> None:
         super().append(line)
-        if line.startswith("created ") and line.endswith(self.what):
+        if line.startswith("applied ") and line.endswith(self.what):
             os.kill(os.getpid(), signal.SIGTERM)
 
 

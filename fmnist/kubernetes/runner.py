@@ -140,7 +140,9 @@ class RemoteJob:
     ``create`` is None when the caller already wrote the object (the runner only waits).
     ``read`` raises on errors (SDK-wrapped or raw ``ApiException``); ``status`` maps what it
     returned to a :class:`JobStatus`; ``cleanup`` gets one of ``TERMINATED``, ``DEADLINE``,
-    ``FAILED``, ``ERROR``. ``describe_created`` is printed after a successful create."""
+    ``FAILED``, ``ERROR``. ``describe_created`` is printed after a successful create, as
+    ``<created_verb> <kind> <namespace>/<name> (<describe_created>)``: "applied" where ``create``
+    may update an object that exists (a rollout)."""
 
     kind: str
     namespace: str
@@ -150,6 +152,7 @@ class RemoteJob:
     cleanup: Callable[[str], None]
     create: Callable[[], Any] | None = None
     describe_created: str = ""
+    created_verb: str = "created"
 
     @property
     def where(self) -> str:
@@ -347,7 +350,7 @@ class RemoteJobRunner:
                 continue
             guard.deferring = False
             guard.check()
-            self.log(f"created {job.where}" + (f" ({job.describe_created})"
+            self.log(f"{job.created_verb} {job.where}" + (f" ({job.describe_created})"
                                                if job.describe_created else ""))
             return
 

@@ -204,7 +204,9 @@ class Rollout:
         except Exception as error:  # a verifier that cannot reach the model is a failure
             verification = {"ok": False, "error": f"{type(error).__name__}: {error}"}
         verification["passed"] = self.passes(verification)
-        self.log(f"[kserve] verification of the {what}: {verification}")
+        self.log(f"[kserve] verification of the {what}: "
+                 f"{'passed' if verification['passed'] else 'FAILED'} "
+                 f"({self.describe(verification)})")
         return verification
 
     @staticmethod
@@ -214,6 +216,8 @@ class Rollout:
         errors = verification.get("errors") or []
         return (f"ok={verification.get('ok')}, accuracy={verification.get('accuracy')}, "
                 f"failures={verification.get('failures')}/{verification.get('requests')}"
+                + (f", agreement={verification['agreement']:.4f}"
+                   if isinstance(verification.get("agreement"), int | float) else "")
                 + (f", first error: {errors[0]}" if errors else ""))
 
     # -- writes ------------------------------------------------------------------------------
@@ -313,7 +317,7 @@ class Rollout:
         job = RemoteJob(kind="InferenceService", namespace=self.api.namespace,
                         name=name or self.name, read=read, status=status,
                         cleanup=cleanup or (lambda why: None), create=create,
-                        describe_created=what)
+                        describe_created=what, created_verb="applied")
         try:
             return runner.run(job)
         except DeadlineExceeded as error:
