@@ -70,8 +70,7 @@ def main(argv: list[str] | None = None) -> int:
                 "parameter_server through the local launcher; test accuracy of the export",
         "config": json.loads(config.to_json()),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                    "shared": "2 cores shared with other agents; each run held "
-                              "/work/notes/cpu.lock only if the caller took it"},
+                    "shared": "2 cores, possibly shared with other work"},
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     report["multi_worker_mirrored"] = run(

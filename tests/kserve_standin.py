@@ -2,7 +2,7 @@
 validating webhook, a controller that plays KServe over Knative (Serverless) or over a
 Deployment (Standard), and the cluster's network (who answers at a cluster-local host, and
 whether the profile's Istio policy lets a sidecar-less pipeline pod through). It is no
-cluster; every rule below cites where it comes from (details in /work/notes/upstream-kserve.md).
+cluster; every rule below cites where it comes from (tests/UPSTREAM.md lists the files).
 
 **Status lags writes.** A write returns the object with its *old* status; the controller acts
 on it only after ``lag`` further reads of the InferenceService or its Deployment, and a new

@@ -4,9 +4,9 @@ The pipeline is compiled with ``FMNIST_COMPONENT_IMAGE=registry.example/team/fmn
 ``FMNIST_GPU_IMAGE=registry.example/team/fmnist-cuda:9.9.9``; each step's code then runs in a
 process whose environment is only what the compiled YAML sets for its executor
 (``deploymentSpec.executors.<exec>.container.env``: kubeflow/pipelines 2.15.0
-backend/src/v2/driver/driver.go lines 250-254 copy it into the pod; see
-/work/notes/upstream-kfp-kubeflow.md §8), with the ``image``/``gpu_image`` inputs its task
-passes (constants in ``root.dag``), against the API stand-ins. Their "operator" runs the
+backend/src/v2/driver/driver.go lines 250-254 copy it into the pod), with the
+``image``/``gpu_image`` inputs its task passes (constants in ``root.dag``), against the API
+stand-ins. Their "operator" runs the
 TFJob's pods as processes here, with the TF_CONFIG the training operator injects, on the shared
 directory that stands for the claim, so staging the dataset, training, exporting and copying the
 model back all really happen. Every wait is bounded.

@@ -1,8 +1,7 @@
 # ruff: noqa: E501 (a table of exact messages)
 """Katib's Experiment webhook as katib/webhook.py re-implements it, rule by rule, with the
 exact problem each break is reported with: kubeflow/katib v0.19.0
-pkg/webhook/v1beta1/experiment/validator/validator.go (line numbers per rule below; see
-/work/notes/upstream-training-katib.md §10), plus the feasible-space checks of Katib's
+pkg/webhook/v1beta1/experiment/validator/validator.go (line numbers per rule below), plus the feasible-space checks of Katib's
 suggestion services that katib/webhook.py adds (marked "suggestion service")."""
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """The predictor behind real HTTP and gRPC: KServe's ModelServer on loopback, V1 and V2, every
 image format users send, bad input, stock V2 clients (tritonclient) and the batcher.
 
-Upstream behaviour relied on (kserve 0.21.0, fastapi 0.165.0, tritonclient 2.73; see
-/work/notes/upstream-kserve.md §9):
+Upstream behaviour relied on (kserve 0.21.0, fastapi 0.165.0, tritonclient 2.73):
 * V2 metadata comes from ``Model.get_input_types``/``get_output_types``
   (kserve ``protocol/dataplane.py`` L229–245); ``/v2/health/*`` and ``/v2/models/<m>/ready``
   answer 200 when ready, an unknown model 404 (``protocol/rest/v2_endpoints.py`` L236–303).

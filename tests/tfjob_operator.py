@@ -1,7 +1,7 @@
 """A small model of the Kubeflow training operator's TFJob controller and of the kubelet, for
 the API stand-ins (tests/k8s_standin.py, tests/katib_standin.py). It is no cluster: it keeps
 only the rules our code depends on, each citing kubeflow/trainer v1.9.2 (the Go code is the
-same in v1.9.0 and v1.9.1; see /work/notes/upstream-training-katib.md §0).
+same in v1.9.0 and v1.9.1).
 
 Pods are either *scripted* (each incarnation of a replica exits with the next code of its
 script after a few ticks) or *processes*: the container's command really runs on this machine

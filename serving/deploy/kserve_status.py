@@ -2,7 +2,7 @@
 and whether a write has been rolled out.
 
 The rules come from KServe's source at the versions Kubeflow ships (0.14.1, 0.15.0, 0.15.2) and
-the newest (0.20.0); see /work/notes/upstream-kserve.md for the excerpts:
+the newest (0.20.0) (tests/UPSTREAM.md lists the files):
 
 * Modes (Q1): ``Serverless`` (Knative; Kubeflow's and KServe's install default) and raw mode,
   spelled ``RawDeployment`` up to 0.15 and ``Standard`` from 0.16, which still reads the old
