@@ -5,7 +5,7 @@ UV := $(or $(shell command -v uv 2>/dev/null),.tools/bin/uv)
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup run serve test shared-data install-check compile readme release bench lint clean help \
+.PHONY: setup run serve test shared-data install-check compile readme docs release bench lint clean help \
 	mutation
 
 help:
@@ -16,7 +16,9 @@ help:
 	@echo "               into SHARED (../shared), each checked against its pinned sha256"
 	@echo "make install-check - pip-install the wheel on PYTHON_VERSION (base, and [all] dry run)"
 	@echo "make compile  - compile the pipeline and components into compiled/"
-	@echo "make readme   - regenerate the component READMEs and the README's settings tables"
+	@echo "make readme   - regenerate the component READMEs, the settings tables in README.md and"
+	@echo "               docs/, and docs/index.md (the README as the site's front page)"
+	@echo "make docs     - build the documentation site (docs/, mkdocs.yml) into site/, strictly"
 	@echo "make release  - wheel + compiled pipeline and components of this version into dist/"
 	@echo "make bench    - training, serving, tuning, batch prediction and TensorBoard benchmarks"
 	@echo "               into bench/results/ (needs wrk)"
@@ -66,6 +68,10 @@ compile: setup
 readme: setup
 	$(PY) -m fmnist.app.docs
 
+# tests/test_docs.py runs the same build (into a temporary folder) in `make test`.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 # Refuses unless $$FMNIST_COMPONENT_IMAGE and $$FMNIST_GPU_IMAGE are <repo>:<version>[-gpu]@sha256:<digest>
 # and CHANGELOG.md dates the version.
 DIST ?= dist
@@ -93,7 +99,7 @@ lint: setup
 	$(VENV)/bin/ruff check .
 
 clean:
-	rm -rf runs bench/results .pytest_cache mutants
+	rm -rf runs bench/results .pytest_cache mutants site
 
 # --- Images and releases (.github/workflows/ci.yml and release.yml call these) -------------
 .PHONY: release-check github-release

@@ -183,20 +183,21 @@ def test_cron_accepts_five_or_six_fields():
         cron_expression("0 3 * *")
 
 
-# --- The Python API: the README's examples, run against the stand-in ------------------------
+# --- The Python API: the examples of docs/python-api.md and the README, run against the stand-in
 
 ROOT = Path(__file__).resolve().parents[1]
 README_HOST = "https://kubeflow.example.com/pipeline"
 
 
 def _python_api_examples() -> list[str]:
-    """The ```python blocks of the README's "Python API" section, in order."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("\n## Python API\n", 1)[1].split("\n## ", 1)[0]
+    """The ```python blocks of docs/python-api.md before its first section, in order."""
+    page = (ROOT / "docs" / "python-api.md").read_text()
+    assert page.startswith("# Python API\n")
+    section = page.split("\n## ", 1)[0]
     return re.findall(r"```python\n(.*?)```", section, re.DOTALL)
 
 
-def test_the_readme_examples_name_this_release():
+def test_the_python_api_examples_name_this_release():
     from fmnist import __version__
 
     examples = "\n".join(_python_api_examples())
@@ -204,9 +205,8 @@ def test_the_readme_examples_name_this_release():
     assert f'"fashion-mnist-training-{__version__}.yaml"' in examples
 
 
-def test_the_readme_python_api_examples_run_against_the_kfp_api(kfp_api, tmp_path,
-                                                                  monkeypatch):
-    """Each example of the README's "Python API" runs as written (the host swapped for the
+def test_the_python_api_examples_run_against_the_kfp_api(kfp_api, tmp_path, monkeypatch):
+    """Each example of docs/python-api.md runs as written (the host swapped for the
     stand-in, the release's YAML in the working directory), and the stand-in accepts each
     request as the API server would: a run from the pipeline function, a run from the released
     package, a recurring run, each sending only the given parameters, typed as declared. The
@@ -222,7 +222,7 @@ def test_the_readme_python_api_examples_run_against_the_kfp_api(kfp_api, tmp_pat
         shown = re.findall(r"^#   - (.*)$", example, re.MULTILINE)
         if "# fmnist.errors.UserInputError" in example:
             with pytest.raises(UserInputError) as refused:
-                exec(code, namespace)  # noqa: S102 - the README's own example
+                exec(code, namespace)  # noqa: S102 - the page's own example
             problems = str(refused.value).split("\n  - ")[1:]
             assert len(problems) == len(shown)
             assert all(p.startswith(s) for p, s in zip(problems, shown, strict=True))

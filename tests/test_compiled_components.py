@@ -249,14 +249,15 @@ def test_the_compiled_components_run_under_kfp_local_on_the_real_data(real_data_
     assert 0.5 < values["best_test_accuracy"] <= 1.0, values
 
 
-def test_the_readme_example_of_one_component_in_a_users_pipeline_compiles(tmp_path):
-    """The front page's example, as written, over a release's file names (the compiled
-    components renamed as ``make release`` names them), in a child that imports none of this
-    package: it compiles, and the train task mounts the claim and names it."""
+def test_the_example_of_one_component_in_a_users_pipeline_compiles(tmp_path):
+    """docs/python-api.md's example "One component in your pipeline", as written, over a
+    release's file names (the compiled components renamed as ``make release`` names them), in a
+    child that imports none of this package: it compiles, and the train task mounts the claim
+    and names it."""
     from fmnist import __version__
 
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("\n### One component in your pipeline\n", 1)[1].split("\n## ", 1)[0]
+    page = (ROOT / "docs" / "python-api.md").read_text()
+    section = page.split("\n## One component in your pipeline\n", 1)[1].split("\n## ", 1)[0]
     [example] = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
     (tmp_path / "components").mkdir()
     for path in COMPILED.glob("*.yaml"):

@@ -275,12 +275,13 @@ def test_the_serving_credentials_name_an_endpoint_every_supported_release_serves
     assert endpoint == getattr(credentials, "KFP_STORE_ENDPOINT", None)
 
 
-def test_every_kubeflow_release_the_readme_supports_has_its_object_store_checked():
-    """A row of the README's support matrix that runs the whole pipeline on a Kubeflow release
-    has that release's object store in KFP_OBJECT_STORES, so the serving credentials' endpoint
-    is checked against it (a new release's row needs its Services read first)."""
-    readme = (ROOT.parent / "README.md").read_text()
-    section = readme.split("### What it runs on", 1)[1].split("\n### ", 1)[0]
+def test_every_kubeflow_release_the_docs_support_has_its_object_store_checked():
+    """A row of the support matrix (docs/cluster.md, "What it runs on") that runs the whole
+    pipeline on a Kubeflow release has that release's object store in KFP_OBJECT_STORES, so the
+    serving credentials' endpoint is checked against it (a new release's row needs its Services
+    read first)."""
+    page = (ROOT.parent / "docs" / "cluster.md").read_text()
+    section = page.split("\n## What it runs on\n", 1)[1].split("\n## ", 1)[0]
     supported = []
     for line in section.splitlines():
         if not line.startswith("| Kubeflow "):

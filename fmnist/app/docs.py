@@ -1,7 +1,9 @@
 """Generated documentation (``make readme``): every component's README.md, written from its
-docstring, signature and ``metadata.yaml`` as kubeflow/pipelines-components does, and the
-README's settings tables, written from :mod:`fmnist.settings`. ``tests`` fail when a committed
-file differs from what this writes.
+docstring, signature and ``metadata.yaml`` as kubeflow/pipelines-components does; the settings
+tables of README.md and the pages under docs/ (``<!-- generated:NAME -->`` blocks), written from
+:mod:`fmnist.settings`; and docs/index.md, the site's front page, a copy of README.md whose links
+point where they resolve on the site. ``tests`` fail when a committed file differs from what this
+writes, and when a table has no page.
 """
 
 from __future__ import annotations
@@ -25,9 +27,13 @@ from kfp_components import COMPONENTS
 ROOT = Path(__file__).resolve().parents[2]
 COMPONENTS_DIR = ROOT / "kfp_components"
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+INDEX = DOCS / "index.md"  # generated from README.md
+# Where links to files outside docs/ point from the site (mkdocs resolves only pages).
+REPOSITORY = "https://github.com/fmnist-kfp/fmnist-kfp"
 _TYPES = {"String": "str", "Integer": "int", "Float": "float", "Boolean": "bool",
           "Dict": "dict", "List": "list", "Struct": "dict"}
-# The README's generated blocks: <!-- generated:NAME --> ... <!-- /generated:NAME -->
+# The pages' generated blocks: <!-- generated:NAME --> ... <!-- /generated:NAME -->
 _BLOCK = re.compile(r"(<!-- generated:(\w+) -->\n).*?(<!-- /generated:\2 -->)", re.DOTALL)
 
 
@@ -134,7 +140,7 @@ def component_readme(folder: str, component) -> str:
 
 
 def readme_blocks() -> dict[str, str]:
-    """The README's generated tables, by block name."""
+    """The generated settings tables (README.md, docs/), by block name."""
     return {
         # Both variants' defaults: the local run's, and the compiled pipeline's (what the
         # Kubeflow UI, `run --host` and the Python API start from).
@@ -156,17 +162,55 @@ def render_readme(text: str) -> str:
     def fill(match: re.Match) -> str:
         name = match[2]
         if name not in blocks:
-            raise KeyError(f"README block {name!r} has no generator")
+            raise KeyError(f"generated block {name!r} has no generator")
         return f"{match[1]}{blocks[name]}\n{match[3]}"
 
     return _BLOCK.sub(fill, text)
 
 
+def pages() -> list[Path]:
+    """The hand-written Markdown pages that may hold generated blocks: README.md and docs/."""
+    return [README, *sorted(p for p in DOCS.glob("*.md") if p != INDEX)]
+
+
+# A Markdown link's target: ](target) or ](target "title")
+_LINK = re.compile(r"\]\(([^)\s]+)")
+
+
+def index_page(readme: str) -> str:
+    """docs/index.md: ``readme`` as the site's front page. Links into docs/ become the pages'
+    own names; links to other files of the repository (component READMEs, bench/) point at
+    them on GitHub, since the site holds only docs/; anchors and URLs stay."""
+
+    def relink(match: re.Match) -> str:
+        target = match[1]
+        if target.startswith(("#", "http://", "https://", "mailto:")):
+            return match[0]
+        if target.startswith("docs/"):
+            return f"]({target.removeprefix('docs/')}"
+        kind = "tree" if target.endswith("/") else "blob"
+        return f"]({REPOSITORY}/{kind}/main/{target}"
+
+    note = ("<!-- Generated from README.md by `make readme`: edit README.md, not this page. -->"
+            "\n\n")
+    return note + _LINK.sub(relink, readme)
+
+
 def expected_files() -> dict[Path, str]:
-    """Every generated file and what it must hold."""
+    """Every generated file and what it must hold. Raises when a generated table is in no
+    page, or in more than one."""
     files = {COMPONENTS_DIR / folder / "README.md": component_readme(folder, component)
              for folder, component in COMPONENTS.items()}
-    files[README] = render_readme(README.read_text())
+    used: dict[str, list[str]] = {name: [] for name in readme_blocks()}
+    for page in pages():
+        text = page.read_text()
+        for match in _BLOCK.finditer(text):
+            used.setdefault(match[2], []).append(page.relative_to(ROOT).as_posix())
+        files[page] = render_readme(text)
+    misplaced = {name: where for name, where in used.items() if len(where) != 1}
+    if misplaced:
+        raise ValueError(f"each generated table belongs in exactly one page: {misplaced}")
+    files[INDEX] = index_page(files[README])
     return files
 
 
