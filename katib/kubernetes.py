@@ -20,13 +20,13 @@ remote-job runner (:mod:`fmnist.kubernetes.runner`), like the training step's TF
 * a 401, 403 or 410 reading the Experiment or listing its trials leaves the Experiment running
   for a retried step to re-attach to (the runner's :class:`~fmnist.kubernetes.runner.ReadRefused`).
 
-Katib's conditions are cumulative, one per type, a re-set type moving to the end (kubeflow/katib
-v0.19.0 ``pkg/apis/controller/experiments/v1beta1/util.go`` lines 112-160, ``trials/v1beta1/
-util.go`` 124-155): the outcome is read from ``Failed=True`` then ``Succeeded=True``, not from
-the order.
+Katib's conditions are cumulative, one per type, a re-set type moving to the end: the outcome
+is read from ``Failed=True`` then ``Succeeded=True``, not from the order.
 
 What it returns is a :class:`~katib.results.TuningResult`, the same as the local search's: the
 best trial's values typed as the trainer's, and every trial with its status and objective.
+
+upstream: docs/upstream.md#katib
 """
 
 from __future__ import annotations

@@ -11,11 +11,11 @@ RFC 3339 UTC timestamp and ``key=value`` pairs
 val_accuracy=0.9000 seconds=... images_per_second=...``), one report per epoch, which is what
 median stopping compares at ``start_step``. The timestamp matters: Katib's collector takes a
 line's first token as its time when it parses as RFC 3339 and stores ``0001-01-01T00:00:00Z``
-otherwise (kubeflow/katib v0.19.0 ``pkg/metricscollector/v1beta1/file-metricscollector/
-file-metricscollector.go`` lines 89-97), and ``latest`` is the value with the greatest time, ties
-going to whichever row the database returns last (``pkg/controller.v1beta1/trial/
-trial_controller_util.go`` lines 227-234 over ``pkg/db/v1beta1/mysql/mysql.go`` line 134,
-``ORDER BY time`` only): without timestamps a trial's "latest" epoch depends on row order.
+otherwise, and ``latest`` is the value with the greatest time, ties going to whichever row the
+database returns last (``ORDER BY time`` only): without timestamps a trial's "latest" epoch
+depends on row order.
+
+upstream: docs/upstream.md#katib
 """
 
 from __future__ import annotations

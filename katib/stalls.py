@@ -1,26 +1,21 @@
 """Katib trials that never progress, and the likely cause, for the launcher's log and errors.
 
 Katib's trial controller watches the job kinds of its ``trialResources`` only if their CRDs are
-installed when katib-controller starts (kubeflow/katib v0.19.0
-``pkg/controller.v1beta1/trial/trial_controller.go`` lines 103-127): for a kind without a REST
-mapping it logs "Job watch error. CRD might be missing. Please install CRD and restart
-katib-controller" and skips the watch. Kubeflow 1.11's and 26.03's example installs leave
-Training Operator v1 out (kubeflow/manifests v1.11.0 ``example/kustomization.yaml`` lines 93-94,
-26.03 lines 90-91), so whoever installs it after Katib gets a katib-controller that still
-creates trial TFJobs but never hears of them again: a Trial is marked Running as soon as its
-job exists (``trial/util/job_util.go`` lines 111-115, ``trial/trial_controller_util.go`` lines
-121-127) and is reconciled again only when the Trial itself changes (its watch, lines 94-101).
-It stays Running after its TFJob has finished, and the Experiment never ends.
+installed when katib-controller starts: for a kind without a REST mapping it logs "Job watch
+error. CRD might be missing. Please install CRD and restart katib-controller" and skips the
+watch. Kubeflow 1.11's and 26.03's example installs leave Training Operator v1 out, so whoever
+installs it after Katib gets a katib-controller that still creates trial TFJobs but never hears
+of them again: a Trial is marked Running as soon as its job exists and is reconciled again only
+when the Trial itself changes. It stays Running after its TFJob has finished, and the
+Experiment never ends.
 
 :class:`StallWatch` follows every trial the Experiment lists as pending or running
-(``status.pendingTrialList``/``runningTrialList``, ``experiment/util/status_util.go`` lines
-76-92). A trial listed so for ``stall_seconds`` is examined through its TFJob, which Katib names
-after the trial (``experiment/manifest/generator.go`` lines 102-104):
+(``status.pendingTrialList``/``runningTrialList``). A trial listed so for ``stall_seconds`` is
+examined through its TFJob, which Katib names after the trial:
 
 * the TFJob **finished** and, ``FINISHED_GRACE_SECONDS`` later, Katib still counts the trial as
   running: katib-controller is not watching TFJobs (a watched job's end reaches the Trial
-  within seconds: while its metrics are missing the trial is requeued every second,
-  ``trial_controller.go`` lines 191-197);
+  within seconds: while its metrics are missing the trial is requeued every second);
 * **no TFJob**: katib-controller never created it;
 * a TFJob that **never ran** (no Running condition yet): its pods do not start;
 * a TFJob that runs or ran (and restarts): the trial is training; nothing to say.
@@ -29,6 +24,8 @@ Each finding is printed once (again only when its cause changes); :meth:`StallWa
 names them for the step's failure message. The TFJob is read for the diagnosis only: an error
 reading it is part of the finding, never raised, so it cannot fail the step or clean anything
 up.
+
+upstream: docs/upstream.md#katib, #kubeflow-manifests
 """
 
 from __future__ import annotations

@@ -8,28 +8,26 @@ Why it is needed (kubeflow/katib v0.19.0, kubeflow/trainer v1.9.2):
 
 * Katib's pod webhook rewrites the primary pod's command into ``sh -c "<our command> 1>
   /var/log/katib/metrics.log 2>&1 || if <early-stopped marker>; then echo ...; else echo
-  ...; exit 1; fi && echo completed > $$.pid"`` (``pkg/webhook/v1beta1/pod/utils.go``
-  ``wrapWorkerContainer`` lines 155-195, ``getEarlyStoppingCommand`` 201-215; the ``||``
-  branch only with early stopping). With early stopping on, *any* non-zero exit of our command
-  therefore becomes exit code 1, which the training operator treats as permanent (``ExitCode``:
-  1-127 fail the job, >= 128 recreate the pod: ``pkg/util/train/train_util.go`` lines 24-26,
-  ``pkg/controller.v1/common/pod.go`` 350-372): a trainer killed by the kernel fails its
-  trial instead of being restarted.
+  ...; exit 1; fi && echo completed > $$.pid"`` (the ``||`` branch only with early stopping).
+  With early stopping on, *any* non-zero exit of our command therefore becomes exit code 1,
+  which the training operator treats as permanent (``ExitCode``: 1-127 fail the job, >= 128
+  recreate the pod): a trainer killed by the kernel fails its trial instead of being restarted.
 * A signal to the wrapper shell itself still ends the container with 128 + signal: the shell
-  dies before it evaluates ``||`` (upstream-training-katib.md §9, verified with dash).
+  dies before it evaluates ``||`` (verified with dash).
 
 So when the trainer dies with a code >= 128 and this process's parent is Katib's wrapper (its
-command line holds the completion marker, which is how Katib's collector finds it too:
-``pkg/metricscollector/v1beta1/common/pns.go`` lines 93-100), this process sends SIGTERM to the
-wrapper, whose container then exits with 143: retryable. Everything else keeps its exit code.
+command line holds the completion marker, which is how Katib's collector finds it too), this
+process sends SIGTERM to the wrapper, whose container then exits with 143: retryable.
+Everything else keeps its exit code.
 
 Early stopping still works: Katib's collector writes the ``early-stopped`` marker and sends
-SIGTERM to the wrapper's *only* child (it refuses more than one:
-``cmd/metricscollector/v1beta1/file-metricscollector/main.go`` lines 282-293), which is this
-process; a SIGTERM received here is forwarded to the trainer and never turned against the
-wrapper, so the wrapper finds the marker and exits 0. A SIGTERM from the kubelet (pod deletion)
-reaches the wrapper directly, or this process when it is the container's own command (pods that
-Katib does not wrap); it is forwarded, and the exit code 143 is retryable.
+SIGTERM to the wrapper's *only* child (it refuses more than one), which is this process; a SIGTERM
+received here is forwarded to the trainer and never turned against the wrapper, so the wrapper
+finds the marker and exits 0. A SIGTERM from the kubelet (pod deletion) reaches the wrapper
+directly, or this process when it is the container's own command (pods that Katib does not wrap);
+it is forwarded, and the exit code 143 is retryable.
+
+upstream: docs/upstream.md#katib, #training-operator
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
 """Katib's admission webhook for Experiments (v0.19), re-implemented so a manifest can be
-checked without a cluster: :func:`webhook_problems` names what
-``pkg/webhook/v1beta1/experiment/validator/validator.go`` would reject, plus the feasible-space
-checks Katib's suggestion services make (numeric min < max, positive step, non-empty lists,
-unique names)."""
+checked without a cluster: :func:`webhook_problems` names what Katib's Experiment validator
+would reject, plus the feasible-space checks Katib's suggestion services make (numeric
+min < max, positive step, non-empty lists, unique names).
+
+upstream: docs/upstream.md#katib
+"""
 
 from __future__ import annotations
 

@@ -11,16 +11,15 @@ loaded from ``compiled/components/`` needs only the inputs that have no sensible
 input artifacts (and the predict step's ``url``).
 
 The defaults are set on the component's spec, not in the function's source: the source is what
-runs in the pod, and KFP hands each default to it from the spec (kfp.local:
-``kfp/local/executor_input_utils.py`` ``construct_executor_input``; the backend's launcher:
-kubeflow/pipelines 2.5.0 and 2.17.0 ``backend/src/v2/component/launcher_v2.go``
-``addDefaultParams``, called by ``executeV2`` before the command runs).
+runs in the pod, and KFP hands each default to it from the spec (``kfp.local`` and the backend's
+launcher alike, before the command runs).
 
 A component carries no container environment: a compiled component with one cannot be used
-in another pipeline (KFP 2.17 loads it back as a list, ``ContainerSpecImplementation.
-from_container_dict`` in ``kfp/dsl/structures.py``, which ``build_container_spec_for_task``
-in ``kfp/compiler/pipeline_spec_builder.py`` then calls ``.items()`` on). The images of the
-pods a step creates are its ``image``/``gpu_image`` inputs instead.
+in another pipeline (KFP 2.17 loads it back as a list, which its compiler then calls
+``.items()`` on). The images of the pods a step creates are its ``image``/``gpu_image`` inputs
+instead.
+
+upstream: docs/upstream.md#kubeflow-pipelines
 """
 
 from __future__ import annotations

@@ -63,3 +63,21 @@ def test_the_site_builds_strictly_and_offline(tmp_path):
     pages = {p.stem for p in (ROOT / "docs").glob("*.md")}
     built = {p.parent.name for p in (tmp_path / "site").glob("*/index.html")}
     assert pages - {"index"} <= built, pages - built
+
+
+def test_every_upstream_pointer_in_the_code_names_a_section_of_docs_upstream():
+    """Module docstrings point at their upstream sources as ``upstream:
+    docs/upstream.md#<section>[, #<section>]``; each section exists."""
+    page = (ROOT / "docs" / "upstream.md").read_text().splitlines()
+    sections = {_slug(line.lstrip("#")) for line in page if re.match(r"#{1,6} ", line)}
+    pointers = {}
+    for package in ("fmnist", "katib", "serving", "kfp_components", "pipelines"):
+        for path in (ROOT / package).rglob("*.py"):
+            for match in re.finditer(r"upstream: docs/upstream\.md(#[\w-]+(?:, #[\w-]+)*)",
+                                     path.read_text()):
+                for anchor in match[1].split(", "):
+                    pointers.setdefault(anchor.lstrip("#"), []).append(
+                        path.relative_to(ROOT).as_posix())
+    assert pointers, "no module points at docs/upstream.md"
+    missing = {anchor: where for anchor, where in pointers.items() if anchor not in sections}
+    assert not missing, missing

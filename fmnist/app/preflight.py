@@ -6,9 +6,8 @@ It asks, with the user's kubeconfig and the KFP endpoint:
 * the KFP backend's version (at least 2.14.0: ``kfp_client.check_backend``);
 * the APIs the pipeline creates objects of, with their served versions, from API discovery
   (``/apis/<group>/<version>``, readable by every authenticated user): TFJob
-  (``kubeflow.org/v1``; Kubeflow 1.11's example install ships Trainer v2 instead:
-  kubeflow/manifests v1.11.0 ``example/kustomization.yaml`` L93-96), Experiment and Trial
-  (``kubeflow.org/v1beta1``), InferenceService (``serving.kserve.io/v1beta1``) and
+  (``kubeflow.org/v1``; Kubeflow 1.11's example install ships Trainer v2 instead), Experiment
+  and Trial (``kubeflow.org/v1beta1``), InferenceService (``serving.kserve.io/v1beta1``) and
   ServingRuntime (``serving.kserve.io/v1alpha1``);
 * whether Katib watches TFJobs (when both are served): katib-controller builds its watches
   once, at start, and skips the TFJob watch if the CRD did not exist then, so trials would stay
@@ -21,6 +20,8 @@ It asks, with the user's kubeconfig and the KFP endpoint:
   pipeline's ServiceAccount (impersonation; Kubeflow's kubeflow-edit lets a profile's users
   impersonate its ServiceAccounts): ``pipeline-runner`` on standalone KFP, the profile's
   ``default-editor`` on multi-user Kubeflow.
+
+upstream: docs/upstream.md#katib, #kubeflow-manifests
 """
 
 from __future__ import annotations

@@ -4,14 +4,14 @@ KFP caches a step by its inputs and has no maximum age, so ingestion takes one m
 index of the freshness window the run falls in. Runs inside one window share the cache entry;
 the first run after the window rolls over has a new input and re-ingests.
 
-The clock is injectable for tests only: ``FMNIST_FRESHNESS_NOW`` (Unix seconds) replaces the
-real clock. It travels the way a test needs it to: ``kfp.local``'s subprocess runner starts each
-step with the parent's environment (kfp 2.17.0 ``local/subprocess_task_handler.py:110-127``:
-``env`` is ``{**os.environ, **env_vars}``), so a test that sets it pins the window of every run
-it makes — no run flakes when it crosses 00:00 UTC, and a test can move the clock past a window
-boundary without changing the freshness setting. (A pipeline parameter could do the same, but
-it would be public: one more thing to document, and a way for users to keep a window forever.)
-Nothing sets the variable on a cluster; when it is set, the step says so in its log.
+The clock is injectable for tests only: ``FMNIST_FRESHNESS_NOW`` (Unix seconds) replaces the real
+clock. It travels the way a test needs it to: ``kfp.local``'s subprocess runner starts each step
+with the parent's environment (upstream: docs/upstream.md#kubeflow-pipelines), so a test that sets
+it pins the window of every run it makes — no run flakes when it crosses 00:00 UTC, and a test can
+move the clock past a window boundary without changing the freshness setting. (A pipeline
+parameter could do the same, but it would be public: one more thing to document, and a way for
+users to keep a window forever.) Nothing sets the variable on a cluster; when it is set, the step
+says so in its log.
 """
 
 from __future__ import annotations

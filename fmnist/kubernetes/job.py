@@ -1,14 +1,14 @@
 """``batch/v1`` Jobs with ``completionMode: Indexed``: one pod per shard of a batch prediction.
 
 Built from the ``kubernetes`` client's models, so every field is one the API knows. What the
-API server requires of such a Job (k8s.io/api v0.36.3 ``batch/v1/types.go``, ``JobSpec``):
-``completions`` set when ``completionMode`` is ``Indexed`` and ``parallelism`` at most 10^5;
-``template.spec.restartPolicy`` ``Never`` or ``OnFailure``. Each pod gets its index in
-``JOB_COMPLETION_INDEX`` (kubernetes/kubernetes ``pkg/controller/job/indexed_job_utils.go``,
-``addCompletionIndexEnvVariable``) and hostname ``<job>-<index>``, so the name leaves room for
-the index in a 63-character label. Pods run with ``sidecar.istio.io/inject: "false"``: a Job
-pod whose Istio sidecar keeps running never completes, and Kubeflow's own test Jobs turn it off
-(kubeflow/manifests v1.11.0 ``tests/training_operator_job.yaml:12-15``).
+API server requires of such a Job: ``completions`` set when ``completionMode`` is ``Indexed``
+and ``parallelism`` at most 10^5; ``template.spec.restartPolicy`` ``Never`` or ``OnFailure``.
+Each pod gets its index in ``JOB_COMPLETION_INDEX`` and hostname ``<job>-<index>``, so the name
+leaves room for the index in a 63-character label. Pods run with
+``sidecar.istio.io/inject: "false"``: a Job pod whose Istio sidecar keeps running never
+completes, and Kubeflow's own test Jobs turn it off.
+
+upstream: docs/upstream.md#kubernetes, #kubeflow-manifests
 """
 
 from __future__ import annotations

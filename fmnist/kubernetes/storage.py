@@ -5,13 +5,10 @@ Who may write the shared volume. The image runs as user 1000 in group 0 (``IMAGE
 ``IMAGE_GID``), and so does every pod this package creates (:func:`pod_security_context`). A
 pipeline step writes the volume first (the dataset copy, before any TFJob exists), and KFP
 cannot give a step pod an ``fsGroup``: 2.15.0 sets only the workflow's ``runAsUser``, from
-``PIPELINE_RUN_AS_USER`` (kubeflow/pipelines 2.15.0
-backend/src/v2/compiler/argocompiler/argo.go lines 153-156, container.go 132-149); 2.16.0
-adds ``runAsNonRoot`` and a seccomp profile there (2.16.0 argo.go 163-176) and per task only
-the container's ``runAsUser``/``runAsGroup``/``runAsNonRoot``
-(kubernetes_platform/proto/kubernetes_executor_config.proto 277-291, applied in
-backend/src/v2/driver/k8s.go 719-760; kfp-kubernetes 2.17.0 ``set_security_context`` sets no
-more). So the steps need the volume's root writable by uid 1000 or gid 0 before the first run
+``PIPELINE_RUN_AS_USER``; 2.16.0 adds ``runAsNonRoot`` and a seccomp profile there and per task
+only the container's ``runAsUser``/``runAsGroup``/``runAsNonRoot`` (kfp-kubernetes 2.17.0
+``set_security_context`` sets no more). So the steps need the volume's root writable by uid 1000
+or gid 0 before the first run
 (the README's setup step 2; ``manifests/pvc`` checks it), and whatever they create there is
 group-writable and setgid (:func:`make_shared_dirs`), so that pods of the same group can
 write it whatever their uid. The pods the steps create also carry ``fsGroup: 0``: where the
@@ -22,6 +19,8 @@ The staged dataset is published atomically (:func:`stage_dataset`): steps runnin
 (the three models' training and tuning steps) each copy into a temporary directory of their
 own beside the target and rename it into place; a rename onto a directory that exists fails,
 so a complete copy, which a TFJob may be reading, is never overwritten.
+
+upstream: docs/upstream.md#kubeflow-pipelines
 """
 
 from __future__ import annotations

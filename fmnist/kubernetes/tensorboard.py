@@ -3,15 +3,13 @@
 The training step points one at its job's logs so the Kubeflow dashboard's TensorBoards page (and
 the link in the step's Markdown output) serves them. The resource is long-lived: created if
 absent, re-attached on a retry, left in place when the step ends; RBAC through ``kubeflow-edit``
-grants only create/get/list/delete on it (kubeflow/manifests v1.11.0
-``applications/tensorboard/tensorboards-web-app/upstream/base/cluster-role.yaml``), so it is
-never patched.
+grants only create/get/list/delete on it, so it is never patched.
 
-``spec.logspath`` forms the controller understands (kubeflow/kubeflow v1.10.0
-``components/tensorboard-controller/controllers/tensorboard_controller.go``, ``isCloudPath``,
-``isPVCPath``, ``extractPVCName``/``extractPVCSubPath``): ``pvc://<claim>/<subpath>`` (mounted
+``spec.logspath`` forms the controller understands: ``pvc://<claim>/<subpath>`` (mounted
 read-only at ``/tensorboard_logs/``), ``gs://`` (with the ``user-gcp-sa`` Secret) and ``s3://``
 (no credentials injected: a PodDefault selected by the resource's labels must bring them).
+
+upstream: docs/upstream.md#kubeflow-controllers, #kubeflow-manifests
 """
 
 from __future__ import annotations

@@ -5,25 +5,25 @@ before the create call, transient API errors retried, cleanup on SIGTERM, deadli
 What is particular to TFJobs:
 
 * **Terminal state.** TFJob conditions are cumulative, one per type, and once ``Failed=True``
-  is set the list is frozen; a job can even carry ``Succeeded=True`` *and* ``Failed=True``
-  (kubeflow/trainer v1.9.2 ``pkg/util/status.go`` lines 103-145). So ``Failed=True``
+  is set the list is frozen; a job can even carry ``Succeeded=True`` *and* ``Failed=True``.
+  So ``Failed=True``
   anywhere fails the step, then ``Succeeded=True`` ends it; the *last* condition is only what
   ``kubectl`` shows as the state, printed as progress.
 * **One restart budget.** ``max_restarts`` bounds restarts here as it does on the local
   backend. The operator does not: under ``restartPolicy: ExitCode`` it recreates a pod that
   exited with a code >= 128 without limit, because ``runPolicy.backoffLimit`` only counts
-  container restarts of running pods (kubeflow/trainer v1.9.2 ``pkg/core/job.go``
-  ``PastBackoffLimit`` lines 95-133, ``pkg/controller.v1/common/job.go`` lines 176-198 with a
-  work queue whose ``NumRequeues`` is always 0; issue kubeflow/trainer#2045). The launcher
+  container restarts of running pods (kubeflow/trainer#2045). The launcher
   counts restarts itself — each ``Restarting`` transition of the job, each replica pod
   recreated under a new UID, each container restart — and fails the job (and deletes it) once
   they exceed ``max_restarts``. ``backoffLimit`` is set to match (:func:`backoff_limit`).
 * **Logs.** The master pod's (``training.kubeflow.org/job-role=master``: the Chief, else Worker
   0) new log lines are printed on each poll, across pod restarts; a log read that fails is
   skipped, never waited on (the SDK's ``get_job_logs(follow=True)`` hangs forever when its
-  stream breaks: upstream-training-katib.md §7c).
+  stream breaks).
 * **A failed job is deleted** after its reason is reported, so a retried step creates a fresh
   TFJob instead of re-attaching to the failure.
+
+upstream: docs/upstream.md#training-operator
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 TensorFlow's pattern for training that cannot evaluate inline (asynchronous parameter servers
 above all): "an optional evaluator can be run on the side that periodically reads the
-checkpoints saved by the coordinator and runs evaluations against each checkpoint" (tensorflow
-v2.21.0 python/distribute/parameter_server_strategy_v2.py, class docstring). The TFJob gives it
+checkpoints saved by the coordinator and runs evaluations against each checkpoint"
+(``ParameterServerStrategy``'s docstring; upstream: docs/upstream.md#tensorflow). The TFJob gives it
 the replica type ``Evaluator`` and ``TF_CONFIG`` task type ``evaluator``; the strategy's cluster
 leaves it out (:meth:`fmnist.training.distributed.ClusterRole.training_cluster`).
 

@@ -1,7 +1,7 @@
 """Parameter-server training: the strategy on the chief, the servers on the workers and PS.
 
-TensorFlow's asynchronous parameter-server training (tensorflow v2.21.0
-python/distribute/parameter_server_strategy_v2.py, class docstring): the chief is the
+TensorFlow's asynchronous parameter-server training (``ParameterServerStrategy``'s docstring;
+upstream: docs/upstream.md#tensorflow): the chief is the
 *coordinator*, which creates the variables on the ``ps`` tasks and dispatches training steps to
 the ``worker`` tasks through a ``ClusterCoordinator`` (Keras' ``Model.fit`` makes one); the
 workers and parameter servers only run a ``tf.distribute.Server`` and wait. "Failures of some

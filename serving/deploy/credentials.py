@@ -3,26 +3,22 @@ write that a model in KFP's object store can be fetched.
 
 KFP stores artifacts as ``minio://<bucket>/<key>`` in its object store, over plain HTTP:
 SeaweedFS on Kubeflow 1.11 and 26.03 (standalone KFP 2.15, 2.16), whose S3 port both serve as
-``seaweedfs.kubeflow:8333`` (:data:`KFP_STORE_ENDPOINT`; kubeflow/manifests v1.11.0 and 26.03
-applications/pipeline/upstream/third-party/seaweedfs/base/seaweedfs/seaweedfs-service.yaml).
-1.11 also keeps the name ``minio-service`` (port 9000, ``minio-service.yaml``), which 26.03 no
-longer ships (its ``kustomization.yaml`` lines 5-11); MinIO itself (Kubeflow 1.10, standalone
-KFP 2.14) is ``minio-service.kubeflow:9000``. KServe has no ``minio://`` scheme
-(kserve v0.20.0 ``python/storage/kserve_storage/kserve_storage.py`` L47-65), so the deploy step
-serves it as ``s3://<bucket>/<key>`` with a ServiceAccount whose Secret holds:
+``seaweedfs.kubeflow:8333`` (:data:`KFP_STORE_ENDPOINT`). 1.11 also keeps the name
+``minio-service`` (port 9000), which 26.03 no longer ships; MinIO itself (Kubeflow 1.10,
+standalone KFP 2.14) is ``minio-service.kubeflow:9000``. KServe has no ``minio://`` scheme, so
+the deploy step serves it as ``s3://<bucket>/<key>`` with a ServiceAccount whose Secret holds:
 
 * the keys ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` (the names Kubeflow's
-  inferenceservice-config sets, ``kserve_kubeflow.yaml`` v1.11.0 L32649-32651; KFP's own
-  ``mlpipeline-minio-artifact`` Secret uses ``accesskey``/``secretkey``, so the user creates
-  ours), and a Secret counts as S3 only if it holds the secret-key key (kserve v0.20.0
-  ``pkg/credentials/service_account_credentials.go`` L281-295);
+  inferenceservice-config sets; KFP's own ``mlpipeline-minio-artifact`` Secret uses
+  ``accesskey``/``secretkey``, so the user creates ours), and a Secret counts as S3 only if it
+  holds the secret-key key;
 * the annotations ``serving.kserve.io/s3-endpoint`` and, for an endpoint without a scheme,
-  ``serving.kserve.io/s3-usehttps: "0"`` — HTTPS is the default otherwise (``pkg/credentials/
-  s3/s3_secret.go`` L61-71, ``s3/utils.go`` L157-184). The data keys ``S3_ENDPOINT`` /
-  ``S3_USE_HTTPS`` also work (lower precedence, ``utils.go`` L131-142).
+  ``serving.kserve.io/s3-usehttps: "0"`` — HTTPS is the default otherwise. The data keys
+  ``S3_ENDPOINT`` / ``S3_USE_HTTPS`` also work (lower precedence).
 
-The injector reads the predictor's ServiceAccount and tries every Secret it lists
-(``service_account_credentials.go`` L214-216, L261-266).
+The injector reads the predictor's ServiceAccount and tries every Secret it lists.
+
+upstream: docs/upstream.md#kserve, #kubeflow-manifests
 """
 
 from __future__ import annotations

@@ -18,13 +18,14 @@ Serverless scales with Knative's autoscaler (concurrency or rps) and splits traf
 ``canaryTrafficPercent``; Standard (raw) mode scales with an HPA (cpu or memory, annotation
 ``serving.kserve.io/autoscalerClass: hpa``), replaces pods with ``maxUnavailable: 0`` and checks
 them with an HTTP readiness probe on the model, so old pods serve until new ones have loaded
-it (KServe's own default probe is a TCP check: kserve v0.20.0 ``reconcilers/deployment/
-deployment_reconciler.go`` L304-320).
+it (KServe's own default probe is a TCP check).
 
 The InferenceService carries the model it serves in annotations (see ``ANNOTATION_*``), which the
 rollout (``serving.deploy.kubernetes``) reads to bless a candidate against the serving model. In
 Serverless mode KServe copies InferenceService annotations into the Knative revision template,
 so changing them rolls a new revision (KServe's canary guide notes the same for tag routing).
+
+upstream: docs/upstream.md#kserve
 """
 
 from __future__ import annotations

@@ -3,14 +3,13 @@
 Every call carries a timeout. An API server answers a missing object with 404 and a
 ``NotFound`` Status (an absent *resource type* is a bare 404 page: KServe is not installed), a
 stale ``resourceVersion`` with 409 ``Conflict``, an admission webhook's refusal with the
-webhook's own code and ``admission webhook "<name>" denied the request: <why>``
-(kubernetes/apiserver v0.33.9 ``pkg/admission/plugin/webhook/errors/statuserror.go`` L28-60;
-KServe's validator denies with 403, controller-runtime v0.19.1 ``pkg/webhook/admission/
-validator_custom.go`` L114-121 and ``response.go`` L63-83), a missing permission with 403.
-5xx, 429, timeouts and dropped connections are transient: :class:`TransientApiError`, which the
-rollout's waits retry (the kserve SDK's own ``get`` retries none of them, F9.1). A 401, 403 or
-410 while a rollout waits leaves it as it stands (:class:`RolloutLeftAsIs`; the remote-job
-runner's rule).
+webhook's own code and ``admission webhook "<name>" denied the request: <why>`` (KServe's
+validator denies with 403), a missing permission with 403. 5xx, 429, timeouts and dropped
+connections are transient: :class:`TransientApiError`, which the rollout's waits retry (the
+kserve SDK's own ``get`` retries none of them). A 401, 403 or 410 while a rollout waits leaves it
+as it stands (:class:`RolloutLeftAsIs`; the remote-job runner's rule).
+
+upstream: docs/upstream.md#kubernetes
 """
 
 from __future__ import annotations

@@ -2,26 +2,23 @@
 and whether a write has been rolled out.
 
 The rules come from KServe's source at the versions Kubeflow ships (0.14.1, 0.15.0, 0.15.2) and
-the newest (0.20.0) (tests/UPSTREAM.md lists the files):
+the newest (0.20.0):
 
-* Modes (Q1): ``Serverless`` (Knative; Kubeflow's and KServe's install default) and raw mode,
+* Modes: ``Serverless`` (Knative; Kubeflow's and KServe's install default) and raw mode,
   spelled ``RawDeployment`` up to 0.15 and ``Standard`` from 0.16, which still reads the old
-  names (``pkg/constants/constants.go`` v0.15.2 L416-418, v0.20.0 L561-587). ``status.
-  deploymentMode`` exists from 0.15.1 and wins over the annotation; on 0.14/0.15 an annotation
-  value the version does not know falls back to the configured default
-  (``pkg/controller/v1beta1/inferenceservice/utils/utils.go`` v0.15.2 L176-191).
-* Addresses (Q2): from a pod, only the cluster-local ``status.address.url`` works (Kubeflow's
+  names. ``status.deploymentMode`` exists from 0.15.1 and wins over the annotation; on
+  0.14/0.15 an annotation value the version does not know falls back to the configured default.
+* Addresses: from a pod, only the cluster-local ``status.address.url`` works (Kubeflow's
   Knative domain is ``example.com``); a tag's cluster-local host is ``<tag>-<predictor
-  service>.<namespace>.svc.cluster.local`` (knative-v1.16.2 ``pkg/reconciler/route/resources/
-  service.go`` L45-57, ``ingress.go`` L138-145).
-* Rolled out (Q5): Serverless copies the Knative Service's status, observedGeneration included
-  (``PropagateStatus``, ``inference_service_status.go`` v0.15.2 L442-511, v0.16.0 L518-587):
+  service>.<namespace>.svc.cluster.local``.
+* Rolled out: Serverless copies the Knative Service's status, observedGeneration included:
   that counts the *Knative Service's* generations, which move once per change KServe renders
   into it, not once per write to the InferenceService, so a Serverless rollout is judged on
   the revisions and traffic of that same status (``rollout_serverless``). Standard copies the
-  Deployment's (v0.15.2 L354, v0.16.0 L431; v0.20.0 L449-456), so a Standard rollout is judged
-  on the Deployment itself. Neither compares observedGeneration with the InferenceService's
-  own generation.
+  Deployment's, so a Standard rollout is judged on the Deployment itself. Neither compares
+  observedGeneration with the InferenceService's own generation.
+
+upstream: docs/upstream.md#kserve, #knative-serving
 """
 
 from __future__ import annotations

@@ -9,43 +9,40 @@
    back**.
 3. **Roll back** re-applies the last good predictor, in two writes. KServe's own pin
    (``canaryTrafficPercent: 0`` alone) leaves the rejected revision behind the ``latest`` tag at
-   0 %: Knative labels every revision its Route names, at any percent, ``routingState:
-   active`` (knative-v1.16.2 and v1.21.1 ``pkg/reconciler/labeler/metasync.go`` L35-82), an
-   active revision is Reachable (``pkg/reconciler/revision/resources/pa.go`` L54-81), and a
-   reachable one keeps its min-scale (``pkg/apis/autoscaling/v1alpha1/pa_lifecycle.go``
-   L88-95; KServe sets it from ``minReplicas``): the rejected model keeps running and
-   answering. So: (a) the previous predictor with ``canaryTrafficPercent: 0``: all traffic
-   stays on the rolled-out revision while a new revision of the previous model starts (the
-   ``latestRevision`` target follows the latest *ready* revision, which is the rejected one
-   until then: dropping the field now would give it all traffic); (b) once that revision is
-   ready, the same without ``canaryTrafficPercent``: it takes all traffic, and the rejected
-   revision, named by no target, scales to zero. The rollback's template carries the rejected
-   model (annotation ``fmnist.kubeflow.org/rolled-back``), so it always makes a new revision:
-   were it the rolled-out template and KServe never saw the canary (a run terminated right
-   after writing it), ``canaryTrafficPercent: 0`` on it would read to KServe as a rollback of
-   the last promotion and send all traffic to the model before it (kserve v0.15.2
-   ``pkg/apis/serving/v1beta1/inference_service_status.go`` L466-479, v0.16.0 L542-555).
+   0 %: Knative labels every revision its Route names, at any percent, ``routingState: active``, an
+   active revision is Reachable, and a reachable one keeps its min-scale (KServe sets it from
+   ``minReplicas``): the rejected model keeps running and answering. So: (a) the previous
+   predictor with ``canaryTrafficPercent: 0``: all traffic stays on the rolled-out revision while
+   a new revision of the previous model starts (the ``latestRevision`` target follows the latest
+   *ready* revision, which is the rejected one until then: dropping the field now would give it
+   all traffic); (b) once that revision is ready, the same without ``canaryTrafficPercent``: it
+   takes all traffic, and the rejected revision, named by no target, scales to zero. The
+   rollback's template carries the rejected model (annotation
+   ``fmnist.kubeflow.org/rolled-back``), so it always makes a new revision: were it the rolled-out
+   template and KServe never saw the canary (a run terminated right after writing it),
+   ``canaryTrafficPercent: 0`` on it would read to KServe as a rollback of the last promotion and
+   send all traffic to the model before it.
 
-**When a write is rolled out.** The status is written after the write, by the controllers, and
-its ``observedGeneration`` is the *Knative Service's* generation (``PropagateStatus`` copies it:
-``inference_service_status.go`` v0.15.2 L510, v0.16.0 L586), not the InferenceService's: it
-moves once per change KServe renders into the Knative Service (``ksvc_reconciler.go`` v0.15.2
-L187-217, v0.16.0 L226-256), so a write KServe renders the same, or two writes it sees as one,
-leave it behind the InferenceService's generation for good, and an annotation (no generation)
-or a newly rolled-out revision under a canary (the ``prev`` target moves: L115-147, v0.16.0
-L132-164) puts it ahead. The two counters are never compared here. A wait reads what Knative
-reports in one status snapshot (KServe copies one Knative Service status: v0.15.2 L442-511):
-``Ready`` (a Knative Service is Ready only once its Configuration has reconciled the current
-template, whose latest created revision is then ready, and its Route serves the traffic asked
-for: knative-v1.16.2 ``pkg/reconciler/service/service.go`` L82-125, L174-199), the latest
-created revision also the latest ready one, the ``latestRevision`` target on it with the share
-the write asks for and the rest on ``latestRolledoutRevision``, and, where that share cannot
-tell the write from the state before it, a revision no status named before the write.
+**When a write is rolled out.** The status is written after the write, by the controllers, and its
+``observedGeneration`` is the *Knative Service's* generation (``PropagateStatus`` copies it), not
+the InferenceService's: it moves once per change KServe renders into the Knative Service, so a
+write KServe renders the same, or two writes it sees as one, leave it behind the
+InferenceService's generation for good, and an annotation (no generation) or a newly rolled-out
+revision under a canary (the ``prev`` target moves) puts it ahead. The two counters are never
+compared here. A wait reads what Knative reports in one status snapshot (KServe copies one Knative
+Service status): ``Ready`` (a Knative Service is Ready only once its Configuration has reconciled
+the current template, whose latest created revision is then ready, and its Route serves the
+traffic asked for), the latest created revision also the latest ready one, the ``latestRevision``
+target on it with the share the write asks for and the rest on ``latestRolledoutRevision``, and,
+where that share cannot tell the write from the state before it, a revision no status named before
+the write.
 
 A failed canary is *returned* (``action == "rolled_back"``); a canary that cannot be judged
 (readiness timeout, an API error while it runs) is rolled back and then raised as
 :class:`KServeRolloutError`, with the result in ``error.result``; SIGTERM rolls it back and
 exits the step (the runner's rule).
+
+upstream: docs/upstream.md#kserve, #knative-serving
 """
 
 from __future__ import annotations

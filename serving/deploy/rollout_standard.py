@@ -1,9 +1,8 @@
 """Standard (raw) mode: a candidate InferenceService verified before the main one changes.
 
 KServe's raw mode reads no ``canaryTrafficPercent`` (only the Knative reconciler does:
-kserve v0.15.2 ``reconcilers/knative/ksvc_reconciler.go`` L113-128, kserve#5335) and splits no
-traffic on any version Kubeflow ships (``spec.canary`` came in 0.20 and only sets replica
-counts: ``components/predictor.go`` v0.20.0 L886-956). So:
+kserve#5335) and splits no traffic on any version Kubeflow ships (``spec.canary`` came in 0.20
+and only sets replica counts). So:
 
 1. **Absent** → create the main InferenceService, wait until its Deployment has rolled out,
    verify it at its cluster-local address.
@@ -14,10 +13,11 @@ counts: ``components/predictor.go`` v0.20.0 L886-956). So:
    ``maxUnavailable: 0`` behind an HTTP readiness probe on the model (``inference_service``),
    so old pods serve until new ones have loaded it. Wait until the Deployment has rolled the
    new template out (``kubectl rollout status``'s rule, on a template carrying our model-URI
-   annotation: the InferenceService's observedGeneration is the Deployment's, not its own,
-   ``inference_service_status.go`` v0.20.0 L449-456), verify the main address, delete the
-   candidate: ``promoted``. A rollout that does not finish is undone by writing the previous
-   model back: ``rolled_back``, then raised.
+   annotation: the InferenceService's observedGeneration is the Deployment's, not its own),
+   verify the main address, delete the candidate: ``promoted``. A rollout that does not finish
+   is undone by writing the previous model back: ``rolled_back``, then raised.
+
+upstream: docs/upstream.md#kserve
 """
 
 from __future__ import annotations
