@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from fmnist.app.cli import main as cli_main
+from fmnist_kfp.cli import main as cli_main
 from tests.first_run_doc import Block, blocks, contains_in_order, matches
 from tests.kfp_standin import KfpStandIn
 from tests.kserve_standin import KServeStandIn

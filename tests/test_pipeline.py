@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from fmnist.app.cli import main as cli_main
-from fmnist.app.local_run import run_local
 from fmnist.settings.pipeline import PipelineParameters
+from fmnist_kfp.cli import main as cli_main
+from fmnist_kfp.local_run import run_local
 from pipelines.compile import COMPILED_DIR, compile_all
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -113,7 +113,7 @@ def served_scalar_tags(arguments: list[str]) -> dict:
 
     [port] = free_ports(1)
     process = subprocess.Popen(
-        [sys.executable, "-m", "fmnist.app.cli", "tensorboard", *arguments, "--port", str(port)],
+        [sys.executable, "-m", "fmnist_kfp.cli", "tensorboard", *arguments, "--port", str(port)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     try:
@@ -155,7 +155,7 @@ def test_a_two_worker_job_logs_once_from_the_chief_and_tensorboard_serves_it(
 
 
 def test_tensorboard_without_a_run_says_what_to_do(tmp_path, capsys):
-    from fmnist.app.cli import main as cli_main
+    from fmnist_kfp.cli import main as cli_main
 
     code = cli_main(["tensorboard", "--summary", str(tmp_path / "summary.json")])
     assert code == 2

@@ -129,7 +129,7 @@ def _status(error) -> int | None:
 
 
 def check_kfp(endpoint) -> Row:
-    from fmnist.app.kfp_client import MIN_BACKEND, check_backend
+    from fmnist_kfp.kfp_client import MIN_BACKEND, check_backend
 
     minimum = ".".join(map(str, MIN_BACKEND))
     try:
