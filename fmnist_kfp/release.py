@@ -49,7 +49,7 @@ from fmnist.settings.platform import (
     gpu_image,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 PIPELINE_FILE = "fashion-mnist-training-{version}.yaml"
 CHECKSUMS = "SHA256SUMS"
 _DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
