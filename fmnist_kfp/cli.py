@@ -277,7 +277,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_deployment(args: argparse.Namespace) -> int:
     """Local deployments started by pipeline runs: where they are, and stopping them."""
     require("serving", "fmnist-kfp deployment")
-    from serving.deploy.local import running_server, stop_server
+    from serving.deploy.local_deployer import running_server, stop_server
 
     DeploySettings(model_name=args.name).validate()  # a name, never a path
     if args.action == "stop":

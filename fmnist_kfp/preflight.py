@@ -298,7 +298,7 @@ def _reason(error) -> str:
 
 
 def check_mode(api) -> Row:
-    from serving.deploy.kubernetes import cluster_default_mode
+    from serving.deploy.kserve_deployer import cluster_default_mode
 
     value = cluster_default_mode(api, log=lambda line: None)
     if value is None:

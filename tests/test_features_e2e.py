@@ -21,7 +21,7 @@ from tests.test_tensorboard import served_scalar_tags
 def real_run(real_data_dir, tmp_path_factory):
     """One local run on the real data: two CNNs, one epoch on 3,000 images."""
     from fmnist_kfp.local_run import run_local
-    from serving.deploy.local import stop_server
+    from serving.deploy.local_deployer import stop_server
 
     root = tmp_path_factory.mktemp("real-run")
     os.environ["FMNIST_SERVING_STATE_DIR"] = str(root / "serving")

@@ -15,8 +15,8 @@ from fmnist.errors import TuningError, UserInputError
 from fmnist.settings.pipeline import PipelineParameters
 from fmnist.settings.training import TrainingConfig
 from fmnist_kfp.validation import validate_parameters
-from katib.local import LocalTuner, distributions, grid_points, make_sampler
 from katib.median_stop import KatibMedianStopPruner
+from katib.optuna_search import LocalTuner, distributions, grid_points, make_sampler
 from katib.results import EARLY_STOPPED, SUCCEEDED, TuningResult
 from katib.search_space import Parameter, SearchSpace
 from katib.settings import EarlyStopping, ExperimentSettings

@@ -242,7 +242,7 @@ def clock(monkeypatch):
 @pytest.fixture
 def serving_state(tmp_path, monkeypatch):
     """Local deployments of this test live in its own directory and are stopped after it."""
-    from serving.deploy.local import stop_server
+    from serving.deploy.local_deployer import stop_server
 
     monkeypatch.setenv("FMNIST_SERVING_STATE_DIR", str(tmp_path / "serving"))
     yield

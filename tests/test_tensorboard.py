@@ -109,7 +109,7 @@ def wait_for_scalars(url: str, process: subprocess.Popen, timeout: float = 180.0
 def served_scalar_tags(arguments: list[str]) -> dict:
     """``fmnist-kfp tensorboard`` in a subprocess on a free loopback port: the scalar tags its
     data API serves (it is stopped afterwards)."""
-    from fmnist.launcher.local import free_ports
+    from fmnist.launcher.local_processes import free_ports
 
     [port] = free_ports(1)
     process = subprocess.Popen(
@@ -130,7 +130,7 @@ def test_a_two_worker_job_logs_once_from_the_chief_and_tensorboard_serves_it(
     other workers): per-epoch scalars for training and validation, the graph, and the profile
     that profile_steps asks for. Then fmnist-kfp tensorboard serves them on 127.0.0.1."""
     from fmnist.settings.training import TrainingConfig
-    from fmnist.training.job import TrainingJobSpec
+    from fmnist.training.training_job import TrainingJobSpec
     from kfp_components.train.step import training_backend
 
     work = tmp_path / "model"

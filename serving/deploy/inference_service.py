@@ -21,10 +21,11 @@ them with an HTTP readiness probe on the model, so old pods serve until new ones
 it (KServe's own default probe is a TCP check: kserve v0.20.0 ``reconcilers/deployment/
 deployment_reconciler.go`` L304-320).
 
-The InferenceService carries the model it serves in annotations (see ``ANNOTATION_*``), which the
-rollout (``serving.deploy.kubernetes``) reads to bless a candidate against the serving model. In
-Serverless mode KServe copies InferenceService annotations into the Knative revision template,
-so changing them rolls a new revision (KServe's canary guide notes the same for tag routing).
+The InferenceService carries the model it serves in annotations (see ``ANNOTATION_*``), which
+the rollout (``serving.deploy.kserve_deployer``) reads to bless a candidate against the serving
+model. In Serverless mode KServe copies InferenceService annotations into the Knative revision
+template, so changing them rolls a new revision (KServe's canary guide notes the same for tag
+routing).
 """
 
 from __future__ import annotations
