@@ -29,6 +29,7 @@ COPY pyproject.toml uv.lock README.md ./
 
 FROM builder AS wheel
 # The wheel's packages: pyproject.toml [tool.hatch.build.targets.wheel] (tests/test_image.py).
+COPY fmnist_kfp ./fmnist_kfp
 COPY fmnist ./fmnist
 COPY kfp_components ./kfp_components
 COPY pipelines ./pipelines

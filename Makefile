@@ -37,10 +37,10 @@ $(VENV)/.synced: uv.lock pyproject.toml | $(UV)
 setup: $(VENV)/.synced
 
 run: setup
-	$(PY) -m fmnist.app.cli run --local $(RUN_ARGS)
+	$(PY) -m fmnist_kfp.cli run --local $(RUN_ARGS)
 
 serve: setup
-	$(PY) -m fmnist.app.cli serve $(SERVE_ARGS)
+	$(PY) -m fmnist_kfp.cli serve $(SERVE_ARGS)
 
 test: setup
 	$(VENV)/bin/lint-imports
@@ -63,10 +63,10 @@ install-check: | $(UV)
 		-k "py$(PYTHON_VERSION)" $(PYTEST_ARGS)
 
 compile: setup
-	$(PY) -m fmnist.app.cli compile
+	$(PY) -m fmnist_kfp.cli compile
 
 readme: setup
-	$(PY) -m fmnist.app.docs
+	$(PY) -m fmnist_kfp.docs
 
 # tests/test_docs.py runs the same build (into a temporary folder) in `make test`.
 docs: setup
@@ -77,7 +77,7 @@ docs: setup
 DIST ?= dist
 CHANGELOG ?= CHANGELOG.md
 release: setup
-	$(PY) -m fmnist.app.release --uv $(UV) --dist $(DIST) --changelog $(CHANGELOG)
+	$(PY) -m fmnist_kfp.release --uv $(UV) --dist $(DIST) --changelog $(CHANGELOG)
 
 bench: setup
 	@command -v wrk >/dev/null || apt-get install -y wrk || sudo apt-get install -y wrk
@@ -107,9 +107,9 @@ clean:
 # Before anything of a release is built or pushed: TAG is v<version>, and CHANGELOG.md dates
 # it. In a workflow it also writes version=<version> to $$GITHUB_OUTPUT.
 release-check: setup
-	$(PY) -m fmnist.app.release --check-tag "$(TAG)" --changelog $(CHANGELOG)
+	$(PY) -m fmnist_kfp.release --check-tag "$(TAG)" --changelog $(CHANGELOG)
 
 # Attaches what `make release` wrote into dist/ (checked against dist/SHA256SUMS) to a new
 # GitHub release of TAG, its notes the changelog's section (gh, with GH_TOKEN).
 github-release: setup
-	$(PY) -m fmnist.app.release --github-release "$(TAG)" --dist $(DIST) --changelog $(CHANGELOG)
+	$(PY) -m fmnist_kfp.release --github-release "$(TAG)" --dist $(DIST) --changelog $(CHANGELOG)

@@ -51,10 +51,10 @@ def _commit() -> str:
 def run_one(name: str, data_dir: str, values: dict, work: Path) -> dict:
     """One training job scored on the validation split; returns the run's record."""
     from fmnist.dataset.pipeline import load_arrays
-    from fmnist.launcher.local import LocalProcessLauncher
+    from fmnist.launcher.local_processes import LocalProcessLauncher
     from fmnist.selection.evaluate import predict_classes
     from fmnist.settings.training import TrainingConfig
-    from fmnist.training.job import TrainingJobSpec
+    from fmnist.training.training_job import TrainingJobSpec
 
     config = TrainingConfig.from_dict(values).validate()
     shutil.rmtree(work, ignore_errors=True)

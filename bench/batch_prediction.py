@@ -80,8 +80,8 @@ def in_process(model_dir: Path, images) -> float:
 
 
 def batch(model_dir: Path, data_dir: Path, source: str, workers: int) -> dict:
-    from fmnist.batch.local import LocalBatchScorer
-    from fmnist.scoring.job import ScoringJobSpec
+    from fmnist.batch.local_scorer import LocalBatchScorer
+    from fmnist.scoring.scoring_job import ScoringJobSpec
 
     output = WORK / "batch_output"
     shutil.rmtree(output, ignore_errors=True)

@@ -24,9 +24,9 @@ from bench.common import RESULTS, WORK, add_data_source, data_source_missing, in
 
 def run(name: str, data_dir: str, config, **job) -> dict:
     from fmnist.dataset.pipeline import load_arrays
-    from fmnist.launcher.local import LocalProcessLauncher
+    from fmnist.launcher.local_processes import LocalProcessLauncher
     from fmnist.selection.evaluate import predict_classes
-    from fmnist.training.job import TrainingJobSpec
+    from fmnist.training.training_job import TrainingJobSpec
 
     work = WORK / name
     shutil.rmtree(work, ignore_errors=True)

@@ -102,9 +102,9 @@ def time_to_accuracy(data_dir: str, work_dir: Path, model_type: str,
     first reaches 91% (the definition), 92% and 93%, in seconds from launch."""
     from dataclasses import replace
 
-    from fmnist.launcher.local import LocalProcessLauncher
+    from fmnist.launcher.local_processes import LocalProcessLauncher
     from fmnist.settings.pipeline import PipelineParameters
-    from fmnist.training.job import TrainingJobSpec
+    from fmnist.training.training_job import TrainingJobSpec
 
     defaults = PipelineParameters()
     config = defaults.training_config(model_type)
@@ -152,10 +152,10 @@ def time_to_accuracy(data_dir: str, work_dir: Path, model_type: str,
 def worker_scaling(data_dir: str, work_dir: Path, model_type: str, epochs: int = 2) -> dict:
     """The same global batch on 1 and 2 local worker processes (MultiWorkerMirroredStrategy
     over loopback): what a second worker buys, or costs, on this machine."""
-    from fmnist.launcher.local import LocalProcessLauncher
+    from fmnist.launcher.local_processes import LocalProcessLauncher
     from fmnist.settings.pipeline import PipelineParameters
     from fmnist.settings.training import TrainingConfig
-    from fmnist.training.job import TrainingJobSpec
+    from fmnist.training.training_job import TrainingJobSpec
 
     global_batch = PipelineParameters().batch_size
     result: dict = {"model_type": model_type, "global_batch": global_batch}

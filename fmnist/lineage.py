@@ -14,7 +14,7 @@ A content digest (:func:`content_digest`) is sha256 over a directory's files in 
 dataset's digest in the trained model's lineage is the digest of the ingested dataset itself,
 and the served model's is that of the model the selection chose. The KFP UI shows the entry
 beside each artifact; ``fmnist-kfp lineage`` walks the chain from the served model back to the
-dataset (:mod:`fmnist.app.lineage`).
+dataset (:mod:`fmnist_kfp.lineage_report`).
 """
 
 from __future__ import annotations
@@ -25,12 +25,13 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
+# The pipeline sets it on every task, a record of the image that task runs (the pods a step
+# creates run its image inputs, never this variable).
+from fmnist.settings.platform import IMAGE_ENV
+
 LINEAGE_KEY = "lineage"
 DIGEST_PREFIX = "sha256:"
 _CHUNK = 1 << 20
-# fmnist.settings.platform.IMAGE_ENV: the pipeline sets it on every task, a record of the image
-# that task runs (the pods a step creates run its image inputs, never this variable).
-IMAGE_ENV = "FMNIST_COMPONENT_IMAGE"
 POD_NAME_ENV = "KFP_POD_NAME"  # KFP's Argo compiler sets these two on every executor container
 POD_UID_ENV = "KFP_POD_UID"
 

@@ -40,7 +40,7 @@ _PLACEHOLDER = re.compile(r"\$\{trialParameters\.[^}]+\}")
 def _trial_spec(settings: ExperimentSettings, search_space: SearchSpace, data_dir: str) -> dict:
     """The trial TFJob as a manifest, with placeholders for the searched flags' values."""
     from fmnist.kubernetes.tfjob import build_tfjob, to_manifest
-    from fmnist.training.job import TrainingJobSpec
+    from fmnist.training.training_job import TrainingJobSpec
 
     trial_dir = f"{settings.trials_root}/{placeholder(TRIAL_NAME_PARAMETER)}"
     spec = TrainingJobSpec(

@@ -1,6 +1,6 @@
 """What a Katib Experiment (or the same search run locally) is: the objective, algorithm,
 trial budget, early stopping and the trials' jobs, checked in Katib's own terms before anything
-is built. :mod:`katib.experiment` turns it into the Experiment manifest; :mod:`katib.local`
+is built. :mod:`katib.experiment` turns it into the Experiment manifest; :mod:`katib.optuna_search`
 runs it with Optuna.
 
 Trials score on the dataset's validation split, which ingestion set aside from the training

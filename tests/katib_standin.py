@@ -172,7 +172,7 @@ def katib_client_for(url: str):
     stand-in at ``url``."""
     from kubernetes import client
 
-    from katib.kubernetes import KatibApi
+    from katib.experiment_launcher import KatibApi
 
     configuration = client.Configuration()
     configuration.host = url

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import psutil
 
-from fmnist.launcher.local import LocalProcessLauncher
+from fmnist.launcher.local_processes import LocalProcessLauncher
 from fmnist.settings.training import TrainingConfig
-from fmnist.training.job import TrainingJobSpec
+from fmnist.training.training_job import TrainingJobSpec
 from tests.fake_worker import command
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,7 +53,7 @@ def run_launcher(work: str) -> None:
 
 
 def run_tuner(work: str) -> None:
-    from katib.local import LocalTuner
+    from katib.optuna_search import LocalTuner
     from katib.search_space import Parameter, SearchSpace
     from katib.settings import ExperimentSettings
 

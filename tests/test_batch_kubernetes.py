@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from fmnist.batch.kubernetes import IndexedJobScorer
+from fmnist.batch.indexed_job_scorer import IndexedJobScorer
 from fmnist.errors import UserInputError
 from fmnist.kubernetes.job import build_indexed_job, job_state, to_manifest
 from fmnist.kubernetes.runner import JobFailed, RemoteJobRunner
 from fmnist.kubernetes.tensorboard import build_tensorboard, ensure_tensorboard
-from fmnist.scoring.job import ScoringJobSpec
+from fmnist.scoring.scoring_job import ScoringJobSpec
 from fmnist.settings.jobs import KubernetesSettings
 from kfp_components.batch_predict.step import batch_predict_step, job_name
 from tests.job_standin import JobStandIn, job_problems

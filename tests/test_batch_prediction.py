@@ -12,12 +12,12 @@ import pytest
 from PIL import Image
 
 from fmnist.errors import UserInputError
-from fmnist.scoring.images import BadInput, read_image
+from fmnist.images import decode_image
+from fmnist.scoring.image_reader import BadInput, read_image
 from fmnist.scoring.inputs import label_of, list_source, shard_items
-from fmnist.scoring.job import BatchPredictionError, ScoringJobSpec
+from fmnist.scoring.scoring_job import BatchPredictionError, ScoringJobSpec
 from fmnist.scoring.worker import score_shard
 from kfp_components.batch_predict.step import batch_predict_step
-from serving.model_server.images import decode_image
 from tests.fixtures import synthetic_split
 
 
@@ -28,7 +28,7 @@ def _png(array: np.ndarray, mode: str = "L", size: int = 28, fmt: str = "PNG") -
 
 
 def test_images_are_read_as_the_predictor_reads_them():
-    """The model server's decoding path (serving/model_server/images.py): the dataset's own
+    """The model server's decoding path (fmnist/images.py): the dataset's own
     28×28 grayscale PNG gives its pixels back exactly, any other image the pixels the predictor
     computes for it; a file the predictor refuses is an error row with the same reason."""
     images, _ = synthetic_split(2, seed=3)
@@ -144,7 +144,7 @@ def test_two_worker_processes_score_the_test_split_as_the_selection_does(
 
 @pytest.mark.slow
 def test_a_worker_that_fails_fails_the_job_naming_its_shard(synthetic_dataset, tmp_path):
-    from fmnist.batch.local import LocalBatchScorer
+    from fmnist.batch.local_scorer import LocalBatchScorer
 
     spec = ScoringJobSpec(name="fmnist-batch-test", model_dir=str(tmp_path / "no-model"),
                           data_dir=str(synthetic_dataset), output_dir=str(tmp_path / "out"),

@@ -3,7 +3,7 @@
 (and a data source that cannot be read), 1 when the remote side fails — in seconds, and never
 with a traceback.
 
-Each case runs ``python -m fmnist.app.cli`` in a subprocess of its own, as a user would, in
+Each case runs ``python -m fmnist_kfp.cli`` in a subprocess of its own, as a user would, in
 its own directory and ``$HOME``. Nothing trains, and nothing reaches the internet: the hosts
 are a loopback port bound without listening (connections are refused) and a name under the
 reserved ``.invalid`` domain; the offline runs have no network at all (a network namespace of
@@ -229,7 +229,7 @@ def run_cli(argv: list[str], tmp_path: Path, *, offline: bool = False):
            "FMNIST_SERVING_STATE_DIR": str(tmp_path / "serving"), "TF_CPP_MIN_LOG_LEVEL": "2"}
     prefix = offline_prefix(tmp_path, env) if offline else []
     started = time.monotonic()
-    done = subprocess.run([*prefix, sys.executable, "-m", "fmnist.app.cli", *argv],
+    done = subprocess.run([*prefix, sys.executable, "-m", "fmnist_kfp.cli", *argv],
                           cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=LIMIT_SECONDS * 2)
     return done, time.monotonic() - started

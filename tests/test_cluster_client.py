@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from fmnist.app.cli import main as cli_main
-from fmnist.app.kfp_client import cron_expression
 from fmnist.errors import UserInputError
+from fmnist_kfp.cli import main as cli_main
+from fmnist_kfp.kfp_client import cron_expression
 from tests.kfp_standin import API, KfpStandIn
 from tests.loopback import JsonRequestHandler, LoopbackServer, reply_bytes
 

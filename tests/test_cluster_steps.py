@@ -110,7 +110,7 @@ def test_every_step_and_everything_it_creates_runs_the_compiled_image(compiled, 
         from fmnist.kubernetes.tfjob import build_tfjob, to_manifest
         from fmnist.settings.jobs import cluster_settings
         from fmnist.settings.training import TrainingConfig
-        from fmnist.training.job import TrainingJobSpec
+        from fmnist.training.training_job import TrainingJobSpec
         from katib.experiment import build_experiment
         from katib.experiment import to_manifest as experiment_manifest
         from kfp_components.tune.step import experiment_settings
@@ -156,7 +156,7 @@ def test_the_batch_job_and_the_serving_runtime_run_the_compiled_image(compiled, 
     found = _run_step(compiled, "exec-batch-predict", f"""
         import json
         from fmnist.kubernetes.job import build_indexed_job, to_manifest
-        from fmnist.scoring.job import ScoringJobSpec
+        from fmnist.scoring.scoring_job import ScoringJobSpec
         from kfp_components.batch_predict.step import scoring_backend
 
         scorer = scoring_backend("kubernetes", {{"namespace": "team-a"}}, {batch!r})
@@ -194,7 +194,7 @@ def test_the_training_step_runs_a_tfjob_end_to_end(compiled, synthetic_dataset, 
             import json
             import fmnist.settings.platform as platform
             platform.MOUNT_PATH = {str(volume)!r}  # where the claim is mounted on this machine
-            from fmnist.launcher.kubernetes import TFJobLauncher
+            from fmnist.launcher.tfjob_launcher import TFJobLauncher
             from fmnist.settings.training import TrainingConfig
             from kfp_components.train.step import train_step
             from tests.k8s_standin import KubernetesStandIn
@@ -260,7 +260,7 @@ def test_the_tuning_step_runs_a_katib_experiment_end_to_end(compiled, synthetic_
             import fmnist.settings.platform as platform
             platform.MOUNT_PATH = {str(volume)!r}
             from fmnist.settings.training import TrainingConfig
-            from katib.kubernetes import KatibExperimentLauncher
+            from katib.experiment_launcher import KatibExperimentLauncher
             from kfp_components.tune.step import tune_step
             from tests.katib_standin import katib_client_for
 
@@ -420,7 +420,7 @@ def test_a_step_given_no_image_creates_nothing_and_names_its_input(on_the_cluste
                                                                     tmp_path, monkeypatch):
     """The pods' image comes from the step's inputs alone: not from the environment, where
     FMNIST_COMPONENT_IMAGE only records the step's own image for lineage."""
-    from fmnist.batch.kubernetes import IndexedJobScorer
+    from fmnist.batch.indexed_job_scorer import IndexedJobScorer
     from kfp_components.train.step import train_step
     from kfp_components.tune.step import tune_step
 

@@ -151,8 +151,8 @@ def my_pipeline(epochs: int = 3):
                           serves_model=served.outputs["serves_model"]), "predict")
 
 compiler.Compiler().compile(my_pipeline, OUT)
-ours = sorted(m for m in sys.modules if m.split(".")[0] in ("fmnist", "kfp_components",
-                                                           "pipelines"))
+ours = sorted(m for m in sys.modules if m.split(".")[0] in (
+    "fmnist", "fmnist_kfp", "kfp_components", "pipelines"))
 print(json.dumps(ours))
 '''
 
@@ -209,8 +209,8 @@ def tiny(data_source: str) -> str:
 local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=ROOT_DIR,
            raise_on_error=True)
 task = tiny(data_source=DATA)
-ours = sorted(m for m in sys.modules if m.split(".")[0] in ("fmnist", "kfp_components",
-                                                           "pipelines"))
+ours = sorted(m for m in sys.modules if m.split(".")[0] in (
+    "fmnist", "fmnist_kfp", "kfp_components", "pipelines"))
 print(json.dumps({"best": task.output, "ours": ours}))
 '''
 

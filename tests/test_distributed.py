@@ -14,10 +14,10 @@ import time
 import pytest
 
 from fmnist.errors import TrainingJobError
-from fmnist.launcher.local import LocalProcessLauncher, tf_config_for
+from fmnist.launcher.local_processes import LocalProcessLauncher, tf_config_for
 from fmnist.settings.training import TrainingConfig
 from fmnist.training.distributed import ClusterRole
-from fmnist.training.job import TrainingJobSpec
+from fmnist.training.training_job import TrainingJobSpec
 from tests import fake_worker
 from tests import launcher_harness as harness
 

@@ -16,8 +16,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from fmnist import __version__, extras
-from fmnist.app.cli import main as cli_main
 from fmnist.errors import MissingExtraError, UserInputError
+from fmnist_kfp.cli import main as cli_main
 
 ROOT = Path(__file__).resolve().parents[1]
 EXTRAS = ("training", "serving", "tuning", "all")
@@ -120,7 +120,7 @@ def test_the_base_commands_and_the_python_api_import_no_extras_package(tmp_path)
         import sys
         for name in {extra_modules()!r}:
             sys.modules[name] = None
-        from fmnist.app.cli import main
+        from fmnist_kfp.cli import main
         assert main(["compile", "--output-dir", {str(tmp_path)!r}]) == 0
         assert main(["lineage", {str(tmp_path)!r}]) == 2  # no run there: a UserInputError
         import pipelines

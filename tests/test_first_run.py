@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from fmnist.app.cli import main as cli_main
+from fmnist_kfp.cli import main as cli_main
 from tests.first_run_doc import Block, blocks, contains_in_order, matches
 from tests.kfp_standin import KfpStandIn
 from tests.kserve_standin import KServeStandIn
@@ -161,10 +161,10 @@ def test_without_the_restart_preflight_says_so_as_the_page_shows(kubeflow, capsy
 def _train_log(tmp_path: Path) -> str:
     """The training step's TFJob launcher against the training-operator stand-in (fake time),
     two workers logging two epochs."""
-    from fmnist.launcher.kubernetes import TFJobLauncher
+    from fmnist.launcher.tfjob_launcher import TFJobLauncher
     from fmnist.settings.jobs import KubernetesSettings
     from fmnist.settings.training import TrainingConfig
-    from fmnist.training.job import TrainingJobSpec
+    from fmnist.training.training_job import TrainingJobSpec
     from tests.k8s_standin import FakeTime, KubernetesStandIn
 
     (tmp_path / "model").mkdir()

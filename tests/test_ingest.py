@@ -317,7 +317,7 @@ def test_a_training_job_on_a_damaged_shard_fails_naming_it(damaged, tmp_path):
     error carries the trainer's message naming the shard."""
     from fmnist.errors import TrainingJobError
     from fmnist.settings.training import TrainingConfig
-    from fmnist.training.job import TrainingJobSpec
+    from fmnist.training.training_job import TrainingJobSpec
     from kfp_components.train.step import training_backend
 
     _drop_last_record(damaged / "train-00005-of-00008.tfrecord")

@@ -79,7 +79,7 @@ def find_python(version: str) -> str | None:
 
 @pytest.fixture(scope="session")
 def wheel(tmp_path_factory) -> Path:
-    uv = shutil.which("uv") or str(ROOT / ".tools/bin/uv")  # as fmnist.app.release finds it
+    uv = shutil.which("uv") or str(ROOT / ".tools/bin/uv")  # as fmnist_kfp.release finds it
     if not Path(uv).exists() and shutil.which(uv) is None:
         pytest.fail("no uv to build the wheel: run `make setup` (it installs uv into .tools)")
     out = tmp_path_factory.mktemp("wheel")

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fmnist.app.cli import main as cli_main
 from fmnist.errors import UserInputError
+from fmnist_kfp.cli import main as cli_main
 from serving.deploy.inference_service import KServeSettings
-from serving.deploy.kubernetes import deploy_with_kserve
+from serving.deploy.kserve_deployer import deploy_with_kserve
 from tests.kfp_standin import API, KfpStandIn
 from tests.kserve_standin import KServeStandIn
 

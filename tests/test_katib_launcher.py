@@ -18,7 +18,7 @@ import pytest
 from fmnist.errors import TuningError, UserInputError
 from fmnist.settings.jobs import KubernetesSettings
 from katib.experiment import ExperimentSettings
-from katib.kubernetes import KatibExperimentLauncher
+from katib.experiment_launcher import KatibExperimentLauncher
 from katib.results import EARLY_STOPPED, FAILED, SUCCEEDED
 from katib.search_space import SearchSpace
 from tests.crd_schemas import validate_strict
@@ -215,7 +215,7 @@ _CHILD = """
 import sys
 sys.path.insert(0, {repo!r})
 from pathlib import Path
-from katib.kubernetes import KatibExperimentLauncher
+from katib.experiment_launcher import KatibExperimentLauncher
 from tests.katib_standin import katib_client_for
 from tests.test_katib_launcher import DATA_DIR, _settings, _space
 launcher = KatibExperimentLauncher(katib_client_for({url!r}), poll_seconds=0.05,
@@ -310,7 +310,7 @@ def test_an_experiment_deleted_behind_our_back_is_an_error_naming_it(tmp_path):
 def test_a_wrong_api_version_or_kind_is_refused_at_once(tmp_path, monkeypatch):
     """What the API server answers (tests/k8s_standin.py cites it): a body apiVersion other
     than the path's is 400, a misspelt kind 422; the step fails with it."""
-    import katib.kubernetes as module
+    import katib.experiment_launcher as module
 
     build = module.build_experiment
     for field, value, answer in (("api_version", "kubeflow.org/v1", "HTTP 400 Bad Request"),
@@ -697,7 +697,7 @@ def test_the_tuning_step_gives_its_launcher_that_deadline(synthetic_dataset, tmp
             return "result"
 
     monkeypatch.delenv("FMNIST_PVC_NAME", raising=False)
-    monkeypatch.setattr("katib.kubernetes.KatibExperimentLauncher", Launcher)
+    monkeypatch.setattr("katib.experiment_launcher.KatibExperimentLauncher", Launcher)
     result = step.tune_step(
         model_type="dropout", base=TrainingConfig(), tuning={"max_trials": 4,
                                                              "parallel_trials": 2},

@@ -29,7 +29,7 @@ from serving.deploy.inference_service import (
     TAG_ROUTING_ANNOTATION,
     KServeSettings,
 )
-from serving.deploy.kubernetes import KServeRolloutError, ReadinessTimeout, deploy_with_kserve
+from serving.deploy.kserve_deployer import KServeRolloutError, ReadinessTimeout, deploy_with_kserve
 from tests.apiserver_standin import Fault
 from tests.crd_schemas import validate_strict
 from tests.kserve_standin import ISVC_CRD, RUNTIME_CRD, KServeStandIn

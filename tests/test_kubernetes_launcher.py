@@ -16,10 +16,10 @@ import pytest
 import requests
 
 from fmnist.errors import TrainingJobError, UserInputError
-from fmnist.launcher.kubernetes import TFJobLauncher
+from fmnist.launcher.tfjob_launcher import TFJobLauncher
 from fmnist.settings.jobs import KubernetesSettings
 from fmnist.settings.training import TrainingConfig
-from fmnist.training.job import TrainingJobSpec
+from fmnist.training.training_job import TrainingJobSpec
 from tests.crd_schemas import validate_strict
 from tests.k8s_standin import FakeTime, KubernetesStandIn
 from tests.launcher_harness import drain, read_until, spawn_script
@@ -325,7 +325,7 @@ def test_the_step_deadline_deletes_the_job(tmp_path):
 def test_a_wrong_api_version_or_kind_is_refused_and_fails_at_once(tmp_path, monkeypatch):
     """What a real API server answers (see tests/k8s_standin.py): the step fails with it, it
     neither retries nor waits."""
-    import fmnist.launcher.kubernetes as module
+    import fmnist.launcher.tfjob_launcher as module
 
     build = module.build_tfjob
 

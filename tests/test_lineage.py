@@ -11,10 +11,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from fmnist.app.cli import main as cli_main
-from fmnist.app.lineage import chain, format_chain, resolve, verify
 from fmnist.errors import UserInputError
 from fmnist.lineage import add_lineage, content_digest, lineage_entry
+from fmnist_kfp.cli import main as cli_main
+from fmnist_kfp.lineage_report import chain, format_chain, resolve, verify
 
 
 def _tree(root: Path, files: dict[str, bytes]) -> Path:

@@ -7,12 +7,12 @@ import os
 import httpx
 import pytest
 
-from fmnist.app.validation import validate_parameters
 from fmnist.errors import UserInputError
 from fmnist.settings.pipeline import PipelineParameters
+from fmnist_kfp.validation import validate_parameters
 from kfp_components.deploy.step import DeploymentError, deploy, serving_problems, storage_uri_for
 from serving.deploy.client import v1_image_request
-from serving.deploy.local import (
+from serving.deploy.local_deployer import (
     deploy_locally,
     running_server,
     start_server,

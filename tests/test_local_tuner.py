@@ -11,12 +11,12 @@ import pytest
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
-from fmnist.app.validation import validate_parameters
 from fmnist.errors import TuningError, UserInputError
 from fmnist.settings.pipeline import PipelineParameters
 from fmnist.settings.training import TrainingConfig
-from katib.local import LocalTuner, distributions, grid_points, make_sampler
+from fmnist_kfp.validation import validate_parameters
 from katib.median_stop import KatibMedianStopPruner
+from katib.optuna_search import LocalTuner, distributions, grid_points, make_sampler
 from katib.results import EARLY_STOPPED, SUCCEEDED, TuningResult
 from katib.search_space import Parameter, SearchSpace
 from katib.settings import EarlyStopping, ExperimentSettings

@@ -28,11 +28,11 @@ import time
 import pytest
 
 from fmnist.errors import TrainingJobError, UserInputError
-from fmnist.launcher.local import LocalProcessLauncher, tf_config_for
+from fmnist.launcher.local_processes import LocalProcessLauncher, tf_config_for
 from fmnist.settings.jobs import JobSettings
 from fmnist.settings.training import TrainingConfig
 from fmnist.training.distributed import ClusterRole
-from fmnist.training.job import TrainingJobSpec
+from fmnist.training.training_job import TrainingJobSpec
 from tests import launcher_harness as harness
 
 pytestmark = pytest.mark.timeout(240)

@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from fmnist.app.cli import main as cli_main
-from fmnist.app.local_run import run_local
 from fmnist.settings.pipeline import PipelineParameters
+from fmnist_kfp.cli import main as cli_main
+from fmnist_kfp.local_run import run_local
 from pipelines.compile import COMPILED_DIR, compile_all
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -242,7 +242,7 @@ def clock(monkeypatch):
 @pytest.fixture
 def serving_state(tmp_path, monkeypatch):
     """Local deployments of this test live in its own directory and are stopped after it."""
-    from serving.deploy.local import stop_server
+    from serving.deploy.local_deployer import stop_server
 
     monkeypatch.setenv("FMNIST_SERVING_STATE_DIR", str(tmp_path / "serving"))
     yield

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from fmnist.app.cli import main as cli_main
-from fmnist.app.preflight import PERMISSIONS
+from fmnist_kfp.cli import main as cli_main
+from fmnist_kfp.preflight import PERMISSIONS
 from tests.kfp_standin import KfpStandIn
 from tests.kserve_standin import KServeStandIn
 from tests.kubeflow_roles import kubeflow_profile

@@ -205,7 +205,7 @@ def test_the_fast_path_decodes_every_format_as_the_savedmodel_graph_does(images,
     same probabilities."""
     import tensorflow as tf
 
-    from serving.model_server.images import decode_image
+    from fmnist.images import decode_image
     from serving.model_server.predictor import resolve_saved_model_dir
 
     signatures = tf.saved_model.load(resolve_saved_model_dir(str(exported_model))).signatures
@@ -586,7 +586,7 @@ def test_make_serve_serves_the_latest_selected_model(exported_model, tmp_path, i
     summary.write_text(json.dumps({"best_model_path": str(exported_model)}))
     port_file = tmp_path / "ports.json"
     process = subprocess.Popen(
-        [sys.executable, "-m", "fmnist.app.cli", "serve", "--summary", str(summary),
+        [sys.executable, "-m", "fmnist_kfp.cli", "serve", "--summary", str(summary),
          "--port", "0", "--", "--grpc_port=0", f"--port_file={port_file}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
@@ -602,7 +602,7 @@ def test_make_serve_serves_the_latest_selected_model(exported_model, tmp_path, i
 
 
 def test_serve_without_a_selected_model_says_what_to_do(tmp_path, capsys):
-    from fmnist.app.cli import main
+    from fmnist_kfp.cli import main
 
     assert main(["serve", "--summary", str(tmp_path / "missing.json")]) == 2
     assert "run the pipeline first" in capsys.readouterr().err

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fmnist.app.cli import build_parser
 from fmnist.errors import UserInputError
 from fmnist.settings.pipeline import NESTED, PipelineParameters
 from fmnist.settings.schema import coerce
 from fmnist.settings.training import Hyperparameters, TrainingConfig
+from fmnist_kfp.cli import build_parser
 from kfp_components import COMPONENTS
 from kfp_components.base import setting_specs
 from pipelines.fashion_mnist import make_pipeline
@@ -121,7 +121,7 @@ def test_help_imports_neither_kfp_nor_tensorflow():
     """`fmnist-kfp run --help` stays fast: no kfp (nor its compiler), no pipeline built, no
     TensorFlow."""
     script = ("import sys\n"
-              "from fmnist.app.cli import main\n"
+              "from fmnist_kfp.cli import main\n"
               "try:\n"
               "    main(['run', '--help'])\n"
               "except SystemExit:\n"
@@ -156,7 +156,7 @@ def test_the_trainer_and_the_pipeline_share_their_defaults():
 
 def test_generated_readmes_and_tables_are_current():
     """On failure run `make readme` and commit the result."""
-    from fmnist.app.docs import expected_files
+    from fmnist_kfp.docs import expected_files
 
     for path, text in expected_files().items():
         assert path.read_text() == text, f"{path.relative_to(ROOT)} is stale: run `make readme`"
@@ -202,8 +202,8 @@ def test_changing_a_default_in_one_place_changes_it_everywhere(tmp_path):
     training.write_text(text.replace('epochs: int = setting(10,', 'epochs: int = setting(17,'))
     script = """
 import inspect, yaml
-from fmnist.app.cli import build_parser
-from fmnist.app.docs import readme_blocks
+from fmnist_kfp.cli import build_parser
+from fmnist_kfp.docs import readme_blocks
 from fmnist.settings.training import TrainingConfig
 from pipelines.compile import compile_all
 run = build_parser()._subparsers._group_actions[0].choices["run"]

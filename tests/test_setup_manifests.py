@@ -15,8 +15,8 @@ import jsonschema
 import pytest
 import yaml
 
-from fmnist.app.preflight import PERMISSIONS
 from fmnist.settings.serving import KFP_STORE_SERVICE_ACCOUNT
+from fmnist_kfp.preflight import PERMISSIONS
 from serving.deploy.credentials import credential_problems
 from serving.deploy.inference_service import KServeSettings, build_inference_service, to_manifest
 from serving.deploy.kserve_api import KServeApi

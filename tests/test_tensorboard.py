@@ -109,11 +109,11 @@ def wait_for_scalars(url: str, process: subprocess.Popen, timeout: float = 180.0
 def served_scalar_tags(arguments: list[str]) -> dict:
     """``fmnist-kfp tensorboard`` in a subprocess on a free loopback port: the scalar tags its
     data API serves (it is stopped afterwards)."""
-    from fmnist.launcher.local import free_ports
+    from fmnist.launcher.local_processes import free_ports
 
     [port] = free_ports(1)
     process = subprocess.Popen(
-        [sys.executable, "-m", "fmnist.app.cli", "tensorboard", *arguments, "--port", str(port)],
+        [sys.executable, "-m", "fmnist_kfp.cli", "tensorboard", *arguments, "--port", str(port)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     try:
@@ -130,7 +130,7 @@ def test_a_two_worker_job_logs_once_from_the_chief_and_tensorboard_serves_it(
     other workers): per-epoch scalars for training and validation, the graph, and the profile
     that profile_steps asks for. Then fmnist-kfp tensorboard serves them on 127.0.0.1."""
     from fmnist.settings.training import TrainingConfig
-    from fmnist.training.job import TrainingJobSpec
+    from fmnist.training.training_job import TrainingJobSpec
     from kfp_components.train.step import training_backend
 
     work = tmp_path / "model"
@@ -155,7 +155,7 @@ def test_a_two_worker_job_logs_once_from_the_chief_and_tensorboard_serves_it(
 
 
 def test_tensorboard_without_a_run_says_what_to_do(tmp_path, capsys):
-    from fmnist.app.cli import main as cli_main
+    from fmnist_kfp.cli import main as cli_main
 
     code = cli_main(["tensorboard", "--summary", str(tmp_path / "summary.json")])
     assert code == 2

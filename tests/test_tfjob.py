@@ -12,7 +12,7 @@ from fmnist.errors import UserInputError
 from fmnist.kubernetes.tfjob import build_tfjob, to_manifest
 from fmnist.settings.jobs import KubernetesSettings
 from fmnist.settings.training import TrainingConfig
-from fmnist.training.job import TrainingJobSpec
+from fmnist.training.training_job import TrainingJobSpec
 from tests.crd_schemas import validate_strict
 
 CRD = "tfjob.kubeflow.org_v1.yaml"

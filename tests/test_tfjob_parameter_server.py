@@ -24,7 +24,7 @@ from fmnist.errors import UserInputError
 from fmnist.kubernetes.tfjob import build_tfjob, to_manifest
 from fmnist.settings.jobs import KubernetesSettings
 from fmnist.settings.training import TrainingConfig
-from fmnist.training.job import TrainingJobSpec
+from fmnist.training.training_job import TrainingJobSpec
 from tests.crd_schemas import validate_strict
 
 CRD = "tfjob.kubeflow.org_v1.yaml"
@@ -151,7 +151,7 @@ def test_a_parameter_server_tfjob_with_an_evaluator_runs_through_the_operator_st
     import io
     import json
 
-    from fmnist.launcher.kubernetes import TFJobLauncher
+    from fmnist.launcher.tfjob_launcher import TFJobLauncher
     from tests.k8s_standin import KubernetesStandIn
 
     spec = _spec(name="fmnist-ps-e2e", num_ps=1, evaluator=True, data_dir=str(synthetic_dataset),
@@ -188,7 +188,7 @@ def test_a_parameter_server_tfjob_with_an_evaluator_runs_through_the_operator_st
 def test_a_local_trial_of_a_parameter_server_search_is_scored_from_the_chief():
     """Locally, as on Katib (whose collector reads the job-role=master pod, the Chief), a PS
     trial's objective comes from the coordinator's epoch lines."""
-    from katib.local import _EpochCollector
+    from katib.optuna_search import _EpochCollector
     from katib.settings import ExperimentSettings
 
     settings = ExperimentSettings(name="fmnist-tune-bn", num_workers=2,

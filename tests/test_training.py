@@ -12,7 +12,7 @@ from PIL import Image
 from fmnist.dataset.pipeline import load_arrays
 from fmnist.errors import UserInputError
 from fmnist.settings.training import TrainingConfig
-from fmnist.training.job import TrainingJobSpec
+from fmnist.training.training_job import TrainingJobSpec
 from kfp_components.train.step import training_backend
 from tests.launcher_harness import job_spec
 

@@ -146,7 +146,7 @@ def served(exported_model, tmp_path_factory):
     """The model server on loopback, serving ``exported_model`` (seed 7)."""
     import os
 
-    from serving.deploy.local import start_server, stop_process
+    from serving.deploy.local_deployer import start_server, stop_process
 
     state = tmp_path_factory.mktemp("serving-state")
     previous = os.environ.get("FMNIST_SERVING_STATE_DIR")

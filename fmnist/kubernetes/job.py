@@ -17,7 +17,7 @@ from typing import Any
 
 from fmnist.errors import UserInputError
 from fmnist.kubernetes.storage import pod_security_context
-from fmnist.scoring.job import ScoringJobSpec
+from fmnist.scoring.scoring_job import ScoringJobSpec
 from fmnist.settings.jobs import KubernetesSettings
 from fmnist.settings.names import is_dns_1035_label
 

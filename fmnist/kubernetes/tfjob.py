@@ -16,7 +16,7 @@ from __future__ import annotations
 from fmnist.errors import UserInputError
 from fmnist.kubernetes.storage import pod_security_context
 from fmnist.settings.jobs import GPU_RESOURCE, KubernetesSettings
-from fmnist.training.job import TrainingJobSpec
+from fmnist.training.training_job import TrainingJobSpec
 
 CONTAINER_NAME = "tensorflow"  # the name the training operator expects for TFJob containers
 # The labels the operator puts on every pod (kubeflow/trainer v1.9.2

@@ -1,7 +1,7 @@
 """The training backends' seam: a launcher runs a :class:`TrainingJobSpec` to completion.
 
-``local`` (:mod:`fmnist.launcher.local`) starts the replicas as processes on this machine;
-``kubernetes`` (:mod:`fmnist.launcher.kubernetes`) runs them as a TFJob. The step chooses one
+``local`` (:mod:`fmnist.launcher.local_processes`) starts the replicas as processes on this machine;
+``kubernetes`` (:mod:`fmnist.launcher.tfjob_launcher`) runs them as a TFJob. The step chooses one
 with :func:`fmnist.backends.choose_backend`.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from fmnist.training.job import TrainingJobResult, TrainingJobSpec
+from fmnist.training.training_job import TrainingJobResult, TrainingJobSpec
 
 
 class TrainingLauncher(Protocol):

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from fmnist.scoring.images import BadInput, pixels_from_raw, read_image
+from fmnist.scoring.image_reader import BadInput, pixels_from_raw, read_image
 from fmnist.scoring.inputs import Item, list_source, shard_items
 
 COMPLETION_INDEX_ENV = "JOB_COMPLETION_INDEX"  # set by Kubernetes in Indexed Job pods

@@ -3,7 +3,7 @@
 * ``serving_default`` — ``image_bytes``: encoded images (PNG, JPEG, GIF, BMP or WebP; any size,
   colour or grayscale), decoded, converted to grayscale and resized to 28×28 in the graph. This is
   what TF Serving's V1 ``{"instances": [{"image_bytes": {"b64": ...}}]}`` requests reach. The
-  model server decodes the same way in Python (``serving/model_server/images.py``): colour is
+  model server decodes the same way in Python (``fmnist/images.py``): colour is
   BT.601 luma (``GRAY_WEIGHTS``), transparency shows black (the dataset's background), JPEG
   uses the accurate integer IDCT, then bilinear ``tf.image.resize``. TensorFlow's decoders read
   every such image except colour-palette BMPs (their indices come out as gray levels).

@@ -16,7 +16,7 @@ from typing import Any
 from fmnist.backends import choose_backend
 from fmnist.kubernetes.names import stable_name
 from fmnist.scoring.inputs import list_source
-from fmnist.scoring.job import ScoringJobSpec
+from fmnist.scoring.scoring_job import ScoringJobSpec
 from fmnist.settings.batch import BatchPredictionSettings
 
 ROW_FORMAT = ("JSON Lines: id, class, class_name, probabilities (10), label when known; "
@@ -32,12 +32,12 @@ def scoring_backend(backend: str, options: dict[str, Any], image: str = ""):
     """Worker processes here, or an Indexed Job on the cluster whose pods run ``image``."""
 
     def local():
-        from fmnist.batch.local import LocalBatchScorer
+        from fmnist.batch.local_scorer import LocalBatchScorer
 
         return LocalBatchScorer()
 
     def kubernetes():
-        from fmnist.batch.kubernetes import IndexedJobScorer
+        from fmnist.batch.indexed_job_scorer import IndexedJobScorer
 
         return IndexedJobScorer(image=image, **options)
 

@@ -118,14 +118,14 @@ def deploy(*, model_dir: str, model_uri: str, test_accuracy: float, data_dir: st
     verify = make_verifier(model_dir, model_name, images, labels, log=log)
 
     def local():
-        from serving.deploy.local import deploy_locally
+        from serving.deploy.local_deployer import deploy_locally
 
         return lambda: deploy_locally(
             model_name, model_dir, test_accuracy, tolerance=tolerance, verify=verify,
             server_args=settings.local_server_args(serving), log=log)
 
     def kubernetes():
-        from serving.deploy.kubernetes import deploy_with_kserve
+        from serving.deploy.kserve_deployer import deploy_with_kserve
 
         service = kserve_settings(model_name, settings, model_uri, image)
 

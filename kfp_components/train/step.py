@@ -24,8 +24,8 @@ from fmnist.settings.jobs import KubernetesSettings, cluster_settings
 from fmnist.settings.platform import PVC_ENV
 from fmnist.settings.training import TrainingConfig
 from fmnist.training.export import SAVED_MODEL_VERSION
-from fmnist.training.job import TrainingJobSpec
 from fmnist.training.tensorboard import log_dir
+from fmnist.training.training_job import TrainingJobSpec
 
 
 def job_name(model_type: str, model_dir: str) -> str:
@@ -39,12 +39,12 @@ def training_backend(backend: str, settings: KubernetesSettings | None = None,
     pods' ``settings`` (``make_launcher`` builds it from them; tests give it a client)."""
 
     def local():
-        from fmnist.launcher.local import LocalProcessLauncher
+        from fmnist.launcher.local_processes import LocalProcessLauncher
 
         return LocalProcessLauncher()
 
     def kubernetes():
-        from fmnist.launcher.kubernetes import TFJobLauncher
+        from fmnist.launcher.tfjob_launcher import TFJobLauncher
 
         return (make_launcher or TFJobLauncher)(settings)
 

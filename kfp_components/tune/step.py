@@ -54,7 +54,7 @@ def tuning_problems(tuning: dict[str, Any], model_type: str, base: TrainingConfi
     except UserInputError as error:
         return [str(error)]
     if backend == "local":
-        from katib.local import local_problems
+        from katib.optuna_search import local_problems
 
         return local_problems(settings, space)
     return settings.search_problems(space)
@@ -77,7 +77,7 @@ def tune_step(*, model_type: str, base: TrainingConfig, tuning: dict[str, Any], 
                                           strategy=strategy, num_ps=num_ps)
 
     def local():
-        from katib.local import LocalTuner
+        from katib.optuna_search import LocalTuner
 
         return lambda: LocalTuner(work_dir=f"{output_dir}/trials").run(settings, space,
                                                                         data_dir)
@@ -85,7 +85,7 @@ def tune_step(*, model_type: str, base: TrainingConfig, tuning: dict[str, Any], 
     def on_kubernetes():
         from fmnist.kubernetes.storage import make_shared_dirs, stage_dataset
         from katib.experiment import build_experiment
-        from katib.kubernetes import KatibExperimentLauncher
+        from katib.experiment_launcher import KatibExperimentLauncher
 
         # The compiled image and claim under the user's settings, checked (namespace, claim).
         pods = cluster_settings(kubernetes, image=image, gpu_image=gpu_image)

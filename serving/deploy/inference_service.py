@@ -20,10 +20,11 @@ Serverless scales with Knative's autoscaler (concurrency or rps) and splits traf
 them with an HTTP readiness probe on the model, so old pods serve until new ones have loaded
 it (KServe's own default probe is a TCP check).
 
-The InferenceService carries the model it serves in annotations (see ``ANNOTATION_*``), which the
-rollout (``serving.deploy.kubernetes``) reads to bless a candidate against the serving model. In
-Serverless mode KServe copies InferenceService annotations into the Knative revision template,
-so changing them rolls a new revision (KServe's canary guide notes the same for tag routing).
+The InferenceService carries the model it serves in annotations (see ``ANNOTATION_*``), which
+the rollout (``serving.deploy.kserve_deployer``) reads to bless a candidate against the serving
+model. In Serverless mode KServe copies InferenceService annotations into the Knative revision
+template, so changing them rolls a new revision (KServe's canary guide notes the same for tag
+routing).
 
 upstream: docs/upstream.md#kserve
 """

@@ -5,7 +5,7 @@ It answers KServe's V1 and V2 endpoints, REST and gRPC (see
 model call per batch of concurrent instances (:mod:`serving.model_server.batching`).
 
 One path for every request: images of any supported format are decoded to 28×28 pixels in
-Python (:mod:`serving.model_server.images`, the same pixels the SavedModel's ``serving_default``
+Python (:mod:`fmnist.images`, the same pixels the SavedModel's ``serving_default``
 graph makes), and pixels run through the SavedModel's ``serving_pixels`` signature converted at
 load time to a LiteRT (TensorFlow Lite) model, run by ``ai-edge-litert``'s interpreter. A
 TensorFlow function call costs 0.4–0.6 ms of CPU here whatever the batch; the interpreter runs
@@ -25,13 +25,13 @@ from kserve import Model
 from kserve.errors import InferenceError, InvalidInput
 from kserve.protocol.infer_type import InferRequest
 
-from serving.model_server.batching import AdaptiveBatcher
-from serving.model_server.images import (
+from fmnist.images import (
     INLINE_DECODE_PIXELS,
     ImageLimits,
     OpenedImage,
     to_model_pixels,
 )
+from serving.model_server.batching import AdaptiveBatcher
 from serving.model_server.protocol import (
     PIXELS,
     V2_INPUTS,

@@ -19,7 +19,7 @@ instance is a 4xx naming it, never a failed batch:
   :data:`V2_OUTPUTS`).
 
 Images are only opened here (header read, limits checked); the model decodes them
-(:mod:`serving.model_server.images`).
+(:mod:`fmnist.images`).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from kserve.protocol.infer_type import (
 )
 
 from fmnist.dataset.official import IMAGE_SIZE, NUM_CLASSES
-from serving.model_server.images import ImageLimits, OpenedImage, open_image
+from fmnist.images import ImageLimits, OpenedImage, open_image
 
 IMAGE_BYTES = "image_bytes"
 PIXELS = "pixels"

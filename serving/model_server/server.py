@@ -42,7 +42,7 @@ from kserve.protocol.rest.multiprocess.server import RESTServerMultiProcess
 from kserve.protocol.rest.server import RESTServer
 from uvicorn.importer import import_from_string
 
-from serving.model_server.images import ImageTooLarge
+from fmnist.images import ImageTooLarge
 from serving.model_server.ports import write_port_file
 from serving.model_server.protocol import binary_infer_request
 
@@ -323,7 +323,7 @@ def _report_progress(model, interval: float) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from serving.model_server.images import DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_MAX_IMAGE_SIDE
+    from fmnist.images import DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_MAX_IMAGE_SIDE
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model_dir", required=False, default=os.environ.get("MODEL_DIR", ""))
@@ -356,7 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def serve(args: argparse.Namespace) -> None:
-    from serving.model_server.images import ImageLimits
+    from fmnist.images import ImageLimits
     from serving.model_server.predictor import BareNoOpModel, FashionMnistModel, NoOpModel
 
     try:

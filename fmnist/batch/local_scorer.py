@@ -13,7 +13,7 @@ import threading
 import time
 
 from fmnist.backends import sigterm_as_exit
-from fmnist.scoring.job import BatchPredictionError, ScoringJobSpec, merge_shards
+from fmnist.scoring.scoring_job import BatchPredictionError, ScoringJobSpec, merge_shards
 
 _TAIL_LINES = 20
 

@@ -49,7 +49,7 @@ from fmnist.settings.platform import (
     gpu_image,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 PIPELINE_FILE = "fashion-mnist-training-{version}.yaml"
 CHECKSUMS = "SHA256SUMS"
 _DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
@@ -242,7 +242,7 @@ def github_release(tag: str, dist: Path, changelog: Path, gh: str = "gh") -> int
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fmnist.app.release",
+    parser = argparse.ArgumentParser(prog="python -m fmnist_kfp.release",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--dist", default=str(ROOT / "dist"), help="where the release goes")
     parser.add_argument("--uv", default=shutil.which("uv") or str(ROOT / ".tools/bin/uv"),

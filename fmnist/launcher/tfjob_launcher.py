@@ -48,8 +48,8 @@ from fmnist.kubernetes.tfjob import (
     build_tfjob,
 )
 from fmnist.settings.jobs import KubernetesSettings
-from fmnist.training.job import TrainingJobResult, TrainingJobSpec
 from fmnist.training.trainer import read_result
+from fmnist.training.training_job import TrainingJobResult, TrainingJobSpec
 
 TFJOB_KIND = "TFJob"
 TFJOB_PLURAL = "tfjobs"

@@ -1,7 +1,7 @@
 """Reading one input image exactly as the predictor does, or saying why it cannot be read.
 
 Batch prediction decodes with the model server's one decoding path
-(:mod:`serving.model_server.images`: every PNG, JPEG, GIF, BMP and WebP the predictor accepts,
+(:mod:`fmnist.images`: every PNG, JPEG, GIF, BMP and WebP the predictor accepts,
 the same grayscale conversion and resize as the SavedModel's ``serving_default`` graph, the same
 size limits), so a file scored here gets the answer the served model gives for it. Every image
 is decoded in full, so a truncated file is an error row of its own.
@@ -13,7 +13,7 @@ import numpy as np
 from kserve.errors import InvalidInput
 
 from fmnist.dataset.official import IMAGE_SIZE
-from serving.model_server.images import ImageLimits, decode_image
+from fmnist.images import ImageLimits, decode_image
 
 _LIMITS = ImageLimits()
 

@@ -19,10 +19,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from fmnist import errors
-from fmnist.app.validation import validate_parameters, writable_directory
 from fmnist.dataset.sources import resolve_source
 from fmnist.settings.pipeline import PipelineParameters
 from fmnist.settings.training import Hyperparameters
+from fmnist_kfp.validation import validate_parameters, writable_directory
 from kfp_components import STEP_ERRORS_ENV
 
 DEFAULT_PIPELINE_ROOT = "runs/local"
@@ -87,7 +87,7 @@ def _deployment_summary(outputs) -> dict[str, Any]:
 
 
 def _lineage(pipeline_root: str, start_uri: str) -> list[dict[str, Any]]:
-    from fmnist.app.lineage import Index, chain
+    from fmnist_kfp.lineage_report import Index, chain
 
     index = Index.of(pipeline_root)
     start = index.artifacts.get(start_uri)
@@ -113,7 +113,7 @@ def _tuning_reports(pipeline_root: str, models: dict[str, dict[str, Any]]) -> di
     """Each tuned model's search report (the tune step's HTML artifact), by model type: the
     latest search of that model type whose best values are the ones its model trained with
     (a cached search is an earlier run's)."""
-    from fmnist.app.lineage import Index
+    from fmnist_kfp.lineage_report import Index
 
     reports: dict[str, str] = {}
     for artifact in sorted(Index.of(pipeline_root).artifacts.values(), key=lambda a: a.run):

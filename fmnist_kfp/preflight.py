@@ -130,7 +130,7 @@ def _status(error) -> int | None:
 
 
 def check_kfp(endpoint) -> Row:
-    from fmnist.app.kfp_client import MIN_BACKEND, check_backend
+    from fmnist_kfp.kfp_client import MIN_BACKEND, check_backend
 
     minimum = ".".join(map(str, MIN_BACKEND))
     try:
@@ -299,7 +299,7 @@ def _reason(error) -> str:
 
 
 def check_mode(api) -> Row:
-    from serving.deploy.kubernetes import cluster_default_mode
+    from serving.deploy.kserve_deployer import cluster_default_mode
 
     value = cluster_default_mode(api, log=lambda line: None)
     if value is None:

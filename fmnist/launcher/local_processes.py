@@ -26,8 +26,8 @@ from collections.abc import Callable
 
 from fmnist.backends import sigterm_as_exit
 from fmnist.errors import TrainingJobError, TrainingJobStopped
-from fmnist.training.job import TrainingJobResult, TrainingJobSpec
 from fmnist.training.trainer import read_result
+from fmnist.training.training_job import TrainingJobResult, TrainingJobSpec
 
 _TAIL_LINES = 30
 # TensorFlow's C++ start-up chatter (absl INFO/WARNING lines, the CUDA probe on CPU machines)

@@ -18,7 +18,7 @@ from fmnist.errors import UserInputError
 from fmnist.kubernetes.job import build_indexed_job, job_state, to_manifest
 from fmnist.kubernetes.runner import JobStatus, RemoteJob, RemoteJobRunner
 from fmnist.kubernetes.storage import copy_tree, make_shared_dirs, publish_copy, stage_dataset
-from fmnist.scoring.job import ScoringJobSpec, merge_shards
+from fmnist.scoring.scoring_job import ScoringJobSpec, merge_shards
 from fmnist.settings.jobs import KubernetesSettings, cluster_settings
 from fmnist.settings.platform import PVC_ENV
 

@@ -33,8 +33,8 @@ from typing import Any
 
 from fmnist.backends import sigterm_as_exit
 from fmnist.errors import TrainingJobError, TrainingJobStopped, TuningError, UserInputError
-from fmnist.launcher.local import LocalProcessLauncher
-from fmnist.training.job import TrainingJobSpec
+from fmnist.launcher.local_processes import LocalProcessLauncher
+from fmnist.training.training_job import TrainingJobSpec
 from katib.results import (
     EARLY_STOPPED,
     FAILED,

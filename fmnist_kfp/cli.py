@@ -65,7 +65,7 @@ def _parameters(args: argparse.Namespace, **overrides) -> PipelineParameters:
 
 
 def _endpoint(args: argparse.Namespace):
-    from fmnist.app.kfp_client import Endpoint
+    from fmnist_kfp.kfp_client import Endpoint
 
     return Endpoint(host=args.host, namespace=args.namespace, token_file=args.token_file,
                     backend_version=args.kfp_backend_version).validate()
@@ -86,7 +86,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.local == bool(args.host):
         raise UserInputError("say where to run: --local (this machine) or --host URL (Kubeflow)")
     if args.host:
-        from fmnist.app.kfp_client import submit_run
+        from fmnist_kfp.kfp_client import submit_run
 
         outcome = submit_run(_endpoint(args), _cluster_arguments(args), package=args.package,
                              experiment=args.experiment, run_name=args.run_name, wait=args.wait)
@@ -95,7 +95,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.backend not in (None, "local"):
         raise UserInputError("--local runs use the local backend; use --host for a cluster")
     require("all", "fmnist-kfp run --local")  # every step runs here: ingest to serving
-    from fmnist.app.local_run import run_local
+    from fmnist_kfp.local_run import run_local
 
     summary = run_local(
         _parameters(args, backend="local"),
@@ -126,7 +126,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_upload(args: argparse.Namespace) -> int:
-    from fmnist.app.kfp_client import upload
+    from fmnist_kfp.kfp_client import upload
 
     outcome = upload(_endpoint(args), args.name, version=args.version or f"v{__version__}",
                      package=args.package, description=args.description)
@@ -136,7 +136,7 @@ def cmd_upload(args: argparse.Namespace) -> int:
 
 def cmd_preflight(args: argparse.Namespace) -> int:
     """Checks the cluster before a first run; exit 0 when ready, 1 when something is missing."""
-    from fmnist.app import preflight
+    from fmnist_kfp import preflight
 
     endpoint = _endpoint(args)
     api_client = preflight.api_client_from(args.kubeconfig, args.context)
@@ -151,7 +151,7 @@ def cmd_preflight(args: argparse.Namespace) -> int:
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:
-    from fmnist.app import kfp_client as cluster
+    from fmnist_kfp import kfp_client as cluster
 
     endpoint = _endpoint(args)
     if args.action == "create":
@@ -175,7 +175,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
 
 
 def _add_endpoint_options(parser: argparse.ArgumentParser, required: bool) -> None:
-    from fmnist.app.kfp_client import DEFAULT_EXPERIMENT, DEFAULT_PACKAGE, TOKEN_ENV
+    from fmnist_kfp.kfp_client import DEFAULT_EXPERIMENT, DEFAULT_PACKAGE, TOKEN_ENV
 
     group = parser.add_argument_group("Kubeflow Pipelines endpoint")
     group.add_argument("--host", required=required, default="",
@@ -191,7 +191,7 @@ def _add_endpoint_options(parser: argparse.ArgumentParser, required: bool) -> No
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from fmnist.app.validation import writable_directory
+    from fmnist_kfp.validation import writable_directory
 
     writable_directory(args.output_dir, "--output-dir")
     from pipelines.compile import compile_all
@@ -209,8 +209,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
 def _check_ingest(args: argparse.Namespace) -> None:
     """A local data directory and the output, checked before TensorFlow is imported (half a
     minute)."""
-    from fmnist.app.validation import data_problems, writable_directory
     from fmnist.dataset.sources import resolve_source
+    from fmnist_kfp.validation import data_problems, writable_directory
 
     problems = data_problems(resolve_source(args.data_source))
     if problems:
@@ -277,7 +277,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_deployment(args: argparse.Namespace) -> int:
     """Local deployments started by pipeline runs: where they are, and stopping them."""
     require("serving", "fmnist-kfp deployment")
-    from serving.deploy.local import running_server, stop_server
+    from serving.deploy.local_deployer import running_server, stop_server
 
     DeploySettings(model_name=args.name).validate()  # a name, never a path
     if args.action == "stop":
@@ -295,7 +295,7 @@ def cmd_deployment(args: argparse.Namespace) -> int:
 
 def cmd_lineage(args: argparse.Namespace) -> int:
     """The chain from a model (or a run's served model) back to the dataset."""
-    from fmnist.app.lineage import chain, format_chain, resolve, verify
+    from fmnist_kfp.lineage_report import chain, format_chain, resolve, verify
 
     index, start = resolve(args.path)
     nodes = chain(index, start)

@@ -24,7 +24,7 @@ from fmnist.settings.serving import ServingSettings
 from fmnist.settings.tuning import TuningSettings
 from kfp_components import COMPONENTS
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 COMPONENTS_DIR = ROOT / "kfp_components"
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
