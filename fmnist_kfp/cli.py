@@ -210,7 +210,8 @@ def _check_ingest(args: argparse.Namespace) -> None:
     """A local data directory and the output, checked before TensorFlow is imported (half a
     minute)."""
     from fmnist.dataset.sources import resolve_source
-    from fmnist_kfp.validation import data_problems, writable_directory
+    from fmnist_kfp.validation import writable_directory
+    from kfp_components.ingest.checks import data_problems
 
     problems = data_problems(resolve_source(args.data_source))
     if problems:

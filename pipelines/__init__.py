@@ -22,6 +22,8 @@ validation does) does not build the pipeline.
 
 import importlib
 
+from kfp_components import FOLDERS
+
 _WHERE = {
     "PIPELINE_NAME": "pipelines.fashion_mnist",
     "fashion_mnist_pipeline": "pipelines.fashion_mnist",
@@ -29,13 +31,9 @@ _WHERE = {
     "cluster_arguments": "pipelines.arguments",
     "PipelineParameters": "fmnist.settings.pipeline",
     "COMPONENTS": "kfp_components",
-    "freshness_window": "kfp_components",
-    "ingest_fashion_mnist": "kfp_components",
-    "tune_hyperparameters": "kfp_components",
-    "train_model": "kfp_components",
-    "select_best_model": "kfp_components",
-    "deploy_model": "kfp_components",
-    "predict_with_served_model": "kfp_components",
+    # Every component, from the one registry of steps: from its folder's package (the
+    # ``kfp_components`` package's attribute ``batch_predict`` is the folder, not the component).
+    **{function: f"kfp_components.{folder}" for folder, function in FOLDERS.items()},
 }
 
 __all__ = list(_WHERE)
