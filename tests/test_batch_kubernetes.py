@@ -20,7 +20,7 @@ from fmnist.kubernetes.tensorboard import build_tensorboard, ensure_tensorboard
 from fmnist.scoring.scoring_job import ScoringJobSpec
 from fmnist.settings.jobs import KubernetesSettings
 from kfp_components.batch_predict.step import batch_predict_step, job_name
-from tests.job_standin import JobStandIn, job_problems
+from tests.standins.batch_job import JobStandIn, job_problems
 from tests.test_tensorboard import tensorboard_schema
 
 

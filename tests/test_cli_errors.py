@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures import offline_prefix
-from tests.loopback import reply_json
+from tests.standins.loopback import reply_json
 
 REPO = Path(__file__).resolve().parent.parent
 # Every case ends well within this; the slowest import TensorFlow (about 15 s on 2 cores).
@@ -291,7 +291,7 @@ def test_preflight_still_reports_its_table_when_nothing_answers(world, tmp_path)
 
 def test_an_api_that_refuses_the_token_is_an_error_naming_it(world, tmp_path):
     """The KFP API answers, but refuses the request (HTTP 401 from kfp.Client's calls)."""
-    from tests.kfp_standin import KfpStandIn
+    from tests.standins.kfp import KfpStandIn
 
     class Refusing(KfpStandIn):
         def __init__(self):
@@ -314,7 +314,7 @@ def test_an_api_that_refuses_the_token_is_an_error_naming_it(world, tmp_path):
 
 
 def test_an_experiment_that_is_not_there_is_bad_input(tmp_path):
-    from tests.kfp_standin import KfpStandIn
+    from tests.standins.kfp import KfpStandIn
 
     with KfpStandIn() as api:
         done, seconds = run_cli(["schedule", "list", "--host", api.url, "--experiment", "nope"],

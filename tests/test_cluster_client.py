@@ -13,8 +13,8 @@ import pytest
 from fmnist.errors import UserInputError
 from fmnist_kfp.cli import main as cli_main
 from fmnist_kfp.kfp_client import cron_expression
-from tests.kfp_standin import API, KfpStandIn
-from tests.loopback import JsonRequestHandler, LoopbackServer, reply_bytes
+from tests.standins.kfp import API, KfpStandIn
+from tests.standins.loopback import JsonRequestHandler, LoopbackServer, reply_bytes
 
 PACKAGE = "compiled/fashion_mnist_pipeline.yaml"
 

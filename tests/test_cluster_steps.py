@@ -26,8 +26,8 @@ import yaml
 
 from fmnist.errors import UserInputError
 from fmnist.settings.training import TrainingConfig
-from tests.k8s_standin import KubernetesStandIn
-from tests.katib_standin import KatibStandIn
+from tests.standins.katib import KatibStandIn
+from tests.standins.kubernetes import KubernetesStandIn
 
 REPO = Path(__file__).resolve().parent.parent
 IMAGE = "registry.example/team/fmnist:9.9.9"
@@ -197,7 +197,7 @@ def test_the_training_step_runs_a_tfjob_end_to_end(compiled, synthetic_dataset, 
             from fmnist.launcher.tfjob_launcher import TFJobLauncher
             from fmnist.settings.training import TrainingConfig
             from kfp_components.train.step import train_step
-            from tests.k8s_standin import KubernetesStandIn
+            from tests.standins.kubernetes import KubernetesStandIn
 
             class Remote(KubernetesStandIn):
                 def __init__(self):
@@ -262,7 +262,7 @@ def test_the_tuning_step_runs_a_katib_experiment_end_to_end(compiled, synthetic_
             from fmnist.settings.training import TrainingConfig
             from katib.experiment_launcher import KatibExperimentLauncher
             from kfp_components.tune.step import tune_step
-            from tests.katib_standin import katib_client_for
+            from tests.standins.katib import katib_client_for
 
             tuning = {{"algorithm": "random", "max_trials": 2, "parallel_trials": 1,
                        "epochs": 2, "train_examples": 256,
@@ -306,7 +306,7 @@ def test_the_trial_tfjobs_get_the_runs_workers_and_gpus(synthetic_dataset, tmp_p
     """The tune step takes num_workers and gpus_per_worker: every trial's TFJob has them."""
     monkeypatch.delenv("FMNIST_PVC_NAME", raising=False)
     from kfp_components.tune.step import tune_step
-    from tests.katib_standin import state
+    from tests.standins.katib import state
     from tests.test_katib_launcher import BEST, _launcher
 
     with KatibStandIn([state("Succeeded", succeeded=1, best=BEST)], [BEST]) as standin:

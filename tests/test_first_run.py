@@ -21,10 +21,10 @@ import pytest
 
 from fmnist_kfp.cli import main as cli_main
 from tests.first_run_doc import Block, blocks, contains_in_order, matches
-from tests.kfp_standin import KfpStandIn
-from tests.kserve_standin import KServeStandIn
 from tests.kubeflow_roles import kubeflow_profile
 from tests.setup_manifests import build
+from tests.standins.kfp import KfpStandIn
+from tests.standins.kserve import KServeStandIn
 from tests.test_preflight import KATIB_CONFIG, katib_controller_pod
 
 NAMESPACE = "team-a"
@@ -165,7 +165,7 @@ def _train_log(tmp_path: Path) -> str:
     from fmnist.settings.jobs import KubernetesSettings
     from fmnist.settings.training import TrainingConfig
     from fmnist.training.training_job import TrainingJobSpec
-    from tests.k8s_standin import FakeTime, KubernetesStandIn
+    from tests.standins.kubernetes import FakeTime, KubernetesStandIn
 
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "result.json").write_text(json.dumps({"model_type": "basic"}))

@@ -21,7 +21,7 @@ from serving.deploy.inference_service import (
 )
 from serving.deploy.kserve_status import SERVERLESS, STANDARD, DeploymentMode
 from tests.crd_schemas import validate_strict
-from tests.kserve_standin import ISVC_CRD, RUNTIME_CRD
+from tests.standins.kserve import ISVC_CRD, RUNTIME_CRD
 
 IMAGE = "ghcr.io/fmnist-kfp/fmnist-kfp:0.1.0"
 URIS = ("pvc://fmnist-data/models/fmnist", "s3://fmnist-models/runs/7/model",

@@ -30,7 +30,7 @@ import pytest
 
 from fmnist import __version__
 from tests.conftest import IN_CI
-from tests.kfp_standin import API, KfpStandIn
+from tests.standins.kfp import API, KfpStandIn
 from tests.test_extras import NEEDS, extra_distributions
 
 pytestmark = pytest.mark.install
@@ -249,9 +249,9 @@ def _no_traceback(done: subprocess.CompletedProcess) -> None:
 @pytest.mark.parametrize("version", PYTHONS)
 def test_the_base_install_submits_uploads_schedules_and_checks_a_cluster(
         installs, compiled_here, version, tmp_path):
-    """Against the stand-ins of the KFP API (tests/kfp_standin.py) and of the API server with
-    KServe (tests/kserve_standin.py, set up as tests/test_preflight.py's ready cluster)."""
-    from tests.kserve_standin import KServeStandIn
+    """Against the stand-ins of the KFP API (tests/standins/kfp.py) and of the API server with
+    KServe (tests/standins/kserve.py, set up as tests/test_preflight.py's ready cluster)."""
+    from tests.standins.kserve import KServeStandIn
     from tests.test_preflight import NS, ready_cluster
 
     base = installs.base(version)

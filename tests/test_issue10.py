@@ -1,7 +1,7 @@
 """Issue 10, items 2, 3, 4 and 6, through the interfaces the code had before the fix (the
 deploy step, ``deploy_with_kserve``, the CLI, the compiled YAML), so each test fails on the
 code that had the bug and passes on the fix. The rules the stand-ins enforce are cited in
-``tests/kserve_standin.py``, ``tests/kfp_standin.py`` and ``tests/test_cluster_client.py``."""
+``tests/standins/kserve.py``, ``tests/standins/kfp.py`` and ``tests/test_cluster_client.py``."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from fmnist.errors import UserInputError
 from fmnist_kfp.cli import main as cli_main
 from serving.deploy.inference_service import KServeSettings
 from serving.deploy.kserve_deployer import deploy_with_kserve
-from tests.kfp_standin import API, KfpStandIn
-from tests.kserve_standin import KServeStandIn
+from tests.standins.kfp import API, KfpStandIn
+from tests.standins.kserve import KServeStandIn
 
 ROOT = Path(__file__).resolve().parents[1]
 NS, NAME = "kubeflow", "fashion-mnist"

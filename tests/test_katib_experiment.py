@@ -20,7 +20,7 @@ from katib.settings import METRICS_FILTER, REPORTED_METRICS, EarlyStopping, Expe
 from katib.webhook import webhook_problems
 from tests.crd_schemas import validate_strict
 from tests.katib_schemas import validate_katib
-from tests.katib_standin import ZERO_TIME, collect, observation
+from tests.standins.katib import ZERO_TIME, collect, observation
 
 DATA_DIR = "/mnt/fmnist/dataset"
 

@@ -1,5 +1,5 @@
 """The Katib launcher through the real Kubernetes client against the API stand-in
-(tests/katib_standin.py): scripted Experiment statuses for the launcher's logic, and one search
+(tests/standins/katib.py): scripted Experiment statuses for the launcher's logic, and one search
 that really runs (trials are TFJobs whose pods run the trainer). Time is fake where the statuses
 are scripted: every wait is bounded by a deadline in fake seconds, so a regression fails fast
 instead of hanging until pytest's timeout."""
@@ -22,10 +22,10 @@ from katib.experiment_launcher import KatibExperimentLauncher
 from katib.results import EARLY_STOPPED, FAILED, SUCCEEDED
 from katib.search_space import SearchSpace
 from tests.crd_schemas import validate_strict
-from tests.k8s_standin import FakeTime
 from tests.katib_schemas import validate_katib
-from tests.katib_standin import KatibStandIn, state, trial
 from tests.launcher_harness import drain, read_until, spawn_script
+from tests.standins.katib import KatibStandIn, state, trial
+from tests.standins.kubernetes import FakeTime
 
 DATA_DIR = "/mnt/fmnist/dataset"
 EXPERIMENT = "/apis/kubeflow.org/v1beta1/namespaces/team-a/experiments/fmnist-tune"
@@ -216,7 +216,7 @@ import sys
 sys.path.insert(0, {repo!r})
 from pathlib import Path
 from katib.experiment_launcher import KatibExperimentLauncher
-from tests.katib_standin import katib_client_for
+from tests.standins.katib import katib_client_for
 from tests.test_katib_launcher import DATA_DIR, _settings, _space
 launcher = KatibExperimentLauncher(katib_client_for({url!r}), poll_seconds=0.05,
                                    timeout_seconds=120)
@@ -308,7 +308,7 @@ def test_an_experiment_deleted_behind_our_back_is_an_error_naming_it(tmp_path):
 
 
 def test_a_wrong_api_version_or_kind_is_refused_at_once(tmp_path, monkeypatch):
-    """What the API server answers (tests/k8s_standin.py cites it): a body apiVersion other
+    """What the API server answers (tests/standins/kubernetes.py cites it): a body apiVersion other
     than the path's is 400, a misspelt kind 422; the step fails with it."""
     import katib.experiment_launcher as module
 

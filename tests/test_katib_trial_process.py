@@ -1,5 +1,5 @@
 """A Katib trial's primary pod, for real: the trial command from the built Experiment, wrapped as
-Katib's pod webhook wraps it (tests/katib_standin.py ``katib_wrap``, from kubeflow/katib v0.19.0
+Katib's pod webhook wraps it (tests/standins/katib.py ``katib_wrap``, from kubeflow/katib v0.19.0
 pkg/webhook/v1beta1/pod/utils.go), run by /bin/sh as the container would run it. What the
 training operator then does with the container's exit code is its ExitCode rule (kubeflow/trainer
 v1.9.2 pkg/util/train/train_util.go lines 24-26: >= 128 retryable, 1-127 permanent)."""
@@ -22,7 +22,7 @@ from fmnist.settings.jobs import KubernetesSettings
 from katib.experiment import build_experiment, to_manifest
 from katib.search_space import SearchSpace
 from katib.settings import EarlyStopping, ExperimentSettings
-from tests.katib_standin import katib_wrap, kubernetes_expand
+from tests.standins.katib import katib_wrap, kubernetes_expand
 
 REPO = Path(__file__).resolve().parent.parent
 WAIT = 60  # seconds: the most any step here waits

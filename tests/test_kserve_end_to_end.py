@@ -13,8 +13,8 @@ from kfp_components.deploy.step import DeploymentError, deploy
 from kfp_components.predict.step import predict_step
 from serving.deploy.local_deployer import start_server, stop_process
 from tests.conftest import export_untrained_model
-from tests.kserve_standin import KServeStandIn
 from tests.setup_manifests import build
+from tests.standins.kserve import KServeStandIn
 
 pytestmark = pytest.mark.slow
 NS = "kubeflow"

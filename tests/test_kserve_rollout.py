@@ -1,4 +1,4 @@
-"""The KServe rollout against the cluster stand-in (``tests.kserve_standin``): create, canary
+"""The KServe rollout against the cluster stand-in (``tests.standins.kserve``): create, canary
 (Serverless) or candidate (Standard), promote or roll back, blessing, waits on a status that lags
 the writes, transient API errors.
 
@@ -30,9 +30,9 @@ from serving.deploy.inference_service import (
     KServeSettings,
 )
 from serving.deploy.kserve_deployer import KServeRolloutError, ReadinessTimeout, deploy_with_kserve
-from tests.apiserver_standin import Fault
 from tests.crd_schemas import validate_strict
-from tests.kserve_standin import ISVC_CRD, RUNTIME_CRD, KServeStandIn
+from tests.standins.apiserver import Fault
+from tests.standins.kserve import ISVC_CRD, RUNTIME_CRD, KServeStandIn
 
 NS = "kubeflow"
 NAME = "fashion-mnist"

@@ -1,8 +1,8 @@
 """The TFJob launcher through the real TrainingClient against the API stand-in
-(tests/k8s_standin.py), whose controller acts like the training operator's
-(tests/tfjob_operator.py: cumulative conditions, ExitCode restarts, pods with the operator's
-labels). Time is fake: every wait is bounded by a deadline in fake seconds, so a regression
-fails fast instead of hanging until pytest's timeout."""
+(tests/standins/kubernetes.py), whose controller acts like the training operator's
+(tests/standins/tfjob_operator.py: cumulative conditions, ExitCode restarts, pods with the
+operator's labels). Time is fake: every wait is bounded by a deadline in fake seconds, so a
+regression fails fast instead of hanging until pytest's timeout."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from fmnist.settings.jobs import KubernetesSettings
 from fmnist.settings.training import TrainingConfig
 from fmnist.training.training_job import TrainingJobSpec
 from tests.crd_schemas import validate_strict
-from tests.k8s_standin import FakeTime, KubernetesStandIn
 from tests.launcher_harness import drain, read_until, spawn_script
+from tests.standins.kubernetes import FakeTime, KubernetesStandIn
 
 NAME = "fmnist-basic-3f2a9c"
 JOBS = "/apis/kubeflow.org/v1/namespaces/kubeflow/tfjobs"
@@ -323,7 +323,7 @@ def test_the_step_deadline_deletes_the_job(tmp_path):
 
 
 def test_a_wrong_api_version_or_kind_is_refused_and_fails_at_once(tmp_path, monkeypatch):
-    """What a real API server answers (see tests/k8s_standin.py): the step fails with it, it
+    """What a real API server answers (see tests/standins/kubernetes.py): the step fails with it, it
     neither retries nor waits."""
     import fmnist.launcher.tfjob_launcher as module
 
@@ -348,7 +348,7 @@ def test_a_wrong_api_version_or_kind_is_refused_and_fails_at_once(tmp_path, monk
 
 
 def test_the_standin_answers_like_the_api_server():
-    """The admission order and codes the stand-in enforces (tests/k8s_standin.py cites the
+    """The admission order and codes the stand-in enforces (tests/standins/kubernetes.py cites the
     upstream files): 404, 400, 422, then the webhook's 403, then 409. At 1cd2394 the stand-in
     took any of these; the job-name check used DNS-1123 where the webhook wants DNS-1035."""
     from fmnist.kubernetes.tfjob import build_tfjob, to_manifest
@@ -431,7 +431,7 @@ _CHILD = """
 import sys
 sys.path.insert(0, {repo!r})
 from pathlib import Path
-from tests.k8s_standin import KubernetesStandIn
+from tests.standins.kubernetes import KubernetesStandIn
 from tests.test_kubernetes_launcher import _launcher, _spec
 
 class Remote(KubernetesStandIn):

@@ -9,10 +9,10 @@ import pytest
 
 from fmnist_kfp.cli import main as cli_main
 from fmnist_kfp.preflight import PERMISSIONS
-from tests.kfp_standin import KfpStandIn
-from tests.kserve_standin import KServeStandIn
 from tests.kubeflow_roles import kubeflow_profile
 from tests.setup_manifests import build
+from tests.standins.kfp import KfpStandIn
+from tests.standins.kserve import KServeStandIn
 from tests.test_cluster_client import HEALTHZ_2_5
 
 NS = "kubeflow"
@@ -274,7 +274,7 @@ def test_a_katib_controller_restarted_after_the_crd_watches_it(cluster, capsys):
 ])
 def test_when_rbac_hides_the_katib_check_it_says_so_and_does_not_fail(cluster, capsys, path,
                                                                       what):
-    from tests.apiserver_standin import Fault
+    from tests.standins.apiserver import Fault
 
     standin, kfp = cluster
     _crd_created("2026-01-01T09:30:00Z")(standin, kfp)  # would fail, were it readable

@@ -20,8 +20,8 @@ from fmnist_kfp.preflight import PERMISSIONS
 from serving.deploy.credentials import credential_problems
 from serving.deploy.inference_service import KServeSettings, build_inference_service, to_manifest
 from serving.deploy.kserve_api import KServeApi
-from tests.kserve_standin import KServeStandIn
 from tests.setup_manifests import BASES, ROOT, build, kustomization
+from tests.standins.kserve import KServeStandIn
 
 MODELS = {"PersistentVolumeClaim": "V1PersistentVolumeClaim", "Role": "V1Role",
           "RoleBinding": "V1RoleBinding", "ServiceAccount": "V1ServiceAccount",
@@ -166,7 +166,7 @@ def test_the_permissions_job_mounts_the_claim_as_the_pipelines_pods_do():
     import re
 
     from fmnist.settings.platform import IMAGE_GID, IMAGE_UID, MOUNT_PATH
-    from tests.job_standin import job_problems
+    from tests.standins.batch_job import job_problems
 
     job = _permissions_job()
     assert job_problems(job) == []

@@ -25,7 +25,6 @@ import pytest
 
 from tests.conftest import IN_CI, needs_tfds
 from tests.crd_schemas import CRDS as CRDS_SOURCE
-from tests.loopback import LoopbackServer
 from tests.shared_files import (
     CRDS,
     DATA_DIR,
@@ -39,6 +38,7 @@ from tests.shared_files import (
     main,
     sha256_of,
 )
+from tests.standins.loopback import LoopbackServer
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA_SOURCE = Path(os.environ.get("FASHION_MNIST_DIR") or ROOT.parent / "shared" / DATA_DIR)

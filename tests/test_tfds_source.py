@@ -112,7 +112,7 @@ def test_the_probe_tells_an_unreachable_host_from_a_failing_server():
     is left to the download's own retries."""
     import socket
 
-    from tests.loopback import JsonRequestHandler, LoopbackServer
+    from tests.standins.loopback import JsonRequestHandler, LoopbackServer
 
     class Failing(LoopbackServer):
         def __init__(self):

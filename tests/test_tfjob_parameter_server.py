@@ -143,16 +143,16 @@ def test_a_katib_experiment_without_ps_for_parameter_server_is_refused():
 def test_a_parameter_server_tfjob_with_an_evaluator_runs_through_the_operator_standin(
     tmp_path, synthetic_dataset
 ):
-    """The TFJob launcher against the API stand-in, whose controller (tests/tfjob_operator.py)
-    starts every pod's real trainer command with the TF_CONFIG the operator injects (ps and
-    evaluator in every cluster): the chief coordinates, the evaluator scores every epoch, the
-    job succeeds when the chief does, and cleanPodPolicy Running deletes the PS and worker pods,
-    which never exit on their own."""
+    """The TFJob launcher against the API stand-in, whose controller
+    (tests/standins/tfjob_operator.py) starts every pod's real trainer command with the TF_CONFIG
+    the operator injects (ps and evaluator in every cluster): the chief coordinates, the evaluator
+    scores every epoch, the job succeeds when the chief does, and cleanPodPolicy Running deletes
+    the PS and worker pods, which never exit on their own."""
     import io
     import json
 
     from fmnist.launcher.tfjob_launcher import TFJobLauncher
-    from tests.k8s_standin import KubernetesStandIn
+    from tests.standins.kubernetes import KubernetesStandIn
 
     spec = _spec(name="fmnist-ps-e2e", num_ps=1, evaluator=True, data_dir=str(synthetic_dataset),
                  export_dir=str(tmp_path / "model" / "1"), work_dir=str(tmp_path / "model"),

@@ -1,6 +1,6 @@
 """A small model of the Kubeflow training operator's TFJob controller and of the kubelet, for
-the API stand-ins (tests/k8s_standin.py, tests/katib_standin.py). It is no cluster: it keeps
-only the rules our code depends on, each citing kubeflow/trainer v1.9.2 (the Go code is the
+the API stand-ins (tests/standins/kubernetes.py, tests/standins/katib.py). It is no cluster: it
+keeps only the rules our code depends on, each citing kubeflow/trainer v1.9.2 (the Go code is the
 same in v1.9.0 and v1.9.1).
 
 Pods are either *scripted* (each incarnation of a replica exits with the next code of its
@@ -209,7 +209,7 @@ class TFJobController:
         self.clock = clock
         self.scripts = {k: list(v) for k, v in (scripts or {}).items()}
         self.run_processes = run_processes
-        self.mutate_pod = mutate_pod  # e.g. Katib's pod webhook (tests/katib_standin.py)
+        self.mutate_pod = mutate_pod  # e.g. Katib's pod webhook (tests/standins/katib.py)
         self.pods: dict[str, Pod] = {}
         self.status: dict = {}
         self.created_seen = False

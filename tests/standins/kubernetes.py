@@ -16,8 +16,8 @@ rule it enforces cites the upstream file and tag it comes from:
   29-47); a second create of the same name is 409 AlreadyExists;
 * a stored TFJob is returned as submitted (defaults are applied in the controller's memory
   only: tensorflow_defaults.go, tfjob_controller.go line 151) with the status the controller
-  last wrote: the controller (tests/tfjob_operator.py) reconciles after each read, so status
-  lags every write by one read, and conditions are cumulative (pkg/util/status.go);
+  last wrote: the controller (tests/standins/tfjob_operator.py) reconciles after each read, so
+  status lags every write by one read, and conditions are cumulative (pkg/util/status.go);
 * pods carry the operator's labels and are listed by label selector (equality and
   inequality terms: kubernetes/apimachinery v0.31.3 pkg/labels/selector.go);
 * faults can be injected into any later request: an HTTP status (5xx, 404, 429), a timeout (the
@@ -36,8 +36,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-from tests.loopback import LoopbackServer, recording_handler, reply_json
-from tests.tfjob_operator import CONTAINER, Kubelet, TFJobController
+from tests.standins.loopback import LoopbackServer, recording_handler, reply_json
+from tests.standins.tfjob_operator import CONTAINER, Kubelet, TFJobController
 
 GROUP = "kubeflow.org"
 SERVED_VERSION = "v1"
@@ -252,9 +252,9 @@ def admission(handler, body: dict, version: str, *, group: str, served: str, kin
 
 
 class KubernetesStandIn(FaultyServer):
-    """TFJobs run by :class:`~tests.tfjob_operator.TFJobController`. ``scripts`` (replica name
-    -> exit codes of successive incarnations) and ``run_processes`` apply to every job created
-    here; ``running_ticks`` is how many reads a scripted pod keeps running."""
+    """TFJobs run by :class:`~tests.standins.tfjob_operator.TFJobController`. ``scripts``
+    (replica name -> exit codes of successive incarnations) and ``run_processes`` apply to every
+    job created here; ``running_ticks`` is how many reads a scripted pod keeps running."""
 
     def __init__(self, *, scripts: dict | None = None, run_processes: bool = False,
                  running_ticks: int = 2, work_dir: Path | None = None,

@@ -19,7 +19,8 @@ The rules it enforces, each from upstream source:
   (apiextensions-apiserver v0.36.3 ``pkg/apiserver/customresource_handler.go`` L1431-1440,
   ``pkg/apiserver/schema/defaulting/prunenulls.go`` L21-50).
 * A list answers the objects its ``labelSelector`` selects (equality-based terms:
-  kubernetes/apimachinery v0.31.3 ``pkg/labels/selector.go``, as ``tests.k8s_standin.selects``).
+  kubernetes/apimachinery v0.31.3 ``pkg/labels/selector.go``, as
+  ``tests.standins.kubernetes.selects``).
 * API discovery: ``GET /apis/<group>/<version>`` lists the resources served there (an
   ``APIResourceList``), 404 when the group/version is not served (kubernetes/apiserver
   ``pkg/endpoints/discovery``).
@@ -51,8 +52,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
-from tests.k8s_standin import REASONS, selects
-from tests.loopback import JsonRequestHandler, LoopbackServer, reply_bytes, reply_json
+from tests.standins.kubernetes import REASONS, selects
+from tests.standins.loopback import JsonRequestHandler, LoopbackServer, reply_bytes, reply_json
 
 # (group, version, plural) -> kind, for everything the stand-in serves.
 CORE = {

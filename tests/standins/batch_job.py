@@ -34,7 +34,7 @@ import threading
 from urllib.parse import parse_qs, urlparse
 
 from fmnist.settings.names import is_dns_1123_subdomain
-from tests.loopback import JsonRequestHandler, LoopbackServer, reply_json
+from tests.standins.loopback import JsonRequestHandler, LoopbackServer, reply_json
 
 _JOBS = re.compile(r"^/apis/batch/v1/namespaces/([^/]+)/jobs(?:/([^/]+))?(/status)?$")
 _TENSORBOARDS = re.compile(

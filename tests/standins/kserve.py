@@ -1,4 +1,4 @@
-"""A stand-in for a cluster with KServe: the API server (``tests.apiserver_standin``), KServe's
+"""A stand-in for a cluster with KServe: the API server (``tests.standins.apiserver``), KServe's
 validating webhook, a controller that plays KServe over Knative (Serverless) or over a
 Deployment (Standard), and the cluster's network (who answers at a cluster-local host, and
 whether the profile's Istio policy lets a sidecar-less pipeline pod through). It is no
@@ -62,8 +62,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import urlsplit
 
-from tests.apiserver_standin import ApiServerStandIn, status_reply
-from tests.loopback import LoopbackServer
+from tests.standins.apiserver import ApiServerStandIn, status_reply
+from tests.standins.loopback import LoopbackServer
 
 ISVC_CRD = ("inferenceservice.serving.kserve.io_v1beta1.yaml", "v1beta1")
 RUNTIME_CRD = ("servingruntime.serving.kserve.io_v1alpha1.yaml", "v1alpha1")

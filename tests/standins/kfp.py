@@ -59,7 +59,7 @@ import urllib.parse
 
 import yaml
 
-from tests.loopback import JsonRequestHandler, LoopbackServer, reply_json
+from tests.standins.loopback import JsonRequestHandler, LoopbackServer, reply_json
 
 API = "/apis/v2beta1"
 # The JSON kind each ParameterType takes (v2_template.go:418-450).

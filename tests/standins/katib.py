@@ -3,7 +3,7 @@ Trial endpoints the Katib launcher uses through the real Kubernetes client, reco
 call. It is no cluster; each rule cites the upstream file (kubeflow/katib tag v0.19.0 unless
 said).
 
-* Admission, in the API server's order (see tests/k8s_standin.py for the 404/400/422
+* Admission, in the API server's order (see tests/standins/kubernetes.py for the 404/400/422
   citations), then Katib's validating webhook: the namespace must carry
   ``katib.kubeflow.org/metrics-collector-injection: enabled``
   (pkg/webhook/v1beta1/experiment/validation_webhook.go lines 74-91) and the Experiment must
@@ -18,9 +18,9 @@ said).
 * Two ways to play an Experiment: *scripted* statuses, one per read (the launcher's logic), or
   *run*: the controller suggests trials, renders each trial's TFJob from the template
   (pkg/controller.v1beta1/experiment/manifest/generator.go ``applyParameters``), runs it with
-  the TFJob controller model (tests/tfjob_operator.py) and real processes, wraps the primary
-  pod's command as Katib's pod webhook does (:func:`katib_wrap`), collects the metrics as the
-  StdOut collector does (:func:`collect`, :func:`observation`) and ends the Experiment by
+  the TFJob controller model (tests/standins/tfjob_operator.py) and real processes, wraps the
+  primary pod's command as Katib's pod webhook does (:func:`katib_wrap`), collects the metrics as
+  the StdOut collector does (:func:`collect`, :func:`observation`) and ends the Experiment by
   status_util.go's rules. Early stopping *decisions* are not modelled (the wrapper's early-stop
   branch is). ``run_processes=False`` runs the trials' pods as scripts (exit 0 after a few
   ticks) instead of real processes.
@@ -48,9 +48,9 @@ from datetime import datetime
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-from tests.k8s_standin import Clock, FaultyServer, admission, selects, status_body
-from tests.loopback import recording_handler, reply_json
-from tests.tfjob_operator import ROLE_LABEL, Kubelet, Pod, TFJobController, is_true
+from tests.standins.kubernetes import Clock, FaultyServer, admission, selects, status_body
+from tests.standins.loopback import recording_handler, reply_json
+from tests.standins.tfjob_operator import ROLE_LABEL, Kubelet, Pod, TFJobController, is_true
 
 API_VERSION = "kubeflow.org/v1beta1"
 EXPERIMENT_LABEL = "katib.kubeflow.org/experiment"  # pkg/controller.v1beta1/consts/const.go:67
