@@ -383,7 +383,8 @@ def check_istio_policy(api_client, custom, cluster: Cluster) -> Row | None:
 
 
 def check_permissions(api_client, cluster: Cluster) -> list[Row]:
-    from kubernetes import client
+    from fmnist.kubernetes.access_review import PATH as ACCESS_REVIEW_PATH
+    from fmnist.kubernetes.access_review import build_access_review
 
     user = (f"system:serviceaccount:{cluster.namespace}:{cluster.runner_service_account}")
     fix = (f"kubectl apply -k {SETUP}standalone-rbac" if not cluster.multi_user else
@@ -393,22 +394,19 @@ def check_permissions(api_client, cluster: Cluster) -> list[Row]:
     headers: dict[str, str] = {"Impersonate-User": user}
     who = cluster.runner_service_account
     for verb, group, resource, subresource, why in PERMISSIONS:
-        review = client.V1SelfSubjectAccessReview(spec=client.V1SelfSubjectAccessReviewSpec(
-            resource_attributes=client.V1ResourceAttributes(
-                namespace=cluster.namespace, verb=verb, group=group, resource=resource,
-                subresource=subresource or None)))
+        review = build_access_review(namespace=cluster.namespace, verb=verb, group=group,
+                                     resource=resource, subresource=subresource)
         body = api_client.sanitize_for_serialization(review)
         try:
-            answer = _call(api_client, "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
-                           "POST", body, {**headers, "Content-Type": "application/json"})
+            answer = _call(api_client, ACCESS_REVIEW_PATH, "POST", body,
+                           {**headers, "Content-Type": "application/json"})
         except Exception as error:
             if headers and _status(error) == 403:
                 rows.append(Row("permissions", None, f"you may not impersonate {user}; "
                                                      "showing your own permissions instead"))
                 headers, who = {}, "you"
-                answer = _call(api_client,
-                               "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
-                               "POST", body, {"Content-Type": "application/json"})
+                answer = _call(api_client, ACCESS_REVIEW_PATH, "POST", body,
+                               {"Content-Type": "application/json"})
             else:
                 rows.append(Row(f"{verb} {resource}", None, f"cannot ask: {error}"))
                 continue

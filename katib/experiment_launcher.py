@@ -35,6 +35,7 @@ import sys
 from dataclasses import asdict
 
 from fmnist.errors import TuningError
+from fmnist.kubernetes.experiment import build_experiment, to_manifest
 from fmnist.kubernetes.runner import FAILED as FAILED_JOB
 from fmnist.kubernetes.runner import (
     DeadlineExceeded,
@@ -43,7 +44,13 @@ from fmnist.kubernetes.runner import (
     RemoteJobError,
     RemoteJobRunner,
 )
-from katib.experiment import build_experiment, to_manifest
+from fmnist.tuning.experiment_settings import (
+    API_VERSION,
+    OBJECTIVE_TYPES,
+    TRIAL_NAME_PARAMETER,
+    ExperimentSettings,
+)
+from fmnist.tuning.search_space import SearchSpace
 from katib.results import (
     EARLY_STOPPED,
     FAILED,
@@ -54,8 +61,6 @@ from katib.results import (
     TuningResult,
     typed_assignments,
 )
-from katib.search_space import SearchSpace
-from katib.settings import API_VERSION, OBJECTIVE_TYPES, TRIAL_NAME_PARAMETER, ExperimentSettings
 from katib.stalls import STALL_SECONDS, StallWatch
 
 GROUP, VERSION = API_VERSION.split("/")

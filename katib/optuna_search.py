@@ -35,6 +35,8 @@ from fmnist.backends import sigterm_as_exit
 from fmnist.errors import TrainingJobError, TrainingJobStopped, TuningError, UserInputError
 from fmnist.launcher.local_processes import LocalProcessLauncher
 from fmnist.training.training_job import TrainingJobSpec
+from fmnist.tuning.experiment_settings import METRICS_FILTER, OBJECTIVE_TYPES, ExperimentSettings
+from fmnist.tuning.search_space import SearchSpace
 from katib.results import (
     EARLY_STOPPED,
     FAILED,
@@ -43,8 +45,6 @@ from katib.results import (
     TrialRecord,
     TuningResult,
 )
-from katib.search_space import SearchSpace
-from katib.settings import METRICS_FILTER, OBJECTIVE_TYPES, ExperimentSettings
 
 # Katib algorithms whose method Optuna implements; the others (bayesianoptimization on
 # scikit-optimize, cmaes on Goptuna) run on the cluster only.

@@ -1,7 +1,9 @@
 """The pipeline's components, one folder each (kubeflow/pipelines-components' layout):
 ``component.py`` (the ``@dsl.component``), ``step.py`` (the step's logic, plain Python),
-``metadata.yaml``, a generated ``README.md`` and ``tests/``. Their compiled YAML is in
-``compiled/components/`` for other pipelines to load.
+``checks.py`` (its checks of a run's parameters, where it has any), ``metadata.yaml`` and a
+generated ``README.md``. Their tests are in the tree that mirrors the code: the steps together in
+``tests/kfp_components/``, the modules a step calls under ``tests/<their folder>/``. Their
+compiled YAML is in ``compiled/components/`` for other pipelines to load.
 
 Nothing is imported until it is used: a pipeline pod imports only its step (KFP's runtime
 ``kfp.dsl`` cannot build components)."""

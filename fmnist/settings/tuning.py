@@ -1,8 +1,9 @@
 """The hyperparameter search (the ``tuning`` parameter): every key optional.
 
 Types are checked here; what Katib would refuse (counts, the early-stopping budget) is checked
-where the Experiment is built, in Katib's own terms (:class:`katib.settings.ExperimentSettings`),
-for both backends. Trials score on the dataset's validation split (the pipeline's
+where the Experiment is built, in Katib's own terms
+(:class:`fmnist.tuning.experiment_settings.ExperimentSettings`), for both backends. Trials score
+on the dataset's validation split (the pipeline's
 ``validation_examples``, set aside at ingestion), never the test split."""
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ Each epoch prints one line, a UTC timestamp then ``key=value`` pairs
 (``2025-01-01T12:00:03.123456Z epoch=3 epochs=10 loss=... accuracy=... val_accuracy=...``):
 readable in logs and parsed as-is by Katib's StdOut metrics collector, which takes a first token
 that parses as RFC 3339 as the report's time and otherwise stores 0001-01-01 (see
-:mod:`katib.settings`).
+:mod:`fmnist.tuning.experiment_settings`).
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ def serving_problems(serving: dict[str, Any], backend: str, model_name: str,
         return problems + type_problems
     settings = ServingSettings(**typed)
     if backend == "kubernetes":
-        from serving.deploy.inference_service import KServeSettings
+        from fmnist.kubernetes.inference_service import KServeSettings
 
         service = KServeSettings(name=model_name, **{**typed, "image": settings.image or image})
         if service.runtime == FMNIST_RUNTIME and not service.image:
@@ -85,7 +85,7 @@ def kserve_settings(model_name: str, settings: ServingSettings, model_uri: str, 
     """The InferenceService's settings: the ``serving`` parameter's, the predictor running
     ``serving.image`` or else the step's ``image`` input, the ServiceAccount
     :func:`service_account_for` the model."""
-    from serving.deploy.inference_service import KServeSettings
+    from fmnist.kubernetes.inference_service import KServeSettings
 
     values = {**settings.as_dict(), "image": settings.image or image,
               "service_account": service_account_for(model_uri, settings)}

@@ -16,9 +16,9 @@ from fmnist.kubernetes.names import stable_name
 from fmnist.settings.jobs import cluster_settings
 from fmnist.settings.training import Hyperparameters, TrainingConfig
 from fmnist.settings.tuning import TuningSettings
+from fmnist.tuning.experiment_settings import MAX_NAME_LENGTH, ExperimentSettings
+from fmnist.tuning.search_space import SearchSpace
 from katib.results import TuningResult
-from katib.search_space import SearchSpace
-from katib.settings import MAX_NAME_LENGTH, ExperimentSettings
 
 
 def experiment_name(model_type: str, output_path: str) -> str:
@@ -83,8 +83,8 @@ def tune_step(*, model_type: str, base: TrainingConfig, tuning: dict[str, Any], 
                                                                         data_dir)
 
     def on_kubernetes():
+        from fmnist.kubernetes.experiment import build_experiment
         from fmnist.kubernetes.storage import make_shared_dirs, stage_dataset
-        from katib.experiment import build_experiment
         from katib.experiment_launcher import KatibExperimentLauncher
 
         # The compiled image and claim under the user's settings, checked (namespace, claim).

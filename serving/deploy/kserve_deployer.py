@@ -25,16 +25,8 @@ candidate failed and was deleted, and the main InferenceService was never touche
 from __future__ import annotations
 
 from fmnist.errors import UserInputError
-from fmnist.settings.serving import check_storage_uri, check_tolerance
-from serving.deploy.credentials import credential_problems
-from serving.deploy.inference_service import KServeSettings, scale_problems
-from serving.deploy.kserve_api import (
-    KServeApi,
-    KServeRolloutError,
-    ReadinessTimeout,
-    TransientApiError,
-)
-from serving.deploy.kserve_status import (
+from fmnist.kubernetes.inference_service import KServeSettings, scale_problems
+from fmnist.kubernetes.inference_service_status import (
     KSERVE_CONFIG_NAMESPACES,
     KSERVE_CONFIGMAP,
     DeploymentMode,
@@ -42,6 +34,14 @@ from serving.deploy.kserve_status import (
     default_mode_from_config,
     mode_for_new,
     mode_of,
+)
+from fmnist.settings.serving import check_storage_uri, check_tolerance
+from serving.deploy.credentials import credential_problems
+from serving.deploy.kserve_api import (
+    KServeApi,
+    KServeRolloutError,
+    ReadinessTimeout,
+    TransientApiError,
 )
 from serving.deploy.rollout_base import Log, Rollout, Verify
 from serving.deploy.rollout_serverless import ServerlessRollout

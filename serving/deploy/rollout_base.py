@@ -17,22 +17,28 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from fmnist.settings.serving import FMNIST_RUNTIME
-from serving.deploy.blessing import BlessingDecision, bless
-from serving.deploy.inference_service import (
+from fmnist.kubernetes.inference_service import (
     ANNOTATION_CANDIDATE_MODEL_URI,
     ANNOTATION_MODEL_URI,
     ANNOTATION_TEST_ACCURACY,
     KServeSettings,
     annotations_of,
     build_inference_service,
-    build_serving_runtime,
     format_accuracy,
     merged_metadata,
     model_uri_of,
     served_accuracy,
     to_manifest,
 )
+from fmnist.kubernetes.inference_service_status import (
+    DeploymentMode,
+    canonical_mode,
+    cluster_local_url,
+    external_url,
+)
+from fmnist.kubernetes.serving_runtime import build_serving_runtime
+from fmnist.settings.serving import FMNIST_RUNTIME
+from serving.deploy.blessing import BlessingDecision, bless
 from serving.deploy.kserve_api import (
     Conflict,
     KServeApi,
@@ -40,12 +46,6 @@ from serving.deploy.kserve_api import (
     ReadinessTimeout,
     RolloutLeftAsIs,
     TransientApiError,
-)
-from serving.deploy.kserve_status import (
-    DeploymentMode,
-    canonical_mode,
-    cluster_local_url,
-    external_url,
 )
 
 __all__ = ["Check", "Rollout", "Verify", "Log"]

@@ -50,8 +50,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
-from serving.deploy.blessing import BlessingDecision
-from serving.deploy.inference_service import (
+from fmnist.kubernetes.inference_service import (
     ANNOTATION_CANDIDATE_MODEL_URI,
     ANNOTATION_CANDIDATE_TEST_ACCURACY,
     ANNOTATION_MODEL_URI,
@@ -61,8 +60,7 @@ from serving.deploy.inference_service import (
     annotations_of,
     format_accuracy,
 )
-from serving.deploy.kserve_api import KServeRolloutError, ReadinessTimeout, RolloutLeftAsIs
-from serving.deploy.kserve_status import (
+from fmnist.kubernetes.inference_service_status import (
     CANARY_TAG,
     cluster_local_url,
     describe,
@@ -74,6 +72,8 @@ from serving.deploy.kserve_status import (
     revisions_named,
     tag_url,
 )
+from serving.deploy.blessing import BlessingDecision
+from serving.deploy.kserve_api import KServeRolloutError, ReadinessTimeout, RolloutLeftAsIs
 from serving.deploy.rollout_base import Check, Rollout
 
 

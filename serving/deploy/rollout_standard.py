@@ -22,15 +22,13 @@ upstream: docs/upstream.md#kserve
 
 from __future__ import annotations
 
-from serving.deploy.blessing import BlessingDecision
-from serving.deploy.inference_service import (
+from fmnist.kubernetes.inference_service import (
     ANNOTATION_MODEL_URI,
     ANNOTATION_TEST_ACCURACY,
     annotations_of,
     candidate_name,
 )
-from serving.deploy.kserve_api import KServeRolloutError, RolloutLeftAsIs
-from serving.deploy.kserve_status import (
+from fmnist.kubernetes.inference_service_status import (
     cluster_local_url,
     deployment_failed,
     deployment_rolled_out,
@@ -38,6 +36,8 @@ from serving.deploy.kserve_status import (
     is_true,
     predictor_deployment_name,
 )
+from serving.deploy.blessing import BlessingDecision
+from serving.deploy.kserve_api import KServeRolloutError, RolloutLeftAsIs
 from serving.deploy.rollout_base import Check, Rollout
 
 

@@ -7,8 +7,9 @@ said).
   citations), then Katib's validating webhook: the namespace must carry
   ``katib.kubeflow.org/metrics-collector-injection: enabled``
   (pkg/webhook/v1beta1/experiment/validation_webhook.go lines 74-91) and the Experiment must
-  pass the validator (validator.go; re-implemented in katib/webhook.py, whose own tests hold it
-  to upstream); a refusal is HTTP 400 (validation_webhook.go lines 93-97, ``admission.Errored(
+  pass the validator (validator.go; re-implemented in
+  fmnist/kubernetes/experiment_webhook.py, whose own tests hold it to upstream); a refusal is HTTP
+  400 (validation_webhook.go lines 93-97, ``admission.Errored(
   http.StatusBadRequest, err)``); a second create of a name is 409.
 * Conditions are cumulative, one per type; a re-set type moves to the end, Running flips to
   False before Succeeded/Failed (pkg/apis/controller/experiments/v1beta1/util.go lines 112-160,
@@ -604,7 +605,7 @@ class KatibStandIn(FaultyServer):
         self._serve(recording_handler(self))
 
     def _webhook_problems(self, body: dict) -> list[str]:
-        from katib.webhook import webhook_problems
+        from fmnist.kubernetes.experiment_webhook import webhook_problems
 
         namespace = (body.get("metadata") or {}).get("namespace", "")
         if namespace not in self.namespaces:

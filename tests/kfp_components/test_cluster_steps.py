@@ -1,0 +1,445 @@
+"""The kubernetes paths of the training and tuning steps, end to end, as a KFP pod runs them.
+
+The pipeline is compiled with ``FMNIST_COMPONENT_IMAGE=registry.example/team/fmnist:9.9.9`` and
+``FMNIST_GPU_IMAGE=registry.example/team/fmnist-cuda:9.9.9``; each step's code then runs in a
+process whose environment is only what the compiled YAML sets for its executor
+(``deploymentSpec.executors.<exec>.container.env``: kubeflow/pipelines 2.15.0
+backend/src/v2/driver/driver.go lines 250-254 copy it into the pod), with the
+``image``/``gpu_image`` inputs its task passes (constants in ``root.dag``), against the API
+stand-ins. Their "operator" runs the
+TFJob's pods as processes here, with the TF_CONFIG the training operator injects, on the shared
+directory that stands for the claim, so staging the dataset, training, exporting and copying the
+model back all really happen. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fmnist.errors import UserInputError
+from fmnist.settings.training import TrainingConfig
+from tests import ROOT
+from tests.standins.katib import KatibStandIn
+from tests.standins.kubernetes import KubernetesStandIn
+
+REPO = ROOT
+IMAGE = "registry.example/team/fmnist:9.9.9"
+GPU_IMAGE = "registry.example/team/fmnist-cuda:9.9.9"
+STEP_SECONDS = 600  # the most one step here may take (2 shared cores), under pytest's 900
+
+
+def _tasks(spec: dict) -> dict[str, dict]:
+    """Every task of the compiled pipeline (root, loops), by name."""
+    dags = [spec["root"]["dag"]] + [c["dag"] for c in spec["components"].values() if "dag" in c]
+    return {name: task for dag in dags for name, task in dag["tasks"].items()}
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory) -> dict:
+    """The pipeline compiled against IMAGE and GPU_IMAGE: each executor's image and
+    environment, and the constant inputs its task passes."""
+    out = tmp_path_factory.mktemp("compiled") / "pipeline.yaml"
+    script = ("from kfp import compiler\n"
+              "from pipelines.fashion_mnist import fashion_mnist_pipeline\n"
+              f"compiler.Compiler().compile(fashion_mnist_pipeline, {str(out)!r})\n")
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO), "FMNIST_COMPONENT_IMAGE": IMAGE,
+           "FMNIST_GPU_IMAGE": GPU_IMAGE}
+    subprocess.run([sys.executable, "-c", script], env=env, cwd=REPO, check=True,
+                   timeout=600)
+    spec = next(yaml.safe_load_all(out.read_text()))
+    constants = {}
+    for task in _tasks(spec).values():
+        executor = spec["components"][task["componentRef"]["name"]].get("executorLabel")
+        if executor:
+            constants[executor] = {
+                name: value["runtimeValue"]["constant"]
+                for name, value in task.get("inputs", {}).get("parameters", {}).items()
+                if "runtimeValue" in value}
+    return {name: {"image": executor["container"]["image"],
+                   "env": {e["name"]: e["value"] for e in executor["container"].get("env", [])},
+                   "constants": constants[name]}
+            for name, executor in spec["deploymentSpec"]["executors"].items()}
+
+
+def _run_step(compiled: dict, executor: str, script: str, tmp_path: Path) -> dict:
+    """Runs ``script`` with the executor's environment (and the interpreter's path); its last
+    output line is JSON."""
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO), **compiled[executor]["env"]}
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=STEP_SECONDS)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _images(tfjob: dict) -> set[str]:
+    return {c["image"] for replica in tfjob["spec"]["tfReplicaSpecs"].values()
+            for c in replica["template"]["spec"]["containers"]}
+
+
+# The steps that create pods, and the image inputs each one's task passes.
+JOB_IMAGES = {"exec-train-model": {"image": IMAGE, "gpu_image": GPU_IMAGE},
+              "exec-tune-hyperparameters": {"image": IMAGE, "gpu_image": GPU_IMAGE},
+              "exec-batch-predict": {"image": IMAGE},
+              "exec-deploy-model": {"image": IMAGE}}
+
+
+@pytest.mark.slow
+def test_every_step_and_everything_it_creates_runs_the_compiled_image(compiled, tmp_path):
+    """Every step's own image is the component image; the steps that create pods get the
+    compiled images as constant inputs (never run parameters), which the pods they create run:
+    TFJob replicas with GPUs the GPU image and the rest the CPU image, trials alike, the batch
+    Job and the ServingRuntime the CPU image. FMNIST_COMPONENT_IMAGE in a task's environment
+    only records the task's own image, for lineage."""
+    assert {e["image"] for e in compiled.values()} == {IMAGE}  # every step's own image
+    for name, executor in compiled.items():
+        assert executor["env"]["FMNIST_COMPONENT_IMAGE"] == executor["image"]
+        images = {k: v for k, v in executor["constants"].items() if k in ("image", "gpu_image")}
+        assert images == JOB_IMAGES.get(name, {}), name
+    train, tune = (compiled[e]["constants"] for e in ("exec-train-model",
+                                                        "exec-tune-hyperparameters"))
+    found = _run_step(compiled, "exec-train-model", f"""
+        import json
+        from dataclasses import replace
+        from fmnist.kubernetes.tfjob import build_tfjob, to_manifest
+        from fmnist.settings.jobs import cluster_settings
+        from fmnist.settings.training import TrainingConfig
+        from fmnist.training.training_job import TrainingJobSpec
+        from fmnist.kubernetes.experiment import build_experiment
+        from fmnist.kubernetes.experiment import to_manifest as experiment_manifest
+        from kfp_components.tune.step import experiment_settings
+
+        def images(manifest):
+            return {{kind: r["template"]["spec"]["containers"][0]["image"]
+                     for kind, r in manifest["spec"]["tfReplicaSpecs"].items()}}
+
+        pods = cluster_settings({{"namespace": "team-a"}}, image={train["image"]!r},
+                                gpu_image={train["gpu_image"]!r})
+        found = {{}}
+        for strategy, gpus in (("multi_worker_mirrored", 0), ("multi_worker_mirrored", 1),
+                               ("parameter_server", 1)):
+            spec = TrainingJobSpec(name="fmnist-basic-x", config=TrainingConfig(),
+                                   data_dir="/d", export_dir="/e/1", work_dir="/e",
+                                   num_workers=2, use_chief=strategy != "parameter_server",
+                                   strategy=strategy, evaluator=True, gpus_per_worker=gpus,
+                                   num_ps=1 if strategy == "parameter_server" else 0)
+            found[f"tfjob {{strategy}} {{gpus}}"] = images(to_manifest(build_tfjob(spec, pods)))
+        trial_pods = cluster_settings({{"namespace": "team-a"}}, image={tune["image"]!r},
+                                      gpu_image={tune["gpu_image"]!r})
+        for gpus in (0, 1):
+            settings, space = experiment_settings("fmnist-tune-basic", "basic",
+                                                  TrainingConfig(), {{}}, num_workers=2,
+                                                  gpus_per_worker=gpus)
+            settings = replace(settings, kubernetes=trial_pods)
+            experiment = experiment_manifest(build_experiment(settings, space, "/mnt/fmnist/d"))
+            found[f"trial {{gpus}}"] = images(experiment["spec"]["trialTemplate"]["trialSpec"])
+        print(json.dumps(found))
+    """, tmp_path)
+    assert found == {
+        "tfjob multi_worker_mirrored 0": {"Chief": IMAGE, "Worker": IMAGE, "Evaluator": IMAGE},
+        "tfjob multi_worker_mirrored 1": {"Chief": GPU_IMAGE, "Worker": GPU_IMAGE,
+                                          "Evaluator": IMAGE},
+        "tfjob parameter_server 1": {"Chief": IMAGE, "Worker": GPU_IMAGE, "PS": IMAGE,
+                                     "Evaluator": IMAGE},
+        "trial 0": {"Worker": IMAGE}, "trial 1": {"Worker": GPU_IMAGE}}
+
+
+@pytest.mark.slow
+def test_the_batch_job_and_the_serving_runtime_run_the_compiled_image(compiled, tmp_path):
+    batch = compiled["exec-batch-predict"]["constants"]["image"]
+    found = _run_step(compiled, "exec-batch-predict", f"""
+        import json
+        from fmnist.kubernetes.job import build_indexed_job, to_manifest
+        from fmnist.scoring.scoring_job import ScoringJobSpec
+        from kfp_components.batch_predict.step import scoring_backend
+
+        scorer = scoring_backend("kubernetes", {{"namespace": "team-a"}}, {batch!r})
+        spec = ScoringJobSpec(name="fmnist-batch-x", model_dir="/m", data_dir="/d",
+                              output_dir="/o", source="", num_shards=2)
+        job = to_manifest(build_indexed_job(spec, scorer.settings))
+        print(json.dumps([c["image"] for c in job["spec"]["template"]["spec"]["containers"]]))
+    """, tmp_path)
+    assert found == [IMAGE]
+    deploy = compiled["exec-deploy-model"]["constants"]["image"]
+    found = _run_step(compiled, "exec-deploy-model", f"""
+        import json
+        from fmnist.settings.serving import ServingSettings
+        from kfp_components.deploy.step import kserve_settings
+        from fmnist.kubernetes.serving_runtime import build_serving_runtime
+        settings = kserve_settings("fashion-mnist", ServingSettings(namespace="team-a"),
+                                   "pvc://fmnist-data/m", {deploy!r})
+        runtime = build_serving_runtime(settings)
+        print(json.dumps([c.image for c in runtime.spec.containers]))
+    """, tmp_path)
+    assert found == [IMAGE]
+
+
+@pytest.mark.slow
+def test_the_training_step_runs_a_tfjob_end_to_end(compiled, synthetic_dataset, tmp_path):
+    """train_step(backend="kubernetes") as the train executor runs it: the user's kubernetes
+    settings (namespace, cpu, no claim) merged over the compiled claim; the dataset staged on
+    the claim; a TFJob of two workers in the compiled image, each pod with the TF_CONFIG the
+    operator injects; the export copied back into the step's Model artifact."""
+    volume, model_dir = tmp_path / "volume", tmp_path / "artifacts" / "model"
+    volume.mkdir()
+    inputs = compiled["exec-train-model"]["constants"]
+    with KubernetesStandIn(run_processes=True, work_dir=tmp_path / "pods") as standin:
+        metadata = _run_step(compiled, "exec-train-model", f"""
+            import json
+            import fmnist.settings.platform as platform
+            platform.MOUNT_PATH = {str(volume)!r}  # where the claim is mounted on this machine
+            from fmnist.launcher.tfjob_launcher import TFJobLauncher
+            from fmnist.settings.training import TrainingConfig
+            from kfp_components.train.step import train_step
+            from tests.standins.kubernetes import KubernetesStandIn
+
+            class Remote(KubernetesStandIn):
+                def __init__(self):
+                    pass
+                url = {standin.url!r}
+
+            config = TrainingConfig(model_type="basic", epochs=2, train_examples=512,
+                                    batch_size=64, filters=8)
+            metadata, metrics = train_step(
+                config=config, data_dir={str(synthetic_dataset)!r}, model_dir={str(model_dir)!r},
+                backend="kubernetes", num_workers=2, max_restarts=1,
+                launcher_options={{"namespace": "kubeflow", "cpu": "1", "memory": "2Gi"}},
+                image={inputs["image"]!r}, gpu_image={inputs["gpu_image"]!r},
+                make_launcher=lambda settings: TFJobLauncher(
+                    settings, training_client=Remote().training_client(), poll_seconds=0.2,
+                    timeout_seconds={STEP_SECONDS - 60}))
+            print(json.dumps(metadata))
+        """, tmp_path)
+        [(key, controller)] = standin.jobs.items()
+        tfjob = standin.posts()[0]
+        pods = {pod.name: pod for pod in controller.pods.values()}
+    assert metadata["backend"] == "kubernetes" and metadata["job_name"] == key[1]
+    assert metadata["replicas"] == 2 and metadata["restarts"] == 0
+    assert (model_dir / "1" / "saved_model.pb").exists()  # copied back
+    assert json.loads((model_dir / "result.json").read_text())["epochs"] == 2
+    [staged] = list((volume / "datasets").iterdir())
+    assert (staged / "metadata.json").exists()
+    # The image, the claim the step mounts (the compiled FMNIST_PVC_NAME) and the user's cpu.
+    assert _images(tfjob) == {IMAGE}
+    worker = tfjob["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert worker["volumes"][0]["persistentVolumeClaim"]["claimName"] == \
+        compiled["exec-train-model"]["env"]["FMNIST_PVC_NAME"]
+    assert worker["containers"][0]["volumeMounts"][0]["mountPath"] == str(volume)
+    assert worker["containers"][0]["resources"]["limits"]["cpu"] == "1"
+    assert tfjob["spec"]["runPolicy"]["backoffLimit"] == 2  # max_restarts 1
+    # TF_CONFIG as the operator injects it (tensorflow.go v1.9.2 lines 136-184).
+    configs = {name: json.loads(pod.env["TF_CONFIG"]) for name, pod in pods.items()}
+    assert {name: c["task"] for name, c in configs.items()} == {
+        f"{key[1]}-worker-0": {"type": "worker", "index": 0},
+        f"{key[1]}-worker-1": {"type": "worker", "index": 1}}
+    assert all(len(c["cluster"]["worker"]) == 2 and c["environment"] == "cloud"
+               for c in configs.values())
+    log = pods[f"{key[1]}-worker-0"].log()
+    assert "epoch=2 epochs=2" in log and "Z epoch=1 epochs=2" in log  # timestamped lines
+
+
+@pytest.mark.slow
+def test_the_tuning_step_runs_a_katib_experiment_end_to_end(compiled, synthetic_dataset,
+                                                             tmp_path):
+    """tune_step(backend="kubernetes") as the tune executor runs it: an Experiment whose trials
+    are TFJobs in the compiled image, run here under Katib's metrics-collector wrapper (with
+    early stopping: the || branch) and collected from their timestamped epoch lines; the best
+    trial's values come back typed."""
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    inputs = compiled["exec-tune-hyperparameters"]["constants"]
+    with KatibStandIn(run=True, namespaces=("kubeflow",), work_dir=tmp_path / "katib") as standin:
+        found = _run_step(compiled, "exec-tune-hyperparameters", f"""
+            import json
+            import fmnist.settings.platform as platform
+            platform.MOUNT_PATH = {str(volume)!r}
+            from fmnist.settings.training import TrainingConfig
+            from katib.experiment_launcher import KatibExperimentLauncher
+            from kfp_components.tune.step import tune_step
+            from tests.standins.katib import katib_client_for
+
+            tuning = {{"algorithm": "random", "max_trials": 2, "parallel_trials": 1,
+                       "epochs": 2, "train_examples": 256,
+                       "early_stopping": True, "min_trials_required": 1, "start_step": 1}}
+            result = tune_step(
+                model_type="basic", base=TrainingConfig(model_type="basic", filters=8),
+                tuning=tuning, data_dir={str(synthetic_dataset)!r},
+                output_dir={str(tmp_path / "artifacts" / "search")!r}, backend="kubernetes",
+                kubernetes={{"namespace": "kubeflow"}},
+                image={inputs["image"]!r}, gpu_image={inputs["gpu_image"]!r},
+                launcher=KatibExperimentLauncher(
+                    katib_client_for({standin.url!r}), poll_seconds=0.2,
+                    timeout_seconds={STEP_SECONDS - 60}))
+            print(json.dumps(result.as_dict()))
+        """, tmp_path)
+        [experiment] = standin.posts()
+        [run] = standin.runs.values()
+        trials = dict(run.trials)
+    trial_spec = experiment["spec"]["trialTemplate"]["trialSpec"]
+    assert _images(trial_spec) == {IMAGE}
+    assert "earlyStopping" in experiment["spec"]
+    assert len(trials) == 2 and found["best_trial"] in trials
+    for name, trial in trials.items():
+        conditions = [(c["type"], c["status"]) for c in trial["status"]["conditions"]]
+        assert conditions[-1] == ("Succeeded", "True"), (name, conditions)
+        history = [json.loads(line) for line in
+                   (volume / "katib" / experiment["metadata"]["name"] / name /
+                    "history.jsonl").read_text().splitlines()]
+        [objective] = [m for m in trial["status"]["observation"]["metrics"]
+                       if m["name"] == "val_accuracy"]
+        # latest is the last epoch: the lines carry their times.
+        assert objective["latest"] == f"{history[-1]['val_accuracy']:.4f}"
+    best = max(trials.values(), key=lambda t: float(t["status"]["observation"]["metrics"][0][
+        "latest"]))
+    assert found["best_trial"] == best["metadata"]["name"]
+    assert isinstance(found["best_parameters"]["batch_size"], int)  # typed as the trainer's
+
+
+def test_the_trial_tfjobs_get_the_runs_workers_and_gpus(synthetic_dataset, tmp_path,
+                                                        monkeypatch):
+    """The tune step takes num_workers and gpus_per_worker: every trial's TFJob has them."""
+    monkeypatch.delenv("FMNIST_PVC_NAME", raising=False)
+    from kfp_components.tune.step import tune_step
+    from tests.katib.test_katib_launcher import BEST, _launcher
+    from tests.standins.katib import state
+
+    with KatibStandIn([state("Succeeded", succeeded=1, best=BEST)], [BEST]) as standin:
+        tune_step(model_type="dropout", base=TrainingConfig(model_type="dropout"),
+                  tuning={"algorithm": "random", "max_trials": 4, "early_stopping": False},
+                  data_dir=str(synthetic_dataset), output_dir=str(tmp_path / "search"),
+                  backend="kubernetes", num_workers=3, gpus_per_worker=1,
+                  kubernetes={"namespace": "team-a", "pvc_name": "fmnist-pvc",
+                              "mount_path": str(tmp_path / "volume")},
+                  image=IMAGE, gpu_image=GPU_IMAGE, launcher=_launcher(standin))
+    [posted] = standin.posts()
+    replicas = posted["spec"]["trialTemplate"]["trialSpec"]["spec"]["tfReplicaSpecs"]
+    assert set(replicas) == {"Worker"} and replicas["Worker"]["replicas"] == 3
+    container = replicas["Worker"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert container["image"] == GPU_IMAGE
+
+
+# ---------------------------------------------------------------------------------------------
+# The user's kubernetes settings, merged over the compiled platform in one place
+
+
+@pytest.fixture
+def on_the_cluster(monkeypatch, tmp_path):
+    """A step pod's situation: the compiled claim in the environment, mounted at ``volume``,
+    and the namespace it runs in (team-a)."""
+    import fmnist.settings.jobs as jobs
+    import fmnist.settings.platform as platform
+
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    namespace_file = tmp_path / "namespace"
+    namespace_file.write_text("team-a")
+    monkeypatch.setenv("FMNIST_PVC_NAME", "fmnist-data")
+    monkeypatch.setattr(platform, "MOUNT_PATH", str(volume))
+    monkeypatch.setattr(jobs, "SERVICE_ACCOUNT_NAMESPACE", str(namespace_file))
+    return volume
+
+
+class _Recorded(Exception):
+    pass
+
+
+def test_user_settings_are_merged_over_the_compiled_claim(on_the_cluster, synthetic_dataset,
+                                                          tmp_path):
+    """At 1cd2394 the pipeline's kubernetes parameter replaced the compiled {"pvc_name": ...}:
+    --kubernetes '{"namespace": ..., "cpu": ...}' made a TFJob without a volume."""
+    from fmnist.kubernetes.tfjob import build_tfjob, to_manifest
+    from kfp_components.train.step import train_step
+
+    made = {}
+
+    def make_launcher(settings):
+        class Launcher:
+            def run(self, spec):
+                made["tfjob"] = to_manifest(build_tfjob(spec, settings))
+                raise _Recorded()
+        return Launcher()
+
+    with pytest.raises(_Recorded):
+        train_step(config=TrainingConfig(model_type="basic"), data_dir=str(synthetic_dataset),
+                   model_dir=str(tmp_path / "model"), backend="kubernetes",
+                   launcher_options={"namespace": "team-a", "cpu": "4"}, image=IMAGE,
+                   make_launcher=make_launcher)
+    pod = made["tfjob"]["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == "fmnist-data"
+    assert pod["containers"][0]["volumeMounts"][0]["mountPath"] == str(on_the_cluster)
+    assert pod["containers"][0]["resources"]["limits"]["cpu"] == "4"
+    assert pod["containers"][0]["image"] == IMAGE
+    command = pod["containers"][0]["command"]
+    assert command[command.index("--data-dir") + 1].startswith(f"{on_the_cluster}/datasets/")
+
+
+@pytest.mark.parametrize(("kubernetes", "problem"), [
+    ({"namespace": "team-b"}, "puts the TFJobs in namespace 'team-b', but this step runs in "
+                              "'team-a'"),
+    ({"pvc_name": "other-claim"}, "this step mounts the claim 'fmnist-data'"),
+    ({"mount_path": "/data"}, "this step mounts the claim 'fmnist-data'"),
+])
+def test_pods_that_could_not_share_the_claim_are_refused_before_anything(
+        on_the_cluster, synthetic_dataset, tmp_path, kubernetes, problem):
+    from kfp_components.train.step import train_step
+    from kfp_components.tune.step import tune_step
+
+    with KubernetesStandIn() as standin, KatibStandIn() as katib:
+        with pytest.raises(UserInputError, match=problem.replace("'", ".")):
+            train_step(config=TrainingConfig(model_type="basic"),
+                       data_dir=str(synthetic_dataset), model_dir=str(tmp_path / "model"),
+                       backend="kubernetes", launcher_options=kubernetes, image=IMAGE)
+        with pytest.raises(UserInputError, match=problem.replace("'", ".")):
+            tune_step(model_type="basic", base=TrainingConfig(model_type="basic"),
+                      tuning={"algorithm": "random"}, data_dir=str(synthetic_dataset),
+                      output_dir=str(tmp_path / "search"), backend="kubernetes",
+                      kubernetes=kubernetes, image=IMAGE)
+    assert standin.calls == [] and katib.calls == []
+    assert list(on_the_cluster.iterdir()) == []  # nothing staged
+
+
+def test_a_tfjob_needs_a_shared_claim(monkeypatch, synthetic_dataset, tmp_path):
+    from kfp_components.train.step import train_step
+
+    monkeypatch.delenv("FMNIST_PVC_NAME", raising=False)
+    with pytest.raises(UserInputError, match="needs the shared claim.*FMNIST_PVC_NAME"):
+        train_step(config=TrainingConfig(model_type="basic"), data_dir=str(synthetic_dataset),
+                   model_dir=str(tmp_path / "model"), backend="kubernetes",
+                   launcher_options={"namespace": "team-a"}, image=IMAGE)
+
+
+def test_a_step_given_no_image_creates_nothing_and_names_its_input(on_the_cluster,
+                                                                    synthetic_dataset,
+                                                                    tmp_path, monkeypatch):
+    """The pods' image comes from the step's inputs alone: not from the environment, where
+    FMNIST_COMPONENT_IMAGE only records the step's own image for lineage."""
+    from fmnist.batch.indexed_job_scorer import IndexedJobScorer
+    from kfp_components.train.step import train_step
+    from kfp_components.tune.step import tune_step
+
+    monkeypatch.setenv("FMNIST_COMPONENT_IMAGE", IMAGE)
+    with KubernetesStandIn() as standin, KatibStandIn() as katib:
+        with pytest.raises(UserInputError, match="no image for the pods.*step's image input"):
+            train_step(config=TrainingConfig(model_type="basic"),
+                       data_dir=str(synthetic_dataset), model_dir=str(tmp_path / "model"),
+                       backend="kubernetes", launcher_options={})
+        with pytest.raises(UserInputError, match="no image for the pods.*step's image input"):
+            tune_step(model_type="basic", base=TrainingConfig(model_type="basic"),
+                      tuning={"algorithm": "random"}, data_dir=str(synthetic_dataset),
+                      output_dir=str(tmp_path / "search"), backend="kubernetes")
+        with pytest.raises(UserInputError, match="no image for the pods.*step's image input"):
+            IndexedJobScorer(namespace="team-a")
+        with pytest.raises(UserInputError, match="asks for 1 GPU.*gpu_image input"):
+            train_step(config=TrainingConfig(model_type="basic"),
+                       data_dir=str(synthetic_dataset), model_dir=str(tmp_path / "model"),
+                       backend="kubernetes", gpus_per_worker=1, image=IMAGE)
+    assert standin.calls == [] and katib.calls == []
+    assert list(on_the_cluster.iterdir()) == []  # nothing staged

@@ -1,0 +1,92 @@
+"""A real local run (the real Fashion-MNIST, a few thousand training images) and what it must
+show: batch prediction of the 10,000 test images with the selection's test accuracy exactly,
+the lineage chain from the served model back to the dataset, and TensorBoard serving the
+training logs."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from fmnist.lineage import content_digest
+from fmnist.settings.pipeline import PipelineParameters
+from fmnist_kfp.cli import main as cli_main
+from tests.fmnist.kubernetes.test_tensorboard import served_scalar_tags
+
+
+@pytest.fixture(scope="module")
+def real_run(real_data_dir, tmp_path_factory):
+    """One local run on the real data: two CNNs, one epoch on 3,000 images."""
+    from fmnist_kfp.local_run import run_local
+    from serving.deploy.local_deployer import stop_server
+
+    root = tmp_path_factory.mktemp("real-run")
+    os.environ["FMNIST_SERVING_STATE_DIR"] = str(root / "serving")
+    parameters = PipelineParameters(
+        data_source=str(real_data_dir), train_examples=3000, epochs=1, batch_size=64,
+        model_types=["basic", "dropout"], prediction_images=200, verification_images=100,
+        batch_prediction_workers=2)
+    try:
+        summary = run_local(parameters, pipeline_root=str(root / "runs"))
+        yield root / "runs", summary
+    finally:
+        stop_server(parameters.model_name)
+        os.environ.pop("FMNIST_SERVING_STATE_DIR", None)
+
+
+@pytest.mark.slow
+def test_batch_prediction_of_the_test_split_matches_the_selection_exactly(real_run):
+    _, summary = real_run
+    batch = summary["batch_prediction"]
+    assert batch["rows"] == batch["predicted"] == batch["labelled"] == 10_000
+    assert batch["errors"] == 0 and batch["workers"] == 2
+    assert batch["accuracy"] == summary["best_test_accuracy"]
+    rows = [json.loads(line) for part in sorted(Path(batch["path"]).glob("*.jsonl"))
+            for line in part.read_text().splitlines()]
+    assert len({row["id"] for row in rows}) == 10_000
+    correct = sum(row["class"] == row["label"] for row in rows)
+    assert correct / 10_000 == pytest.approx(summary["best_test_accuracy"], abs=1e-9)
+
+
+@pytest.mark.slow
+def test_the_lineage_names_the_dataset_the_training_the_selection_and_the_served_model(
+        real_run, capsys):
+    root, summary = real_run
+    nodes = summary["lineage"]
+    tasks = [node.get("task") for node in nodes]
+    assert tasks[:4] == ["deploy-model", "select-best-model", "ingest-fashion-mnist",
+                         "train-model"]
+    deploy, select, dataset, train = nodes[:4]
+    best = Path(summary["best_model_path"])
+    assert deploy["served"]["version"] == content_digest(str(best)) == select["digest"]
+    assert deploy["served"]["url"] == summary["deployment"]["url"]
+    assert select["parameters"]["model_type"] == summary["best_model_type"]
+    assert select["parameters"]["test_accuracy"] == summary["best_test_accuracy"]
+    assert train["parameters"]["model_type"] == summary["best_model_type"]
+    assert train["parameters"]["hyperparameters"]["batch_size"] == 64
+    assert train["producer"]["step"] == "train" and train["digest"] == select["digest"]
+    assert dataset["digest"] == content_digest(dataset["uri"])
+    assert len(dataset["parameters"]["idx_sha256"]) == 4
+    # The same chain from the command line, and from the selected model.
+    assert cli_main(["lineage", str(root), "--verify"]) == 0
+    text = capsys.readouterr().out
+    for expected in (dataset["digest"][:19], select["digest"][:19], "hyperparameters:",
+                     "served:", "train-model", "select-best-model"):
+        assert expected in text
+    assert cli_main(["lineage", str(best)]) == 0
+    assert capsys.readouterr().out.startswith("best_model " + select["digest"][:19])
+    report = Path(summary["report_markdown_path"]).read_text()
+    assert "## Lineage" in report and dataset["digest"][:19] in report
+
+
+@pytest.mark.slow
+def test_fmnist_kfp_tensorboard_serves_the_runs_training_logs(real_run):
+    root, summary = real_run
+    assert set(summary["tensorboard"]) == {"basic", "dropout"}
+    summary_path = root / "summary.json"
+    assert json.loads(summary_path.read_text())["tensorboard"] == summary["tensorboard"]
+    tags = served_scalar_tags(["--summary", str(summary_path)])
+    assert "epoch_loss" in tags["basic/train"] and "epoch_accuracy" in tags["dropout/train"]
