@@ -22,7 +22,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from tests import ROOT
+
 CONTAINER = "tensorflow"  # tensorflow_types.go: TFJobDefaultContainerName
 DEFAULT_PORT = 2222  # tensorflow_types.go: TFJobDefaultPort
 # common_types.go v1.9.2 lines 25-37: the labels the operator puts on every pod.
@@ -127,7 +128,7 @@ class Kubelet:
         pod.log_path = self.work_dir / f"{pod.name}-{pod.uid[:8]}.log"
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TMPDIR")}
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-        env["PYTHONPATH"] = str(REPO)  # the image has the package installed
+        env["PYTHONPATH"] = str(ROOT)  # the image has the package installed
         env["HOME"] = str(self.work_dir)
         env.update(pod.env)
         with open(pod.log_path, "wb") as log:
