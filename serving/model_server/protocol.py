@@ -7,13 +7,17 @@ instance is a 4xx naming it, never a failed batch:
 
     {"instances": [{"image_bytes": {"b64": "<PNG, JPEG, GIF, BMP or WebP, any size>"}}]}
     {"instances": [[[0, 12, ...28 numbers], ...28 rows]]}          # raw 28×28 pixels, 0–255
+                                                                   # (or all in [0, 1])
     {"instances": [{"pixels": [[...], ...]}]}                      # the same, named
 
   answered with ``{"predictions": [{"probabilities": [...10], "class_index": 9,
   "class_name": "Ankle boot"}]}``.
 * V2 (Open Inference Protocol, REST and gRPC): one input named ``image_bytes`` (``BYTES``
   ``[N]``: raw image bytes with the binary extension or gRPC, base64 strings in JSON) or
-  ``pixels`` (``FP32``/``UINT8``/… ``[N, 28, 28]``), answered with the outputs
+  ``pixels`` (``FP32``/``UINT8``/… ``[N, 28, 28]``, 0–255; an image whose values all lie in
+  [0, 1], some fractional, is read as a [0, 1] image, :func:`from_unit_scale`: KServe's V2
+  metadata has no field for a range, kserve 0.21 ``protocol/rest/v2_datamodels.py`` L57-70),
+  answered with the outputs
   ``probabilities`` ``FP32 [N, 10]``, ``class_index`` ``INT32 [N]`` and ``class_name``
   ``BYTES [N]``. ``GET /v2/models/<name>`` lists exactly these (:data:`V2_INPUTS`,
   :data:`V2_OUTPUTS`).
@@ -97,7 +101,19 @@ def decode_b64_image(text: Any, where: str, limits: ImageLimits) -> OpenedImage:
 
 def _check_pixel_values(pixels: np.ndarray, where: str) -> None:
     if not np.isfinite(pixels).all() or pixels.min() < 0 or pixels.max() > 255:
-        raise InvalidInput(f"{where}: pixel values must be finite numbers in 0–255")
+        raise InvalidInput(f"{where}: pixel values must be finite numbers in 0–255 (or all "
+                           "in [0, 1], read as a [0, 1] image)")
+
+
+def from_unit_scale(pixels: np.ndarray) -> np.ndarray:
+    """Pixels scaled as Keras users scale images (``x / 255``) back to the dataset's 0–255:
+    an image whose values all lie in [0, 1], at least one of them fractional, is read as a
+    [0, 1] image. 0–255 images are whole numbers (the dataset's are 8-bit) and all but black
+    ones exceed 1; an image of only 0s and 1s stays as sent."""
+    if pixels.size and float(pixels.max()) <= 1.0 and float(pixels.min()) >= 0.0 \
+            and not np.array_equal(pixels, np.round(pixels)):
+        return pixels * np.float32(255)
+    return pixels
 
 
 def check_pixels(value: Any, where: str) -> np.ndarray:
@@ -114,7 +130,7 @@ def check_pixels(value: Any, where: str) -> np.ndarray:
             f"got {list(pixels.shape)}"
         )
     _check_pixel_values(pixels, where)
-    return pixels
+    return from_unit_scale(pixels)
 
 
 def _v1_instance(instance: Any, index: int, limits: ImageLimits) -> Instance:
@@ -205,7 +221,8 @@ def parse_v2(request: InferRequest, max_instances: int, limits: ImageLimits) -> 
         valid = np.isfinite(array) & (array >= 0) & (array <= 255)
         bad = int(np.flatnonzero(~valid.all(axis=(1, 2)))[0])
         _check_pixel_values(array[bad], f"{PIXELS}[{bad}]")
-    return ParsedRequest("v2", list(array), request.id or "", request)
+    return ParsedRequest("v2", [from_unit_scale(image) for image in array], request.id or "",
+                         request)
 
 
 def binary_infer_request(body: bytes, json_length: Any, model_name: str) -> InferRequest:

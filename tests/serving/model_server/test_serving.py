@@ -199,12 +199,15 @@ def _graph_pixels(data: bytes) -> np.ndarray:
     return tf.image.resize(gray, [28, 28])[..., 0].numpy()
 
 
-def test_the_fast_path_decodes_every_format_as_the_savedmodel_graph_does(images,
+def test_the_fast_path_decodes_every_format_as_the_savedmodel_graph_does(real_test_set,
                                                                         exported_model):
-    """Colour, alpha, palette, 16-bit, CMYK, animation, other sizes: the Python decoder and
-    the exported ``serving_default`` (what TF Serving runs) give the same pixels and the
-    same probabilities."""
+    """Colour, alpha, palette, 16-bit, CMYK, animation, other sizes: for dataset-style images
+    (real test images: light on black, filling the frame) the Python decoder and the exported
+    ``serving_default`` (what TF Serving runs) give the same pixels and the same
+    probabilities. Photo-style images get the photo rules in Python only (test_photos.py)."""
     import tensorflow as tf
+
+    images, _ = real_test_set
 
     from fmnist.images import decode_image
     from serving.model_server.predictor import resolve_saved_model_dir
@@ -612,40 +615,6 @@ def test_serve_without_a_selected_model_says_what_to_do(tmp_path, capsys):
 
 
 # A trained model on the real data: formats and stock V2 clients
-
-
-@pytest.fixture(scope="session")
-def real_test_set(real_data_dir):
-    from fmnist.dataset.sources import load
-
-    split = load(str(real_data_dir)).splits["test"]
-    return split.images[:1000], split.labels[:1000]
-
-
-@pytest.fixture(scope="session")
-def trained_model(real_data_dir, tmp_path_factory) -> Path:
-    """The batch-norm CNN, 3 epochs on the real training set (about 45 s on 2 cores, ~91%
-    test accuracy), exported as training exports it."""
-    import tf_keras as keras
-
-    from fmnist.dataset.sources import load
-    from fmnist.settings.training import TrainingConfig
-    from fmnist.training.export import export_saved_model
-    from fmnist.training.models import build_model
-
-    train = load(str(real_data_dir)).splits["train"]
-    keras.utils.set_random_seed(0)
-    model = build_model(TrainingConfig(model_type="batchnorm"))
-    epochs, batch_size = 3, 128
-    steps = epochs * -(-len(train.images) // batch_size)
-    model.compile(optimizer=keras.optimizers.Adam(
-        keras.optimizers.schedules.CosineDecay(3e-3, steps)),
-        loss="sparse_categorical_crossentropy")
-    model.fit(train.images.astype(np.float32)[..., None], train.labels, batch_size=batch_size,
-              epochs=epochs, verbose=0)
-    directory = tmp_path_factory.mktemp("trained")
-    export_saved_model(model, str(directory / "1"))
-    return directory
 
 
 @pytest.fixture(scope="module")
