@@ -29,6 +29,7 @@ def predictor_args(settings: KServeSettings) -> list[str]:
         f"--http_port={HTTP_PORT}",
         f"--max_batch_size={settings.max_batch_size}",
         f"--max_batch_latency_ms={settings.max_batch_latency_ms:g}",
+        f"--uncertain_margin={settings.uncertain_margin:g}",
     ]
 
 

@@ -39,7 +39,9 @@ DEPLOYMENT_MODES = ("", "Serverless", "Knative", "RawDeployment", "Standard")
 KFP_STORE_SERVICE_ACCOUNT = "fmnist-serving"
 STORAGE_SCHEMES = ("pvc://", "s3://", "gs://")
 _BUCKET_NAME = r"^[a-z0-9][a-z0-9._-]*[a-z0-9]$"  # S3 and GCS bucket names
-LOCAL_SERVING_KEYS = ("max_batch_size", "max_batch_latency_ms")  # what the local backend uses
+# What the local backend uses.
+LOCAL_SERVING_KEYS = ("max_batch_size", "max_batch_latency_ms", "uncertain_margin")
+TOP_CLASSES = 3  # how many classes each answer lists, most probable first
 
 
 def _service_name(name: str, value: str) -> str | None:
@@ -179,6 +181,13 @@ def _batch_latency(name: str, value: float) -> str | None:
     return None
 
 
+def _margin(name: str, value: float) -> str | None:
+    if not 0 <= value <= 1:
+        return (f"uncertain_margin={value:g} must be in [0, 1]: it is a difference of two "
+                "probabilities (0 flags nothing, 1 flags every answer)")
+    return None
+
+
 def _ready_timeout(name: str, value: float) -> str | None:
     if not value > 0:
         return (f"ready_timeout_seconds={value:g} must be positive; pulling the image and the "
@@ -230,6 +239,10 @@ class ServingSettings(Settings):
     max_batch_latency_ms: float = setting(
         1.0, help="Longest a request waits for others to fill a batch (locally too).",
         rules=[_batch_latency])
+    uncertain_margin: float = setting(
+        0.2, help="An answer whose two most probable classes are closer than this is flagged "
+                  "`uncertain`, for a client to route the image to a person (locally too).",
+        rules=[_margin])
     ready_timeout_seconds: float = setting(
         600.0, help="How long a new revision (or candidate) may take to become Ready.",
         rules=[_ready_timeout])
@@ -267,9 +280,10 @@ class ServingSettings(Settings):
         return problems
 
     def local_problems(self) -> list[str]:
-        """What the local backend uses of these settings: the batching."""
+        """What the local backend uses of these settings: the batching, the margin."""
         return [p for p in (_batch_size("", self.max_batch_size),
-                            _batch_latency("", self.max_batch_latency_ms)) if p]
+                            _batch_latency("", self.max_batch_latency_ms),
+                            _margin("", self.uncertain_margin)) if p]
 
     def local_server_args(self, given: dict) -> list[str]:
         """The local predictor's flags for the batching keys the user gave."""

@@ -33,6 +33,7 @@ from fmnist.images import (
 )
 from serving.model_server.batching import AdaptiveBatcher
 from serving.model_server.protocol import (
+    DEFAULT_UNCERTAIN_MARGIN,
     PIXELS,
     V2_INPUTS,
     V2_OUTPUTS,
@@ -134,10 +135,12 @@ class _ProtocolModel(Model):
     benchmark's no-op one."""
 
     def __init__(self, name: str, max_instances: int = DEFAULT_MAX_INSTANCES,
-                 image_limits: ImageLimits | None = None):
+                 image_limits: ImageLimits | None = None,
+                 uncertain_margin: float = DEFAULT_UNCERTAIN_MARGIN):
         super().__init__(name)
         self.max_instances = max_instances
         self.image_limits = image_limits or ImageLimits()
+        self.uncertain_margin = uncertain_margin
 
     async def preprocess(self, payload: dict | InferRequest | bytes,
                          headers: dict[str, str] | None = None) -> ParsedRequest:
@@ -152,8 +155,8 @@ class _ProtocolModel(Model):
                           headers: dict[str, str] | None = None) -> Any:
         request, predictions = result
         if request.protocol == "v2":
-            return v2_response(self.name, request, predictions)
-        return v1_response(predictions)
+            return v2_response(self.name, request, predictions, self.uncertain_margin)
+        return v1_response(predictions, self.uncertain_margin)
 
     def get_input_types(self) -> list[dict]:
         return [dict(tensor) for tensor in V2_INPUTS]
@@ -179,8 +182,9 @@ class FashionMnistModel(_ProtocolModel):
     def __init__(self, name: str, model_dir: str, *, max_batch_size: int = 32,
                  max_batch_latency_ms: float = 1.0,
                  max_instances: int = DEFAULT_MAX_INSTANCES, fast_path: bool = True,
-                 image_limits: ImageLimits | None = None):
-        super().__init__(name, max_instances, image_limits)
+                 image_limits: ImageLimits | None = None,
+                 uncertain_margin: float = DEFAULT_UNCERTAIN_MARGIN):
+        super().__init__(name, max_instances, image_limits, uncertain_margin)
         self.model_dir = model_dir
         self.saved_model_dir = ""
         self.fast_path = fast_path

@@ -11,16 +11,18 @@ instance is a 4xx naming it, never a failed batch:
     {"instances": [{"pixels": [[...], ...]}]}                      # the same, named
 
   answered with ``{"predictions": [{"probabilities": [...10], "class_index": 9,
-  "class_name": "Ankle boot"}]}``.
+  "class_name": "Ankle boot", "top_classes": [{"class_index", "class_name", "probability"}
+  ×3], "margin": 0.95, "uncertain": false}]}``.
 * V2 (Open Inference Protocol, REST and gRPC): one input named ``image_bytes`` (``BYTES``
   ``[N]``: raw image bytes with the binary extension or gRPC, base64 strings in JSON) or
   ``pixels`` (``FP32``/``UINT8``/… ``[N, 28, 28]``, 0–255; an image whose values all lie in
   [0, 1], some fractional, is read as a [0, 1] image, :func:`from_unit_scale`: KServe's V2
   metadata has no field for a range, kserve 0.21 ``protocol/rest/v2_datamodels.py`` L57-70),
   answered with the outputs
-  ``probabilities`` ``FP32 [N, 10]``, ``class_index`` ``INT32 [N]`` and ``class_name``
-  ``BYTES [N]``. ``GET /v2/models/<name>`` lists exactly these (:data:`V2_INPUTS`,
-  :data:`V2_OUTPUTS`).
+  ``probabilities`` ``FP32 [N, 10]``, ``class_index`` ``INT32 [N]``, ``class_name``
+  ``BYTES [N]``, ``top_class_index`` ``INT32 [N, 3]``, ``top_probability`` ``FP32 [N, 3]``,
+  ``margin`` ``FP32 [N]`` and ``uncertain`` ``BOOL [N]`` (:func:`certainty`).
+  ``GET /v2/models/<name>`` lists exactly these (:data:`V2_INPUTS`, :data:`V2_OUTPUTS`).
 
 Images are only opened here (header read, limits checked); the model decodes them
 (:mod:`fmnist.images`).
@@ -44,8 +46,11 @@ from kserve.protocol.infer_type import (
     RequestedOutput,
 )
 
-from fmnist.dataset.official import IMAGE_SIZE, NUM_CLASSES
+from fmnist.dataset.official import CLASS_NAMES, IMAGE_SIZE, NUM_CLASSES
 from fmnist.images import ImageLimits, OpenedImage, open_image
+from fmnist.settings.serving import TOP_CLASSES, ServingSettings
+
+DEFAULT_UNCERTAIN_MARGIN = ServingSettings().uncertain_margin
 
 IMAGE_BYTES = "image_bytes"
 PIXELS = "pixels"
@@ -61,6 +66,12 @@ V2_OUTPUTS = [
     {"name": "probabilities", "datatype": "FP32", "shape": [-1, NUM_CLASSES]},
     {"name": "class_index", "datatype": "INT32", "shape": [-1]},
     {"name": "class_name", "datatype": "BYTES", "shape": [-1]},
+    # How sure the model is: the TOP_CLASSES most probable classes, the margin between the
+    # first two, and whether it is under the server's --uncertain_margin.
+    {"name": "top_class_index", "datatype": "INT32", "shape": [-1, TOP_CLASSES]},
+    {"name": "top_probability", "datatype": "FP32", "shape": [-1, TOP_CLASSES]},
+    {"name": "margin", "datatype": "FP32", "shape": [-1]},
+    {"name": "uncertain", "datatype": "BOOL", "shape": [-1]},
 ]
 
 Instance = np.ndarray | OpenedImage  # float32 [28, 28] pixels, or an image still to decode
@@ -291,20 +302,44 @@ class Predictions:
     class_name: list[str]
 
 
-def v1_response(predictions: Predictions) -> dict:
+@dataclass
+class Certainty:
+    """How sure the model is of each answer: its most probable classes, most probable first,
+    the margin between the first two, and whether that margin is under the threshold."""
+
+    top_class_index: np.ndarray  # int32 [N, TOP_CLASSES]
+    top_probability: np.ndarray  # float32 [N, TOP_CLASSES]
+    margin: np.ndarray  # float32 [N]
+    uncertain: np.ndarray  # bool [N]
+
+
+def certainty(probabilities: np.ndarray, uncertain_margin: float) -> Certainty:
+    order = np.argsort(-probabilities, axis=1, kind="stable")[:, :TOP_CLASSES]
+    top = np.take_along_axis(probabilities, order, axis=1).astype(np.float32)
+    margin = (top[:, 0] - top[:, 1]).astype(np.float32)
+    return Certainty(order.astype(np.int32), top, margin, margin < np.float32(uncertain_margin))
+
+
+def v1_response(predictions: Predictions,
+                uncertain_margin: float = DEFAULT_UNCERTAIN_MARGIN) -> dict:
+    sure = certainty(predictions.probabilities, uncertain_margin)
     return {
         "predictions": [
-            {"probabilities": probabilities, "class_index": int(index), "class_name": name}
-            for probabilities, index, name in zip(
+            {"probabilities": probabilities, "class_index": int(index), "class_name": name,
+             "top_classes": [{"class_index": int(c), "class_name": CLASS_NAMES[int(c)],
+                              "probability": float(p)} for c, p in zip(classes, top, strict=True)],
+             "margin": float(margin), "uncertain": bool(uncertain)}
+            for probabilities, index, name, classes, top, margin, uncertain in zip(
                 predictions.probabilities.tolist(), predictions.class_index,
-                predictions.class_name, strict=True,
+                predictions.class_name, sure.top_class_index, sure.top_probability,
+                sure.margin, sure.uncertain, strict=True,
             )
         ]
     }
 
 
-def v2_response(model_name: str, request: ParsedRequest,
-                predictions: Predictions) -> InferResponse:
+def v2_response(model_name: str, request: ParsedRequest, predictions: Predictions,
+                uncertain_margin: float = DEFAULT_UNCERTAIN_MARGIN) -> InferResponse:
     """The three outputs, in binary when the client asked for it (REST ``binary_data``
     parameters, gRPC raw inputs), restricted to the outputs it requested, if it named any."""
     count = len(predictions.class_name)
@@ -316,6 +351,15 @@ def v2_response(model_name: str, request: ParsedRequest,
         InferOutput("class_index", [count], "INT32",
                     [int(index) for index in predictions.class_index]),
         InferOutput("class_name", [count], "BYTES", list(predictions.class_name)),
+    ]
+    sure = certainty(predictions.probabilities, uncertain_margin)
+    outputs += [
+        InferOutput("top_class_index", [count, TOP_CLASSES], "INT32",
+                    sure.top_class_index.reshape(-1).tolist()),
+        InferOutput("top_probability", [count, TOP_CLASSES], "FP32",
+                    sure.top_probability.reshape(-1).tolist()),
+        InferOutput("margin", [count], "FP32", sure.margin.tolist()),
+        InferOutput("uncertain", [count], "BOOL", sure.uncertain.tolist()),
     ]
     source = request.v2_request
     known = {output.name for output in outputs}

@@ -27,6 +27,7 @@ import time
 from kserve.logging import logger
 
 from serving.model_server.kserve_internals import LoopbackModelServer
+from serving.model_server.protocol import DEFAULT_UNCERTAIN_MARGIN
 from serving.model_server.request_gate import DEFAULT_MAX_BODY_BYTES
 
 DEFAULT_MODEL_NAME = "fashion-mnist"
@@ -70,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="most pixels an image may declare (checked before decoding)")
     parser.add_argument("--max_image_side", type=int, default=DEFAULT_MAX_IMAGE_SIDE,
                         help="longest side an image may declare (checked before decoding)")
+    parser.add_argument("--uncertain_margin", type=float, default=DEFAULT_UNCERTAIN_MARGIN,
+                        help="flag an answer uncertain when its two most probable classes "
+                             "are closer than this")
     parser.add_argument("--access_log", action="store_true", help="log every request")
     parser.add_argument("--no_fast_path", action="store_true",
                         help="run the model in TensorFlow, not LiteRT")
@@ -88,11 +92,14 @@ def serve(args: argparse.Namespace) -> None:
         limits = ImageLimits(args.max_image_pixels, args.max_image_side)
     except ValueError as error:
         sys.exit(f"error: {error}")
+    if not 0 <= args.uncertain_margin <= 1:
+        sys.exit(f"error: --uncertain_margin must be in [0, 1], got {args.uncertain_margin:g}")
     if args.workers < 1:
         sys.exit(f"error: --workers must be at least 1, got {args.workers}")
     if args.noop:
         baseline = NoOpModel if args.noop == "model" else BareNoOpModel
-        model = baseline(args.model_name, max_instances=args.max_instances, image_limits=limits)
+        model = baseline(args.model_name, max_instances=args.max_instances, image_limits=limits,
+                         uncertain_margin=args.uncertain_margin)
     else:
         if not args.model_dir:
             sys.exit("--model_dir is required: the directory the training step exported")
@@ -102,6 +109,7 @@ def serve(args: argparse.Namespace) -> None:
             args.model_name, args.model_dir, max_batch_size=args.max_batch_size,
             max_batch_latency_ms=args.max_batch_latency_ms, max_instances=args.max_instances,
             fast_path=not args.no_fast_path, image_limits=limits,
+            uncertain_margin=args.uncertain_margin,
         )
     model.load()
     # Long-lived objects (TensorFlow's, when loaded) stay: keep the collector from walking them.

@@ -175,6 +175,7 @@ def test_serving_runtime_passes_the_crd_and_runs_our_predictor():
     assert container["args"] == [
         "--model_dir=/mnt/models", "--model_name={{.Name}}", "--host=0.0.0.0",
         "--http_port=8080", "--max_batch_size=16", "--max_batch_latency_ms=3",
+        "--uncertain_margin=0.2",  # the serving setting reaches the predictor on the cluster
     ]
     assert container["ports"] == [{"containerPort": 8080, "protocol": "TCP"}]
     assert container["resources"]["limits"] == {"cpu": "1", "memory": "2Gi"}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx
 import numpy as np
 import pytest
 from PIL import Image
@@ -222,3 +223,69 @@ def test_unit_scaled_pixels_through_kserves_own_client_get_the_same_classes(phot
     as_255, as_unit = asyncio.run(classes(batch)), asyncio.run(classes(batch / 255))
     assert as_unit == as_255
     assert np.mean(np.asarray(as_unit) == labels[:100]) >= 0.85
+
+
+# How sure the model is
+
+
+@pytest.fixture(scope="module")
+def pixels_of_some():
+    from tests.fixtures import synthetic_split
+
+    return synthetic_split(8, seed=5)[0]
+
+
+@pytest.fixture(scope="module")
+def untrained_server(exported_model, tmp_path_factory):
+    running = start_model_server(exported_model, tmp_path_factory.mktemp("sure-ports"))
+    yield running
+    stop_model_server(running)
+
+
+def test_every_answer_says_how_sure_the_model_is(untrained_server, pixels_of_some):
+    """V1: the top three classes with their probabilities, the margin between the first two
+    and the ``uncertain`` flag (margin under --uncertain_margin, 0.2 by default)."""
+    response = predict(untrained_server.url, {"instances": pixels_of_some.tolist()})
+    assert response.status_code == 200, response.text
+    for answer in response.json()["predictions"]:
+        top = answer["top_classes"]
+        probabilities = answer["probabilities"]
+        assert [t["class_index"] for t in top] == list(np.argsort(probabilities)[::-1][:3])
+        assert top[0]["class_index"] == answer["class_index"]
+        assert top[0]["class_name"] == answer["class_name"]
+        assert [t["probability"] for t in top] == pytest.approx(
+            sorted(probabilities, reverse=True)[:3], abs=1e-6)
+        assert answer["margin"] == pytest.approx(top[0]["probability"] - top[1]["probability"],
+                                                 abs=1e-6)
+        assert answer["uncertain"] is (answer["margin"] < 0.2)
+
+
+@pytest.mark.parametrize(("margin", "flagged"), [("0", False), ("1", True)])
+def test_the_uncertain_threshold_is_the_servers_setting(exported_model, pixels_of_some,
+                                                        tmp_path, margin, flagged):
+    images = pixels_of_some
+    running = start_model_server(exported_model, tmp_path, f"--uncertain_margin={margin}")
+    try:
+        answers = predict(running.url, {"instances": images[:4].tolist()}).json()
+        assert [a["uncertain"] for a in answers["predictions"]] == [flagged] * 4
+        body = {"inputs": [{"name": "pixels", "shape": [4, 28, 28], "datatype": "FP32",
+                            "data": images[:4].astype(float).reshape(-1).tolist()}]}
+        v2 = httpx.post(f"{running.url}/v2/models/{NAME}/infer", json=body, timeout=30).json()
+        outputs = {o["name"]: o for o in v2["outputs"]}
+        assert outputs["uncertain"]["datatype"] == "BOOL"
+        assert outputs["uncertain"]["data"] == [flagged] * 4
+        assert outputs["top_class_index"]["shape"] == [4, 3]
+        assert outputs["top_class_index"]["data"][::3] == outputs["class_index"]["data"]
+    finally:
+        stop_model_server(running)
+
+
+def test_a_margin_outside_0_1_is_refused_before_serving(exported_model):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "serving.model_server.server", "--model_dir",
+                           str(exported_model), "--uncertain_margin", "1.5"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "--uncertain_margin must be in [0, 1], got 1.5" in \
+        done.stderr

@@ -273,6 +273,10 @@ def test_v2_metadata_lists_every_tensor_and_health_answers(server):
         {"name": "probabilities", "datatype": "FP32", "shape": [-1, 10]},
         {"name": "class_index", "datatype": "INT32", "shape": [-1]},
         {"name": "class_name", "datatype": "BYTES", "shape": [-1]},
+        {"name": "top_class_index", "datatype": "INT32", "shape": [-1, 3]},
+        {"name": "top_probability", "datatype": "FP32", "shape": [-1, 3]},
+        {"name": "margin", "datatype": "FP32", "shape": [-1]},
+        {"name": "uncertain", "datatype": "BOOL", "shape": [-1]},
     ]
     ready = httpx.get(f"{server.url}/v2/models/{NAME}/ready")
     assert ready.status_code == 200 and ready.json() == {"name": NAME, "ready": True}
