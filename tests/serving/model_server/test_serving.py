@@ -687,7 +687,7 @@ def client_accuracy(mode: str, address: str, data: str) -> dict:
     image_input, pixel_input, class_output = _discover(metadata)
     arrays = np.load(data)
     images, labels = arrays["images"], arrays["labels"]
-    predicted = {"image": [], "pixels": []}
+    predicted = {"image": [], "pixels": [], "unit": []}
     kwargs = {} if mode == "grpc" else {"binary_data": binary}
     for start in range(0, len(images), 100):
         batch = images[start:start + 100]
@@ -701,13 +701,19 @@ def client_accuracy(mode: str, address: str, data: str) -> dict:
             pixel_input["name"], [len(batch), *[int(s) for s in pixel_input["shape"][1:]]],
             pixel_input["datatype"])
         by_pixels.set_data_from_numpy(batch.astype(np.float32), **kwargs)
-        for key, tensor in (("image", by_image), ("pixels", by_pixels)):
+        # The same pixels as Keras users scale them (x / 255): read as a [0, 1] image.
+        by_unit = client_module.InferInput(
+            pixel_input["name"], [len(batch), *[int(s) for s in pixel_input["shape"][1:]]],
+            pixel_input["datatype"])
+        by_unit.set_data_from_numpy(batch.astype(np.float32) / 255, **kwargs)
+        for key, tensor in (("image", by_image), ("pixels", by_pixels), ("unit", by_unit)):
             result = client.infer(NAME, [tensor])
             predicted[key].extend(result.as_numpy(class_output).tolist())
     return {"names": [image_input["name"], pixel_input["name"], class_output],
             **{f"accuracy_{key}": float(np.mean(np.asarray(classes) == labels))
                for key, classes in predicted.items()},
-            "agree": predicted["image"] == predicted["pixels"]}
+            "agree": predicted["image"] == predicted["pixels"],
+            "agree_unit": predicted["unit"] == predicted["pixels"]}
 
 
 @pytest.mark.slow
@@ -726,3 +732,4 @@ def test_stock_v2_clients_classify_real_test_images(trained_server, real_test_se
     assert result["accuracy_image"] >= 0.90, result
     assert result["accuracy_pixels"] >= 0.90, result
     assert result["agree"], result
+    assert result["agree_unit"], result  # before issue 22: HTTP 200 and about 10% right
