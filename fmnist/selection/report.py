@@ -152,8 +152,50 @@ def per_class_rows(candidates: list[dict[str, Any]], best: str) -> list[list[str
             + [f"{winner['per_class_accuracy'][i]:.3f}"] for i, name in enumerate(CLASS_NAMES)]
 
 
+def photo_examples_png(examples: list[dict[str, Any]]) -> str:
+    """A grid: each example as sent (as stored, EXIF not applied), above what the model sees
+    after the server's preprocessing, titled with the answer and its probability."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(2, len(examples), figsize=(1.9 * len(examples), 4.4),
+                                squeeze=False)
+    for column, example in enumerate(examples):
+        sent, seen = axes[0][column], axes[1][column]
+        sent.imshow(example["stored"])
+        sent.set_title(f"{example['variant']}\n{example['format']} "
+                       f"{example['size'][0]}×{example['size'][1]}", fontsize=7)
+        seen.imshow(example["seen"], cmap="gray", vmin=0, vmax=255)
+        right = example["predicted"] == example["true"]
+        seen.set_title(f"{example['predicted']} {100 * example['probability']:.0f}%\n"
+                       f"({'right' if right else 'true: ' + example['true']})", fontsize=7,
+                       color="#1a7f37" if right else "#cf222e")
+        for axis in (sent, seen):
+            axis.set_xticks([])
+            axis.set_yticks([])
+    axes[0][0].set_ylabel("as sent", fontsize=8)
+    axes[1][0].set_ylabel("as the model sees it", fontsize=8)
+    figure.tight_layout()
+    encoded = png_base64(figure)
+    plt.close(figure)
+    return encoded
+
+
+def photo_examples_markdown(examples: list[dict[str, Any]]) -> list[str]:
+    if not examples:
+        return []
+    lines = ["", "## The chosen model on photos", "",
+             "Test images sent as people send photos, after the server's preprocessing:", "",
+             "| sent as | true class | answer | probability |", "|---|---|---|---|"]
+    lines += [f"| {e['variant']} ({e['format']} {e['size'][0]}×{e['size'][1]}) | {e['true']} "
+              f"| {e['predicted']} | {100 * e['probability']:.1f}% |" for e in examples]
+    return lines
+
+
 def markdown_report(candidates: list[dict[str, Any]], best: str, num_validation: int,
-                    num_test: int) -> str:
+                    num_test: int, photos: list[dict[str, Any]] | None = None) -> str:
     lines = [
         "# Fashion-MNIST model selection",
         "",
@@ -172,11 +214,12 @@ def markdown_report(candidates: list[dict[str, Any]], best: str, num_validation:
         lines += ["", "## Lineage", "", "| " + " | ".join(LINEAGE_HEADER) + " |",
                   "|" + "---|" * len(LINEAGE_HEADER)]
         lines += ["| " + " | ".join(row) + " |" for row in lineage_rows(candidates)]
+    lines += photo_examples_markdown(photos or [])
     return "\n".join(lines) + "\n"
 
 
 def html_report(candidates: list[dict[str, Any]], best: str, num_validation: int,
-                num_test: int) -> str:
+                num_test: int, photos: list[dict[str, Any]] | None = None) -> str:
     def table(header: list[str], rows: list[list[str]]) -> str:
         head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
         body = "".join(
@@ -198,6 +241,12 @@ def html_report(candidates: list[dict[str, Any]], best: str, num_validation: int
                       + table(["epoch"] + [c["model_type"] for c in candidates
                                            if c.get("evaluation")], rows))
     matrix = confusion_matrix_png(winner["confusion_matrix"], f"{best}: test confusion matrix")
+    grid = ""
+    if photos:
+        grid = ("<h2>The chosen model on photos</h2>\n<p>Test images sent as people send "
+                "photos; below each, what the model sees after the server's preprocessing, "
+                "and its answer.</p>\n<img alt=\"photos as sent and as the model sees them\" "
+                f"src=\"data:image/png;base64,{photo_examples_png(photos)}\">")
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>Fashion-MNIST model selection</title>
 <style>
@@ -219,6 +268,7 @@ thead {{ background: #f3f3f3; }}
 {table(per_class_header(candidates, best), per_class_rows(candidates, best))}
 <h2>Confusion matrix of the winner</h2>
 <img alt="confusion matrix" src="data:image/png;base64,{matrix}">
+{grid}
 {lineage}
 </body></html>
 """

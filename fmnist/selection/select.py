@@ -82,13 +82,21 @@ def select_best(data_dir: str, model_dirs: list[str], best_model_dir: str,
         shutil.rmtree(best_model_dir)
     shutil.copytree(best["model_dir"], best_model_dir)
     counts = {"num_validation": int(len(labels)), "num_test": int(len(test_labels))}
+    from importlib.util import find_spec
+
+    from fmnist.selection.photo_examples import photo_examples
+
+    # The server's image decoder comes with the serving extra; without it the report has no
+    # photo examples.
+    photos = photo_examples(os.path.join(best["model_dir"], SAVED_MODEL_VERSION), test_images,
+                            test_labels) if find_spec("kserve") else []
     return Selection(
         best=best,
         candidates=candidates,
         num_validation_examples=counts["num_validation"],
         num_test_examples=counts["num_test"],
-        markdown=markdown_report(candidates, best["model_type"], **counts),
-        html=html_report(candidates, best["model_type"], **counts),
+        markdown=markdown_report(candidates, best["model_type"], **counts, photos=photos),
+        html=html_report(candidates, best["model_type"], **counts, photos=photos),
     )
 
 

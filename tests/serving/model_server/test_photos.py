@@ -21,8 +21,8 @@ from fmnist.images import (
     decode_image,
     open_image,
 )
+from fmnist.photos import VARIANTS, variant
 from serving.model_server.protocol import from_unit_scale
-from tests.photo_corpus import VARIANTS, variant
 from tests.serving.model_server.test_serving import (
     NAME,
     b64,

@@ -1,5 +1,7 @@
-"""Photo-style versions of real Fashion-MNIST test images: the ways people actually send a
-picture of a garment, made from the dataset's own images so that the true class is known.
+"""Photo-style versions of real Fashion-MNIST images: the ways people actually send a picture
+of a garment, made from the dataset's own images so that the true class is known. The selection
+report shows the chosen model on a few (:mod:`fmnist.selection.photo_examples`); the tests and
+the docs measure accuracy on each way.
 
 The dataset's conversion (its README) made each 28×28 image from a product photo: trimmed,
 longest side resized to 28, centred, intensities negated (the garment light on black). Each

@@ -1,0 +1,70 @@
+"""The chosen model on photos, for the report: a few test images sent the ways people send
+pictures of garments (:mod:`fmnist.photos`), as sent, as the model sees them after the
+server's preprocessing (:mod:`fmnist.images`), and what it answers."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+
+# One of each: on white, off centre, stored sideways, with a shadow, cut out, small.
+EXAMPLE_VARIANTS = ("white_jpeg_300", "off_centre_420x300", "exif_6", "shadow", "cut_out_png",
+                    "small_in_large")
+
+
+def photo_examples(saved_model_dir: str, images: np.ndarray, labels: np.ndarray) -> list[dict]:
+    """One example per variant, from the first test images: the bytes sent, the image as
+    stored (what a viewer ignoring EXIF shows), the 28×28 pixels the model gets, the true and
+    predicted classes and the predicted class's probability."""
+    from PIL import Image
+
+    from fmnist.dataset.official import CLASS_NAMES
+    from fmnist.images import decode_image
+    from fmnist.photos import variant
+    from fmnist.selection.evaluate import predict
+
+    names = EXAMPLE_VARIANTS[:len(images)]
+    if not names:
+        return []
+    sent = [variant(images[i], name, seed=i) for i, name in enumerate(names)]
+    seen = np.stack([decode_image(data, name) for data, name in zip(sent, names, strict=True)])
+    probabilities, classes = predict(saved_model_dir, seen)[:2]
+    examples = []
+    for i, name in enumerate(names):
+        stored = Image.open(io.BytesIO(sent[i]))
+        stored.thumbnail((160, 160))
+        examples.append({
+            "variant": name, "format": Image.open(io.BytesIO(sent[i])).format,
+            "size": list(Image.open(io.BytesIO(sent[i])).size),
+            "stored": np.asarray(stored.convert("RGBA")), "seen": seen[i],
+            "true": CLASS_NAMES[int(labels[i])], "predicted": CLASS_NAMES[int(classes[i])],
+            "probability": float(probabilities[i][int(classes[i])]),
+        })
+    return examples
+
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m fmnist.selection.photo_examples MODEL_DIR DATA_DIR OUT.png``: the report's
+    photo grid for a model (its SavedModel directory) on a dataset's first test images (the
+    README's picture is made this way from a `make run` model)."""
+    import argparse
+    import base64
+    from pathlib import Path
+
+    from fmnist.dataset.sources import load
+    from fmnist.selection.report import photo_examples_png
+
+    parser = argparse.ArgumentParser(description=main.__doc__.split("\n")[0])
+    parser.add_argument("model_dir")
+    parser.add_argument("data_dir", help="the four official IDX files")
+    parser.add_argument("out")
+    args = parser.parse_args(argv)
+    test = load(args.data_dir).splits["test"]
+    examples = photo_examples(args.model_dir, test.images, test.labels)
+    Path(args.out).write_bytes(base64.b64decode(photo_examples_png(examples)))
+
+
+if __name__ == "__main__":
+    main()
