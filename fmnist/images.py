@@ -235,18 +235,17 @@ def _corner_values(gray: np.ndarray) -> np.ndarray:
     return np.array([float(np.median(patch)) for patch in patches], np.float32)
 
 
-def _background(gray: np.ndarray) -> np.ndarray | None:
+def _background(gray: np.ndarray, corners: np.ndarray) -> np.ndarray | None:
     """The background as a bilinear surface through the corners (a flat colour, a gradient, a
     light falling off), or None where at least three corners are the dataset's black. A corner
     far from the others (the garment reaching it) takes their mean instead."""
-    if int(np.sum(_corner_values(gray) <= FLAT_BACKGROUND)) >= 3:
+    if int(np.sum(corners <= FLAT_BACKGROUND)) >= 3:
         return None
-    return _corner_surface(gray)
+    return _corner_surface(gray, corners)
 
 
-def _corner_surface(gray: np.ndarray) -> np.ndarray:
-    """A bilinear surface through the four corners' colours."""
-    corners = _corner_values(gray)
+def _corner_surface(gray: np.ndarray, corners: np.ndarray) -> np.ndarray:
+    """A bilinear surface through the four corners' colours (:func:`_corner_values`)."""
     typical = np.abs(corners - np.median(corners)) <= TRIM_LEVEL
     if not typical.all() and typical.any():
         corners = np.where(typical, corners, corners[typical].mean())
@@ -337,11 +336,12 @@ def to_model_pixels(opened: OpenedImage) -> np.ndarray:
         raise InvalidInput(f"{opened.where}: the image cannot be decoded ({error})") from None
     gray, cut_out = _luminance(channels)
     negated = False
-    background = float(np.median(_corner_values(gray)))
+    corners = _corner_values(gray)
+    background = float(np.median(corners))
     if background > 127.5:
         # A garment photographed on light: the backdrop's light, uneven as lighting is
         # (a gradient, a shadow), divided out, then the dataset's negation.
-        backdrop = np.maximum(_corner_surface(gray), np.float32(1))
+        backdrop = np.maximum(_corner_surface(gray, corners), np.float32(1))
         gray = np.float32(255) - np.clip(gray / backdrop * np.float32(255), 0, 255)
         negated = True
     elif turned is None and not cut_out \
@@ -349,7 +349,7 @@ def to_model_pixels(opened: OpenedImage) -> np.ndarray:
         # Dataset-style (light on a dark background, filling the frame): exactly the pixels
         # the SavedModel's serving_default graph makes, as before.
         return _dataset_resize(channels)
-    plane = None if negated else _background(gray)
+    plane = None if negated else _background(gray, corners)
     if plane is not None:
         gray = np.clip(gray - plane, 0, 255)
     box = _object_box(gray)

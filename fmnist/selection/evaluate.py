@@ -43,7 +43,13 @@ def predict(saved_model_dir: str, images: np.ndarray,
     ``serving_pixels`` signature."""
     from fmnist.training.export import load_pixels_predictor
 
-    signature = load_pixels_predictor(saved_model_dir)
+    return predict_with(load_pixels_predictor(saved_model_dir), images, batch_size)
+
+
+def predict_with(signature, images: np.ndarray,
+                 batch_size: int = 2048) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`predict` with a predictor already loaded
+    (:func:`fmnist.training.export.load_pixels_predictor`)."""
     probabilities, classes = [], []
     for i in range(0, len(images), batch_size):
         outputs = signature(images[i : i + batch_size].astype(np.float32))

@@ -13,36 +13,36 @@ EXAMPLE_VARIANTS = ("white_jpeg_300", "off_centre_420x300", "exif_6", "shadow", 
                     "small_in_large")
 
 
-def photo_examples(saved_model_dir: str, images: np.ndarray, labels: np.ndarray) -> list[dict]:
-    """One example per variant, from the first test images: the bytes sent, the image as
-    stored (what a viewer ignoring EXIF shows), the 28×28 pixels the model gets, the true and
-    predicted classes and the predicted class's probability."""
+def photo_examples(predictor, images: np.ndarray, labels: np.ndarray) -> list[dict]:
+    """One example per variant, from the first test images: the image as stored (what a
+    viewer ignoring EXIF shows), its format and size, the 28×28 pixels the model gets, the true
+    and predicted classes and the predicted class's probability. ``predictor``: the model's
+    loaded pixels signature (:func:`fmnist.training.export.load_pixels_predictor`)."""
     from PIL import Image
 
     from fmnist.dataset.official import CLASS_NAMES
     from fmnist.images import decode_image
     from fmnist.photos import variant
-    from fmnist.selection.evaluate import predict
+    from fmnist.selection.evaluate import predict_with
 
     names = EXAMPLE_VARIANTS[:len(images)]
     if not names:
         return []
     sent = [variant(images[i], name, seed=i) for i, name in enumerate(names)]
     seen = np.stack([decode_image(data, name) for data, name in zip(sent, names, strict=True)])
-    probabilities, classes = predict(saved_model_dir, seen)[:2]
+    probabilities, classes = predict_with(predictor, seen)
     examples = []
     for i, name in enumerate(names):
         stored = Image.open(io.BytesIO(sent[i]))
+        image_format, size = stored.format, list(stored.size)
         stored.thumbnail((160, 160))
         examples.append({
-            "variant": name, "format": Image.open(io.BytesIO(sent[i])).format,
-            "size": list(Image.open(io.BytesIO(sent[i])).size),
+            "variant": name, "format": image_format, "size": size,
             "stored": np.asarray(stored.convert("RGBA")), "seen": seen[i],
             "true": CLASS_NAMES[int(labels[i])], "predicted": CLASS_NAMES[int(classes[i])],
             "probability": float(probabilities[i][int(classes[i])]),
         })
     return examples
-
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from fmnist.dataset.sources import load
     from fmnist.selection.report import photo_examples_png
+    from fmnist.training.export import load_pixels_predictor
 
     parser = argparse.ArgumentParser(description=main.__doc__.split("\n")[0])
     parser.add_argument("model_dir")
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("out")
     args = parser.parse_args(argv)
     test = load(args.data_dir).splits["test"]
-    examples = photo_examples(args.model_dir, test.images, test.labels)
+    examples = photo_examples(load_pixels_predictor(args.model_dir), test.images, test.labels)
     Path(args.out).write_bytes(base64.b64decode(photo_examples_png(examples)))
 
 

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from fmnist.errors import UserInputError
-from fmnist.selection.evaluate import evaluate_predictions, predict_classes
+from fmnist.selection.evaluate import evaluate_predictions, predict_classes, predict_with
 from fmnist.selection.report import html_report, markdown_report
 from fmnist.training.trainer import read_result
 
@@ -40,7 +40,7 @@ def select_best(data_dir: str, model_dirs: list[str], best_model_dir: str,
     ``lineages``: each model directory's lineage entry, shown in the reports.
     """
     from fmnist.dataset.pipeline import load_arrays
-    from fmnist.training.export import SAVED_MODEL_VERSION
+    from fmnist.training.export import SAVED_MODEL_VERSION, load_pixels_predictor
 
     if not model_dirs:
         raise UserInputError("no candidate models to select from")
@@ -73,9 +73,8 @@ def select_best(data_dir: str, model_dirs: list[str], best_model_dir: str,
     )[1]
     # The one read of the test split: the chosen model's report.
     test_images, test_labels = load_arrays(data_dir, "test")
-    test = evaluate_predictions(
-        test_labels,
-        predict_classes(os.path.join(best["model_dir"], SAVED_MODEL_VERSION), test_images))
+    chosen = load_pixels_predictor(os.path.join(best["model_dir"], SAVED_MODEL_VERSION))
+    test = evaluate_predictions(test_labels, predict_with(chosen, test_images)[1])
     best.update({"test_accuracy": round(test.accuracy, 4),
                  **{k: v for k, v in asdict(test).items() if k != "accuracy"}})
     if os.path.exists(best_model_dir):
@@ -88,8 +87,7 @@ def select_best(data_dir: str, model_dirs: list[str], best_model_dir: str,
 
     # The server's image decoder comes with the serving extra; without it the report has no
     # photo examples.
-    photos = photo_examples(os.path.join(best["model_dir"], SAVED_MODEL_VERSION), test_images,
-                            test_labels) if find_spec("kserve") else []
+    photos = photo_examples(chosen, test_images, test_labels) if find_spec("kserve") else []
     return Selection(
         best=best,
         candidates=candidates,

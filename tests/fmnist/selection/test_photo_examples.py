@@ -15,6 +15,7 @@ from fmnist.images import decode_image
 from fmnist.photos import variant
 from fmnist.selection.photo_examples import EXAMPLE_VARIANTS, photo_examples
 from fmnist.selection.report import html_report, markdown_report
+from fmnist.training.export import load_pixels_predictor
 
 CANDIDATE = {"model_type": "basic", "validation_accuracy": 0.9, "test_accuracy": 0.89,
              "parameters": 97802, "epochs": 1, "train_seconds": 1.0, "history": [],
@@ -29,7 +30,7 @@ def test_the_report_shows_photos_as_sent_and_as_the_model_sees_them(exported_mod
     images = np.zeros((6, 28, 28), np.uint8)
     images[:, 4:24, 8:20] = rng.integers(120, 255, (6, 20, 12))
     labels = np.arange(6)
-    examples = photo_examples(str(exported_model / "1"), images, labels)
+    examples = photo_examples(load_pixels_predictor(str(exported_model / "1")), images, labels)
     assert [e["variant"] for e in examples] == list(EXAMPLE_VARIANTS)
     for i, example in enumerate(examples):
         sent = variant(images[i], example["variant"], seed=i)
