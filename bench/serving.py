@@ -8,9 +8,16 @@ interleaved, medians reported. Throughput on a shared VM drifts by tens of perce
 to minute, so ratios are taken within each round, between measurements seconds apart, and
 their median is reported. Then a mixed-format run (different real test images, half PNG, half
 JPEG) against the predictor and the no-op model, and the acceptance run: at least 10,000
-requests at 32 connections, counting failures, with its p99. In-process predictions for scale.
-The load average before and after is recorded: figures taken while other work ran are not a
-quiet machine's. Writes bench/results/serving.json; about 5 minutes with the defaults.
+requests at 32 connections, counting failures, with its p99. Photos (issue 22): 64 different
+test images sent as people send pictures (``fmnist.photos``: on white, off centre, sideways with
+an EXIF tag, cut out, small in a large frame, shadowed, on a gradient, WebP, AVIF) at 1 and 5
+connections, the latency the photo rules add per image (photo p50 minus plain PNG p50, at 1
+connection, round by round), and the predictor's accuracy on each variant over HTTP.
+``--compare-ref REF`` also serves the code of a git commit (for example the last one before a
+change) beside today's, in the same rounds: its throughput and latency on every workload, its
+accuracy per variant, and today's over it. In-process predictions for scale. The load average
+before and after is recorded: figures taken while other work ran are not a quiet machine's.
+Writes bench/results/serving.json; about 5 minutes with the defaults, 8 with ``--compare-ref``.
 """
 
 from __future__ import annotations
@@ -106,7 +113,61 @@ def _request_bodies(data_source: str, work: Path) -> tuple[Path, Path]:
     return one, mixed
 
 
-def _start(name: str, args: list[str], model_dir: str, work: Path):
+def _photo_bodies(data_source: str, work: Path) -> Path:
+    """64 bodies, each a different test image sent as a photo, the photo variants in turn."""
+    from fmnist.dataset.sources import load
+    from fmnist.photos import PHOTO_VARIANTS, variant
+
+    images = load(data_source).splits["test"].images[:64]
+    photos = work / "photos.jsonl"
+    photos.write_text("\n".join(
+        json.dumps({"instances": [{"image_bytes": {"b64": base64.b64encode(variant(
+            image, PHOTO_VARIANTS[i % len(PHOTO_VARIANTS)], seed=i)).decode()}}]})
+        for i, image in enumerate(images)) + "\n")
+    return photos
+
+
+def variant_accuracy(url: str, data_source: str, count: int, batch: int = 10) -> dict:
+    """The share of ``count`` test images classified right over HTTP, sent each way of
+    ``fmnist.photos.VARIANTS``; a refused request (a 4xx: a format the server cannot read)
+    counts its images as wrong and is counted."""
+    import httpx
+
+    from fmnist.dataset.sources import load
+    from fmnist.photos import VARIANTS, variant
+
+    test = load(data_source).splits["test"]
+    images, labels = test.images[:count], test.labels[:count]
+    result = {}
+    with httpx.Client(timeout=60) as client:
+        for name in VARIANTS:
+            correct = refused = 0
+            for start in range(0, len(images), batch):
+                instances = [{"image_bytes": {"b64": base64.b64encode(
+                    variant(image, name, seed=start + i)).decode()}}
+                    for i, image in enumerate(images[start:start + batch])]
+                response = client.post(url, json={"instances": instances})
+                if response.status_code != 200:
+                    refused += len(instances)
+                    continue
+                predicted = [p["class_index"] for p in response.json()["predictions"]]
+                correct += sum(int(p == y) for p, y in
+                               zip(predicted, labels[start:start + batch], strict=True))
+            result[name] = {"accuracy": round(correct / len(images), 4),
+                            "refused_images": refused}
+    return result
+
+
+def _source_of(ref: str, work: Path) -> Path:
+    """The repository's files at commit ``ref``, extracted (``git archive``) under ``work``."""
+    folder = work / "compare-ref"
+    folder.mkdir()
+    archive = subprocess.run(["git", "archive", ref], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
+    return folder
+
+
+def _start(name: str, args: list[str], model_dir: str, work: Path, source: Path | None = None):
     from serving.deploy.client import wait_until_ready
     from serving.model_server.ports import read_port_file
 
@@ -115,8 +176,11 @@ def _start(name: str, args: list[str], model_dir: str, work: Path):
                f"--model_name={MODEL_NAME}", "--http_port=0", "--grpc_port=0",
                f"--port_file={port_file}", *args]
     log = open(work / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                               env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    if source is not None:  # another commit's server: its code first on the path
+        env["PYTHONPATH"] = str(source)
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
+                               cwd=source)
     alive = lambda: process.poll() is None  # noqa: E731
     port = read_port_file(port_file, 180, is_alive=alive)["http_port"]
     url = f"http://127.0.0.1:{port}"
@@ -210,6 +274,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--acceptance-requests", type=int, default=10_000,
                         help="at least this many requests in the 32-connection run")
     parser.add_argument("--output", default=str(RESULTS / "serving.json"))
+    parser.add_argument("--compare-ref", default="",
+                        help="also serve this git commit's code, side by side in every round")
+    parser.add_argument("--accuracy-images", type=int, default=300,
+                        help="test images per photo variant in the accuracy measurement")
     args = parser.parse_args(argv)
     if data_source_missing(args):
         return 2
@@ -221,27 +289,43 @@ def main(argv: list[str] | None = None) -> int:
         print("error: no model to serve; run `make run` or the training benchmark first, "
               "or pass --model-dir", file=sys.stderr)
         return 2
+    model_dir = str(Path(model_dir).resolve())
     connections = [int(c) for c in args.connections.split(",")]
     if 5 not in connections or 32 not in connections:
         print("error: --connections must include 5 and 32 (the acceptance figures)",
               file=sys.stderr)
         return 2
+    if args.compare_ref and subprocess.run(
+            ["git", "rev-parse", "--verify", "--quiet", f"{args.compare_ref}^{{commit}}"],
+            capture_output=True).returncode != 0:
+        print(f"error: --compare-ref {args.compare_ref!r} is not a commit of this repository "
+              "(a shallow clone lacks history: git fetch --unshallow)", file=sys.stderr)
+        return 2
     began, load_before = time.monotonic(), _load_average()
     work = Path(tempfile.mkdtemp(prefix="fmnist-bench-"))
     body, mixed = _request_bodies(args.data_source, work)
+    photos = _photo_bodies(args.data_source, work)
     script = work / "post.lua"
     script.write_text(_ONE_BODY.format(body=body))
     mixed_script = work / "mixed.lua"
     mixed_script.write_text(_MANY_BODIES.format(bodies=mixed))
+    photo_script = work / "photos.lua"
+    photo_script.write_text(_MANY_BODIES.format(bodies=photos))
     servers = {}
+    # The servers compared with the predictor on the mixed and photo workloads.
+    compared = ["predictor", "noop_model"] + (["compare_ref"] if args.compare_ref else [])
     try:
         for name, server_args in SERVERS.items():
             servers[name] = _start(name, server_args, model_dir, work)
             print(f"started {name}", flush=True)
+        if args.compare_ref:
+            servers["compare_ref"] = _start("compare_ref", [], model_dir, work,
+                                            _source_of(args.compare_ref, work))
+            print(f"started compare_ref ({args.compare_ref})", flush=True)
         samples: dict[str, dict[int, list[dict]]] = {n: {c: [] for c in connections}
                                                       for n in servers}
-        mixed_samples: dict[str, dict[int, list[dict]]] = {
-            n: {5: [], 32: []} for n in ("predictor", "noop_model")}
+        mixed_samples: dict[str, dict[int, list[dict]]] = {n: {5: [], 32: []} for n in compared}
+        photo_samples: dict[str, dict[int, list[dict]]] = {n: {1: [], 5: []} for n in compared}
         for round_index in range(args.rounds):
             for conns in connections:
                 for name, (_, url) in servers.items():
@@ -250,12 +334,17 @@ def main(argv: list[str] | None = None) -> int:
                     samples[name][conns].append(sample)
                     print(json.dumps({"round": round_index, "server": name,
                                       "connections": conns, **sample}), flush=True)
-            for conns in (5, 32):
-                for name in mixed_samples:
-                    sample = run_wrk(servers[name][1], mixed_script, conns, args.seconds)
-                    mixed_samples[name][conns].append(sample)
-                    print(json.dumps({"round": round_index, "server": name, "mixed": True,
-                                      "connections": conns, **sample}), flush=True)
+            for workload, by_server, lua in (("mixed", mixed_samples, mixed_script),
+                                             ("photos", photo_samples, photo_script)):
+                for conns in by_server["predictor"]:
+                    for name in by_server:
+                        if workload == "photos":
+                            run_wrk(servers[name][1], lua, conns, 1)  # warm-up
+                        sample = run_wrk(servers[name][1], lua, conns, args.seconds)
+                        by_server[name][conns].append(sample)
+                        print(json.dumps({"round": round_index, "server": name,
+                                          workload: True, "connections": conns, **sample}),
+                              flush=True)
         medians = {name: {str(c): _medians(runs) for c, runs in by_conn.items()}
                    for name, by_conn in samples.items()}
         # Long enough for the asked number of requests at the measured rate, with margin.
@@ -263,6 +352,10 @@ def main(argv: list[str] | None = None) -> int:
         seconds = max(5.0, 1.3 * args.acceptance_requests / rate)
         acceptance = run_wrk(servers["predictor"][1], script, 32, seconds)
         print(json.dumps({"acceptance_run": acceptance}), flush=True)
+        accuracy = {name: variant_accuracy(servers[name][1], args.data_source,
+                                           args.accuracy_images)
+                    for name in ("predictor", "compare_ref") if name in servers}
+        print(json.dumps({"accuracy_per_variant": accuracy}), flush=True)
     finally:
         for process, _ in servers.values():
             process.terminate()
@@ -277,6 +370,40 @@ def main(argv: list[str] | None = None) -> int:
     }
     mixed_ratios = {str(c): _round_ratios(mixed_samples["predictor"][c],
                                           mixed_samples["noop_model"][c]) for c in (5, 32)}
+    # The latency the photo rules add: each round's photo p50 minus its plain PNG p50, both
+    # one request at a time on the predictor.
+    added = [round(photo["p50_ms"] - plain["p50_ms"], 2) for photo, plain in
+             zip(photo_samples["predictor"][1], samples["predictor"][1], strict=True)]
+    photo_results = {
+        "request": "V1 :predict, 64 different test images, each sent as one of "
+                   "fmnist.photos.PHOTO_VARIANTS in turn",
+        "servers": {name: {str(c): _medians(runs) for c, runs in by_conn.items()}
+                    for name, by_conn in photo_samples.items()},
+        "added_p50_ms_per_image_vs_plain_png": {"median": statistics.median(added),
+                                                "rounds": added},
+        "predictor_vs_noop_model": {str(c): _round_ratios(photo_samples["predictor"][c],
+                                                          photo_samples["noop_model"][c])
+                                    for c in (1, 5)},
+        "accuracy_per_variant": {"images": args.accuracy_images, **accuracy},
+    }
+    compare_ref = None
+    if args.compare_ref:
+        compare_ref = {
+            "ref": args.compare_ref,
+            "commit": subprocess.run(["git", "rev-parse", args.compare_ref], text=True,
+                                     capture_output=True, check=True).stdout.strip(),
+            "predictor_vs_compare_ref": {
+                "plain_png": {str(c): _round_ratios(samples["predictor"][c],
+                                                    samples["compare_ref"][c])
+                              for c in connections},
+                "mixed": {str(c): _round_ratios(mixed_samples["predictor"][c],
+                                                mixed_samples["compare_ref"][c])
+                          for c in (5, 32)},
+                "photos": {str(c): _round_ratios(photo_samples["predictor"][c],
+                                                 photo_samples["compare_ref"][c])
+                           for c in (1, 5)},
+            },
+        }
     ratio_5 = ratios["predictor_vs_noop_model"]["5"]["median"]
     results = {
         "machine": {"cpus": os.cpu_count(), "arch": platform.machine(),
@@ -295,6 +422,8 @@ def main(argv: list[str] | None = None) -> int:
                         for name, by_conn in mixed_samples.items()},
             "predictor_vs_noop_model": mixed_ratios,
         },
+        "photos": photo_results,
+        "compare_ref": compare_ref,
         "acceptance": {
             "run_32_connections": {**acceptance,
                                    "asked_for_at_least": args.acceptance_requests},
@@ -316,7 +445,8 @@ def main(argv: list[str] | None = None) -> int:
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(results, indent=2))
-    print(json.dumps({k: results[k] for k in ("machine", "acceptance")}, indent=2))
+    print(json.dumps({k: results[k] for k in ("machine", "acceptance", "compare_ref")},
+                     indent=2))
     print(f"wrote {output}")
     shutil.rmtree(work, ignore_errors=True)
     return 0

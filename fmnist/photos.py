@@ -23,6 +23,8 @@ VARIANTS = (
     "exif_3", "exif_6", "exif_8", "cut_out_png", "small_in_large", "shadow", "gradient",
     "webp_photo", "avif_photo",
 )
+# The variants that are photos; the first three are the dataset's own images re-encoded.
+PHOTO_VARIANTS = VARIANTS[3:]
 # EXIF Orientation values and the rotation that stores a photo so that the tag undoes it.
 _STORED = {3: Image.Transpose.ROTATE_180, 6: Image.Transpose.ROTATE_90,
            8: Image.Transpose.ROTATE_270}

@@ -45,9 +45,19 @@ def _strict(schema):
     return schema
 
 
+# Upstream CRDs kept beside the tests, each with its source in tests/crds/SOURCE.md (Kueue,
+# Volcano, scheduler-plugins, Kubeflow's Tensorboard): not among ../shared/crds.
+FIXTURE_CRDS = Path(__file__).resolve().parent / "crds"
+
+
+def _crd_file(file_name: str) -> Path:
+    fixture = FIXTURE_CRDS / file_name
+    return fixture if fixture.exists() else crds_dir() / file_name
+
+
 @cache
 def crd_schema(file_name: str, version: str) -> dict:
-    document = yaml.safe_load((crds_dir() / file_name).read_text())
+    document = yaml.safe_load(_crd_file(file_name).read_text())
     for entry in document["spec"]["versions"]:
         if entry["name"] == version and entry.get("served"):
             return _strict(copy.deepcopy(entry["schema"]["openAPIV3Schema"]))

@@ -60,6 +60,7 @@ def build_indexed_job(spec: ScoringJobSpec, settings: KubernetesSettings):
     )
     labels = {"app.kubernetes.io/part-of": "fmnist-kfp",
               "app.kubernetes.io/component": "batch-prediction"}
+    scheduling = settings.scheduling_settings
     template = client.V1PodTemplateSpec(
         metadata=client.V1ObjectMeta(labels=dict(labels),
                                      annotations={"sidecar.istio.io/inject": "false"}),
@@ -68,13 +69,15 @@ def build_indexed_job(spec: ScoringJobSpec, settings: KubernetesSettings):
                               # Writes its shard on the shared volume: see
                               # fmnist.kubernetes.storage.
                               security_context=pod_security_context(
-                                  with_volume=bool(settings.pvc_name))),
+                                  with_volume=bool(settings.pvc_name)),
+                              priority_class_name=scheduling.priority_class or None),
     )
     return client.V1Job(
         api_version="batch/v1",
         kind="Job",
+        # Kueue's labels on the Job only: Kueue manages the Job, not its pods.
         metadata=client.V1ObjectMeta(name=spec.name, namespace=settings.target_namespace,
-                                     labels=labels),
+                                     labels={**labels, **scheduling.job_labels()}),
         spec=client.V1JobSpec(
             completion_mode="Indexed",
             completions=spec.num_shards,

@@ -118,6 +118,10 @@ class DeadlineExceeded(TimeoutError):
     """The step's deadline passed; the job was cleaned up."""
 
 
+class StartDeadlineExceeded(DeadlineExceeded):
+    """The job stayed queued past the start deadline; it was cleaned up."""
+
+
 class Terminated(SystemExit):
     """SIGTERM: raised once the job is cleaned up; exits the process with 128 + signal."""
 
@@ -131,6 +135,9 @@ class JobStatus:
     failed: bool = False
     progress: str = ""
     reason: str = ""
+    # Not started yet because a queue holds it (Kueue keeps it suspended until admission):
+    # the time counts against the runner's start deadline, not against its run deadline.
+    queued: bool = False
 
 
 @dataclass
@@ -272,9 +279,13 @@ class _SigtermGuard:
 
 class RemoteJobRunner:
     """Creates (or re-attaches to) a :class:`RemoteJob` and waits for it; see the module
-    docstring. ``timeout_seconds`` 0 waits as long as the job runs."""
+    docstring. ``timeout_seconds`` 0 waits as long as the job runs. Time the job spends
+    queued (:attr:`JobStatus.queued`) does not count against ``timeout_seconds`` but against
+    ``start_timeout_seconds`` (0: no limit), summed over every time it is queued (a preempted
+    job is queued again)."""
 
     def __init__(self, *, poll_seconds: float = 10.0, timeout_seconds: float = 0.0,
+                 start_timeout_seconds: float = 0.0,
                  retry_seconds: tuple[float, float] = (1.0, 30.0),
                  unreachable_seconds: float = 600.0,
                  clock: Callable[[], float] = time.monotonic,
@@ -282,7 +293,9 @@ class RemoteJobRunner:
                  log: Callable[[str], None] | None = None):
         self.poll_seconds = poll_seconds
         self.timeout_seconds = timeout_seconds
+        self.start_timeout_seconds = start_timeout_seconds
         self.retry_seconds = retry_seconds
+        self._queued_seconds = 0.0  # of the job being waited for
         self.unreachable_seconds = unreachable_seconds
         self.clock = clock
         self.sleep = sleep
@@ -358,6 +371,8 @@ class RemoteJobRunner:
         shown = None
         delay = self.retry_seconds[0]
         trouble_since = None
+        self._queued_seconds = 0.0
+        queued_since: float | None = None
         while True:
             try:
                 current = job.read()
@@ -391,6 +406,17 @@ class RemoteJobRunner:
             if status.progress and status.progress != shown:
                 shown = status.progress
                 self.log(f"{job.where}: {status.progress}")
+            now = self.clock()
+            if queued_since is not None:  # queued since the last read: that time is the queue's
+                self._queued_seconds += now - queued_since
+            queued_since = now if status.queued and not status.done else None
+            if queued_since is not None and self.start_timeout_seconds and \
+                    self._queued_seconds >= self.start_timeout_seconds:
+                raise StartDeadlineExceeded(
+                    f"{job.where} was still queued after {self._queued_seconds / 60:.0f} "
+                    f"minute(s), past its start deadline of {self.start_timeout_seconds / 60:g} "
+                    f"({status.progress}); it was deleted. Give the queue more quota, or raise "
+                    "kubernetes.scheduling.start_deadline_minutes")
             if status.done:
                 if status.failed:
                     raise JobFailed(f"{job.where} failed: {status.reason or status.progress}")
@@ -430,7 +456,7 @@ class RemoteJobRunner:
         """Sleeps ``seconds``, or raises :class:`DeadlineExceeded` if the deadline comes
         first."""
         if self.timeout_seconds:
-            remaining = started + self.timeout_seconds - self.clock()
+            remaining = started + self._queued_seconds + self.timeout_seconds - self.clock()
             if remaining <= 0:
                 raise DeadlineExceeded(f"{job.where} did not finish within the step's "
                                        f"{self.timeout_seconds:g} s")

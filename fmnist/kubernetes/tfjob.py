@@ -16,6 +16,7 @@ from __future__ import annotations
 from fmnist.errors import UserInputError
 from fmnist.kubernetes.storage import pod_security_context
 from fmnist.settings.jobs import GPU_RESOURCE, KubernetesSettings
+from fmnist.settings.scheduling import SchedulingSettings
 from fmnist.training.training_job import TrainingJobSpec
 
 CONTAINER_NAME = "tensorflow"  # the name the training operator expects for TFJob containers
@@ -40,6 +41,21 @@ def backoff_limit(max_restarts: int) -> int:
     would, whose count also covers ``ExitCode`` restarts, which the operator leaves
     unbounded."""
     return 0 if max_restarts == 0 else max_restarts + 1
+
+
+def gang_policy(scheduling: SchedulingSettings, replicas: int):
+    """``runPolicy.schedulingPolicy`` of a gang-scheduled TFJob (None without ``gang``): every
+    replica or none (``minAvailable``), in the Volcano queue, at the priority, with the
+    scheduler-plugins timeout. The training operator turns it into the gang scheduler's
+    PodGroup (see docs/scheduling.md for the upstream code)."""
+    from kubeflow.training import models
+
+    if not scheduling.gang:
+        return None
+    return models.KubeflowOrgV1SchedulingPolicy(
+        min_available=replicas, queue=scheduling.gang_queue or None,
+        priority_class=scheduling.priority_class or None,
+        schedule_timeout_seconds=scheduling.gang_timeout_seconds or None)
 
 
 def build_tfjob(spec: TrainingJobSpec, settings: KubernetesSettings):
@@ -119,6 +135,10 @@ def build_tfjob(spec: TrainingJobSpec, settings: KubernetesSettings):
             # The image's user and group, and fsGroup 0 on the shared volume: see
             # fmnist.kubernetes.storage for why, and how the operator passes it on.
             security_context=pod_security_context(with_volume=bool(settings.pvc_name)),
+            priority_class_name=scheduling.priority_class or None,
+            # The operator only fills an empty schedulerName, with its flag's value, which for
+            # scheduler-plugins is not the scheduler's name (see fmnist.settings.scheduling).
+            scheduler_name=scheduling.scheduler_name or None,
         )
         # No Istio sidecar in training pods (it would keep a finished pod running and sits in
         # the workers' gRPC path): the label is what Kubeflow's own TFJob test sets
@@ -130,6 +150,7 @@ def build_tfjob(spec: TrainingJobSpec, settings: KubernetesSettings):
             spec=pod_spec,
         )
 
+    scheduling = settings.scheduling_settings
     gpus = bool(spec.gpus_per_worker)
     cpu_only = {"cpu": settings.cpu, "memory": settings.memory}
     # Who computes gets the GPUs: the workers, and the chief of a mirrored job (it trains);
@@ -150,6 +171,7 @@ def build_tfjob(spec: TrainingJobSpec, settings: KubernetesSettings):
         active_deadline_seconds=settings.active_deadline_seconds or None,
         clean_pod_policy=settings.clean_pod_policy,
         ttl_seconds_after_finished=settings.ttl_seconds_after_finished,
+        scheduling_policy=gang_policy(scheduling, sum(spec.replica_counts().values())),
     )
     return models.KubeflowOrgV1TFJob(
         api_version="kubeflow.org/v1",
@@ -158,7 +180,7 @@ def build_tfjob(spec: TrainingJobSpec, settings: KubernetesSettings):
             name=spec.name,
             namespace=settings.target_namespace,
             labels={"app.kubernetes.io/part-of": "fmnist-kfp", "fmnist/model-type":
-                    spec.config.model_type},
+                    spec.config.model_type, **scheduling.job_labels()},
         ),
         spec=models.KubeflowOrgV1TFJobSpec(tf_replica_specs=replicas, run_policy=run_policy),
     )

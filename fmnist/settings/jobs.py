@@ -8,6 +8,7 @@ from typing import Any
 
 from fmnist.errors import UserInputError
 from fmnist.settings.names import image_rule, namespace_rule, quantity_rule
+from fmnist.settings.scheduling import SchedulingSettings
 from fmnist.settings.schema import Settings, at_least, not_negative, one_of, setting
 
 BACKENDS = ("local", "kubernetes")
@@ -135,6 +136,15 @@ class KubernetesSettings(Settings):
     clean_pod_policy: str = setting(
         "Running", help="Pods deleted when the TFJob finishes (runPolicy.cleanPodPolicy).",
         rules=[one_of(CLEAN_POD_POLICIES, "clean pod policy")])
+    scheduling: dict = setting(
+        factory=dict,
+        help="Queue, priority and gang scheduling of every TFJob, Katib trial and batch Job, "
+             "a JSON object with any of: " + ", ".join(SchedulingSettings.specs())
+             + " (docs/scheduling.md).")
+
+    @property
+    def scheduling_settings(self) -> SchedulingSettings:
+        return SchedulingSettings.from_dict(self.scheduling)
 
     @property
     def target_namespace(self) -> str:
@@ -145,8 +155,12 @@ class KubernetesSettings(Settings):
         return get_default_target_namespace()
 
     def cross_problems(self) -> list[str]:
-        return [p for p in (image_rule("image", self.image),
-                            image_rule("gpu_image", self.gpu_image)) if p]
+        problems = [p for p in (image_rule("image", self.image),
+                                image_rule("gpu_image", self.gpu_image)) if p]
+        typed, type_problems = SchedulingSettings.coerce_values(dict(self.scheduling or {}))
+        if type_problems:
+            return problems + [f"scheduling: {p}" for p in type_problems]
+        return problems + [f"scheduling: {p}" for p in SchedulingSettings(**typed).problems()]
 
     def validate(self) -> KubernetesSettings:
         problems = self.problems()

@@ -21,7 +21,7 @@ from fmnist.images import (
     decode_image,
     open_image,
 )
-from fmnist.photos import VARIANTS, variant
+from fmnist.photos import PHOTO_VARIANTS, VARIANTS, variant
 from serving.model_server.protocol import from_unit_scale
 from tests.serving.model_server.test_serving import (
     NAME,
@@ -33,7 +33,7 @@ from tests.serving.model_server.test_serving import (
     stop_model_server,
 )
 
-PHOTOS = [name for name in VARIANTS if name not in ("png_28", "webp_112", "tinted_rgb_140")]
+PHOTOS = list(PHOTO_VARIANTS)
 
 
 def _decoded_before(data: bytes) -> np.ndarray:
