@@ -177,6 +177,11 @@ def run_local(
     """Validates the parameters, runs the pipeline locally, returns and writes the summary
     (beside it, the reports as ``report.html`` and ``report.md``)."""
     validate_parameters(parameters)
+    if parameters.backend == "local" and (parameters.kubernetes or {}).get("scheduling"):
+        # Accepted, so one parameter set serves both; nothing here queues or gangs processes.
+        print("note: kubernetes.scheduling (queue, priority_class, gang) applies to jobs on "
+              "the cluster; locally the jobs are processes sharing this machine's cores "
+              "(docs/scheduling.md)", flush=True)
     pipeline_root = os.path.abspath(pipeline_root)
     summary_path = os.path.abspath(summary_path or os.path.join(pipeline_root, "summary.json"))
     summary_dir = os.path.dirname(summary_path)

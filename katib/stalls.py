@@ -18,6 +18,8 @@ examined through its TFJob, which Katib names after the trial:
   within seconds: while its metrics are missing the trial is requeued every second);
 * **no TFJob**: katib-controller never created it;
 * a TFJob that **never ran** (no Running condition yet): its pods do not start;
+* a TFJob **queued** (``runPolicy.suspend``: Kueue holds it until its ClusterQueue admits it,
+  see :mod:`fmnist.kubernetes.workload`): it waits for quota, and says where to look;
 * a TFJob that runs or ran (and restarts): the trial is training; nothing to say.
 
 Each finding is printed once (again only when its cause changes); :meth:`StallWatch.summary`
@@ -35,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fmnist.kubernetes.runner import api_message, api_status
+from fmnist.settings.scheduling import KUEUE_QUEUE_LABEL
 
 # Ten minutes pending, or running without a running TFJob, is held up: pods are scheduled and
 # images pulled well within that (the trainer's image once per node). A trial that trains
@@ -58,6 +61,9 @@ _SUMMARY = {
     "gone": "their TFJobs were deleted while Katib counts them as running",
     "not running": "their TFJobs never started running: their pods are likely Pending "
                    "(kubectl describe pods -l training.kubeflow.org/job-name=<trial> says why)",
+    "queued": "their TFJobs wait in a Kueue queue that has no quota for them yet (kubectl get "
+              "workloads -n <namespace> says why): raise the ClusterQueue's quota, lower "
+              "tuning.parallel_trials, or raise tuning.trial_minutes",
     "unreadable": "their TFJobs could not be read; if they finished, katib-controller is most "
                   f"likely not watching TFJobs; fix: {RESTART}",
 }
@@ -151,6 +157,16 @@ class StallWatch:
                          f"{likely}{NOT_WATCHING}.{also}")
             return
         known.finished_seen = None
+        if ((job.get("spec") or {}).get("runPolicy") or {}).get("suspend"):
+            queue = ((job.get("metadata") or {}).get("labels") or {}).get(
+                KUEUE_QUEUE_LABEL, "")
+            uid = (job.get("metadata") or {}).get("uid", "<uid>")
+            self._report(name, known, "queued",
+                         f"{listed}, and its {where} is queued: suspended until Kueue admits it"
+                         + (f" to LocalQueue {queue}" if queue else "") + " (kubectl get "
+                         f"workloads -n {self.namespace} -l kueue.x-k8s.io/job-uid={uid} says "
+                         "why)")
+            return
         if any(c.get("type") in ("Running", "Restarting") for c in conditions):
             # It runs, or ran and restarts (Restarting replaces Running: kubeflow/trainer
             # v1.9.2 pkg/util/status.go lines 126-135); whatever held it up has passed.

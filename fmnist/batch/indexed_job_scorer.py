@@ -18,6 +18,7 @@ from fmnist.errors import UserInputError
 from fmnist.kubernetes.job import build_indexed_job, job_state, to_manifest
 from fmnist.kubernetes.runner import JobStatus, RemoteJob, RemoteJobRunner
 from fmnist.kubernetes.storage import copy_tree, make_shared_dirs, publish_copy, stage_dataset
+from fmnist.kubernetes.workload import queued_reason, read_workload
 from fmnist.scoring.scoring_job import ScoringJobSpec, merge_shards
 from fmnist.settings.jobs import KubernetesSettings, cluster_settings
 from fmnist.settings.platform import PVC_ENV
@@ -48,8 +49,10 @@ class IndexedJobScorer:
                 "the kubernetes parameter")
         self._api = batch_api
         deadline = self.settings.active_deadline_seconds
+        start_minutes = self.settings.scheduling_settings.start_deadline_minutes
         self.runner = runner or RemoteJobRunner(
-            poll_seconds=poll_seconds, timeout_seconds=deadline + 600 if deadline else 0.0)
+            poll_seconds=poll_seconds, timeout_seconds=deadline + 600 if deadline else 0.0,
+            start_timeout_seconds=60.0 * start_minutes)
 
     @property
     def api(self):
@@ -92,6 +95,14 @@ class IndexedJobScorer:
             if not isinstance(job, dict):  # a V1Job model: as the API server sent it
                 job = self.api.api_client.sanitize_for_serialization(job)
             done, failed, progress, reason = job_state(job)
+            if not done and (job.get("spec") or {}).get("suspend"):
+                # Kueue holds the Job suspended until its ClusterQueue admits it.
+                from kubernetes import client
+
+                workload = read_workload(client.CustomObjectsApi(self.api.api_client),
+                                         namespace, job["metadata"].get("uid", ""))
+                return JobStatus(queued=True, progress="queued: " + queued_reason(
+                    job["metadata"].get("labels") or {}, workload))
             return JobStatus(done=done, failed=failed, progress=progress, reason=reason)
 
         def cleanup(why: str) -> None:

@@ -415,8 +415,8 @@ class RemoteJobRunner:
                 raise StartDeadlineExceeded(
                     f"{job.where} was still queued after {self._queued_seconds / 60:.0f} "
                     f"minute(s), past its start deadline of {self.start_timeout_seconds / 60:g} "
-                    f"({status.progress}); it was deleted. Give the queue more quota, or raise "
-                    "kubernetes.scheduling.start_deadline_minutes")
+                    f"minute(s) ({status.progress}); it was deleted. Give the queue more "
+                    "quota, or raise kubernetes.scheduling.start_deadline_minutes")
             if status.done:
                 if status.failed:
                     raise JobFailed(f"{job.where} failed: {status.reason or status.progress}")

@@ -22,6 +22,10 @@ What is particular to TFJobs:
   stream breaks).
 * **A failed job is deleted** after its reason is reported, so a retried step creates a fresh
   TFJob instead of re-attaching to the failure.
+* **Queued.** A TFJob that Kueue holds (``runPolicy.suspend`` true: Kueue's webhook suspends
+  every job of a LocalQueue until its ClusterQueue admits it) is shown as ``queued: <reason>``,
+  the reason read from its Workload (:mod:`fmnist.kubernetes.workload`); the wait counts against
+  ``scheduling.start_deadline_minutes``, not against the job's run time.
 
 upstream: docs/upstream.md#training-operator
 """
@@ -47,12 +51,20 @@ from fmnist.kubernetes.tfjob import (
     REPLICA_TYPE_LABEL,
     build_tfjob,
 )
+from fmnist.kubernetes.workload import queued_reason, read_workload
 from fmnist.settings.jobs import KubernetesSettings
 from fmnist.training.trainer import read_result
 from fmnist.training.training_job import TrainingJobResult, TrainingJobSpec
 
 TFJOB_KIND = "TFJob"
 TFJOB_PLURAL = "tfjobs"
+
+
+def _suspended(job) -> bool:
+    """``runPolicy.suspend``: the operator keeps no pods (kubeflow/trainer v1.9.2
+    pkg/controller.v1/common/job.go lines 146-166); Kueue sets it until admission."""
+    run_policy = job.spec.run_policy if job.spec else None
+    return bool(run_policy is not None and run_policy.suspend)
 
 
 def _true(conditions, kind: str):
@@ -112,7 +124,9 @@ class TFJobLauncher:
         deadline = self.settings.active_deadline_seconds
         timeout = timeout_seconds or (deadline + 600 if deadline else 0)
         injected = {k: v for k, v in (("clock", clock), ("sleep", sleep)) if v is not None}
+        start_minutes = self.settings.scheduling_settings.start_deadline_minutes
         self.runner = RemoteJobRunner(poll_seconds=poll_seconds, timeout_seconds=timeout,
+                                      start_timeout_seconds=60.0 * start_minutes,
                                       log=self._say, **injected)
         self.request_timeout_seconds = request_timeout_seconds
 
@@ -167,12 +181,20 @@ class _Watch:
         pods = launcher.client.core_api.list_namespaced_pod(
             launcher.namespace, label_selector=f"{JOB_NAME_LABEL}={self.spec.name}",
             _request_timeout=timeout).items
-        return job, pods
+        workload = None
+        if _suspended(job):
+            workload = read_workload(launcher.client.custom_api, launcher.namespace,
+                                     job.metadata.uid, timeout)
+        return job, pods, workload
 
     def status(self, snapshot) -> JobStatus:
-        job, pods = snapshot
+        job, pods, workload = snapshot
         self._print_master_log(pods)
         conditions = (job.status.conditions if job.status else None) or []
+        finished = _true(conditions, "Failed") or _true(conditions, "Succeeded")
+        if _suspended(job) and finished is None:
+            return JobStatus(queued=True, progress="queued: " + queued_reason(
+                job.metadata.labels or {}, workload))
         self.restarts = self.counter.update(conditions, pods)
         last = conditions[-1] if conditions else None
         state = last.type if last else "Pending (no status yet)"

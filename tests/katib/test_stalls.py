@@ -111,3 +111,26 @@ def test_a_tfjob_that_cannot_be_read_says_why(error, read):
     watch.update(_status(running=[TRIAL]))
     assert len(said) == 1
     assert f"running for 10 min; its TFJob team-a/{TRIAL} could not be read ({read}" in said[0]
+
+
+def test_a_trial_whose_tfjob_kueue_holds_is_named_queued_with_where_to_look():
+    """Kueue's webhook suspends a trial TFJob of a LocalQueue until admission (kueue v0.19.2
+    jobframework/defaults.go lines 36-46, kubeflowjob_controller.go 50-56): the trial is
+    queued for quota, not held up by its pods; once admitted and running, nothing to say."""
+    job = _tfjob(TRIAL, "Created")
+    job["metadata"].update(uid="u-1", labels={"kueue.x-k8s.io/queue-name": "team-a"})
+    job["spec"] = {"runPolicy": {"suspend": True}}
+    watch, said, now = _watch(lambda: job)
+    watch.update(_status(running=[TRIAL]))
+    now[0] += STALL_SECONDS
+    watch.update(_status(running=[TRIAL]))
+    assert said == [f"trial {TRIAL} is not progressing: running for 10 min, and its TFJob "
+                    f"team-a/{TRIAL} is queued: suspended until Kueue admits it to LocalQueue "
+                    "team-a (kubectl get workloads -n team-a -l kueue.x-k8s.io/job-uid=u-1 says "
+                    "why)"]
+    assert "wait in a Kueue queue that has no quota for them yet" in watch.summary()
+    job["spec"]["runPolicy"]["suspend"] = False
+    job["status"]["conditions"].append({"type": "Running", "status": "True"})
+    now[0] += 60
+    watch.update(_status(running=[TRIAL]))
+    assert watch.summary() == ""

@@ -73,7 +73,7 @@ class JobStandIn(LoopbackServer):
     ``states`` says: a list of conditions played back on successive reads)."""
 
     def __init__(self, run_pods: bool = True, states: list[dict] | None = None,
-                 tensorboard_schema: dict | None = None):
+                 tensorboard_schema: dict | None = None, queued_reads: int = 0):
         self.calls: list[tuple[str, str, dict | None]] = []
         self.jobs: dict[tuple[str, str], dict] = {}
         self.tensorboards: dict[tuple[str, str], dict] = {}
@@ -81,6 +81,10 @@ class JobStandIn(LoopbackServer):
         self.run_pods = run_pods
         self.states = states or []
         self.tensorboard_schema = tensorboard_schema
+        # Kueue: a Job labelled kueue.x-k8s.io/queue-name is created suspended by its webhook
+        # (kueue v0.19.2 pkg/controller/jobs/job/job_controller.go lines 157-166) and
+        # unsuspended on admission, here after this many reads.
+        self.queued_reads = queued_reads
         self._reads = 0
         self._lock = threading.Lock()
         standin = self
@@ -103,7 +107,8 @@ class JobStandIn(LoopbackServer):
                     job = standin.jobs.get((match[1], match[2]))
                     if job is None:
                         return reply_json(self, _status(404, "NotFound", match[2]), 404)
-                    return reply_json(self, standin._with_status(job))
+                    reply_json(self, standin._with_status(job))
+                    return standin._admit_after(job)
                 if (match := _TENSORBOARDS.match(path)) and match[2]:
                     board = standin.tensorboards.get((match[1], match[2]))
                     if board is None:
@@ -138,10 +143,25 @@ class JobStandIn(LoopbackServer):
             return reply_json(handler, _status(
                 422, "Invalid", f'Job.batch "{key[1]}" is invalid: ' + "; ".join(problems)), 422)
         job = {**body, "status": {"active": 0, "succeeded": 0, "failed": 0}}
+        job["metadata"] = {**job["metadata"], "uid": f"uid-{key[1]}"}
         self.jobs[key] = job
-        if self.run_pods:
+        if self.queued_reads and (body["metadata"].get("labels") or {}).get(
+                "kueue.x-k8s.io/queue-name"):
+            job["spec"] = {**job["spec"], "suspend": True}
+            job["queued_reads_left"] = self.queued_reads
+        elif self.run_pods:
             threading.Thread(target=self._run_pods, args=(job,), daemon=True).start()
         reply_json(handler, job, 201)
+
+    def _admit_after(self, job: dict) -> None:
+        if "queued_reads_left" not in job:
+            return
+        job["queued_reads_left"] -= 1
+        if job["queued_reads_left"] <= 0:
+            del job["queued_reads_left"]
+            job["spec"]["suspend"] = False  # admitted: the Job controller creates the pods
+            if self.run_pods:
+                threading.Thread(target=self._run_pods, args=(job,), daemon=True).start()
 
     def _run_pods(self, job: dict) -> None:
         """Every index's pod, in parallel: the container command with the pod's env."""
@@ -174,7 +194,7 @@ class JobStandIn(LoopbackServer):
 
     def _with_status(self, job: dict) -> dict:
         if self.run_pods or not self.states:
-            return {k: v for k, v in job.items()}
+            return {k: v for k, v in job.items() if k != "queued_reads_left"}
         state = self.states[min(self._reads, len(self.states) - 1)]
         self._reads += 1
         return {**job, "status": {**job["status"], "conditions": [

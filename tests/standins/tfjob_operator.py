@@ -305,6 +305,23 @@ class TFJobController:
         if is_true(conditions, "Succeeded") or is_true(conditions, "Failed"):
             self._clean_up_finished()
             return
+        if (self.job["spec"].get("runPolicy") or {}).get("suspend"):
+            # common/job.go v1.9.2 lines 146-166: a suspended job's pods are deleted, Running
+            # goes False and Suspended True, both reason TFJobSuspended.
+            for pod in list(self.pods.values()):
+                self._delete_pod(pod)
+            message = f"TFJob {self.name} is suspended."
+            if is_true(conditions, "Running"):
+                self._condition("Running", "TFJobSuspended", message, status="False")
+            if not is_true(self.status["conditions"], "Suspended"):
+                self._condition("Suspended", "TFJobSuspended", message)
+            self.status.pop("startTime", None)
+            return
+        if is_true(conditions, "Suspended"):
+            # job.go lines 167-173: resumed, startTime reset; pods are created below.
+            self._condition("Suspended", "TFJobResumed", f"TFJob {self.name} is resumed.",
+                            status="False")
+            self.status["startTime"] = self._now()
         if self._past_backoff_limit():
             # common/job.go v1.9.2 lines 185-245: pods deleted, then Failed.
             for pod in list(self.pods.values()):
