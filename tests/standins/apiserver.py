@@ -22,8 +22,23 @@ The rules it enforces, each from upstream source:
   kubernetes/apimachinery v0.31.3 ``pkg/labels/selector.go``, as
   ``tests.standins.kubernetes.selects``).
 * API discovery: ``GET /apis/<group>/<version>`` lists the resources served there (an
-  ``APIResourceList``), 404 when the group/version is not served (kubernetes/apiserver
-  ``pkg/endpoints/discovery``).
+  ``APIResourceList``, each with its scope), 404 when the group/version is not served
+  (kubernetes/apiserver ``pkg/endpoints/discovery``). Kueue, Volcano and scheduler-plugins are
+  add-ons, served only once a test installs them (:meth:`ApiServerStandIn.install`); a
+  PriorityClass (``scheduling.k8s.io/v1``) is always served, as by every API server.
+* A server-side dry run (``?dryRun=All`` on a create) answers what a create would store and
+  stores nothing: the request passes through mutating admission (``mutate``) and validation
+  (``admit``) as a create does, then the storage skips the write, answering 409 when the
+  object exists (kubernetes/apiserver v0.33.9 ``pkg/endpoints/handlers/create.go`` L182
+  (admission attributes carry the dry-run flag) and L202-205 (mutating admission runs),
+  ``pkg/registry/generic/registry/store.go`` L484 and L501 (uid, creationTimestamp and the
+  strategy's defaults are filled in) and L526, ``pkg/registry/generic/registry/dryrun.go``
+  L39-47 (``DryRunnableStorage.Create``: the object is copied out, never persisted, so it has
+  no resourceVersion)). ``dryRun`` takes only ``All`` (422 otherwise: create.go L109-113,
+  ``ValidateCreateOptions``). Webhooks run on a dry run only when they declare
+  ``sideEffects: None`` or ``NoneOnDryRun`` (``pkg/admission/plugin/webhook/mutating/
+  dispatcher.go`` L248-254); Kueue's do (kubernetes-sigs/kueue v0.19.2
+  ``pkg/controller/jobs/kubeflow/jobs/tfjob/tfjob_controller.go`` L50-51).
 * SelfSubjectAccessReview, made as the ``Impersonate-User`` when given, answers
   ``status.allowed``: with ``rbac=True`` by the stored RoleBindings of the namespace, each naming
   a Role of that namespace or a ClusterRole (a rule allows when its apiGroups, resources
@@ -72,10 +87,34 @@ CORE = {
     ("kubeflow.org", "v1", "tfjobs"): "TFJob",
     ("kubeflow.org", "v1beta1", "experiments"): "Experiment",
     ("kubeflow.org", "v1beta1", "trials"): "Trial",
+    # Add-ons (ADD_ONS: served once installed): Kueue v0.19.2 serves v1beta1 (deprecated) and
+    # v1beta2 (stored) of each kind (tests/crds/kueue.x-k8s.io_*.yaml); the two gang
+    # schedulers' PodGroups (tests/crds/scheduling.volcano.sh_podgroups.yaml,
+    # scheduling.x-k8s.io_podgroups.yaml). Both PodGroup kinds are "PodGroup": a test stores
+    # one scheduler's at most.
+    ("kueue.x-k8s.io", "v1beta1", "localqueues"): "LocalQueue",
+    ("kueue.x-k8s.io", "v1beta2", "localqueues"): "LocalQueue",
+    ("scheduling.volcano.sh", "v1beta1", "podgroups"): "PodGroup",
+    ("scheduling.x-k8s.io", "v1alpha1", "podgroups"): "PodGroup",
 }
 CLUSTER_SCOPED = {
     ("apiextensions.k8s.io", "v1", "customresourcedefinitions"): "CustomResourceDefinition",
     ("rbac.authorization.k8s.io", "v1", "clusterroles"): "ClusterRole",
+    ("", "v1", "namespaces"): "Namespace",
+    ("scheduling.k8s.io", "v1", "priorityclasses"): "PriorityClass",
+    ("kueue.x-k8s.io", "v1beta1", "clusterqueues"): "ClusterQueue",
+    ("kueue.x-k8s.io", "v1beta2", "clusterqueues"): "ClusterQueue",
+    ("kueue.x-k8s.io", "v1beta1", "resourceflavors"): "ResourceFlavor",
+    ("kueue.x-k8s.io", "v1beta2", "resourceflavors"): "ResourceFlavor",
+    ("kueue.x-k8s.io", "v1beta1", "workloadpriorityclasses"): "WorkloadPriorityClass",
+    ("kueue.x-k8s.io", "v1beta2", "workloadpriorityclasses"): "WorkloadPriorityClass",
+    ("scheduling.volcano.sh", "v1beta1", "queues"): "Queue",
+}
+# What a cluster serves only once the add-on is installed, by the groups each brings.
+ADD_ONS = {
+    "kueue": {key for key in {**CORE, **CLUSTER_SCOPED} if key[0] == "kueue.x-k8s.io"},
+    "volcano": {key for key in {**CORE, **CLUSTER_SCOPED} if key[0] == "scheduling.volcano.sh"},
+    "scheduler-plugins": {("scheduling.x-k8s.io", "v1alpha1", "podgroups")},
 }
 # Custom resources: their status is a subresource, so the main resource cannot write it.
 WITH_STATUS_SUBRESOURCE = {"InferenceService", "Deployment"}
@@ -140,7 +179,10 @@ class ApiServerStandIn(LoopbackServer):
 
     def __init__(self, *, allowed: set | None = None, forbidden_namespaces: set | None = None,
                  rbac: bool = False):
-        self.served = set(CORE) | set(CLUSTER_SCOPED)
+        self.served = (set(CORE) | set(CLUSTER_SCOPED)) - set().union(*ADD_ONS.values())
+        # Mutating admission (webhooks): each ``(kind, body)`` may change the body in place,
+        # on every create, dry run or not.
+        self.mutators: list = []
         self.allowed = allowed
         self.rbac = rbac
         self.impersonation = True
@@ -221,6 +263,12 @@ class ApiServerStandIn(LoopbackServer):
                         chosen = fault
         return chosen
 
+    def install(self, *add_ons: str) -> None:
+        """Serves the APIs of ``add_ons`` (keys of ``ADD_ONS``), as installing their CRDs
+        does."""
+        for name in add_ons:
+            self.served |= ADD_ONS[name]
+
     def resource(self, group: str, version: str, plural: str) -> Resource | None:
         key = (group, version, plural)
         if key not in self.served:
@@ -234,12 +282,13 @@ class ApiServerStandIn(LoopbackServer):
             return self._access_review(body)
         discovery = re.match(r"^/apis/([^/]+)/([^/?]+)/?(?:\?|$)", path)
         if discovery and method == "GET":
-            resources = [{"name": plural, "singularName": "", "namespaced": True, "kind": kind,
-                          "verbs": ["create", "delete", "get", "list", "patch", "update",
-                                    "watch"]}
-                         for (group, version, plural), kind in CORE.items()
+            resources = [{"name": plural, "singularName": "", "namespaced": key in CORE,
+                          "kind": kind, "verbs": ["create", "delete", "get", "list", "patch",
+                                                  "update", "watch"]}
+                         for key, kind in {**CORE, **CLUSTER_SCOPED}.items()
+                         for group, version, plural in [key]
                          if (group, version) == (discovery[1], discovery[2])
-                         and (group, version, plural) in self.served]
+                         and key in self.served]
             if not resources:
                 return 404, None
             return 200, {"kind": "APIResourceList", "apiVersion": "v1",
@@ -259,13 +308,20 @@ class ApiServerStandIn(LoopbackServer):
                                      'User "system:serviceaccount:kubeflow:pipeline-runner" '
                                      f'cannot {method.lower()} resource "{resource.plural}" in '
                                      f'API group "{group}" in the namespace "{namespace}"')
-        selector = parse_qs(urlsplit(path).query).get("labelSelector", [""])[0]
-        return self.handle(method, resource, namespace, match["name"], body, selector)
+        query = parse_qs(urlsplit(path).query)
+        selector = query.get("labelSelector", [""])[0]
+        dry_run = query.get("dryRun", [])
+        if method == "POST" and dry_run and dry_run != ["All"]:  # create.go L109-113
+            return 422, status_reply(422, "Invalid", f'CreateOptions.meta.k8s.io "" is invalid: '
+                                     f'dryRun: Unsupported value: {dry_run}: supported values: '
+                                     '"All"', "", "CreateOptions", "meta.k8s.io")
+        return self.handle(method, resource, namespace, match["name"], body, selector,
+                           dry_run=bool(dry_run))
 
     def handle(self, method, resource: Resource, namespace: str, name: str | None, body,
-               selector: str = ""):
+               selector: str = "", dry_run: bool = False):
         if method == "POST":
-            return self.create(resource, namespace, body)
+            return self.create(resource, namespace, body, dry_run=dry_run)
         key = (resource.kind, namespace, name)
         if method == "GET" and name is None:  # a list, by label selector when one is given
             items = [copy.deepcopy(obj) for (kind, ns, _), obj in self.objects.items()
@@ -294,24 +350,29 @@ class ApiServerStandIn(LoopbackServer):
         self._version += 1
         return str(self._version)
 
-    def create(self, resource: Resource, namespace: str, body: dict):
+    def create(self, resource: Resource, namespace: str, body: dict, dry_run: bool = False):
+        """A create; ``dry_run``: everything a create does but the write (the module's
+        docstring)."""
         body = prune_nulls(copy.deepcopy(body or {}))
         name = (body.get("metadata") or {}).get("name", "")
         key = (resource.kind, namespace, name)
-        if key in self.objects:
-            return 409, status_reply(409, "AlreadyExists", f'{resource.qualified} "{name}" '
-                                     "already exists", name, resource.plural, resource.group)
+        self.mutate(resource.kind, body, None)
         denied = self.admit(resource.kind, body, None)
         if denied:
             return denied
+        if key in self.objects:
+            return 409, status_reply(409, "AlreadyExists", f'{resource.qualified} "{name}" '
+                                     "already exists", name, resource.plural, resource.group)
         if resource.kind in WITH_STATUS_SUBRESOURCE:
             body.pop("status", None)
         metadata = body.setdefault("metadata", {})
         if namespace:
             metadata["namespace"] = namespace
         metadata.update(uid=f"uid-{resource.kind.lower()}-{name}", generation=1,
-                        creationTimestamp="2026-01-01T00:00:00Z",
-                        resourceVersion=self.next_version())
+                        creationTimestamp="2026-01-01T00:00:00Z")
+        if dry_run:
+            return 201, copy.deepcopy(body)
+        metadata["resourceVersion"] = self.next_version()
         self.objects[key] = body
         self.after_write(resource.kind, namespace, name, None)
         return 201, copy.deepcopy(body)
@@ -370,6 +431,11 @@ class ApiServerStandIn(LoopbackServer):
         return stored
 
     # -- hooks for controllers -------------------------------------------------------------
+
+    def mutate(self, kind: str, body: dict, old: dict | None) -> None:
+        """Mutating admission, before validation: each of ``mutators`` in turn."""
+        for mutator in self.mutators:
+            mutator(kind, body)
 
     def admit(self, kind: str, body: dict, old: dict | None):
         """A validating webhook's answer: None to admit, else ``(code, Status)``."""

@@ -111,3 +111,45 @@ def test_with_kueues_tfjob_integration_off_the_queue_is_ignored(tmp_path):
         launcher.run(_spec(tmp_path))
     assert not any(state.startswith("queued") for state in _states(launcher))
     assert standin.workloads == {}
+
+
+@pytest.mark.parametrize("scheduler", ["volcano", "scheduler-plugins"])
+def test_a_gang_job_gets_one_pod_group_holding_every_replica(tmp_path, scheduler):
+    """With the training operator started with --gang-scheduler-name (kubeflow/trainer v1.9.2
+    cmd/training-operator.v1/main.go lines 191-202), a gang TFJob gets one PodGroup of all its
+    replicas, and every pod is in it and goes to the gang scheduler; under Volcano no pod
+    exists before the PodGroup is Inqueue."""
+    from tests.standins.kubernetes import KubernetesStandIn
+
+    seen_pods: list[int] = []
+    with KubernetesStandIn(gang_scheduler=scheduler, gang_placed_after_ticks=3) as standin:
+        launcher = _launcher(standin, {"gang": scheduler})
+        original = launcher.runner.log
+
+        def log(message: str) -> None:  # pods that exist at each progress line
+            seen_pods.append(len(list(standin.pods("kubeflow"))))
+            original(message)
+
+        launcher.runner.log = log
+        outcome = launcher.run(_spec(tmp_path))
+        controller = standin.jobs[("kubeflow", NAME)]
+        group = controller.pod_group
+        pods = [pod.manifest() for pod in controller.pods.values()]
+    assert outcome.result == {"model_type": "basic"}
+    name = {"volcano": "volcano", "scheduler-plugins": "scheduler-plugins-scheduler"}[scheduler]
+    if scheduler == "volcano":
+        validate_strict({k: v for k, v in group.items() if k != "status"},
+                        "scheduling.volcano.sh_podgroups.yaml", "v1beta1")
+        assert group["spec"] == {"minMember": 2, "queue": "default", "priorityClassName": ""}
+        assert seen_pods[1] == 0  # created, then waiting for the gang: no pod yet
+    else:
+        validate_strict(group, "scheduling.x-k8s.io_podgroups.yaml", "v1alpha1")
+        assert group["spec"] == {"minMember": 2}
+    assert group["metadata"]["name"] == NAME
+    assert len(pods) == 2  # the succeeded workers, kept by cleanPodPolicy Running
+    for pod in pods:
+        assert pod["spec"]["schedulerName"] == name
+        if scheduler == "volcano":
+            assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == NAME
+        else:
+            assert pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == NAME
