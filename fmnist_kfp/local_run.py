@@ -40,6 +40,7 @@ class StepRecorder(logging.Filter):
 
     steps: list[dict[str, Any]] = field(default_factory=list)
     _open: dict[str, dict[str, Any]] = field(default_factory=dict)
+    origin: float = field(default_factory=time.time)  # "ended_seconds" count from here
 
     def __post_init__(self):
         super().__init__()
@@ -56,6 +57,7 @@ class StepRecorder(logging.Filter):
         elif (match := _FINISHED.match(message)) and match[1] in self._open:
             step = self._open.pop(match[1])
             step["seconds"] = round(record.created - step.pop("started"), 2)
+            step["ended_seconds"] = round(record.created - self.origin, 2)
             step["status"] = match[2]
         return True
 
@@ -138,6 +140,20 @@ def _readable_copies(directory: str, files: dict[str, str]) -> dict[str, str]:
     return copies
 
 
+def _serving_history(model_name: str, since: float) -> list[dict[str, Any]]:
+    """The local deployment's changes during this run (its history file), oldest first."""
+    from serving.deploy.local_deployer import history_path
+
+    path = history_path(model_name)
+    if not path.exists():
+        return []
+    entries = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [{"seconds_into_run": round(entry["at"] - since, 1),
+             **{k: entry[k] for k in ("action", "how", "model_type", "validation_accuracy",
+                                      "test_accuracy", "url")}}
+            for entry in entries if entry["at"] >= since]
+
+
 def _batch_summary(predictions) -> dict[str, Any]:
     keys = ("source", "rows", "predicted", "errors", "labelled", "accuracy", "workers",
             "images_per_second", "scoring_images_per_second")
@@ -198,7 +214,8 @@ def run_local(
         enable_caching=enable_caching,
         raise_on_error=True,
     )
-    recorder = StepRecorder()
+    started = time.time()
+    recorder = StepRecorder(origin=started)
     root = logging.getLogger()
     root.addFilter(recorder)
     warnings.filterwarnings("ignore", message=".*non-Python base image.*")
@@ -209,7 +226,6 @@ def run_local(
     os.close(handle)
     previous_errors = os.environ.get(STEP_ERRORS_ENV)
     os.environ[STEP_ERRORS_ENV] = errors_path  # the steps inherit it
-    started = time.time()
     try:
         # One model at a time: each training job gets every core of this machine.
         outputs = make_pipeline(parallelism=1)(**_arguments(parameters))
@@ -224,6 +240,7 @@ def run_local(
             os.environ[STEP_ERRORS_ENV] = previous_errors
         os.remove(errors_path)
     total = round(time.time() - started, 2)
+    served = _serving_history(parameters.model_name, started)
     best_model = outputs.outputs["best_model"]
     metadata = best_model.metadata
     summary = {
@@ -257,6 +274,10 @@ def run_local(
         "lineage": _lineage(pipeline_root, outputs.outputs["deployment"].uri),
         "tensorboard": _tensorboard_logs(best_model),  # what `fmnist-kfp tensorboard` serves
         "batch_prediction": _batch_summary(outputs.outputs["batch_predictions"]),
+        # When each model started serving, in seconds from the run's start (serve_early
+        # promotions, then the final deployment's change, if any).
+        "serving_history": served,
+        "first_served_seconds": served[0]["seconds_into_run"] if served else None,
     }
     # The reports again beside the summary, named so a browser renders them.
     tuning = _tuning_reports(pipeline_root, summary["models"]) if parameters.tune else {}

@@ -23,6 +23,7 @@ FOLDERS = {
     "ingest": "ingest_fashion_mnist",
     "tune": "tune_hyperparameters",
     "train": "train_model",
+    "promote": "promote_early",
     "select": "select_best_model",
     "deploy": "deploy_model",
     "predict": "predict_with_served_model",

@@ -21,6 +21,7 @@ from kfp_components.deploy import deploy_model
 from kfp_components.freshness import freshness_window
 from kfp_components.ingest import ingest_fashion_mnist
 from kfp_components.predict import predict_with_served_model
+from kfp_components.promote import promote_early
 from kfp_components.select import select_best_model
 from kfp_components.train import train_model
 from kfp_components.tune import tune_hyperparameters
@@ -117,6 +118,7 @@ def make_pipeline(parallelism: int = 0, platform: Platform | None = None):
         blessing_tolerance: float = _D.blessing_tolerance,
         verification_images: int = _D.verification_images,
         prediction_images: int = _D.prediction_images,
+        serve_early: bool = _D.serve_early,
         serving: dict = _D.serving,
         batch_prediction_source: str = _D.batch_prediction_source,
         batch_prediction_workers: int = _D.batch_prediction_workers,
@@ -166,6 +168,16 @@ def make_pipeline(parallelism: int = 0, platform: Platform | None = None):
             )
             train.set_display_name("train")
             _on_platform(train, train_model, platform)
+            # serve_early: each model as it finishes, if the best so far (atomic promotion).
+            with dsl.If(serve_early == True):  # noqa: E712 - a pipeline condition, not Python
+                early = promote_early(
+                    model=train.outputs["model"], dataset=ingest.outputs["dataset"],
+                    backend=backend, model_name=model_name,
+                    blessing_tolerance=blessing_tolerance,
+                    verification_images=verification_images, serving=serving)
+                early.set_caching_options(False)  # it changes what is served
+                early.set_display_name("serve-early")
+                _on_platform(early, promote_early, platform)
         select = select_best_model(
             dataset=ingest.outputs["dataset"],
             candidates=dsl.Collected(train.outputs["model"]),

@@ -31,6 +31,17 @@ class Selection:
     html: str
 
 
+def validation_accuracy(model_dir: str, data_dir: str) -> float:
+    """A trained model's accuracy on the validation split, as selection scores it (rounded to
+    4 places): what ``serve_early`` promotes on, so that it ranks models as selection does."""
+    from fmnist.dataset.pipeline import load_arrays
+    from fmnist.training.export import SAVED_MODEL_VERSION
+
+    images, labels = load_arrays(data_dir, "validation")
+    predictions = predict_classes(os.path.join(model_dir, SAVED_MODEL_VERSION), images)
+    return round(evaluate_predictions(labels, predictions).accuracy, 4)
+
+
 def select_best(data_dir: str, model_dirs: list[str], best_model_dir: str,
                 lineages: dict[str, dict[str, Any]] | None = None) -> Selection:
     """Scores each model directory on the validation split, copies the most accurate to

@@ -84,6 +84,11 @@ class DeploySettings(Settings):
     prediction_images: int = setting(
         1000, help="Test images the predict step sends to the served model over HTTP.",
         rules=[at_least(1)])
+    serve_early: bool = setting(
+        False, help="Serve the first model to finish training at once, and replace it with "
+                    "each later one that is better on the validation split (an atomic "
+                    "promotion: a worse model never replaces a better one); the final "
+                    "selection then confirms the best, read once on the test split.")
 
 
 def check_storage_uri(uri: str) -> str:

@@ -9,6 +9,8 @@ the check fails, the running server stays and the new one is stopped.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -20,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from serving.deploy.blessing import bless
+from serving.deploy.blessing import bless, bless_early
 from serving.deploy.client import wait_until_ready
 from serving.model_server.ports import read_port_file
 
@@ -45,6 +47,9 @@ class LocalServer:
     test_accuracy: float | None
     log_file: str
     started: float
+    # serve_early: the validation accuracy it was promoted on, and which model it is.
+    validation_accuracy: float | None = None
+    model_type: str = ""
 
     def is_alive(self) -> bool:
         try:
@@ -165,14 +170,101 @@ def stop_server(name: str) -> bool:
     return True
 
 
+def history_path(name: str) -> Path:
+    """Every change of the deployment ``name``, one JSON line each: when which model started
+    serving (the run summary reads it)."""
+    return state_dir() / f"{name}.history.jsonl"
+
+
+def _record_change(name: str, action: str, server: LocalServer, how: str) -> None:
+    entry = {"at": time.time(), "action": action, "how": how, "url": server.url,
+             "model_type": server.model_type, "model_dir": server.model_dir,
+             "validation_accuracy": server.validation_accuracy,
+             "test_accuracy": server.test_accuracy}
+    with open(history_path(name), "a") as handle:
+        handle.write(json.dumps(entry) + "\n")
+
+
 def _save(server: LocalServer) -> None:
-    _record_path(server.name).write_text(json.dumps(asdict(server), indent=2))
+    # Written whole, then renamed: a reader never sees half a record.
+    path = _record_path(server.name)
+    partial = path.with_suffix(f".{os.getpid()}.tmp")
+    partial.write_text(json.dumps(asdict(server), indent=2))
+    os.replace(partial, path)
+
+
+@contextlib.contextmanager
+def deployment_lock(name: str):
+    """One deployment change of ``name`` at a time, across processes (``flock``): compare,
+    start, verify and swap happen as one step, so a promotion decided against a model that
+    another one has since replaced cannot happen."""
+    with open(state_dir() / f"{name}.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def promote_locally(name: str, model_dir: str, validation_accuracy: float, *, model_type: str,
+                    tolerance: float, verify: Callable[[str], dict],
+                    server_args: list[str] | None = None, log: Callable[[str], None] = print,
+                    start: Callable[..., LocalServer] | None = None) -> dict:
+    """``serve_early``: serves ``model_dir`` as ``name`` if it is better on validation than
+    what is served (:func:`~serving.deploy.blessing.bless_early`), under the deployment's lock;
+    returns the decision record. ``start``: how a server is started (tests)."""
+    start = start or start_server
+    with deployment_lock(name):
+        current = running_server(name)
+        decision = bless_early(
+            validation_accuracy, current.validation_accuracy if current else None,
+            current.test_accuracy if current else None, tolerance)
+        record = {"name": name, "backend": "local", "blessing": decision.as_dict(),
+                  "model_type": model_type, "previous_url": current.url if current else "",
+                  "previous_model_type": current.model_type if current else ""}
+        if current and current.model_fingerprint == model_fingerprint(model_dir):
+            return {**record, "action": "unchanged", "url": current.url, "verification": {}}
+        if not decision.blessed:
+            log(f"{name}: {model_type} not served early: {decision.reason}")
+            return {**record, "action": "rejected", "url": current.url if current else "",
+                    "verification": {}}
+        log(f"{name}: serving {model_type} early ({decision.reason})")
+        candidate = start(name, model_dir, server_args=server_args)
+        candidate.validation_accuracy = validation_accuracy
+        candidate.model_type = model_type
+        try:
+            verification = verify(candidate.url)
+        except Exception as error:  # a check that cannot finish is a failed check
+            verification = {"ok": False, "error": f"{type(error).__name__}: {error}"}
+        if not verification.get("ok"):
+            stop_process(candidate.pid)
+            log(f"{name}: {model_type} failed verification ({verification}); still serving "
+                f"{current.model_type if current else 'nothing'}")
+            return {**record, "action": "rolled_back" if current else "failed",
+                    "url": current.url if current else "", "verification": verification}
+        _save(candidate)
+        _record_change(name, "promoted" if current else "created", candidate, "serve_early")
+        if current:
+            stop_process(current.pid)
+        log(f"{name}: {model_type} serves at {candidate.url}"
+            + (f", replacing {current.model_type or 'the previous model'}" if current else ""))
+        return {**record, "action": "promoted" if current else "created",
+                "url": candidate.url, "verification": verification,
+                "serving_since": time.time()}
 
 
 def deploy_locally(name: str, model_dir: str, test_accuracy: float, *, tolerance: float,
                    verify: Callable[[str], dict], server_args: list[str] | None = None,
                    log: Callable[[str], None] = print) -> dict:
     """Deploys ``model_dir`` as ``name`` on loopback; returns the decision record."""
+    with deployment_lock(name):
+        return _deploy_locally(name, model_dir, test_accuracy, tolerance=tolerance,
+                               verify=verify, server_args=server_args, log=log)
+
+
+def _deploy_locally(name: str, model_dir: str, test_accuracy: float, *, tolerance: float,
+                    verify: Callable[[str], dict], server_args: list[str] | None,
+                    log: Callable[[str], None]) -> dict:
     current = running_server(name)
     fingerprint = model_fingerprint(model_dir)
     serving_accuracy = current.test_accuracy if current else None
@@ -181,6 +273,9 @@ def deploy_locally(name: str, model_dir: str, test_accuracy: float, *, tolerance
                 "previous_url": current.url if current else ""}
     if current and current.model_fingerprint == fingerprint:
         log(f"{name}: this model is already served at {current.url}; reusing it")
+        if current.test_accuracy is None:  # served early: its test accuracy is known now
+            current.test_accuracy = test_accuracy
+            _save(current)
         return {**decision, "action": "unchanged", "url": current.url,
                 "verification": verify(current.url)}
     if not blessing.blessed:
@@ -201,6 +296,7 @@ def deploy_locally(name: str, model_dir: str, test_accuracy: float, *, tolerance
         return {**decision, "action": action, "url": current.url if current else "",
                 "verification": verification}
     _save(candidate)
+    _record_change(name, "promoted" if current else "created", candidate, "deploy")
     if current:
         stop_process(current.pid)
         log(f"{name}: promoted {candidate.url}; stopped the previous server {current.url}")

@@ -81,13 +81,15 @@ def agreement(expected: np.ndarray, served_classes: Sequence[int],
         max_probability_difference=difference)
 
 
-def test_sample(data_dir: str, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """The first ``count`` images of the ingested test split (uint8 [N,28,28], labels [N])."""
+def test_sample(data_dir: str, count: int, split: str = "test") -> tuple[np.ndarray, np.ndarray]:
+    """The first ``count`` images of the ingested ``split`` (uint8 [N,28,28], labels [N]): the
+    test split for the chosen model, the validation split for a model served early (the test
+    split is read once, for the chosen model)."""
     from fmnist.dataset.pipeline import load_arrays
 
     if count < 1:
         raise ValueError(f"at least one test image is needed to verify a server, got {count}")
-    return load_arrays(data_dir, "test", take=count)
+    return load_arrays(data_dir, split, take=count)
 
 
 def in_process_probabilities(model_dir: str, images: np.ndarray) -> np.ndarray:

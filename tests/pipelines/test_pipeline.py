@@ -486,3 +486,34 @@ def test_local_pipeline_trains_with_parameter_servers_and_an_evaluator(data_para
     result = json.loads((Path(summary["best_model_path"]) / "result.json").read_text())
     assert result["strategy"] == "parameter_server"
     assert [e["epoch"] for e in result["evaluation"]] == [1, 2]
+
+
+@pytest.mark.slow
+def test_serve_early_serves_the_first_model_at_once_and_ends_on_the_selected_one(
+        data_parameters, tmp_path, serving_state, clock):
+    """serve_early=True through kfp.local (issue 23): the first model to finish training is
+    served before the next one trains; each later one replaces it only when better on
+    validation; the run ends serving the model selection chose, and the summary says when
+    each model started serving."""
+    parameters = PipelineParameters(epochs=1, num_workers=1, batch_size=64,
+                                    model_types=["basic", "batchnorm"], serve_early=True,
+                                    prediction_images=100, **data_parameters)
+    summary = run_local(parameters, pipeline_root=str(tmp_path / "runs"))
+    history = summary["serving_history"]
+    assert history[0]["how"] == "serve_early" and history[0]["model_type"] == "basic"
+    assert history[0]["action"] == "created"
+    steps = summary["steps"]
+    second_train = [s for s in steps if s["step"] == "train-model"][1]
+    first_served = summary["first_served_seconds"]
+    # Served before the second model had finished training, long before selection.
+    assert 0 < first_served < second_train["ended_seconds"]
+    early = [h for h in history if h["how"] == "serve_early"]
+    assert all(b["validation_accuracy"] > a["validation_accuracy"]
+               for a, b in zip(early, early[1:], strict=False))
+    deployment = summary["deployment"]
+    assert deployment["verification_ok"] is True
+    from serving.deploy.local_deployer import model_fingerprint, running_server
+
+    served = running_server(parameters.model_name)
+    assert served.model_fingerprint == model_fingerprint(summary["best_model_path"])
+    assert served.test_accuracy == summary["best_test_accuracy"]

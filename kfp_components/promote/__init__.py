@@ -1,0 +1,10 @@
+"""The ``promote_early`` component (component.py) and its step (step.py).
+
+The component is imported on first use: inside a pipeline pod KFP's runtime ``kfp.dsl`` has no
+``component`` decorator, and the pod imports only the step."""
+
+from kfp_components import lazy_component
+
+__all__ = ["promote_early"]
+
+__getattr__ = lazy_component(__name__, "promote_early")

@@ -1,0 +1,59 @@
+from typing import NamedTuple
+
+from kfp.dsl import Artifact, Dataset, Input, Model, Output
+
+from kfp_components.base import component
+
+
+@component
+def promote_early(
+    model: Input[Model],
+    dataset: Input[Dataset],
+    backend: str,
+    model_name: str,
+    blessing_tolerance: float,
+    verification_images: int,
+    serving: dict,
+    promotion: Output[Artifact],
+) -> NamedTuple("PromoteOutputs", [("url", str), ("action", str)]):
+    """Serves a model as soon as it is trained, if it is the best trained so far (serve_early).
+
+    The model is scored on the validation split as selection scores it and served at once
+    when nothing is served, or replaces the served model when it is strictly better on
+    validation; it is verified with validation images first (the test split stays unread
+    until selection). The promotion is atomic: a worse model never replaces a better one,
+    whichever training finishes first. ``local``: the predictor on 127.0.0.1, under the
+    deployment's lock. ``kubernetes``: refused for now (the KServe promotion is not built).
+    Never cached: it changes what is served.
+
+    Args:
+        model: A model that just finished training.
+        dataset: The ingested dataset; its validation split scores and verifies the model.
+        backend: {setting}
+        model_name: {setting}
+        blessing_tolerance: {setting}
+        verification_images: {setting}
+        serving: {setting}
+        promotion: The decision record (action, URL, validation accuracies, serving since).
+
+    Returns:
+        url: Where the deployment answers now.
+        action: created, promoted, unchanged, rejected, rolled_back or failed.
+    """
+    import json
+    from collections import namedtuple
+
+    from kfp_components.promote.step import promote
+
+    decision = promote(
+        model_dir=model.path, model_type=model.metadata["model_type"],
+        data_dir=dataset.path, backend=backend, model_name=model_name,
+        tolerance=blessing_tolerance, verification_images=verification_images,
+        serving=serving,
+    )
+    promotion.metadata.update({k: v for k, v in decision.items()
+                               if isinstance(v, str | int | float | bool)})
+    with open(promotion.path, "w") as handle:
+        json.dump(decision, handle, indent=2)
+    outputs = namedtuple("PromoteOutputs", ["url", "action"])
+    return outputs(decision.get("url") or "", decision["action"])
