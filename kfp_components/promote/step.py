@@ -11,16 +11,10 @@ from typing import Any
 
 from fmnist.backends import choose_backend
 from fmnist.errors import UserInputError
-from fmnist.settings.serving import ServingSettings
+from fmnist.settings.serving import SERVE_EARLY_KSERVE_NOT_YET, ServingSettings
 from kfp_components.deploy.step import serving_problems
 
-# What a Kubeflow user is told: the ParallelFor iterations race there, and a promotion must be
-# a compare-and-swap on the InferenceService that every rollout write re-checks; until that
-# exists, serving early on KServe could let a worse model overwrite a better one.
-KSERVE_NOT_YET = (
-    "serve_early works with the local backend only for now: on KServe the trainings race and "
-    "a promotion must be an atomic compare-and-swap on the InferenceService, which is not "
-    "built yet; run without serve_early (the best model is deployed after selection)")
+KSERVE_NOT_YET = SERVE_EARLY_KSERVE_NOT_YET
 
 
 def promote(*, model_dir: str, model_type: str, data_dir: str, backend: str,
