@@ -143,3 +143,12 @@ def test_serve_early_on_kubernetes_is_refused_before_any_work(tmp_path):
                 backend="kubernetes", model_name=NAME, tolerance=0.005,
                 verification_images=10, serving={})
     assert str(refusal.value) == KSERVE_NOT_YET
+
+
+def test_serve_early_on_kubernetes_is_a_parameter_problem_named_before_the_run():
+    from fmnist.settings.pipeline import PipelineParameters
+    from fmnist.settings.serving import SERVE_EARLY_KSERVE_NOT_YET
+
+    assert SERVE_EARLY_KSERVE_NOT_YET in PipelineParameters(
+        serve_early=True, backend="kubernetes").problems()
+    assert PipelineParameters(serve_early=True).problems() == []
