@@ -174,7 +174,7 @@ def make_pipeline(parallelism: int = 0, platform: Platform | None = None):
                     model=train.outputs["model"], dataset=ingest.outputs["dataset"],
                     backend=backend, model_name=model_name,
                     blessing_tolerance=blessing_tolerance,
-                    verification_images=verification_images, serving=serving)
+                    verification_images=verification_images, serving=serving, **images)
                 early.set_caching_options(False)  # it changes what is served
                 early.set_display_name("serve-early")
                 _on_platform(early, promote_early, platform)

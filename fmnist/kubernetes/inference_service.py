@@ -87,6 +87,12 @@ CANARY_ANNOTATIONS = (
 # Set by a Serverless rollback: the rejected model and the generation of its canary write. It
 # makes the rollback's revision template differ from every earlier one (rollout_serverless).
 ANNOTATION_ROLLED_BACK = "fmnist.kubeflow.org/rolled-back"
+# serve_early's claim: the model being (or last) promoted early and its validation accuracy.
+# Not model annotations: every rollout write keeps them as they are on the cluster, so the only
+# writes that change them are a promotion's compare-and-swap (serving/deploy/kserve_promotion).
+ANNOTATION_EARLY_VALIDATION_ACCURACY = "fmnist.kubeflow.org/early-validation-accuracy"
+ANNOTATION_EARLY_MODEL_URI = "fmnist.kubeflow.org/early-model-uri"
+ANNOTATION_EARLY_MODEL_TYPE = "fmnist.kubeflow.org/early-model-type"
 MODEL_ANNOTATIONS = (ANNOTATION_TEST_ACCURACY, ANNOTATION_MODEL_URI, *CANARY_ANNOTATIONS,
                      ANNOTATION_ROLLED_BACK)
 

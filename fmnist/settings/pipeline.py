@@ -16,7 +16,7 @@ from fmnist.settings.batch import BatchPredictionSettings
 from fmnist.settings.data import TFDS_SOURCE, DataSettings
 from fmnist.settings.jobs import JobSettings, KubernetesSettings
 from fmnist.settings.schema import Settings, each_once, not_empty, one_of, setting
-from fmnist.settings.serving import SERVE_EARLY_KSERVE_NOT_YET, DeploySettings, ServingSettings
+from fmnist.settings.serving import DeploySettings, ServingSettings
 from fmnist.settings.training import MODEL_TYPES, TrainingConfig, TrainingSettings
 from fmnist.settings.tuning import TuningSettings
 
@@ -65,8 +65,6 @@ class PipelineParameters(BatchPredictionSettings, DeploySettings, JobSettings, T
 
     def cross_problems(self) -> list[str]:
         problems = super().cross_problems()
-        if self.serve_early and self.backend == "kubernetes":
-            problems.append(SERVE_EARLY_KSERVE_NOT_YET)
         for name, group in NESTED.items():
             _, type_problems = group.coerce_values(dict(getattr(self, name) or {}))
             problems += type_problems

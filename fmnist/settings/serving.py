@@ -67,15 +67,6 @@ def check_tolerance(tolerance: float) -> None:
         raise UserInputError(problem)
 
 
-# serve_early on KServe: the trainings race there, and a promotion must be a compare-and-swap
-# on the InferenceService that every rollout write re-checks; until that exists, serving early
-# on KServe could let a worse model overwrite a better one.
-SERVE_EARLY_KSERVE_NOT_YET = (
-    "serve_early works with the local backend only for now: on KServe the trainings race and "
-    "a promotion must be an atomic compare-and-swap on the InferenceService, which is not "
-    "built yet; run without serve_early (the best model is deployed after selection)")
-
-
 @dataclass
 class DeploySettings(Settings):
     """What the deploy and predict steps decide and measure."""

@@ -14,6 +14,7 @@ def promote_early(
     blessing_tolerance: float,
     verification_images: int,
     serving: dict,
+    image: str,
     promotion: Output[Artifact],
 ) -> NamedTuple("PromoteOutputs", [("url", str), ("action", str)]):
     """Serves a model as soon as it is trained, if it is the best trained so far (serve_early).
@@ -23,8 +24,10 @@ def promote_early(
     validation; it is verified with validation images first (the test split stays unread
     until selection). The promotion is atomic: a worse model never replaces a better one,
     whichever training finishes first. ``local``: the predictor on 127.0.0.1, under the
-    deployment's lock. ``kubernetes``: refused for now (the KServe promotion is not built).
-    Never cached: it changes what is served.
+    deployment's lock. ``kubernetes``: a compare-and-swap on the InferenceService (its
+    resourceVersion), which every write of the rollout that follows re-checks, so a promotion
+    that a better model overtook stops (``superseded``). Never cached: it changes what is
+    served.
 
     Args:
         model: A model that just finished training.
@@ -34,11 +37,12 @@ def promote_early(
         blessing_tolerance: {setting}
         verification_images: {setting}
         serving: {setting}
+        image: {setting}
         promotion: The decision record (action, URL, validation accuracies, serving since).
 
     Returns:
         url: Where the deployment answers now.
-        action: created, promoted, unchanged, rejected, rolled_back or failed.
+        action: created, promoted, unchanged, rejected, superseded, rolled_back or failed.
     """
     import json
     from collections import namedtuple
@@ -46,10 +50,10 @@ def promote_early(
     from kfp_components.promote.step import promote
 
     decision = promote(
-        model_dir=model.path, model_type=model.metadata["model_type"],
+        model_dir=model.path, model_uri=model.uri, model_type=model.metadata["model_type"],
         data_dir=dataset.path, backend=backend, model_name=model_name,
         tolerance=blessing_tolerance, verification_images=verification_images,
-        serving=serving,
+        serving=serving, image=image,
     )
     promotion.metadata.update({k: v for k, v in decision.items()
                                if isinstance(v, str | int | float | bool)})

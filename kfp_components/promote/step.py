@@ -1,9 +1,10 @@
 """The early promotion step (``serve_early``): a model that just finished training is scored on
 the validation split, as selection scores it, and served at once if nothing is served or it is
 better than the served model; verified with validation images, so the test split stays unread
-until selection. Locally the promotion is atomic under the deployment's lock
-(:func:`serving.deploy.local_deployer.promote_locally`). On KServe it is not built yet: the
-step refuses ``serve_early`` there before any work (see :data:`KSERVE_NOT_YET`)."""
+until selection. The promotion is atomic on both backends: locally under the deployment's lock
+(:func:`serving.deploy.local_deployer.promote_locally`), on KServe by a compare-and-swap on the
+InferenceService that every rollout write re-checks
+(:func:`serving.deploy.kserve_promotion.promote_with_kserve`)."""
 
 from __future__ import annotations
 
@@ -11,15 +12,18 @@ from typing import Any
 
 from fmnist.backends import choose_backend
 from fmnist.errors import UserInputError
-from fmnist.settings.serving import SERVE_EARLY_KSERVE_NOT_YET, ServingSettings
-from kfp_components.deploy.step import serving_problems
+from fmnist.settings.serving import ServingSettings
+from kfp_components.deploy.step import (
+    from_kfp_store,
+    kserve_settings,
+    serving_problems,
+    storage_uri_for,
+)
 
-KSERVE_NOT_YET = SERVE_EARLY_KSERVE_NOT_YET
 
-
-def promote(*, model_dir: str, model_type: str, data_dir: str, backend: str,
+def promote(*, model_dir: str, model_uri: str, model_type: str, data_dir: str, backend: str,
             model_name: str, tolerance: float, verification_images: int,
-            serving: dict[str, Any], log=print) -> dict:
+            serving: dict[str, Any], image: str = "", log=print, kserve_client=None) -> dict:
     """Promotes the model if it is the best trained so far; returns the decision record
     (``action``: created, promoted, unchanged, rejected, rolled_back or failed)."""
     import time
@@ -27,9 +31,8 @@ def promote(*, model_dir: str, model_type: str, data_dir: str, backend: str,
     from fmnist.selection.select import validation_accuracy
     from serving.deploy.verification import make_verifier, test_sample
 
-    if backend == "kubernetes":
-        raise UserInputError(KSERVE_NOT_YET)
-    problems = serving_problems(serving, backend, model_name, tolerance, verification_images)
+    problems = serving_problems(serving, backend, model_name, tolerance, verification_images,
+                                image)
     if problems:
         raise UserInputError("invalid serving parameters:\n  - " + "\n  - ".join(problems))
     settings = ServingSettings.from_dict(serving)
@@ -45,7 +48,18 @@ def promote(*, model_dir: str, model_type: str, data_dir: str, backend: str,
             model_name, model_dir, accuracy, model_type=model_type, tolerance=tolerance,
             verify=verify, server_args=settings.local_server_args(serving), log=log)
 
-    decision = choose_backend("deployment", backend, local=local)()
+    def kubernetes():
+        from serving.deploy.kserve_promotion import promote_with_kserve
+
+        service = kserve_settings(model_name, settings, model_uri, image)
+        return lambda: {**promote_with_kserve(
+            service, storage_uri=storage_uri_for(model_uri, settings.storage_uri),
+            validation_accuracy=accuracy, model_type=model_type, tolerance=tolerance,
+            verify=verify, client=kserve_client, log=log,
+            needs_credentials=from_kfp_store(model_uri, settings.storage_uri)),
+            "backend": "kubernetes"}
+
+    decision = choose_backend("deployment", backend, local=local, kubernetes=kubernetes)()
     decision.setdefault("serving_since", time.time() if decision["action"] in (
         "created", "promoted") else None)
     return {**decision, "model_type": model_type, "validation_accuracy": accuracy}

@@ -48,6 +48,10 @@ class TransientApiError(KServeRolloutError):
     """The API server did not answer this time (5xx, 429, a timeout, a dropped connection)."""
 
 
+class CreatedMeanwhile(KServeRolloutError):
+    """Creating the InferenceService found it already there: someone else created it."""
+
+
 class Conflict(Exception):
     """A PUT carried a stale resourceVersion, or a POST found the object already there."""
 

@@ -47,7 +47,8 @@ from serving.deploy.rollout_base import Log, Rollout, Verify
 from serving.deploy.rollout_serverless import ServerlessRollout
 from serving.deploy.rollout_standard import StandardRollout
 
-__all__ = ["KServeRolloutError", "ReadinessTimeout", "deploy_with_kserve", "detect_mode"]
+__all__ = ["KServeRolloutError", "ReadinessTimeout", "deploy_with_kserve", "detect_mode",
+           "prepare_rollout"]
 
 
 def deploy_with_kserve(
@@ -71,6 +72,20 @@ def deploy_with_kserve(
     ``needs_credentials``: the model is in KFP's object store, so KServe needs the
     ServiceAccount's S3 Secret; a missing one fails before any write.
     """
+    rollout, current = prepare_rollout(
+        settings, storage_uri=storage_uri, test_accuracy=test_accuracy, tolerance=tolerance,
+        verify=verify, client=client, needs_credentials=needs_credentials,
+        poll_seconds=poll_seconds, log=log)
+    return rollout.deploy(current)
+
+
+def prepare_rollout(settings: KServeSettings, *, storage_uri: str, test_accuracy: float,
+                    tolerance: float, verify: Verify, client=None,
+                    needs_credentials: bool = False, poll_seconds: float = 5.0,
+                    log: Log = print, mixin: type | None = None) -> tuple[Rollout, dict | None]:
+    """The rollout of the mode the InferenceService is in, and the InferenceService as read
+    (None when absent); what KServe would refuse is refused first. ``mixin``: a class laid
+    over the mode's rollout (an early promotion's claim and guard)."""
     settings.validate()
     storage_uri = check_storage_uri(storage_uri)
     check_tolerance(tolerance)
@@ -90,9 +105,11 @@ def deploy_with_kserve(
         raise UserInputError(f"cannot deploy {storage_uri} to {api.where(settings.name)} "
                              f"({mode.mode} mode): " + "; ".join(problems))
     kind: type[Rollout] = ServerlessRollout if mode.serverless else StandardRollout
+    if mixin is not None:
+        kind = type(f"{mixin.__name__}{kind.__name__}", (mixin, kind), {})
     rollout = kind(settings, api, mode, storage_uri, test_accuracy, tolerance, verify,
                    poll_seconds, log)
-    return rollout.deploy(current)
+    return rollout, current
 
 
 def _retrying_get(api: KServeApi, name: str, attempts: int = 5) -> dict | None:

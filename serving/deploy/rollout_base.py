@@ -41,6 +41,7 @@ from fmnist.settings.serving import FMNIST_RUNTIME
 from serving.deploy.blessing import BlessingDecision, bless
 from serving.deploy.kserve_api import (
     Conflict,
+    CreatedMeanwhile,
     KServeApi,
     KServeRolloutError,
     ReadinessTimeout,
@@ -244,7 +245,7 @@ class Rollout:
                 return self.api.create(body)
             return existing
         except Conflict as conflict:
-            raise KServeRolloutError(
+            raise CreatedMeanwhile(
                 f"{self.api.where(name)} was created by someone else meanwhile ({conflict}); "
                 "run the step again") from None
 
@@ -257,6 +258,7 @@ class Rollout:
             if current is None:
                 raise KServeRolloutError(f"{self.api.where(name)} disappeared during the "
                                          "rollout")
+            self.check_current(current)
             merged = {**body, "metadata": merged_metadata(current, body["metadata"])}
             try:
                 return self.api.replace(merged)
@@ -266,6 +268,12 @@ class Rollout:
         raise KServeRolloutError(
             f"{self.api.where(name)} kept changing under this update ({CONFLICT_RETRIES} "
             "tries); is another deployment running at the same time?")
+
+    def check_current(self, current: dict) -> None:
+        """Called with the object each write is about to replace (the read its
+        ``resourceVersion`` comes from); raises to stop the write. An early promotion
+        (:mod:`serving.deploy.kserve_promotion`) stops once another one has claimed the
+        InferenceService."""
 
     def retrying(self, call: Callable, what: str, attempts: int = 5):
         """``call()``, retried on transient API errors with a growing pause."""

@@ -42,7 +42,8 @@ REQUIRED = {"url"}
 # The steps that create pods, and their image inputs.
 JOB_IMAGE_INPUTS = {"train-model": {"image", "gpu_image"},
                     "tune-hyperparameters": {"image", "gpu_image"},
-                    "batch-predict": {"image"}, "deploy-model": {"image"}}
+                    "batch-predict": {"image"}, "deploy-model": {"image"},
+                    "promote-early": {"image"}}
 
 
 def _component(path: Path) -> dict:

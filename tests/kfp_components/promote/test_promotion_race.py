@@ -133,22 +133,3 @@ def test_bless_early_compares_validation_strictly_and_falls_back_to_the_served_t
     assert bless_early(0.926, None, 0.93, 0.005).blessed
     assert not bless_early(0.924, None, 0.93, 0.005).blessed
 
-
-def test_serve_early_on_kubernetes_is_refused_before_any_work(tmp_path):
-    from fmnist.errors import UserInputError
-    from kfp_components.promote.step import KSERVE_NOT_YET, promote
-
-    with pytest.raises(UserInputError) as refusal:
-        promote(model_dir=str(tmp_path), model_type="basic", data_dir=str(tmp_path),
-                backend="kubernetes", model_name=NAME, tolerance=0.005,
-                verification_images=10, serving={})
-    assert str(refusal.value) == KSERVE_NOT_YET
-
-
-def test_serve_early_on_kubernetes_is_a_parameter_problem_named_before_the_run():
-    from fmnist.settings.pipeline import PipelineParameters
-    from fmnist.settings.serving import SERVE_EARLY_KSERVE_NOT_YET
-
-    assert SERVE_EARLY_KSERVE_NOT_YET in PipelineParameters(
-        serve_early=True, backend="kubernetes").problems()
-    assert PipelineParameters(serve_early=True).problems() == []
