@@ -409,6 +409,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="namespace of the InferenceService (default: the pipeline's)")
     pre.add_argument("--serving-service-account", default="",
                      help="ServiceAccount KServe fetches models with (default fmnist-serving)")
+    pre.add_argument("--scheduling", default="", metavar="JSON",
+                     help="the run's kubernetes.scheduling, e.g. '{\"queue\": \"team-a\", "
+                          "\"priority_class\": \"fmnist-high\", \"gang\": \"volcano\"}': "
+                          "also check the Kueue queue, priority classes and gang scheduler it "
+                          "needs (docs/scheduling.md)")
     pre.set_defaults(func=cmd_preflight)
 
     srv = commands.add_parser("serve", help="serve a model on this machine (foreground)")
