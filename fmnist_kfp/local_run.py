@@ -16,6 +16,7 @@ import tempfile
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from fmnist import errors
@@ -154,6 +155,28 @@ def _serving_history(model_name: str, since: float) -> list[dict[str, Any]]:
             for entry in entries if entry["at"] >= since]
 
 
+def _add_serving_history(markdown_path: str, html_path: str,
+                         served: list[dict[str, Any]]) -> None:
+    """serve_early: the local reports end with when each model started serving (the KFP
+    report artifact is written by selection, before the last of these is known)."""
+    header = ["seconds into the run", "model", "how", "validation accuracy", "action"]
+    rows = [[f"{e['seconds_into_run']:.1f}", e["model_type"] or "the selected model",
+             "served early" if e["how"] == "serve_early" else "final deployment",
+             "" if e["validation_accuracy"] is None else f"{e['validation_accuracy']:.4f}",
+             e["action"]] for e in served]
+    with open(markdown_path, "a") as handle:
+        handle.write("\n## When each model started serving\n\n| " + " | ".join(header)
+                     + " |\n|" + "---|" * len(header) + "\n"
+                     + "".join("| " + " | ".join(row) + " |\n" for row in rows))
+    table = ("<h2>When each model started serving</h2><table><tr>"
+             + "".join(f"<th>{h}</th>" for h in header) + "</tr>"
+             + "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+             + "</table>")
+    html = Path(html_path).read_text()
+    Path(html_path).write_text(html.replace("</body>", table + "</body>", 1)
+                               if "</body>" in html else html + table)
+
+
 def _batch_summary(predictions) -> dict[str, Any]:
     keys = ("source", "rows", "predicted", "errors", "labelled", "accuracy", "workers",
             "images_per_second", "scoring_images_per_second")
@@ -287,6 +310,8 @@ def run_local(
         **{f"tuning-{model_type}.html": path for model_type, path in tuning.items()}})
     summary["report_path"] = copies["report.html"]
     summary["report_markdown_path"] = copies["report.md"]
+    if any(entry["how"] == "serve_early" for entry in served):
+        _add_serving_history(copies["report.md"], copies["report.html"], served)
     summary["tuning_reports"] = {model_type: copies[f"tuning-{model_type}.html"]
                                  for model_type in tuning}
     with open(summary_path, "w") as handle:

@@ -517,3 +517,7 @@ def test_serve_early_serves_the_first_model_at_once_and_ends_on_the_selected_one
     served = running_server(parameters.model_name)
     assert served.model_fingerprint == model_fingerprint(summary["best_model_path"])
     assert served.test_accuracy == summary["best_test_accuracy"]
+    report = Path(summary["report_markdown_path"]).read_text()
+    assert "## When each model started serving" in report
+    assert f"| {history[0]['seconds_into_run']:.1f} | basic | served early |" in report
+    assert "When each model started serving" in Path(summary["report_path"]).read_text()
