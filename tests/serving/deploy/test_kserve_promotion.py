@@ -43,10 +43,12 @@ def standin():
         check_writes(server)
 
 
-def _promote(standin, uri: str, model_type: str, logs: list | None = None) -> dict:
+def _promote(standin, uri: str, model_type: str, logs: list | None = None,
+             client=None) -> dict:
     return promote_with_kserve(
         settings(), storage_uri=uri, validation_accuracy=ACCURACY[uri], model_type=model_type,
-        tolerance=0.005, verify=Verifier(standin, ACCURACY), client=standin.kserve_client(NS),
+        tolerance=0.005, verify=Verifier(standin, ACCURACY),
+        client=client or standin.kserve_client(NS),
         poll_seconds=0.005, log=(logs.append if logs is not None else lambda line: None))
 
 
@@ -91,7 +93,7 @@ class _ReadBarrier:
         who = threading.current_thread().name
         if who in self.delays and who not in self.seen and name == "fashion-mnist":
             self.seen.add(who)
-            self.barrier.wait(timeout=10)
+            self.barrier.wait(timeout=60)
             time.sleep(self.delays[who])
         return result
 
@@ -105,10 +107,17 @@ def test_racing_promotions_never_leave_the_worse_model_served(standin, monkeypat
                         lambda api, name, absent_ok=True: gate.get(api, name,
                                                                    absent_ok=absent_ok))
     results: dict[str, dict] = {}
+    errors: dict[str, BaseException] = {}
     logs: dict[str, list] = {"better": [], "worse": []}
+    # Made here, not in the threads: the first KServeClient imports kserve, which can take
+    # longer than the barrier would wait for the other thread.
+    clients = {which: standin.kserve_client(NS) for which in logs}
 
     def run(which: str, uri: str, model_type: str) -> None:
-        results[which] = _promote(standin, uri, model_type, logs[which])
+        try:
+            results[which] = _promote(standin, uri, model_type, logs[which], clients[which])
+        except BaseException as error:  # reported below, with both threads' logs
+            errors[which] = error
 
     threads = [threading.Thread(target=run, name="better", args=("better", BETTER, "batchnorm")),
                threading.Thread(target=run, name="worse", args=("worse", WORSE, "basic"))]
@@ -116,7 +125,7 @@ def test_racing_promotions_never_leave_the_worse_model_served(standin, monkeypat
         thread.start()
     for thread in threads:
         thread.join(timeout=120)
-    assert set(results) == {"better", "worse"}, logs
+    assert not errors and set(results) == {"better", "worse"}, (errors, logs)
     assert _served(standin) == BETTER
     annotations = standin.isvc()["metadata"]["annotations"]
     assert annotations[ANNOTATION_EARLY_MODEL_URI] == BETTER
