@@ -45,22 +45,15 @@ KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 
 
-def _label_name(what: str):
-    """A name that is also a label value: a DNS-1123 label (at most 63 characters)."""
+def _name_rule(what: str, *, label: bool = True):
+    """A ``what`` name: a DNS-1123 label where it is also a label value (at most 63
+    characters), else a DNS-1123 subdomain."""
+    valid, form = ((is_dns_1123_label, "'-', at most 63 characters, as a label value must be")
+                   if label else (is_dns_1123_subdomain, "'-' and '.'"))
+
     def rule(name: str, value: str) -> str | None:
-        if value and not is_dns_1123_label(value):
-            return (f"{name} {value!r} is not a {what} name (lowercase letters, digits and "
-                    "'-', at most 63 characters, as a label value must be)")
-        return None
-
-    return rule
-
-
-def _subdomain(what: str):
-    def rule(name: str, value: str) -> str | None:
-        if value and not is_dns_1123_subdomain(value):
-            return (f"{name} {value!r} is not a {what} name (lowercase letters, digits, '-' "
-                    "and '.')")
+        if value and not valid(value):
+            return f"{name} {value!r} is not a {what} name (lowercase letters, digits and {form})"
         return None
 
     return rule
@@ -76,11 +69,11 @@ class SchedulingSettings(Settings):
         "", help="Kueue LocalQueue of the run's TFJobs, Katib trials and batch Jobs (the "
                  "`kueue.x-k8s.io/queue-name` label); a job waits suspended until Kueue "
                  "admits it, shown as `queued: <reason>`. Empty: no queue.",
-        rules=[_label_name("LocalQueue")])
+        rules=[_name_rule("LocalQueue")])
     priority_class: str = setting(
         "", help="PriorityClass of every pod the run creates (and, with a queue, Kueue's "
                  "WorkloadPriorityClass of the same name). Empty: the cluster's default.",
-        rules=[_label_name("PriorityClass")])
+        rules=[_name_rule("PriorityClass")])
     gang: str = setting(
         "", help="Gang scheduling of TFJobs through the training operator's "
                  "`runPolicy.schedulingPolicy` (`minAvailable`: every replica): `volcano` or "
@@ -93,11 +86,11 @@ class SchedulingSettings(Settings):
         "", help="The pods' `schedulerName` when gang scheduling: empty for the usual one "
                  "(`volcano`; `scheduler-plugins-scheduler`, the name scheduler-plugins' Helm "
                  "chart gives it).",
-        rules=[_subdomain("scheduler")])
+        rules=[_name_rule("scheduler", label=False)])
     gang_queue: str = setting(
         "", help="Volcano queue of gang-scheduled TFJobs (`schedulingPolicy.queue`); empty: "
                  "Volcano's `default`.",
-        rules=[_subdomain("Volcano queue")])
+        rules=[_name_rule("Volcano queue", label=False)])
     gang_timeout_seconds: int = setting(
         0, help="scheduler-plugins: seconds a gang may wait for all its pods to fit "
                 "(`schedulingPolicy.scheduleTimeoutSeconds`); 0: the scheduler's default.",

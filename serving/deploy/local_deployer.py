@@ -170,6 +170,14 @@ def stop_server(name: str) -> bool:
     return True
 
 
+def _checked(verify: Callable[[str], dict], url: str) -> dict:
+    """``verify(url)``; a check that cannot finish is a failed check."""
+    try:
+        return verify(url)
+    except Exception as error:
+        return {"ok": False, "error": f"{type(error).__name__}: {error}"}
+
+
 def history_path(name: str) -> Path:
     """Every change of the deployment ``name``, one JSON line each: when which model started
     serving (the run summary reads it)."""
@@ -232,10 +240,7 @@ def promote_locally(name: str, model_dir: str, validation_accuracy: float, *, mo
         candidate = start(name, model_dir, server_args=server_args)
         candidate.validation_accuracy = validation_accuracy
         candidate.model_type = model_type
-        try:
-            verification = verify(candidate.url)
-        except Exception as error:  # a check that cannot finish is a failed check
-            verification = {"ok": False, "error": f"{type(error).__name__}: {error}"}
+        verification = _checked(verify, candidate.url)
         if not verification.get("ok"):
             stop_process(candidate.pid)
             log(f"{name}: {model_type} failed verification ({verification}); still serving "
@@ -285,10 +290,7 @@ def _deploy_locally(name: str, model_dir: str, test_accuracy: float, *, toleranc
         f"({blessing.reason})")
     candidate = start_server(name, model_dir, test_accuracy=test_accuracy,
                              server_args=server_args)
-    try:
-        verification = verify(candidate.url)
-    except Exception as error:  # a check that cannot finish is a failed check
-        verification = {"ok": False, "error": f"{type(error).__name__}: {error}"}
+    verification = _checked(verify, candidate.url)
     if not verification.get("ok"):
         stop_process(candidate.pid)
         action = "rolled_back" if current else "failed"
