@@ -88,7 +88,8 @@ def _images(tfjob: dict) -> set[str]:
 JOB_IMAGES = {"exec-train-model": {"image": IMAGE, "gpu_image": GPU_IMAGE},
               "exec-tune-hyperparameters": {"image": IMAGE, "gpu_image": GPU_IMAGE},
               "exec-batch-predict": {"image": IMAGE},
-              "exec-deploy-model": {"image": IMAGE}}
+              "exec-deploy-model": {"image": IMAGE},
+              "exec-promote-early": {"image": IMAGE}}
 
 
 @pytest.mark.slow
