@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from fmnist.errors import RemoteError, UserInputError, connection_problem
+from fmnist.kubernetes.workload import GROUP as WORKLOAD_GROUP
 from fmnist.settings.scheduling import KUEUE_QUEUE_LABEL, SchedulingSettings
 
 ISTIO_POLICY = "fmnist-serving-in-cluster"
@@ -110,7 +111,7 @@ PERMISSIONS = (
 SCHEDULING_SETUP = f"{SETUP}scheduling"
 # Kueue (kubernetes-sigs/kueue v0.19.2): v1beta2 stored since v0.16, v1beta1 still served
 # (deprecated) and the only one before v0.15 (tests/crds/kueue.x-k8s.io_localqueues.yaml).
-KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_GROUP = WORKLOAD_GROUP
 KUEUE_VERSIONS = ("v1beta2", "v1beta1")
 # site/content/en/docs/getting-started/installation.md line 59 (the release's manifests.yaml);
 # site/content/en/docs/tasks/run/kubeflow/tfjobs.md line 27 (enable the TFJob integration).

@@ -18,7 +18,7 @@ from fmnist.errors import UserInputError
 from fmnist.kubernetes.job import build_indexed_job, job_state, to_manifest
 from fmnist.kubernetes.runner import JobStatus, RemoteJob, RemoteJobRunner
 from fmnist.kubernetes.storage import copy_tree, make_shared_dirs, publish_copy, stage_dataset
-from fmnist.kubernetes.workload import queued_reason, read_workload
+from fmnist.kubernetes.workload import queued_status
 from fmnist.scoring.scoring_job import ScoringJobSpec, merge_shards
 from fmnist.settings.jobs import KubernetesSettings, cluster_settings
 from fmnist.settings.platform import PVC_ENV
@@ -49,10 +49,9 @@ class IndexedJobScorer:
                 "the kubernetes parameter")
         self._api = batch_api
         deadline = self.settings.active_deadline_seconds
-        start_minutes = self.settings.scheduling_settings.start_deadline_minutes
         self.runner = runner or RemoteJobRunner(
             poll_seconds=poll_seconds, timeout_seconds=deadline + 600 if deadline else 0.0,
-            start_timeout_seconds=60.0 * start_minutes)
+            start_timeout_seconds=self.settings.scheduling_settings.start_deadline_seconds)
 
     @property
     def api(self):
@@ -99,10 +98,8 @@ class IndexedJobScorer:
                 # Kueue holds the Job suspended until its ClusterQueue admits it.
                 from kubernetes import client
 
-                workload = read_workload(client.CustomObjectsApi(self.api.api_client),
-                                         namespace, job["metadata"].get("uid", ""))
-                return JobStatus(queued=True, progress="queued: " + queued_reason(
-                    job["metadata"].get("labels") or {}, workload))
+                return queued_status(client.CustomObjectsApi(self.api.api_client), namespace,
+                                     job["metadata"])
             return JobStatus(done=done, failed=failed, progress=progress, reason=reason)
 
         def cleanup(why: str) -> None:

@@ -100,6 +100,7 @@ def build_tfjob(spec: TrainingJobSpec, settings: KubernetesSettings):
                 secret_ref=client.V1SecretEnvSource(name=settings.object_store_secret)
             )
         ]
+    scheduling = settings.scheduling_settings
     volumes, mounts = None, None
     if settings.pvc_name:
         volumes = [
@@ -150,7 +151,6 @@ def build_tfjob(spec: TrainingJobSpec, settings: KubernetesSettings):
             spec=pod_spec,
         )
 
-    scheduling = settings.scheduling_settings
     gpus = bool(spec.gpus_per_worker)
     cpu_only = {"cpu": settings.cpu, "memory": settings.memory}
     # Who computes gets the GPUs: the workers, and the chief of a mirrored job (it trains);

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fmnist.kubernetes.runner import JobStatus, api_message
 from fmnist.settings.scheduling import KUEUE_QUEUE_LABEL
 
 GROUP = "kueue.x-k8s.io"
@@ -30,8 +31,6 @@ JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 def read_workload(custom_api, namespace: str, job_uid: str,
                   request_timeout: float = 60.0) -> dict[str, Any] | str:
     """The Workload of the job with ``job_uid``, or a sentence saying why it cannot be read."""
-    from fmnist.kubernetes.runner import api_message
-
     try:
         listed = custom_api.list_namespaced_custom_object(
             GROUP, VERSION, namespace, PLURAL, label_selector=f"{JOB_UID_LABEL}={job_uid}",
@@ -53,3 +52,12 @@ def queued_reason(labels: dict[str, str], workload: dict[str, Any] | str) -> str
         if condition.get("type") == "QuotaReserved" and condition.get("status") == "False":
             return condition.get("message") or condition.get("reason") or "pending"
     return f"waiting for Kueue to admit it to {where}"
+
+
+def queued_status(custom_api, namespace: str, metadata: dict[str, Any],
+                  request_timeout: float = 60.0) -> JobStatus:
+    """What the runner is told of a job Kueue holds suspended (a TFJob or a batch Job, by its
+    ``metadata``): queued, with Kueue's reason as the progress line."""
+    workload = read_workload(custom_api, namespace, metadata.get("uid") or "", request_timeout)
+    return JobStatus(queued=True, progress="queued: " + queued_reason(
+        metadata.get("labels") or {}, workload))

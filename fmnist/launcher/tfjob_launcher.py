@@ -51,7 +51,7 @@ from fmnist.kubernetes.tfjob import (
     REPLICA_TYPE_LABEL,
     build_tfjob,
 )
-from fmnist.kubernetes.workload import queued_reason, read_workload
+from fmnist.kubernetes.workload import queued_status
 from fmnist.settings.jobs import KubernetesSettings
 from fmnist.training.trainer import read_result
 from fmnist.training.training_job import TrainingJobResult, TrainingJobSpec
@@ -124,9 +124,9 @@ class TFJobLauncher:
         deadline = self.settings.active_deadline_seconds
         timeout = timeout_seconds or (deadline + 600 if deadline else 0)
         injected = {k: v for k, v in (("clock", clock), ("sleep", sleep)) if v is not None}
-        start_minutes = self.settings.scheduling_settings.start_deadline_minutes
         self.runner = RemoteJobRunner(poll_seconds=poll_seconds, timeout_seconds=timeout,
-                                      start_timeout_seconds=60.0 * start_minutes,
+                                      start_timeout_seconds=self.settings.scheduling_settings
+                                      .start_deadline_seconds,
                                       log=self._say, **injected)
         self.request_timeout_seconds = request_timeout_seconds
 
@@ -181,20 +181,18 @@ class _Watch:
         pods = launcher.client.core_api.list_namespaced_pod(
             launcher.namespace, label_selector=f"{JOB_NAME_LABEL}={self.spec.name}",
             _request_timeout=timeout).items
-        workload = None
-        if _suspended(job):
-            workload = read_workload(launcher.client.custom_api, launcher.namespace,
-                                     job.metadata.uid, timeout)
-        return job, pods, workload
+        return job, pods
 
     def status(self, snapshot) -> JobStatus:
-        job, pods, workload = snapshot
+        job, pods = snapshot
         self._print_master_log(pods)
         conditions = (job.status.conditions if job.status else None) or []
         finished = _true(conditions, "Failed") or _true(conditions, "Succeeded")
         if _suspended(job) and finished is None:
-            return JobStatus(queued=True, progress="queued: " + queued_reason(
-                job.metadata.labels or {}, workload))
+            launcher = self.launcher
+            return queued_status(launcher.client.custom_api, launcher.namespace,
+                                 {"uid": job.metadata.uid, "labels": job.metadata.labels},
+                                 launcher.request_timeout_seconds)
         self.restarts = self.counter.update(conditions, pods)
         last = conditions[-1] if conditions else None
         state = last.type if last else "Pending (no status yet)"

@@ -116,6 +116,11 @@ class SchedulingSettings(Settings):
         return problems
 
     @property
+    def start_deadline_seconds(self) -> float:
+        """The runner's start deadline (0: none)."""
+        return 60.0 * self.start_deadline_minutes
+
+    @property
     def scheduler_name(self) -> str:
         """The pods' ``schedulerName``: the gang scheduler's, or empty (the default)."""
         if not self.gang:
