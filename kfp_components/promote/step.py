@@ -60,6 +60,6 @@ def promote(*, model_dir: str, model_uri: str, model_type: str, data_dir: str, b
             "backend": "kubernetes"}
 
     decision = choose_backend("deployment", backend, local=local, kubernetes=kubernetes)()
-    decision.setdefault("serving_since", time.time() if decision["action"] in (
-        "created", "promoted") else None)
-    return {**decision, "model_type": model_type, "validation_accuracy": accuracy}
+    serving_since = time.time() if decision["action"] in ("created", "promoted") else None
+    return {**decision, "model_type": model_type, "validation_accuracy": accuracy,
+            "serving_since": serving_since}

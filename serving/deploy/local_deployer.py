@@ -254,8 +254,7 @@ def promote_locally(name: str, model_dir: str, validation_accuracy: float, *, mo
         log(f"{name}: {model_type} serves at {candidate.url}"
             + (f", replacing {current.model_type or 'the previous model'}" if current else ""))
         return {**record, "action": "promoted" if current else "created",
-                "url": candidate.url, "verification": verification,
-                "serving_since": time.time()}
+                "url": candidate.url, "verification": verification}
 
 
 def deploy_locally(name: str, model_dir: str, test_accuracy: float, *, tolerance: float,
