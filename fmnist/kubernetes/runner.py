@@ -170,7 +170,7 @@ class RemoteJob:
 # Classifying API errors
 
 
-def _chain(error: BaseException | None) -> Iterator[BaseException]:
+def exception_chain(error: BaseException | None) -> Iterator[BaseException]:
     """``error`` and every exception it was raised from or while handling, once each."""
     seen: set[int] = set()
     while error is not None and id(error) not in seen:
@@ -182,7 +182,7 @@ def _chain(error: BaseException | None) -> Iterator[BaseException]:
 def api_status(error: BaseException) -> int | None:
     """The HTTP status of the ``ApiException`` in ``error``'s chain (the SDKs wrap it), if
     any."""
-    for item in _chain(error):
+    for item in exception_chain(error):
         status = getattr(item, "status", None)
         if isinstance(status, int) and type(item).__name__ == "ApiException":
             return status
@@ -191,7 +191,7 @@ def api_status(error: BaseException) -> int | None:
 
 def api_message(error: BaseException) -> str:
     """The API server's own words: ``HTTP 403 Forbidden: admission webhook ... denied ...``."""
-    for item in _chain(error):
+    for item in exception_chain(error):
         if type(item).__name__ == "ApiException":
             message = ""
             try:
@@ -209,7 +209,7 @@ def is_transient(error: BaseException) -> bool:
     status = api_status(error)
     if status is not None:
         return status >= 500 or status in TRANSIENT_STATUSES
-    for item in _chain(error):
+    for item in exception_chain(error):
         if isinstance(item, TimeoutError | ConnectionError | socket.timeout):
             return True
         module = type(item).__module__ or ""

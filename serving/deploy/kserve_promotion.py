@@ -40,6 +40,7 @@ from fmnist.kubernetes.inference_service import (
     model_uri_of,
     served_accuracy,
 )
+from fmnist.kubernetes.runner import exception_chain
 from serving.deploy.blessing import bless_early
 from serving.deploy.kserve_api import Conflict, CreatedMeanwhile, KServeRolloutError
 from serving.deploy.kserve_deployer import prepare_rollout
@@ -86,13 +87,7 @@ class EarlyClaim:
 
 
 def _superseded(error: BaseException) -> Superseded | None:
-    seen = set()
-    while error is not None and id(error) not in seen:
-        if isinstance(error, Superseded):
-            return error
-        seen.add(id(error))
-        error = error.__cause__ or error.__context__
-    return None
+    return next((e for e in exception_chain(error) if isinstance(e, Superseded)), None)
 
 
 def promote_with_kserve(settings: KServeSettings, *, storage_uri: str,
