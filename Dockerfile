@@ -30,7 +30,6 @@ COPY pyproject.toml uv.lock README.md ./
 FROM builder AS wheel
 # The wheel's packages: pyproject.toml [tool.hatch.build.targets.wheel] (tests/test_image.py).
 COPY fmnist_kfp ./fmnist_kfp
-COPY fmnist ./fmnist
 COPY kfp_components ./kfp_components
 COPY pipelines ./pipelines
 COPY katib ./katib
@@ -43,7 +42,7 @@ RUN uv export --frozen --no-dev --no-emit-project --extra all -o requirements.tx
  && uv pip install --python /opt/venv/bin/python --no-deps --require-hashes -r requirements.txt
 COPY --from=wheel /dist /dist
 RUN uv pip install --python /opt/venv/bin/python --no-deps /dist/*.whl \
- && /opt/venv/bin/python -c "import fmnist.training.trainer, kfp, kfp.kubernetes"
+ && /opt/venv/bin/python -c "import fmnist_kfp.training.trainer, kfp, kfp.kubernetes"
 
 FROM builder AS venv-gpu
 RUN uv export --frozen --no-dev --no-emit-project --extra all --extra gpu -o requirements.txt \
@@ -51,7 +50,7 @@ RUN uv export --frozen --no-dev --no-emit-project --extra all --extra gpu -o req
  && uv pip install --python /opt/venv/bin/python --no-deps --require-hashes -r requirements.txt
 COPY --from=wheel /dist /dist
 RUN uv pip install --python /opt/venv/bin/python --no-deps /dist/*.whl \
- && /opt/venv/bin/python -c "import fmnist.training.trainer, kfp, kfp.kubernetes"
+ && /opt/venv/bin/python -c "import fmnist_kfp.training.trainer, kfp, kfp.kubernetes"
 
 FROM ${PYTHON_IMAGE} AS runtime
 ARG VERSION=0.0.0+unknown

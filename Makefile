@@ -5,7 +5,7 @@ UV := $(or $(shell command -v uv 2>/dev/null),.tools/bin/uv)
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup run serve test shared-data install-check compile readme docs release bench lint clean help \
+.PHONY: setup run serve test layers shared-data install-check compile readme docs release bench lint clean help \
 	mutation
 
 help:
@@ -42,9 +42,17 @@ run: setup
 serve: setup
 	$(PY) -m fmnist_kfp.cli serve $(SERVE_ARGS)
 
-test: setup
-	$(VENV)/bin/lint-imports
+test: setup layers
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The import-linter contracts (pyproject.toml), read from the built wheel: grimp reads packages
+# from their files, and only the wheel has pipelines/, serving/, … inside fmnist_kfp/.
+LAYERS := .build/layers
+layers: setup
+	rm -rf $(LAYERS) && mkdir -p $(LAYERS)/wheel $(LAYERS)/tree
+	$(UV) build --quiet --wheel --out-dir $(LAYERS)/wheel .
+	cd $(LAYERS)/tree && $(abspath $(PY)) -m zipfile -e ../wheel/*.whl . \
+		&& $(abspath $(VENV))/bin/lint-imports --config $(abspath pyproject.toml)
 
 # What the tests read beside the checkout (../shared: the four official Fashion-MNIST files, the
 # upstream CRDs), each checked against its sha256 pinned in tests/shared_files.py; files already
@@ -99,7 +107,7 @@ lint: setup
 	$(VENV)/bin/ruff check .
 
 clean:
-	rm -rf runs bench/results .pytest_cache mutants site
+	rm -rf runs bench/results .pytest_cache mutants site .build
 
 # --- Images and releases (.github/workflows/ci.yml and release.yml call these) -------------
 .PHONY: release-check github-release

@@ -10,7 +10,7 @@ is the exported SavedModel's on the same split (with flip averaging when the con
     python -m bench.ablation --data-dir DATASET --name epochs18 --set epochs=18 \\
         --families batchnorm --seeds 42
 
-``--set`` overrides the current defaults (:class:`~fmnist.settings.training.TrainingConfig`).
+``--set`` overrides the current defaults (:class:`~fmnist_kfp.settings.training.TrainingConfig`).
 The machine may be shared: every run records the load average at its start and end and the CPU
 seconds its processes used, next to the wall time.
 """
@@ -41,7 +41,7 @@ def _commit() -> str:
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "fmnist"], capture_output=True,
+        dirty = subprocess.run(["git", "status", "--porcelain", "fmnist_kfp"], capture_output=True,
                                text=True, check=True).stdout.strip()
         return head + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
@@ -50,11 +50,11 @@ def _commit() -> str:
 
 def run_one(name: str, data_dir: str, values: dict, work: Path) -> dict:
     """One training job scored on the validation split; returns the run's record."""
-    from fmnist.dataset.pipeline import load_arrays
-    from fmnist.launcher.local_processes import LocalProcessLauncher
-    from fmnist.selection.evaluate import predict_classes
-    from fmnist.settings.training import TrainingConfig
-    from fmnist.training.training_job import TrainingJobSpec
+    from fmnist_kfp.dataset.pipeline import load_arrays
+    from fmnist_kfp.launcher.local_processes import LocalProcessLauncher
+    from fmnist_kfp.selection.evaluate import predict_classes
+    from fmnist_kfp.settings.training import TrainingConfig
+    from fmnist_kfp.training.training_job import TrainingJobSpec
 
     config = TrainingConfig.from_dict(values).validate()
     shutil.rmtree(work, ignore_errors=True)

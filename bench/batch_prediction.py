@@ -37,9 +37,9 @@ BATCH = 256
 
 def exported_model() -> Path:
     """The batch-norm CNN, untrained, exported in the training step's layout."""
-    from fmnist.settings.training import TrainingConfig
-    from fmnist.training.export import export_saved_model
-    from fmnist.training.models import build_model
+    from fmnist_kfp.settings.training import TrainingConfig
+    from fmnist_kfp.training.export import export_saved_model
+    from fmnist_kfp.training.models import build_model
 
     model_dir = WORK / "batch_model"
     if not (model_dir / "1" / "saved_model.pb").exists():
@@ -68,7 +68,7 @@ def png_directory(images) -> Path:
 def in_process(model_dir: Path, images) -> float:
     import numpy as np
 
-    from fmnist.training.export import load_pixels_predictor
+    from fmnist_kfp.training.export import load_pixels_predictor
 
     predict = load_pixels_predictor(str(model_dir / "1"))
     pixels = images.astype(np.float32)
@@ -80,8 +80,8 @@ def in_process(model_dir: Path, images) -> float:
 
 
 def batch(model_dir: Path, data_dir: Path, source: str, workers: int) -> dict:
-    from fmnist.batch.local_scorer import LocalBatchScorer
-    from fmnist.scoring.scoring_job import ScoringJobSpec
+    from fmnist_kfp.batch.local_scorer import LocalBatchScorer
+    from fmnist_kfp.scoring.scoring_job import ScoringJobSpec
 
     output = WORK / "batch_output"
     shutil.rmtree(output, ignore_errors=True)
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if data_source_missing(args):
         return 2
-    from fmnist.dataset.pipeline import load_arrays
+    from fmnist_kfp.dataset.pipeline import load_arrays
 
     data_dir = ingested_dataset(args.data_source)
     model_dir = exported_model()

@@ -28,7 +28,7 @@ def data_source_missing(args: argparse.Namespace) -> bool:
 
 def ingested_dataset(data_source: str) -> Path:
     """The real dataset ingested once under bench/results/work, shared by the benchmarks."""
-    from fmnist.dataset.ingest import ingest
+    from fmnist_kfp.dataset.ingest import ingest
 
     data_dir = WORK / "dataset"
     metadata = data_dir / "metadata.json"

@@ -23,10 +23,10 @@ from bench.common import RESULTS, WORK, add_data_source, data_source_missing, in
 
 
 def run(name: str, data_dir: str, config, **job) -> dict:
-    from fmnist.dataset.pipeline import load_arrays
-    from fmnist.launcher.local_processes import LocalProcessLauncher
-    from fmnist.selection.evaluate import predict_classes
-    from fmnist.training.training_job import TrainingJobSpec
+    from fmnist_kfp.dataset.pipeline import load_arrays
+    from fmnist_kfp.launcher.local_processes import LocalProcessLauncher
+    from fmnist_kfp.selection.evaluate import predict_classes
+    from fmnist_kfp.training.training_job import TrainingJobSpec
 
     work = WORK / name
     shutil.rmtree(work, ignore_errors=True)
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if data_source_missing(args):
         return 2
-    from fmnist.settings.training import TrainingConfig
+    from fmnist_kfp.settings.training import TrainingConfig
 
     data_dir = str(ingested_dataset(args.data_source))
     config = TrainingConfig(model_type="batchnorm", epochs=args.epochs)

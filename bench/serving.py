@@ -9,7 +9,7 @@ to minute, so ratios are taken within each round, between measurements seconds a
 their median is reported. Then a mixed-format run (different real test images, half PNG, half
 JPEG) against the predictor and the no-op model, and the acceptance run: at least 10,000
 requests at 32 connections, counting failures, with its p99. Photos (issue 22): 64 different
-test images sent as people send pictures (``fmnist.photos``: on white, off centre, sideways with
+test images sent as people send pictures (``fmnist_kfp.photos``: on white, off centre, sideways with
 an EXIF tag, cut out, small in a large frame, shadowed, on a gradient, WebP, AVIF) at 1 and 5
 connections, the latency the photo rules add per image (photo p50 minus plain PNG p50, at 1
 connection, round by round), and the predictor's accuracy on each variant over HTTP.
@@ -99,7 +99,7 @@ def _encoded(image, image_format: str) -> str:
 def _request_bodies(data_source: str, work: Path) -> tuple[Path, Path]:
     """The single-image PNG body, and 64 bodies of different test images, half PNG, half
     JPEG."""
-    from fmnist.dataset.sources import load
+    from fmnist_kfp.dataset.sources import load
 
     images = load(data_source).splits["test"].images[:64]
     one = work / "body.json"
@@ -115,8 +115,8 @@ def _request_bodies(data_source: str, work: Path) -> tuple[Path, Path]:
 
 def _photo_bodies(data_source: str, work: Path) -> Path:
     """64 bodies, each a different test image sent as a photo, the photo variants in turn."""
-    from fmnist.dataset.sources import load
-    from fmnist.photos import PHOTO_VARIANTS, variant
+    from fmnist_kfp.dataset.sources import load
+    from fmnist_kfp.photos import PHOTO_VARIANTS, variant
 
     images = load(data_source).splits["test"].images[:64]
     photos = work / "photos.jsonl"
@@ -129,12 +129,12 @@ def _photo_bodies(data_source: str, work: Path) -> Path:
 
 def variant_accuracy(url: str, data_source: str, count: int, batch: int = 10) -> dict:
     """The share of ``count`` test images classified right over HTTP, sent each way of
-    ``fmnist.photos.VARIANTS``; a refused request (a 4xx: a format the server cannot read)
+    ``fmnist_kfp.photos.VARIANTS``; a refused request (a 4xx: a format the server cannot read)
     counts its images as wrong and is counted."""
     import httpx
 
-    from fmnist.dataset.sources import load
-    from fmnist.photos import VARIANTS, variant
+    from fmnist_kfp.dataset.sources import load
+    from fmnist_kfp.photos import VARIANTS, variant
 
     test = load(data_source).splits["test"]
     images, labels = test.images[:count], test.labels[:count]
@@ -168,11 +168,11 @@ def _source_of(ref: str, work: Path) -> Path:
 
 
 def _start(name: str, args: list[str], model_dir: str, work: Path, source: Path | None = None):
-    from serving.deploy.client import wait_until_ready
-    from serving.model_server.ports import read_port_file
+    from fmnist_kfp.serving.deploy.client import wait_until_ready
+    from fmnist_kfp.serving.model_server.ports import read_port_file
 
     port_file = work / f"{name}.ports.json"
-    command = [sys.executable, "-m", "serving.model_server.server", f"--model_dir={model_dir}",
+    command = [sys.executable, "-m", "fmnist_kfp.serving.model_server.server", f"--model_dir={model_dir}",
                f"--model_name={MODEL_NAME}", "--http_port=0", "--grpc_port=0",
                f"--port_file={port_file}", *args]
     log = open(work / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
@@ -225,10 +225,10 @@ def in_process(model_dir: str, data_source: str, seconds: float = 3.0) -> dict:
 
     import tensorflow as tf
 
-    from fmnist.dataset.sources import load
-    from fmnist.training.export import BYTES_SIGNATURE
-    from serving.deploy.client import png_bytes, v1_image_request
-    from serving.model_server.predictor import FashionMnistModel, resolve_saved_model_dir
+    from fmnist_kfp.dataset.sources import load
+    from fmnist_kfp.training.export import BYTES_SIGNATURE
+    from fmnist_kfp.serving.deploy.client import png_bytes, v1_image_request
+    from fmnist_kfp.serving.model_server.predictor import FashionMnistModel, resolve_saved_model_dir
 
     image = load(data_source).splits["test"].images[0]
     signature = tf.saved_model.load(resolve_saved_model_dir(model_dir)).signatures[
@@ -376,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
              zip(photo_samples["predictor"][1], samples["predictor"][1], strict=True)]
     photo_results = {
         "request": "V1 :predict, 64 different test images, each sent as one of "
-                   "fmnist.photos.PHOTO_VARIANTS in turn",
+                   "fmnist_kfp.photos.PHOTO_VARIANTS in turn",
         "servers": {name: {str(c): _medians(runs) for c, runs in by_conn.items()}
                     for name, by_conn in photo_samples.items()},
         "added_p50_ms_per_image_vs_plain_png": {"median": statistics.median(added),

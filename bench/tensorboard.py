@@ -40,11 +40,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import tf_keras as keras
 
-    from fmnist.dataset.pipeline import training_dataset
-    from fmnist.settings.training import TrainingConfig
-    from fmnist.training.distributed import choose_precision
-    from fmnist.training.models import build_model
-    from fmnist.training.tensorboard import tensorboard_callbacks
+    from fmnist_kfp.dataset.pipeline import training_dataset
+    from fmnist_kfp.settings.training import TrainingConfig
+    from fmnist_kfp.training.distributed import choose_precision
+    from fmnist_kfp.training.models import build_model
+    from fmnist_kfp.training.tensorboard import tensorboard_callbacks
 
     data_dir = ingested_dataset(args.data_source)
     config = TrainingConfig(model_type="batchnorm")

@@ -44,15 +44,15 @@ def measure_throughput(model_type: str, data_dir: str, global_batch: int, steps:
     import tensorflow as tf
     import tf_keras as keras
 
-    from fmnist.dataset.pipeline import (
+    from fmnist_kfp.dataset.pipeline import (
         load_arrays,
         random_flip,
         to_model_inputs,
         training_dataset,
     )
-    from fmnist.settings.training import TrainingConfig
-    from fmnist.training.distributed import choose_precision
-    from fmnist.training.models import build_model
+    from fmnist_kfp.settings.training import TrainingConfig
+    from fmnist_kfp.training.distributed import choose_precision
+    from fmnist_kfp.training.models import build_model
 
     config = TrainingConfig(model_type=model_type)
     precision = choose_precision(config.precision)
@@ -102,9 +102,9 @@ def time_to_accuracy(data_dir: str, work_dir: Path, model_type: str,
     first reaches 91% (the definition), 92% and 93%, in seconds from launch."""
     from dataclasses import replace
 
-    from fmnist.launcher.local_processes import LocalProcessLauncher
-    from fmnist.settings.pipeline import PipelineParameters
-    from fmnist.training.training_job import TrainingJobSpec
+    from fmnist_kfp.launcher.local_processes import LocalProcessLauncher
+    from fmnist_kfp.settings.pipeline import PipelineParameters
+    from fmnist_kfp.training.training_job import TrainingJobSpec
 
     defaults = PipelineParameters()
     config = defaults.training_config(model_type)
@@ -152,10 +152,10 @@ def time_to_accuracy(data_dir: str, work_dir: Path, model_type: str,
 def worker_scaling(data_dir: str, work_dir: Path, model_type: str, epochs: int = 2) -> dict:
     """The same global batch on 1 and 2 local worker processes (MultiWorkerMirroredStrategy
     over loopback): what a second worker buys, or costs, on this machine."""
-    from fmnist.launcher.local_processes import LocalProcessLauncher
-    from fmnist.settings.pipeline import PipelineParameters
-    from fmnist.settings.training import TrainingConfig
-    from fmnist.training.training_job import TrainingJobSpec
+    from fmnist_kfp.launcher.local_processes import LocalProcessLauncher
+    from fmnist_kfp.settings.pipeline import PipelineParameters
+    from fmnist_kfp.settings.training import TrainingConfig
+    from fmnist_kfp.training.training_job import TrainingJobSpec
 
     global_batch = PipelineParameters().batch_size
     result: dict = {"model_type": model_type, "global_batch": global_batch}
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if data_source_missing(args):
         return 2
-    from fmnist.settings.pipeline import PipelineParameters
+    from fmnist_kfp.settings.pipeline import PipelineParameters
 
     work = RESULTS / "work"
     for stale in ("tta", "scaling"):  # a killed earlier run must not be resumed from

@@ -27,10 +27,10 @@ from bench.common import RESULTS, add_data_source, data_source_missing, ingested
 
 
 def _search(name: str, algorithm: str, args, data_dir: str, work: Path, stopping: bool):
-    from fmnist.settings.training import TrainingConfig
-    from katib.optuna_search import LocalTuner
-    from katib.report import render_html
-    from kfp_components.tune.step import experiment_settings
+    from fmnist_kfp.settings.training import TrainingConfig
+    from fmnist_kfp.katib.optuna_search import LocalTuner
+    from fmnist_kfp.katib.report import render_html
+    from fmnist_kfp.kfp_components.tune.step import experiment_settings
 
     base = TrainingConfig(model_type=args.model_type)
     tuning = {"algorithm": algorithm, "max_trials": args.trials,
@@ -60,10 +60,10 @@ def _search(name: str, algorithm: str, args, data_dir: str, work: Path, stopping
 
 def _default_trial(args, data_dir: str, work: Path) -> dict:
     """The default configuration under the trials' budget, through the same launcher."""
-    from fmnist.launcher.local_processes import LocalProcessLauncher
-    from fmnist.settings.training import TrainingConfig
-    from fmnist.training.trainer import read_result
-    from fmnist.training.training_job import TrainingJobSpec
+    from fmnist_kfp.launcher.local_processes import LocalProcessLauncher
+    from fmnist_kfp.settings.training import TrainingConfig
+    from fmnist_kfp.training.trainer import read_result
+    from fmnist_kfp.training.training_job import TrainingJobSpec
 
     config = replace(TrainingConfig(model_type=args.model_type), epochs=args.epochs,
                      train_examples=args.train_examples)

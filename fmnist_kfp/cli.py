@@ -9,13 +9,13 @@ import os
 import socket
 import sys
 
-from fmnist import __version__
-from fmnist.errors import DataSourceError, TrainingJobError, UserInputError
-from fmnist.extras import require
-from fmnist.settings.data import DataSettings
-from fmnist.settings.pipeline import PipelineParameters
-from fmnist.settings.schema import add_flags, given_values
-from fmnist.settings.serving import DeploySettings
+from fmnist_kfp import __version__
+from fmnist_kfp.errors import DataSourceError, TrainingJobError, UserInputError
+from fmnist_kfp.extras import require
+from fmnist_kfp.settings.data import DataSettings
+from fmnist_kfp.settings.pipeline import PipelineParameters
+from fmnist_kfp.settings.schema import add_flags, given_values
+from fmnist_kfp.settings.serving import DeploySettings
 
 _D = PipelineParameters()
 
@@ -24,7 +24,7 @@ def _add_pipeline_parameters(parser: argparse.ArgumentParser, *, local: bool) ->
     """The parameters as flags, each with the default it gets when left out: the compiled
     pipeline's on Kubeflow (only the flags given are sent) and, for ``local``, this
     machine's."""
-    from fmnist.settings.pipeline import cluster_defaults
+    from fmnist_kfp.settings.pipeline import cluster_defaults
 
     sent = ("Only the flags given are sent to Kubeflow; the rest keep the compiled pipeline's "
             "defaults.")
@@ -75,7 +75,7 @@ def _cluster_arguments(args: argparse.Namespace) -> dict:
     """The parameters given on the command line (the rest keep the compiled defaults), with
     the backend stated, checked over the compiled Kubeflow defaults as the Python API checks
     them."""
-    from pipelines.arguments import cluster_arguments
+    from fmnist_kfp.pipelines.arguments import cluster_arguments
 
     given = given_values(args, PipelineParameters)
     given.setdefault("backend", "kubernetes")
@@ -194,7 +194,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from fmnist_kfp.validation import writable_directory
 
     writable_directory(args.output_dir, "--output-dir")
-    from pipelines.compile import compile_all
+    from fmnist_kfp.pipelines.compile import compile_all
 
     try:
         written = compile_all(args.output_dir)
@@ -209,9 +209,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
 def _check_ingest(args: argparse.Namespace) -> None:
     """A local data directory and the output, checked before TensorFlow is imported (half a
     minute)."""
-    from fmnist.dataset.sources import resolve_source
+    from fmnist_kfp.dataset.sources import resolve_source
     from fmnist_kfp.validation import writable_directory
-    from kfp_components.ingest.checks import data_problems
+    from fmnist_kfp.kfp_components.ingest.checks import data_problems
 
     problems = data_problems(resolve_source(args.data_source))
     if problems:
@@ -221,7 +221,7 @@ def _check_ingest(args: argparse.Namespace) -> None:
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     require("training", "fmnist-kfp ingest")
-    from fmnist.dataset.ingest import ingest
+    from fmnist_kfp.dataset.ingest import ingest
 
     _check_ingest(args)
     metadata = ingest(args.data_source, args.output,
@@ -257,7 +257,7 @@ def _latest_model_dir(summary_path: str) -> str:
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serves a model in the foreground with KServe's ModelServer (Ctrl-C stops it)."""
     require("serving", "fmnist-kfp serve")
-    from serving.model_server.server import main as serve_main
+    from fmnist_kfp.serving.model_server.server import main as serve_main
 
     model_dir = args.model_dir or _latest_model_dir(args.summary)
     # Checked before the server imports TensorFlow and loads the model.
@@ -278,7 +278,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_deployment(args: argparse.Namespace) -> int:
     """Local deployments started by pipeline runs: where they are, and stopping them."""
     require("serving", "fmnist-kfp deployment")
-    from serving.deploy.local_deployer import running_server, stop_server
+    from fmnist_kfp.serving.deploy.local_deployer import running_server, stop_server
 
     DeploySettings(model_name=args.name).validate()  # a name, never a path
     if args.action == "stop":
@@ -425,7 +425,7 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--host", default="127.0.0.1", help="default %(default)s")
     srv.add_argument("--port", type=int, default=8080, help="default %(default)s")
     srv.add_argument("server_args", nargs="*",
-                     help="more serving.model_server.server flags after --, "
+                     help="more fmnist_kfp.serving.model_server.server flags after --, "
                           "e.g. -- --max_batch_size=64")
     srv.set_defaults(func=cmd_serve)
 

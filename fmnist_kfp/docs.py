@@ -1,7 +1,7 @@
 """Generated documentation (``make readme``): every component's README.md, written from its
 docstring, signature and ``metadata.yaml`` as kubeflow/pipelines-components does; the settings
 tables of README.md and the pages under docs/ (``<!-- generated:NAME -->`` blocks), written from
-:mod:`fmnist.settings`; and docs/index.md, the site's front page, a copy of README.md whose links
+:mod:`fmnist_kfp.settings`; and docs/index.md, the site's front page, a copy of README.md whose links
 point where they resolve on the site. ``tests`` fail when a committed file differs from what this
 writes, and when a table has no page.
 """
@@ -16,13 +16,13 @@ from pathlib import Path
 
 import yaml
 
-from fmnist.settings.jobs import KubernetesSettings
-from fmnist.settings.pipeline import PipelineParameters, cluster_defaults
-from fmnist.settings.platform import IMAGE_ENV, MOUNT_PATH, PVC_ENV, Platform
-from fmnist.settings.schema import markdown_table
-from fmnist.settings.serving import ServingSettings
-from fmnist.settings.tuning import TuningSettings
-from kfp_components import COMPONENTS
+from fmnist_kfp.settings.jobs import KubernetesSettings
+from fmnist_kfp.settings.pipeline import PipelineParameters, cluster_defaults
+from fmnist_kfp.settings.platform import IMAGE_ENV, MOUNT_PATH, PVC_ENV, Platform
+from fmnist_kfp.settings.schema import markdown_table
+from fmnist_kfp.settings.serving import ServingSettings
+from fmnist_kfp.settings.tuning import TuningSettings
+from fmnist_kfp.kfp_components import COMPONENTS
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPONENTS_DIR = ROOT / "kfp_components"
@@ -56,7 +56,7 @@ def _default(value) -> str:
 
 def kubernetes_calls(component) -> list[str]:
     """The kfp-kubernetes calls a Kubernetes run of ``component``'s task needs (its
-    :class:`~kfp_components.base.KubernetesNeeds`, which the pipeline applies too), as lines
+    :class:`~fmnist_kfp.kfp_components.base.KubernetesNeeds`, which the pipeline applies too), as lines
     of Python acting on ``task``."""
     needs, claim, q = component.kubernetes_needs, Platform.pvc_name, json.dumps
     lines = ["from kfp import kubernetes", ""]
@@ -122,7 +122,7 @@ def component_readme(folder: str, component) -> str:
               "def my_pipeline():",
               f"    task = {function}({arguments})",
               "```", "",
-              f"or `from {'kfp_components.' + folder} import {function}` with the package "
+              f"or `from {'fmnist_kfp.kfp_components.' + folder} import {function}` with the package "
               "installed.", "",
               "## On Kubernetes", "",
               "What a Kubernetes run of the task needs beside its inputs (kfp-kubernetes; "

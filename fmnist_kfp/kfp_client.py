@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from fmnist.errors import RemoteError, UserInputError, connection_problem
+from fmnist_kfp.errors import RemoteError, UserInputError, connection_problem
 
 TOKEN_ENV = "KF_PIPELINES_TOKEN"
 # dsl.Collected (the fan-in of the models trained in parallel) is resolved by KFP backends from

@@ -3,7 +3,7 @@
 ``kfp.local`` writes every task's ``executor_output.json`` (each output artifact's URI and
 metadata) under ``<pipeline root>/<run>/[<for-loop>/]<task>/``. A cached task writes nothing in
 the new run: its outputs are the earlier run's, which is why the index covers the whole pipeline
-root. Each artifact's ``lineage`` entry (:mod:`fmnist.lineage`) names its inputs' URIs, so the
+root. Each artifact's ``lineage`` entry (:mod:`fmnist_kfp.lineage`) names its inputs' URIs, so the
 chain is followed from the served model (the deploy step's record) or any artifact back to the
 ingested dataset.
 """
@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fmnist.errors import UserInputError
-from fmnist.lineage import LINEAGE_KEY, content_digest
+from fmnist_kfp.errors import UserInputError
+from fmnist_kfp.lineage import LINEAGE_KEY, content_digest
 
 EXECUTOR_OUTPUT = "executor_output.json"
 # Where a chain starts in a run: what is served, else what was selected.

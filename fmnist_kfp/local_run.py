@@ -19,12 +19,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fmnist import errors
-from fmnist.dataset.sources import resolve_source
-from fmnist.settings.pipeline import PipelineParameters
-from fmnist.settings.training import Hyperparameters
+from fmnist_kfp import errors
+from fmnist_kfp.dataset.sources import resolve_source
+from fmnist_kfp.settings.pipeline import PipelineParameters
+from fmnist_kfp.settings.training import Hyperparameters
 from fmnist_kfp.validation import validate_parameters, writable_directory
-from kfp_components import STEP_ERRORS_ENV
+from fmnist_kfp.kfp_components import STEP_ERRORS_ENV
 
 DEFAULT_PIPELINE_ROOT = "runs/local"
 # Steps that read the clock or change or measure the live server run every time.
@@ -83,7 +83,7 @@ def _deployment_summary(outputs) -> dict[str, Any]:
         "blessing": decision.get("blessing"),
         "served_accuracy": outputs.outputs["served_accuracy"],
         # ok: the served answers are the model's own, float rounding and near-ties aside
-        # (serving.deploy.verification.agreement); agreement: the fraction of equal classes.
+        # (fmnist_kfp.serving.deploy.verification.agreement); agreement: the fraction of equal classes.
         "verification_ok": (decision.get("verification") or {}).get("ok"),
         "verification_agreement": (decision.get("verification") or {}).get("agreement"),
     }
@@ -100,7 +100,7 @@ def _lineage(pipeline_root: str, start_uri: str) -> list[dict[str, Any]]:
 def _tensorboard_logs(best_model) -> dict[str, str]:
     """Each candidate's TensorBoard logs (inside its model artifact), by model type: the
     selection's lineage names the candidates."""
-    from fmnist.training.tensorboard import log_dir
+    from fmnist_kfp.training.tensorboard import log_dir
 
     logs = {}
     lineage = best_model.metadata.get("lineage") or {}
@@ -143,7 +143,7 @@ def _readable_copies(directory: str, files: dict[str, str]) -> dict[str, str]:
 
 def _serving_history(model_name: str, since: float) -> list[dict[str, Any]]:
     """The local deployment's changes during this run (its history file), oldest first."""
-    from serving.deploy.local_deployer import history_path
+    from fmnist_kfp.serving.deploy.local_deployer import history_path
 
     path = history_path(model_name)
     if not path.exists():
@@ -190,7 +190,7 @@ def _batch_summary(predictions) -> dict[str, Any]:
 def _step_failure(failure: RuntimeError, errors_path: str,
                   recorder: StepRecorder) -> Exception:
     """What ends a failed run: the error a step stopped with, when it was one of
-    :mod:`fmnist.errors` (recorded in ``errors_path``: see
+    :mod:`fmnist_kfp.errors` (recorded in ``errors_path``: see
     :func:`kfp_components.report_errors_briefly`), naming the step; else kfp.local's own
     message (a bug: the step's traceback is in the log above)."""
     try:
@@ -229,7 +229,7 @@ def run_local(
     writable_directory(summary_dir, "the summary's directory")
     from kfp import local
 
-    from pipelines.fashion_mnist import make_pipeline
+    from fmnist_kfp.pipelines.fashion_mnist import make_pipeline
 
     local.init(
         runner=local.SubprocessRunner(use_venv=False),
@@ -293,7 +293,7 @@ def run_local(
             s["cache_hit"] for s in recorder.steps if s["step"] not in NEVER_CACHED
         ),
         "parameters": {k: v for k, v in parameters.arguments().items() if k != "data_source"},
-        # The served model back to the dataset: steps, digests, hyperparameters (fmnist.lineage).
+        # The served model back to the dataset: steps, digests, hyperparameters (fmnist_kfp.lineage).
         "lineage": _lineage(pipeline_root, outputs.outputs["deployment"].uri),
         "tensorboard": _tensorboard_logs(best_model),  # what `fmnist-kfp tensorboard` serves
         "batch_prediction": _batch_summary(outputs.outputs["batch_predictions"]),

@@ -14,7 +14,7 @@ It asks, with the user's kubeconfig and the KFP endpoint:
   Running for hours (:func:`check_katib_watch`);
 * KServe's default deployment mode (inferenceservice-config, for information);
 * the shared ReadWriteMany claim, the compile-time credentials Secret (when one is named), the
-  serving ServiceAccount and its S3 Secret (``serving.deploy.credentials``), and the Istio
+  serving ServiceAccount and its S3 Secret (``fmnist_kfp.serving.deploy.credentials``), and the Istio
   policy that lets pipeline pods reach the predictors (when Istio is installed);
 * every permission the pipeline's steps use, as SelfSubjectAccessReviews made *as* the
   pipeline's ServiceAccount (impersonation; Kubeflow's kubeflow-edit lets a profile's users
@@ -39,9 +39,9 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from fmnist.errors import RemoteError, UserInputError, connection_problem
-from fmnist.kubernetes.workload import GROUP as WORKLOAD_GROUP
-from fmnist.settings.scheduling import KUEUE_QUEUE_LABEL, SchedulingSettings
+from fmnist_kfp.errors import RemoteError, UserInputError, connection_problem
+from fmnist_kfp.kubernetes.workload import GROUP as WORKLOAD_GROUP
+from fmnist_kfp.settings.scheduling import KUEUE_QUEUE_LABEL, SchedulingSettings
 
 ISTIO_POLICY = "fmnist-serving-in-cluster"
 SETUP = "manifests/"
@@ -368,7 +368,7 @@ def _reason(error) -> str:
 
 
 def check_mode(api) -> Row:
-    from serving.deploy.kserve_deployer import cluster_default_mode
+    from fmnist_kfp.serving.deploy.kserve_deployer import cluster_default_mode
 
     value = cluster_default_mode(api, log=lambda line: None)
     if value is None:
@@ -417,7 +417,7 @@ def check_secret(core, cluster: Cluster) -> Row:
 
 
 def check_serving_credentials(api, cluster: Cluster) -> Row:
-    from serving.deploy.credentials import credential_problems
+    from fmnist_kfp.serving.deploy.credentials import credential_problems
 
     what = f"serving credentials {api.namespace}/{cluster.serving_service_account}"
     try:
@@ -452,8 +452,8 @@ def check_istio_policy(api_client, custom, cluster: Cluster) -> Row | None:
 
 
 def check_permissions(api_client, cluster: Cluster) -> list[Row]:
-    from fmnist.kubernetes.access_review import PATH as ACCESS_REVIEW_PATH
-    from fmnist.kubernetes.access_review import build_access_review
+    from fmnist_kfp.kubernetes.access_review import PATH as ACCESS_REVIEW_PATH
+    from fmnist_kfp.kubernetes.access_review import build_access_review
 
     user = (f"system:serviceaccount:{cluster.namespace}:{cluster.runner_service_account}")
     fix = (f"kubectl apply -k {SETUP}standalone-rbac" if not cluster.multi_user else
@@ -799,7 +799,7 @@ def preflight(endpoint, api_client, cluster: Cluster, *, check_backend: bool = T
               ) -> list[Row]:
     from kubernetes import client
 
-    from serving.deploy.kserve_api import KServeApi
+    from fmnist_kfp.serving.deploy.kserve_api import KServeApi
 
     rows = [check_kfp(endpoint)] if check_backend else []
     server = check_api_server(api_client)
@@ -858,8 +858,8 @@ def api_client_from(kubeconfig: str = "", context: str = ""):
 
 
 def cluster_from(args) -> Cluster:
-    from fmnist.settings.platform import PVC_ENV, SECRET_ENV
-    from fmnist.settings.serving import KFP_STORE_SERVICE_ACCOUNT
+    from fmnist_kfp.settings.platform import PVC_ENV, SECRET_ENV
+    from fmnist_kfp.settings.serving import KFP_STORE_SERVICE_ACCOUNT
 
     multi_user = bool(args.namespace)
     namespace = args.namespace or "kubeflow"

@@ -2,7 +2,7 @@
 version, written to ``dist/``; ``make release-check TAG=v<version>`` before anything of it is
 built or pushed; ``make github-release TAG=v<version>`` attaches ``dist/`` to the GitHub release.
 
-A release is things that must agree: the package version (``fmnist.__version__``, the one
+A release is things that must agree: the package version (``fmnist_kfp.__version__``, the one
 place it is set; the wheel's version comes from it), the images every step and job runs
 (``$FMNIST_COMPONENT_IMAGE``, and ``$FMNIST_GPU_IMAGE`` for replicas with GPUs), the git tag
 (``v<version>``) and ``CHANGELOG.md``. So it refuses, before building anything, when
@@ -23,7 +23,7 @@ It writes, all or nothing (built aside, then moved into ``dist/``)::
     dist/SHA256SUMS                                   all of the above, for ``sha256sum -c``
 
 Each YAML names its release in ``pipelineInfo.displayName`` (and the pipeline in its
-description, with the image): see :mod:`pipelines.compile`.
+description, with the image): see :mod:`fmnist_kfp.pipelines.compile`.
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from fmnist import __version__
-from fmnist.errors import UserInputError
-from fmnist.settings.platform import (
+from fmnist_kfp import __version__
+from fmnist_kfp.errors import UserInputError
+from fmnist_kfp.settings.platform import (
     GPU_IMAGE_ENV,
     GPU_TAG_SUFFIX,
     IMAGE_ENV,
@@ -109,7 +109,7 @@ def tag_problems(tag: str, version: str, changelog: str) -> list[str]:
     problems = []
     if tag != f"v{version}":
         problems.append(f"the tag {tag!r} is not v{version}, the package version "
-                        "(fmnist/__init__.py): tag the commit that sets the version, or set "
+                        "(fmnist_kfp/__init__.py): tag the commit that sets the version, or set "
                         "the version the tag names")
     if problem := changelog_problem(changelog, version):
         problems.append(problem)
@@ -129,7 +129,7 @@ def _sha256(path: Path) -> str:
 
 def _compile(staging: Path, version: str) -> list[Path]:
     """The compiled pipeline and components, renamed with the version."""
-    from pipelines.compile import COMPONENTS_SUBDIR, compile_all
+    from fmnist_kfp.pipelines.compile import COMPONENTS_SUBDIR, compile_all
 
     compiled = staging / "compiled"
     written = []

@@ -1,6 +1,6 @@
 """The CLI's checks of a run's parameters and of the paths it writes, before any work starts.
 
-A run's parameters are checked by :func:`kfp_components.checks.parameter_problems`, the one
+A run's parameters are checked by :func:`fmnist_kfp.kfp_components.checks.parameter_problems`, the one
 function that runs every step's checks (on this machine, the data directory's files too).
 """
 
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import os
 
-from fmnist.errors import UserInputError
-from fmnist.settings.pipeline import PipelineParameters
-from kfp_components.checks import parameter_problems
+from fmnist_kfp.errors import UserInputError
+from fmnist_kfp.settings.pipeline import PipelineParameters
+from fmnist_kfp.kfp_components.checks import parameter_problems
 
 
 def validate_parameters(parameters: PipelineParameters,

@@ -1,5 +1,5 @@
 """The Kubernetes backend of the tuning step: the search is a Katib Experiment, run by the
-remote-job runner (:mod:`fmnist.kubernetes.runner`), like the training step's TFJob:
+remote-job runner (:mod:`fmnist_kfp.kubernetes.runner`), like the training step's TFJob:
 
 * the Experiment is built and validated before anything is created, and named by the settings,
   so a retried launcher pod re-attaches to the Experiment it created (HTTP 409 on create)
@@ -12,18 +12,18 @@ remote-job runner (:mod:`fmnist.kubernetes.runner`), like the training step's TF
   KFP Katib launcher printed the failed Experiment as its output instead), and deletes it so
   that a retried step starts a fresh search instead of re-attaching to the failed one;
 * it deletes the Experiment when the run is terminated (SIGTERM) or the step's deadline passes;
-* it reports trials that never progress (:mod:`katib.stalls`): a trial Katib lists as pending
+* it reports trials that never progress (:mod:`fmnist_kfp.katib.stalls`): a trial Katib lists as pending
   or running for ``stall_seconds`` is examined through its TFJob, and a line names it and the
   likely cause, above all a katib-controller that is not watching TFJobs because Training
   Operator v1 was installed after it (then trials stay Running for hours); when the deadline
   passes, the failure names those trials;
 * a 401, 403 or 410 reading the Experiment or listing its trials leaves the Experiment running
-  for a retried step to re-attach to (the runner's :class:`~fmnist.kubernetes.runner.ReadRefused`).
+  for a retried step to re-attach to (the runner's :class:`~fmnist_kfp.kubernetes.runner.ReadRefused`).
 
 Katib's conditions are cumulative, one per type, a re-set type moving to the end: the outcome
 is read from ``Failed=True`` then ``Succeeded=True``, not from the order.
 
-What it returns is a :class:`~katib.results.TuningResult`, the same as the local search's: the
+What it returns is a :class:`~fmnist_kfp.katib.results.TuningResult`, the same as the local search's: the
 best trial's values typed as the trainer's, and every trial with its status and objective.
 
 upstream: docs/upstream.md#katib
@@ -34,24 +34,24 @@ from __future__ import annotations
 import sys
 from dataclasses import asdict
 
-from fmnist.errors import TuningError
-from fmnist.kubernetes.experiment import build_experiment, to_manifest
-from fmnist.kubernetes.runner import FAILED as FAILED_JOB
-from fmnist.kubernetes.runner import (
+from fmnist_kfp.errors import TuningError
+from fmnist_kfp.kubernetes.experiment import build_experiment, to_manifest
+from fmnist_kfp.kubernetes.runner import FAILED as FAILED_JOB
+from fmnist_kfp.kubernetes.runner import (
     DeadlineExceeded,
     JobStatus,
     RemoteJob,
     RemoteJobError,
     RemoteJobRunner,
 )
-from fmnist.tuning.experiment_settings import (
+from fmnist_kfp.tuning.experiment_settings import (
     API_VERSION,
     OBJECTIVE_TYPES,
     TRIAL_NAME_PARAMETER,
     ExperimentSettings,
 )
-from fmnist.tuning.search_space import SearchSpace
-from katib.results import (
+from fmnist_kfp.tuning.search_space import SearchSpace
+from fmnist_kfp.katib.results import (
     EARLY_STOPPED,
     FAILED,
     KILLED,
@@ -61,7 +61,7 @@ from katib.results import (
     TuningResult,
     typed_assignments,
 )
-from katib.stalls import STALL_SECONDS, StallWatch
+from fmnist_kfp.katib.stalls import STALL_SECONDS, StallWatch
 
 GROUP, VERSION = API_VERSION.split("/")
 EXPERIMENT_PLURAL = "experiments"
@@ -85,7 +85,7 @@ class KatibApi:
     kubeflow/katib/api/katib_client.py: create_experiment lines 136-157, get_experiment
     742-758, list_trials 1410-1431, delete_experiment 1223-1237). The errors are the Kubernetes
     client's own (``ApiException``; urllib3's timeouts and connection errors), which the runner
-    classifies (:mod:`fmnist.kubernetes.runner`). KatibClient wrapped them in a ``RuntimeError``
+    classifies (:mod:`fmnist_kfp.kubernetes.runner`). KatibClient wrapped them in a ``RuntimeError``
     with the original as its context, which the runner looked through, so the same errors are
     transient and the messages name the same HTTP status; only a read's timeout now reads as
     urllib3's ``ReadTimeoutError`` instead of ``TimeoutError("Timeout to get ...")``. As in
@@ -183,7 +183,7 @@ def _assignments(assignments) -> dict[str, str]:
 
 def _epochs_run(trial_dir: str) -> int:
     """Epochs the trial's chief recorded in its history (0 if it wrote none)."""
-    from fmnist.training.trainer import HISTORY_FILE, read_history
+    from fmnist_kfp.training.trainer import HISTORY_FILE, read_history
 
     return len(read_history(f"{trial_dir}/{HISTORY_FILE}"))
 

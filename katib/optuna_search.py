@@ -31,13 +31,13 @@ import time
 from dataclasses import asdict, replace
 from typing import Any
 
-from fmnist.backends import sigterm_as_exit
-from fmnist.errors import TrainingJobError, TrainingJobStopped, TuningError, UserInputError
-from fmnist.launcher.local_processes import LocalProcessLauncher
-from fmnist.training.training_job import TrainingJobSpec
-from fmnist.tuning.experiment_settings import METRICS_FILTER, OBJECTIVE_TYPES, ExperimentSettings
-from fmnist.tuning.search_space import SearchSpace
-from katib.results import (
+from fmnist_kfp.backends import sigterm_as_exit
+from fmnist_kfp.errors import TrainingJobError, TrainingJobStopped, TuningError, UserInputError
+from fmnist_kfp.launcher.local_processes import LocalProcessLauncher
+from fmnist_kfp.training.training_job import TrainingJobSpec
+from fmnist_kfp.tuning.experiment_settings import METRICS_FILTER, OBJECTIVE_TYPES, ExperimentSettings
+from fmnist_kfp.tuning.search_space import SearchSpace
+from fmnist_kfp.katib.results import (
     EARLY_STOPPED,
     FAILED,
     METRICS_UNAVAILABLE,
@@ -143,7 +143,7 @@ def make_sampler(settings: ExperimentSettings):
 def make_pruner(settings: ExperimentSettings):
     import optuna
 
-    from katib.median_stop import KatibMedianStopPruner
+    from fmnist_kfp.katib.median_stop import KatibMedianStopPruner
 
     stopping = settings.early_stopping
     if stopping is None:

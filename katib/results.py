@@ -2,7 +2,7 @@
 
 Both tuners (Katib on the cluster, Optuna on this machine) report a :class:`TuningResult`: every
 trial with its assignments, objective, status and epochs run, and the best trial's values typed
-as the trainer's :class:`~fmnist.settings.training.TrainingConfig` fields, ready to train with.
+as the trainer's :class:`~fmnist_kfp.settings.training.TrainingConfig` fields, ready to train with.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from fmnist.settings.training import TrainingConfig
+from fmnist_kfp.settings.training import TrainingConfig
 
 # Katib's trial conditions (v1beta1 TrialConditionType) that end a trial.
 SUCCEEDED = "Succeeded"

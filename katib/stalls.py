@@ -19,7 +19,7 @@ examined through its TFJob, which Katib names after the trial:
 * **no TFJob**: katib-controller never created it;
 * a TFJob that **never ran** (no Running condition yet): its pods do not start;
 * a TFJob **queued** (``runPolicy.suspend``: Kueue holds it until its ClusterQueue admits it,
-  see :mod:`fmnist.kubernetes.workload`): it waits for quota, and says where to look;
+  see :mod:`fmnist_kfp.kubernetes.workload`): it waits for quota, and says where to look;
 * a TFJob that runs or ran (and restarts): the trial is training; nothing to say.
 
 Each finding is printed once (again only when its cause changes); :meth:`StallWatch.summary`
@@ -36,8 +36,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fmnist.kubernetes.runner import api_message, api_status
-from fmnist.settings.scheduling import KUEUE_QUEUE_LABEL
+from fmnist_kfp.kubernetes.runner import api_message, api_status
+from fmnist_kfp.settings.scheduling import KUEUE_QUEUE_LABEL
 
 # Ten minutes pending, or running without a running TFJob, is held up: pods are scheduled and
 # images pulled well within that (the trainer's image once per node). A trial that trains

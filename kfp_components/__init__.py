@@ -47,7 +47,7 @@ def lazy_component(package: str, function: str):
 
 def report_errors_briefly() -> None:
     """In a step that ``fmnist-kfp run --local`` runs (``$FMNIST_STEP_ERRORS`` names a file),
-    an error of :mod:`fmnist.errors` ends the step with ``error: <message>`` instead of a
+    an error of :mod:`fmnist_kfp.errors` ends the step with ``error: <message>`` instead of a
     traceback (its message says what to do) and is appended to that file, for the run to end
     with it. Any other exception keeps its traceback: that is a bug. Without the variable (on
     Kubeflow, in tests, in the Python API) nothing changes.
@@ -57,7 +57,7 @@ def report_errors_briefly() -> None:
     path = os.environ.get(STEP_ERRORS_ENV, "")
     if not path or getattr(sys.excepthook, "records_to", ""):
         return
-    from fmnist import errors
+    from fmnist_kfp import errors
 
     explained = tuple(value for value in vars(errors).values()
                       if isinstance(value, type) and issubclass(value, Exception)
@@ -81,9 +81,9 @@ report_errors_briefly()
 
 def __getattr__(name: str):
     if name == "COMPONENTS":  # folder name → component
-        return {folder: getattr(importlib.import_module(f"kfp_components.{folder}"), function)
+        return {folder: getattr(importlib.import_module(f"{__name__}.{folder}"), function)
                 for folder, function in FOLDERS.items()}
     for folder, function in FOLDERS.items():
         if name == function:
-            return getattr(importlib.import_module(f"kfp_components.{folder}"), function)
+            return getattr(importlib.import_module(f"{__name__}.{folder}"), function)
     raise AttributeError(name)

@@ -3,10 +3,10 @@ package), inputs documented and defaulted from the settings, outputs described, 
 Kubernetes run of the step needs.
 
 A docstring entry ``epochs: {setting}`` is replaced by that setting's help text
-(:mod:`fmnist.settings`), so the Kubeflow UI shows the same words as the CLI and the README,
+(:mod:`fmnist_kfp.settings`), so the Kubeflow UI shows the same words as the CLI and the README,
 and the input defaults to the Kubeflow variant's value of the setting
-(:func:`fmnist.settings.pipeline.cluster_defaults`; ``image`` and ``gpu_image`` to the images
-the component is compiled with, :class:`fmnist.settings.platform.JobImages`). So a component
+(:func:`fmnist_kfp.settings.pipeline.cluster_defaults`; ``image`` and ``gpu_image`` to the images
+the component is compiled with, :class:`fmnist_kfp.settings.platform.JobImages`). So a component
 loaded from ``compiled/components/`` needs only the inputs that have no sensible default: its
 input artifacts (and the predict step's ``url``).
 
@@ -31,10 +31,10 @@ from typing import Any
 import docstring_parser
 from kfp import dsl
 
-from fmnist.settings.pipeline import NESTED, PipelineParameters, cluster_defaults
-from fmnist.settings.platform import JobImages
-from fmnist.settings.schema import Spec
-from fmnist.settings.training import TrainingConfig
+from fmnist_kfp.settings.pipeline import NESTED, PipelineParameters, cluster_defaults
+from fmnist_kfp.settings.platform import JobImages
+from fmnist_kfp.settings.schema import Spec
+from fmnist_kfp.settings.training import TrainingConfig
 
 _MARKER = re.compile(r"^(\s+)(\w+): \{setting\}$", re.MULTILINE)
 SINGLE_OUTPUT = "Output"  # KFP's name for a component's one unnamed return value
@@ -80,7 +80,7 @@ class KubernetesNeeds:
     shared claim (``volume``: mounted at ``MOUNT_PATH`` and named in ``FMNIST_PVC_NAME``, for
     the step and the pods it creates), and the object-store keys as environment variables
     (``credentials``: for ``s3://`` data, when a Secret holds them). The pipeline applies them
-    (``pipelines.fashion_mnist``); each component's README shows the calls."""
+    (``fmnist_kfp.pipelines.fashion_mnist``); each component's README shows the calls."""
 
     volume: bool = False
     credentials: bool = False

@@ -15,9 +15,9 @@ import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fmnist.settings.pipeline import PipelineParameters
-from fmnist.settings.platform import Platform
-from kfp_components import FOLDERS
+from fmnist_kfp.settings.pipeline import PipelineParameters
+from fmnist_kfp.settings.platform import Platform
+from fmnist_kfp.kfp_components import FOLDERS
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ def step_checks() -> dict[str, Check]:
     """Folder → its ``checks.parameter_problems``, for the steps that declare checks."""
     found = {}
     for folder in FOLDERS:
-        name = f"kfp_components.{folder}.checks"
+        name = f"fmnist_kfp.kfp_components.{folder}.checks"
         if importlib.util.find_spec(name) is not None:
             found[folder] = importlib.import_module(name).parameter_problems
     return found

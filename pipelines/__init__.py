@@ -1,7 +1,7 @@
 """The Python API: the pipeline, its parameters, their validation, and its components.
 
 >>> import kfp
->>> from pipelines import cluster_arguments, fashion_mnist_pipeline
+>>> from fmnist_kfp.pipelines import cluster_arguments, fashion_mnist_pipeline
 >>> client = kfp.Client(host="https://kubeflow.example.com/pipeline")
 >>> client.create_run_from_pipeline_func(
 ...     fashion_mnist_pipeline, arguments=cluster_arguments(epochs=12, num_workers=4),
@@ -16,24 +16,24 @@
 - The components, by function name, and ``COMPONENTS`` (folder → component).
 - ``PIPELINE_NAME``: the compiled pipeline's ``pipelineInfo.name``, constant across releases.
 
-Attributes are imported on first use, so importing ``pipelines.arguments`` (as the CLI's
+Attributes are imported on first use, so importing ``fmnist_kfp.pipelines.arguments`` (as the CLI's
 validation does) does not build the pipeline.
 """
 
 import importlib
 
-from kfp_components import FOLDERS
+from fmnist_kfp.kfp_components import FOLDERS
 
 _WHERE = {
-    "PIPELINE_NAME": "pipelines.fashion_mnist",
-    "fashion_mnist_pipeline": "pipelines.fashion_mnist",
-    "make_pipeline": "pipelines.fashion_mnist",
-    "cluster_arguments": "pipelines.arguments",
-    "PipelineParameters": "fmnist.settings.pipeline",
-    "COMPONENTS": "kfp_components",
+    "PIPELINE_NAME": "fmnist_kfp.pipelines.fashion_mnist",
+    "fashion_mnist_pipeline": "fmnist_kfp.pipelines.fashion_mnist",
+    "make_pipeline": "fmnist_kfp.pipelines.fashion_mnist",
+    "cluster_arguments": "fmnist_kfp.pipelines.arguments",
+    "PipelineParameters": "fmnist_kfp.settings.pipeline",
+    "COMPONENTS": "fmnist_kfp.kfp_components",
     # Every component, from the one registry of steps: from its folder's package (the
     # ``kfp_components`` package's attribute ``batch_predict`` is the folder, not the component).
-    **{function: f"kfp_components.{folder}" for folder, function in FOLDERS.items()},
+    **{function: f"fmnist_kfp.kfp_components.{folder}" for folder, function in FOLDERS.items()},
 }
 
 __all__ = list(_WHERE)
@@ -42,7 +42,7 @@ __all__ = list(_WHERE)
 def __getattr__(name: str):
     if name in _WHERE:
         return getattr(importlib.import_module(_WHERE[name]), name)
-    raise AttributeError(f"module 'pipelines' has no attribute {name!r}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:

@@ -1,10 +1,10 @@
 """The arguments of a Kubeflow run of the compiled pipeline, checked before they are sent.
 
 A run sends only the parameters it changes; the rest keep the compiled pipeline's defaults,
-which are the Kubeflow variant's (:func:`pipelines.fashion_mnist.cluster_defaults`: TFJobs, two
+which are the Kubeflow variant's (:func:`fmnist_kfp.pipelines.fashion_mnist.cluster_defaults`: TFJobs, two
 workers, TFDS) — not :class:`PipelineParameters`' local ones. So the values are checked as they
 will run: over the compiled defaults, by every rule the CLI applies
-(:func:`kfp_components.checks.parameter_problems`: the settings' own, then each step's), and an
+(:func:`fmnist_kfp.kfp_components.checks.parameter_problems`: the settings' own, then each step's), and an
 unknown name or a wrong type is an error naming it instead of a run the API server rejects or a
 pipeline that fails an hour in.
 """
@@ -14,9 +14,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from fmnist.errors import UserInputError
-from fmnist.settings.pipeline import PipelineParameters
-from fmnist.settings.platform import Platform
+from fmnist_kfp.errors import UserInputError
+from fmnist_kfp.settings.pipeline import PipelineParameters
+from fmnist_kfp.settings.platform import Platform
 
 
 def cluster_arguments(**values: Any) -> dict[str, Any]:
@@ -27,8 +27,8 @@ def cluster_arguments(**values: Any) -> dict[str, Any]:
     >>> cluster_arguments(epochs=12, num_workers=4)
     {'epochs': 12, 'num_workers': 4}
     """
-    from kfp_components.checks import parameter_problems
-    from pipelines.fashion_mnist import cluster_defaults
+    from fmnist_kfp.kfp_components.checks import parameter_problems
+    from fmnist_kfp.pipelines.fashion_mnist import cluster_defaults
 
     typed, problems = PipelineParameters.coerce_values(values)
     if not problems:

@@ -5,7 +5,7 @@ Every compiled file names the release it belongs to in ``pipelineInfo.displayNam
 (``fashion-mnist-training 0.2.0``), which KFP's compiler sets through its supported
 ``pipeline_display_name`` and the PipelineSpec keeps beside ``name``; the pipeline's
 ``pipelineInfo.description`` also names the release and the image (see
-:mod:`pipelines.fashion_mnist`). ``pipelineInfo.name`` stays the same across releases: it is
+:mod:`fmnist_kfp.pipelines.fashion_mnist`). ``pipelineInfo.name`` stays the same across releases: it is
 the pipeline's identity (its MLMD context), so runs of every release are one pipeline's runs.
 ``sdkVersion`` is left alone: it names the KFP SDK that compiled the file, and the SDK and
 the backend read it as such.
@@ -17,7 +17,7 @@ import os
 
 from kfp import compiler
 
-from fmnist import __version__
+from fmnist_kfp import __version__
 
 COMPILED_DIR = "compiled"
 COMPONENTS_SUBDIR = "components"
@@ -25,8 +25,8 @@ COMPONENTS_SUBDIR = "components"
 
 def compiled_files() -> dict[str, object]:
     """Path under ``compiled/`` → pipeline or component."""
-    from kfp_components import COMPONENTS
-    from pipelines.fashion_mnist import fashion_mnist_pipeline
+    from fmnist_kfp.kfp_components import COMPONENTS
+    from fmnist_kfp.pipelines.fashion_mnist import fashion_mnist_pipeline
 
     files: dict[str, object] = {"fashion_mnist_pipeline.yaml": fashion_mnist_pipeline}
     for component in COMPONENTS.values():

@@ -1,7 +1,7 @@
 """The Fashion-MNIST pipeline: ingest → tune (optional) and train three CNNs in parallel →
 select → batch prediction, and deploy → predict over HTTP.
 
-The parameters are :class:`~fmnist.settings.pipeline.PipelineParameters`: their defaults and
+The parameters are :class:`~fmnist_kfp.settings.pipeline.PipelineParameters`: their defaults and
 their descriptions in the docstring come from there (a test checks that the signature lists
 every one of them with its type).
 """
@@ -11,20 +11,20 @@ from typing import NamedTuple
 from kfp import dsl, kubernetes
 from kfp.dsl import HTML, Artifact, Dataset, Markdown, Model
 
-from fmnist import __version__
-from fmnist.settings import pipeline as settings
-from fmnist.settings.pipeline import PipelineParameters
-from fmnist.settings.platform import IMAGE_ENV, MOUNT_PATH, Platform
-from fmnist.settings.schema import args_doc
-from kfp_components.batch_predict import batch_predict
-from kfp_components.deploy import deploy_model
-from kfp_components.freshness import freshness_window
-from kfp_components.ingest import ingest_fashion_mnist
-from kfp_components.predict import predict_with_served_model
-from kfp_components.promote import promote_early
-from kfp_components.select import select_best_model
-from kfp_components.train import train_model
-from kfp_components.tune import tune_hyperparameters
+from fmnist_kfp import __version__
+from fmnist_kfp.settings import pipeline as settings
+from fmnist_kfp.settings.pipeline import PipelineParameters
+from fmnist_kfp.settings.platform import IMAGE_ENV, MOUNT_PATH, Platform
+from fmnist_kfp.settings.schema import args_doc
+from fmnist_kfp.kfp_components.batch_predict import batch_predict
+from fmnist_kfp.kfp_components.deploy import deploy_model
+from fmnist_kfp.kfp_components.freshness import freshness_window
+from fmnist_kfp.kfp_components.ingest import ingest_fashion_mnist
+from fmnist_kfp.kfp_components.predict import predict_with_served_model
+from fmnist_kfp.kfp_components.promote import promote_early
+from fmnist_kfp.kfp_components.select import select_best_model
+from fmnist_kfp.kfp_components.train import train_model
+from fmnist_kfp.kfp_components.tune import tune_hyperparameters
 
 PIPELINE_NAME = "fashion-mnist-training"
 DESCRIPTION = """Trains basic, dropout and batch-norm CNNs on Fashion-MNIST with
@@ -47,19 +47,19 @@ class PipelineOutputs(NamedTuple):
 
 
 def cluster_defaults(platform: Platform) -> PipelineParameters:
-    """The Kubeflow variant's defaults (:func:`fmnist.settings.pipeline.cluster_defaults`):
+    """The Kubeflow variant's defaults (:func:`fmnist_kfp.settings.pipeline.cluster_defaults`):
     TFJobs of two workers, TFDS as the data source.
 
     ``kubernetes`` stays ``{}``: the shared claim is not a default the user's dict could
     replace, but part of the platform every task carries (``FMNIST_PVC_NAME``, see
     :func:`_on_platform`), under which the steps merge the user's settings
-    (:func:`fmnist.settings.jobs.cluster_settings`)."""
+    (:func:`fmnist_kfp.settings.jobs.cluster_settings`)."""
     return settings.cluster_defaults()
 
 
 def _on_platform(task, component, platform: Platform | None) -> None:
     """What a task of ``component`` carries on the cluster (its ``kubernetes_needs``, see
-    :class:`kfp_components.base.KubernetesNeeds`): the platform's claim as environment, the
+    :class:`fmnist_kfp.kfp_components.base.KubernetesNeeds`): the platform's claim as environment, the
     shared volume, the object-store keys; and, for lineage, the image its own pod runs as
     ``FMNIST_COMPONENT_IMAGE`` (a record only: the pods a step creates run its ``image`` and
     ``gpu_image`` inputs, never this variable)."""

@@ -27,7 +27,7 @@ def synthetic_idx(tmp_path_factory) -> tuple[Path, dict[str, str]]:
 def synthetic_dataset(synthetic_idx, tmp_path_factory) -> Path:
     """The synthetic IDX files ingested into TFRecord shards (200 of the 2,000 training
     images set aside as the validation split)."""
-    from fmnist.dataset.ingest import ingest
+    from fmnist_kfp.dataset.ingest import ingest
 
     directory, checksums = synthetic_idx
     out = tmp_path_factory.mktemp("dataset")
@@ -51,9 +51,9 @@ def export_untrained_model(directory: Path, seed: int) -> Path:
     """An exported CNN with random weights, in the training step's layout (``<dir>/1``)."""
     import tensorflow as tf
 
-    from fmnist.settings.training import TrainingConfig
-    from fmnist.training.export import export_saved_model
-    from fmnist.training.models import build_model
+    from fmnist_kfp.settings.training import TrainingConfig
+    from fmnist_kfp.training.export import export_saved_model
+    from fmnist_kfp.training.models import build_model
 
     tf.keras.utils.set_random_seed(seed)
     export_saved_model(build_model(TrainingConfig(model_type="basic")), str(directory / "1"))

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fmnist.dataset.idx import encode_idx
-from fmnist.dataset.official import OFFICIAL_FILES
+from fmnist_kfp.dataset.idx import encode_idx
+from fmnist_kfp.dataset.official import OFFICIAL_FILES
 
 
 def synthetic_split(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

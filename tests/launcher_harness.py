@@ -19,9 +19,9 @@ from pathlib import Path
 
 import psutil
 
-from fmnist.launcher.local_processes import LocalProcessLauncher
-from fmnist.settings.training import TrainingConfig
-from fmnist.training.training_job import TrainingJobSpec
+from fmnist_kfp.launcher.local_processes import LocalProcessLauncher
+from fmnist_kfp.settings.training import TrainingConfig
+from fmnist_kfp.training.training_job import TrainingJobSpec
 from tests.fake_worker import command
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,9 +53,9 @@ def run_launcher(work: str) -> None:
 
 
 def run_tuner(work: str) -> None:
-    from fmnist.tuning.experiment_settings import ExperimentSettings
-    from fmnist.tuning.search_space import Parameter, SearchSpace
-    from katib.optuna_search import LocalTuner
+    from fmnist_kfp.tuning.experiment_settings import ExperimentSettings
+    from fmnist_kfp.tuning.search_space import Parameter, SearchSpace
+    from fmnist_kfp.katib.optuna_search import LocalTuner
 
     settings = ExperimentSettings(name="harness-search", algorithm="random", model_type="basic",
                                   parallel_trial_count=2, max_trial_count=4, num_workers=2,

@@ -5,7 +5,7 @@ there (``make shared-data``, ``python -m tests.shared_files --dest DIR``).
 ``real_data_dir`` through ``$FASHION_MNIST_DIR``, which .ci/run sets) and the upstream CRDs and
 Katib's swagger (``crds/``: tests/crd_schemas.py, tests/katib_schemas.py). With ``CI=true`` the
 tests fail without them; this fetches each from its pinned URL and keeps it only when its sha256
-is the pinned one. The dataset's pins are the package's own (fmnist/dataset/official.py); the
+is the pinned one. The dataset's pins are the package's own (fmnist_kfp/dataset/official.py); the
 CRDs' are their upstream files at the commits ``../shared/crds/SOURCE.md`` lists
 (tests/test_shared_files.py checks both against the SOURCE.md files where those exist).
 
@@ -28,7 +28,7 @@ from typing import BinaryIO
 
 import httpx
 
-from fmnist.dataset.official import OFFICIAL_FILES, OFFICIAL_URL
+from fmnist_kfp.dataset.official import OFFICIAL_FILES, OFFICIAL_URL
 
 # Serves every pinned file from <URL>/<path> instead (a mirror laid out like ../shared): how the
 # tests point the fetcher at a loopback server. Not meant for CI, which fetches from upstream.

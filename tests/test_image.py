@@ -107,7 +107,7 @@ def test_the_runtime_is_slim_non_root_and_labelled():
     assert "pip uninstall --yes --quiet pip setuptools wheel" in text
     assert "USER 1000:0" in runtime
     # The pods the steps create run as the image's user and group (pod securityContext).
-    from fmnist.settings.platform import IMAGE_GID, IMAGE_UID
+    from fmnist_kfp.settings.platform import IMAGE_GID, IMAGE_UID
     assert f"USER {IMAGE_UID}:{IMAGE_GID}" in runtime
     assert "--uid 1000 --gid 0" in text and "chmod -R g=u /home/fmnist /workspace" in text
     labels = dict(re.findall(r'(org\.opencontainers\.image\.\w+)="([^"]*)"', text))

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from fmnist import __version__
+from fmnist_kfp import __version__
 from tests.conftest import IN_CI
 from tests.standins.kfp import API, KfpStandIn
 from tests.test_extras import NEEDS, extra_distributions
@@ -176,7 +176,7 @@ def installs(request, wheel, tmp_path_factory):
 @pytest.fixture(scope="session")
 def compiled_here(tmp_path_factory) -> Path:
     """What ``fmnist-kfp compile`` writes from the development install (every extra)."""
-    from pipelines.compile import compile_all
+    from fmnist_kfp.pipelines.compile import compile_all
 
     out = tmp_path_factory.mktemp("compiled-here")
     compile_all(str(out))
@@ -222,7 +222,7 @@ def test_the_base_install_compiles_and_runs_the_python_api(installs, compiled_he
         import json, pathlib, sys
         import kfp, yaml
         from kfp import components
-        from pipelines import cluster_arguments, fashion_mnist_pipeline
+        from fmnist_kfp.pipelines import cluster_arguments, fashion_mnist_pipeline
 
         assert cluster_arguments(epochs=3) == {{"epochs": 3}}
         assert cluster_arguments(tune=True, tuning={{"algorithm": "cmaes"}},

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fmnist.settings.platform import DEFAULT_IMAGE_REPOSITORY
+from fmnist_kfp.settings.platform import DEFAULT_IMAGE_REPOSITORY
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = ROOT / ".github" / "workflows"

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from fmnist.backends import choose_backend
-from fmnist.kubernetes.names import stable_name
-from fmnist.scoring.inputs import list_source
-from fmnist.scoring.scoring_job import ScoringJobSpec
-from fmnist.settings.batch import BatchPredictionSettings
+from fmnist_kfp.backends import choose_backend
+from fmnist_kfp.kubernetes.names import stable_name
+from fmnist_kfp.scoring.inputs import list_source
+from fmnist_kfp.scoring.scoring_job import ScoringJobSpec
+from fmnist_kfp.settings.batch import BatchPredictionSettings
 
 ROW_FORMAT = ("JSON Lines: id, class, class_name, probabilities (10), label when known; "
               "an unreadable input is a row with id and error")
@@ -32,12 +32,12 @@ def scoring_backend(backend: str, options: dict[str, Any], image: str = ""):
     """Worker processes here, or an Indexed Job on the cluster whose pods run ``image``."""
 
     def local():
-        from fmnist.batch.local_scorer import LocalBatchScorer
+        from fmnist_kfp.batch.local_scorer import LocalBatchScorer
 
         return LocalBatchScorer()
 
     def kubernetes():
-        from fmnist.batch.indexed_job_scorer import IndexedJobScorer
+        from fmnist_kfp.batch.indexed_job_scorer import IndexedJobScorer
 
         return IndexedJobScorer(image=image, **options)
 

@@ -2,7 +2,7 @@ from typing import NamedTuple
 
 from kfp.dsl import Artifact, Dataset, Input, Metrics, Model, Output
 
-from kfp_components.base import component
+from fmnist_kfp.kfp_components.base import component
 
 
 @component
@@ -47,7 +47,7 @@ def deploy_model(
     import json
     from collections import namedtuple
 
-    from kfp_components.deploy.step import SERVES_CANDIDATE, deploy
+    from fmnist_kfp.kfp_components.deploy.step import SERVES_CANDIDATE, deploy
 
     decision = deploy(
         model_dir=model.path, model_uri=model.uri,
@@ -65,7 +65,7 @@ def deploy_model(
         json.dump(decision, handle, indent=2)
     with open(blessing.path, "w") as handle:
         json.dump(blessing.metadata, handle)
-    from fmnist.lineage import add_lineage, content_digest
+    from fmnist_kfp.lineage import add_lineage, content_digest
 
     serves = decision["action"] in SERVES_CANDIDATE
     # What answers at the URL now: this model (its digest is the served version), or the

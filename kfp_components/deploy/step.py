@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from fmnist.backends import choose_backend
-from fmnist.errors import UserInputError
-from fmnist.settings.jobs import BACKENDS
-from fmnist.settings.serving import (
+from fmnist_kfp.backends import choose_backend
+from fmnist_kfp.errors import UserInputError
+from fmnist_kfp.settings.jobs import BACKENDS
+from fmnist_kfp.settings.serving import (
     FMNIST_RUNTIME,
     KFP_STORE_SERVICE_ACCOUNT,
     DeploySettings,
@@ -37,7 +37,7 @@ def serving_problems(serving: dict[str, Any], backend: str, model_name: str,
         return problems + type_problems
     settings = ServingSettings(**typed)
     if backend == "kubernetes":
-        from fmnist.kubernetes.inference_service import KServeSettings
+        from fmnist_kfp.kubernetes.inference_service import KServeSettings
 
         service = KServeSettings(name=model_name, **{**typed, "image": settings.image or image})
         if service.runtime == FMNIST_RUNTIME and not service.image:
@@ -51,7 +51,7 @@ def serving_problems(serving: dict[str, Any], backend: str, model_name: str,
 def storage_uri_for(model_uri: str, override: str = "") -> str:
     """Where KServe's storage initializer fetches the model: the override, else the model
     artifact's own URI (KFP's object store speaks S3, so ``minio://`` becomes ``s3://``)."""
-    from serving.deploy.credentials import as_s3
+    from fmnist_kfp.serving.deploy.credentials import as_s3
 
     if override:
         return check_storage_uri(override)
@@ -68,7 +68,7 @@ def storage_uri_for(model_uri: str, override: str = "") -> str:
 def from_kfp_store(model_uri: str, override: str = "") -> bool:
     """Whether KServe fetches the model from KFP's own object store (and so needs the
     credentials of ``manifests/serving-credentials``)."""
-    from serving.deploy.credentials import in_kfp_store
+    from fmnist_kfp.serving.deploy.credentials import in_kfp_store
 
     return not override and in_kfp_store(model_uri)
 
@@ -85,7 +85,7 @@ def kserve_settings(model_name: str, settings: ServingSettings, model_uri: str, 
     """The InferenceService's settings: the ``serving`` parameter's, the predictor running
     ``serving.image`` or else the step's ``image`` input, the ServiceAccount
     :func:`service_account_for` the model."""
-    from fmnist.kubernetes.inference_service import KServeSettings
+    from fmnist_kfp.kubernetes.inference_service import KServeSettings
 
     values = {**settings.as_dict(), "image": settings.image or image,
               "service_account": service_account_for(model_uri, settings)}
@@ -107,7 +107,7 @@ def deploy(*, model_dir: str, model_uri: str, test_accuracy: float, data_dir: st
     Raises ``DeploymentError`` when the new model failed verification (after rolling back) or
     nothing could be served; a model that is not blessed is a normal outcome (``rejected``).
     """
-    from serving.deploy.verification import make_verifier, test_sample
+    from fmnist_kfp.serving.deploy.verification import make_verifier, test_sample
 
     problems = serving_problems(serving, backend, model_name, tolerance, verification_images,
                                 image)
@@ -118,14 +118,14 @@ def deploy(*, model_dir: str, model_uri: str, test_accuracy: float, data_dir: st
     verify = make_verifier(model_dir, model_name, images, labels, log=log)
 
     def local():
-        from serving.deploy.local_deployer import deploy_locally
+        from fmnist_kfp.serving.deploy.local_deployer import deploy_locally
 
         return lambda: deploy_locally(
             model_name, model_dir, test_accuracy, tolerance=tolerance, verify=verify,
             server_args=settings.local_server_args(serving), log=log)
 
     def kubernetes():
-        from serving.deploy.kserve_deployer import deploy_with_kserve
+        from fmnist_kfp.serving.deploy.kserve_deployer import deploy_with_kserve
 
         service = kserve_settings(model_name, settings, model_uri, image)
 

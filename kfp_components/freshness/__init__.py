@@ -3,7 +3,7 @@
 The component is imported on first use: inside a pipeline pod KFP's runtime ``kfp.dsl`` has no
 ``component`` decorator, and the pod imports only the step."""
 
-from kfp_components import lazy_component
+from fmnist_kfp.kfp_components import lazy_component
 
 __all__ = ["freshness_window"]
 

@@ -1,5 +1,5 @@
 
-from kfp_components.base import component
+from fmnist_kfp.kfp_components.base import component
 
 
 @component
@@ -16,6 +16,6 @@ def freshness_window(freshness: str) -> str:
         The window's name (``<freshness>#<index>``), the ingestion step's
         ``freshness_window``.
     """
-    from fmnist.dataset.freshness import freshness_window as window
+    from fmnist_kfp.dataset.freshness import freshness_window as window
 
     return window(freshness)

@@ -1,4 +1,4 @@
-"""The ingest step's checks of a run's parameters (see :mod:`kfp_components.checks`): on this
+"""The ingest step's checks of a run's parameters (see :mod:`fmnist_kfp.kfp_components.checks`): on this
 machine, a local data directory must exist and hold the four official files (their checksums
 are verified as they are ingested). A cluster reads its own storage: nothing to check here."""
 
@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import os
 
-from fmnist.dataset.official import OFFICIAL_FILES
-from fmnist.settings.data import DATA_DIR_ENV, TFDS_SOURCE
-from fmnist.settings.pipeline import PipelineParameters
+from fmnist_kfp.dataset.official import OFFICIAL_FILES
+from fmnist_kfp.settings.data import DATA_DIR_ENV, TFDS_SOURCE
+from fmnist_kfp.settings.pipeline import PipelineParameters
 
 
 def parameter_problems(parameters: PipelineParameters, context) -> list[str]:
     if not context.check_data:
         return []
     # Here, not at the top: `compile` runs these checks in a base install (no numpy).
-    from fmnist.dataset.sources import resolve_source
+    from fmnist_kfp.dataset.sources import resolve_source
 
     return data_problems(resolve_source(parameters.data_source))
 

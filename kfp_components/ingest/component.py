@@ -1,6 +1,6 @@
 from kfp.dsl import Dataset, Output
 
-from kfp_components.base import component
+from fmnist_kfp.kfp_components.base import component
 
 
 @component(defaults={"freshness_window": ""}, credentials=True)
@@ -27,8 +27,8 @@ def ingest_fashion_mnist(
             ``metadata.json`` (source, checksums, split sizes, per-class counts, how the
             validation split was carved).
     """
-    from fmnist.lineage import add_lineage
-    from kfp_components.ingest.step import ingest_step
+    from fmnist_kfp.lineage import add_lineage
+    from fmnist_kfp.kfp_components.ingest.step import ingest_step
 
     dataset.metadata.update(ingest_step(data_source, dataset.path,
                                         freshness_window=freshness_window,

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fmnist.dataset.ingest import ingest
-from fmnist.settings.data import DataSettings
+from fmnist_kfp.dataset.ingest import ingest
+from fmnist_kfp.settings.data import DataSettings
 
 
 def ingest_step(data_source: str, output_dir: str, *, freshness_window: str,

@@ -1,7 +1,7 @@
 from kfp.dsl import Dataset, Input, Metrics, Model, Output
 
-from fmnist.settings.pipeline import cluster_defaults
-from kfp_components.base import component
+from fmnist_kfp.settings.pipeline import cluster_defaults
+from fmnist_kfp.kfp_components.base import component
 
 
 @component(defaults={"sample_size": cluster_defaults().prediction_images, "serves_model": True})
@@ -40,7 +40,7 @@ def predict_with_served_model(
     """
     import json
 
-    from kfp_components.predict.step import predict_step
+    from fmnist_kfp.kfp_components.predict.step import predict_step
 
     values = predict_step(model_dir=model.path, data_dir=dataset.path, url=url,
                           model_name=model_name, sample_size=sample_size,
@@ -49,7 +49,7 @@ def predict_with_served_model(
         metrics.log_metric(name, value)
     with open(metrics.path, "w") as handle:
         json.dump(metrics.metadata, handle)
-    from fmnist.lineage import add_lineage
+    from fmnist_kfp.lineage import add_lineage
 
     add_lineage(metrics, "predict", "predict_with_served_model",
                 inputs={"model": model, "dataset": dataset},

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from serving.deploy.verification import compare, describe, in_process_probabilities, test_sample
+from fmnist_kfp.serving.deploy.verification import compare, describe, in_process_probabilities, test_sample
 
 
 class ServedModelMismatch(RuntimeError):
@@ -15,7 +15,7 @@ class ServedModelMismatch(RuntimeError):
 def judge(result: dict[str, Any], url: str, serves_model: bool) -> None:
     """Raises when requests failed, or when the server serves this model (``serves_model``)
     and its answers are not the selected model's (float rounding and near-ties aside:
-    :func:`serving.deploy.verification.agreement`); an earlier model kept in service by
+    :func:`fmnist_kfp.serving.deploy.verification.agreement`); an earlier model kept in service by
     blessing is only measured."""
     if result["failures"]:
         raise ServedModelMismatch(f"{result['failures']} requests to {url} failed: "

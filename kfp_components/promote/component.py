@@ -2,7 +2,7 @@ from typing import NamedTuple
 
 from kfp.dsl import Artifact, Dataset, Input, Model, Output
 
-from kfp_components.base import component
+from fmnist_kfp.kfp_components.base import component
 
 
 @component
@@ -47,7 +47,7 @@ def promote_early(
     import json
     from collections import namedtuple
 
-    from kfp_components.promote.step import promote
+    from fmnist_kfp.kfp_components.promote.step import promote
 
     decision = promote(
         model_dir=model.path, model_uri=model.uri, model_type=model.metadata["model_type"],

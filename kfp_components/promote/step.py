@@ -2,18 +2,18 @@
 the validation split, as selection scores it, and served at once if nothing is served or it is
 better than the served model; verified with validation images, so the test split stays unread
 until selection. The promotion is atomic on both backends: locally under the deployment's lock
-(:func:`serving.deploy.local_deployer.promote_locally`), on KServe by a compare-and-swap on the
+(:func:`fmnist_kfp.serving.deploy.local_deployer.promote_locally`), on KServe by a compare-and-swap on the
 InferenceService that every rollout write re-checks
-(:func:`serving.deploy.kserve_promotion.promote_with_kserve`)."""
+(:func:`fmnist_kfp.serving.deploy.kserve_promotion.promote_with_kserve`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from fmnist.backends import choose_backend
-from fmnist.errors import UserInputError
-from fmnist.settings.serving import ServingSettings
-from kfp_components.deploy.step import (
+from fmnist_kfp.backends import choose_backend
+from fmnist_kfp.errors import UserInputError
+from fmnist_kfp.settings.serving import ServingSettings
+from fmnist_kfp.kfp_components.deploy.step import (
     from_kfp_store,
     kserve_settings,
     serving_problems,
@@ -28,8 +28,8 @@ def promote(*, model_dir: str, model_uri: str, model_type: str, data_dir: str, b
     (``action``: created, promoted, unchanged, rejected, rolled_back or failed)."""
     import time
 
-    from fmnist.selection.select import validation_accuracy
-    from serving.deploy.verification import make_verifier, test_sample
+    from fmnist_kfp.selection.select import validation_accuracy
+    from fmnist_kfp.serving.deploy.verification import make_verifier, test_sample
 
     problems = serving_problems(serving, backend, model_name, tolerance, verification_images,
                                 image)
@@ -42,14 +42,14 @@ def promote(*, model_dir: str, model_uri: str, model_type: str, data_dir: str, b
     verify = make_verifier(model_dir, model_name, images, labels, log=log)
 
     def local():
-        from serving.deploy.local_deployer import promote_locally
+        from fmnist_kfp.serving.deploy.local_deployer import promote_locally
 
         return lambda: promote_locally(
             model_name, model_dir, accuracy, model_type=model_type, tolerance=tolerance,
             verify=verify, server_args=settings.local_server_args(serving), log=log)
 
     def kubernetes():
-        from serving.deploy.kserve_promotion import promote_with_kserve
+        from fmnist_kfp.serving.deploy.kserve_promotion import promote_with_kserve
 
         service = kserve_settings(model_name, settings, model_uri, image)
         return lambda: {**promote_with_kserve(

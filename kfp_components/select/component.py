@@ -1,6 +1,6 @@
 from kfp.dsl import HTML, ClassificationMetrics, Dataset, Input, Markdown, Metrics, Model, Output
 
-from kfp_components.base import component
+from fmnist_kfp.kfp_components.base import component
 
 
 @component
@@ -35,8 +35,8 @@ def select_best_model(
     """
     import json
 
-    from fmnist.dataset.official import CLASS_NAMES
-    from kfp_components.select.step import select_step
+    from fmnist_kfp.dataset.official import CLASS_NAMES
+    from fmnist_kfp.kfp_components.select.step import select_step
 
     outputs = select_step(dataset.path, [(c.path, c.metadata) for c in candidates],
                           best_model.path)
@@ -53,7 +53,7 @@ def select_best_model(
         handle.write(outputs.html)
     with open(report_markdown.path, "w") as handle:
         handle.write(outputs.markdown)
-    from fmnist.lineage import LINEAGE_KEY, add_lineage, content_digest
+    from fmnist_kfp.lineage import LINEAGE_KEY, add_lineage, content_digest
 
     winner = next(c for c in candidates if c.path == outputs.source_dir)
     entry = add_lineage(best_model, "select", "select_best_model", inputs={

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from fmnist.dataset.official import CLASS_NAMES
-from fmnist.selection.select import leaderboard, select_best
+from fmnist_kfp.dataset.official import CLASS_NAMES
+from fmnist_kfp.selection.select import leaderboard, select_best
 
 
 @dataclass

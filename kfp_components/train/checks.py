@@ -1,11 +1,11 @@
-"""The train step's checks of a run's parameters (see :mod:`kfp_components.checks`): on
+"""The train step's checks of a run's parameters (see :mod:`fmnist_kfp.kfp_components.checks`): on
 Kubernetes, the TFJob pods' settings over the compiled images (the trials and the batch Job
 use the same ``kubernetes`` settings)."""
 
 from __future__ import annotations
 
-from fmnist.settings.jobs import KubernetesSettings
-from fmnist.settings.pipeline import PipelineParameters
+from fmnist_kfp.settings.jobs import KubernetesSettings
+from fmnist_kfp.settings.pipeline import PipelineParameters
 
 
 def parameter_problems(parameters: PipelineParameters, context) -> list[str]:

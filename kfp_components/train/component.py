@@ -1,6 +1,6 @@
 from kfp.dsl import Dataset, Input, Markdown, Metrics, Model, Output
 
-from kfp_components.base import component
+from fmnist_kfp.kfp_components.base import component
 
 
 # hyperparameters defaults to {} (each value its setting's default), not to the four values:
@@ -64,9 +64,9 @@ def train_model(
     """
     import json
 
-    from fmnist.lineage import add_lineage
-    from fmnist.settings.training import TrainingConfig
-    from kfp_components.train.step import tensorboard_markdown, train_step
+    from fmnist_kfp.lineage import add_lineage
+    from fmnist_kfp.settings.training import TrainingConfig
+    from fmnist_kfp.kfp_components.train.step import tensorboard_markdown, train_step
 
     config = TrainingConfig(model_type=model_type, epochs=epochs, precision=precision,
                             train_examples=train_examples, profile_steps=profile_steps,

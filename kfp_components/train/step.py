@@ -16,16 +16,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from fmnist.backends import choose_backend
-from fmnist.errors import UserInputError
-from fmnist.kubernetes.names import stable_name
-from fmnist.kubernetes.storage import copy_tree, make_shared_dirs, stage_dataset
-from fmnist.settings.jobs import KubernetesSettings, cluster_settings
-from fmnist.settings.platform import PVC_ENV
-from fmnist.settings.training import TrainingConfig
-from fmnist.training.export import SAVED_MODEL_VERSION
-from fmnist.training.tensorboard import log_dir
-from fmnist.training.training_job import TrainingJobSpec
+from fmnist_kfp.backends import choose_backend
+from fmnist_kfp.errors import UserInputError
+from fmnist_kfp.kubernetes.names import stable_name
+from fmnist_kfp.kubernetes.storage import copy_tree, make_shared_dirs, stage_dataset
+from fmnist_kfp.settings.jobs import KubernetesSettings, cluster_settings
+from fmnist_kfp.settings.platform import PVC_ENV
+from fmnist_kfp.settings.training import TrainingConfig
+from fmnist_kfp.training.export import SAVED_MODEL_VERSION
+from fmnist_kfp.training.tensorboard import log_dir
+from fmnist_kfp.training.training_job import TrainingJobSpec
 
 
 def job_name(model_type: str, model_dir: str) -> str:
@@ -39,12 +39,12 @@ def training_backend(backend: str, settings: KubernetesSettings | None = None,
     pods' ``settings`` (``make_launcher`` builds it from them; tests give it a client)."""
 
     def local():
-        from fmnist.launcher.local_processes import LocalProcessLauncher
+        from fmnist_kfp.launcher.local_processes import LocalProcessLauncher
 
         return LocalProcessLauncher()
 
     def kubernetes():
-        from fmnist.launcher.tfjob_launcher import TFJobLauncher
+        from fmnist_kfp.launcher.tfjob_launcher import TFJobLauncher
 
         return (make_launcher or TFJobLauncher)(settings)
 
@@ -60,15 +60,15 @@ def publish_tensorboard(name: str, job_dir: str, settings: KubernetesSettings,
                         create=None) -> dict[str, Any]:
     """A Kubeflow ``Tensorboard`` over the job's logs on the shared volume (``settings``: the
     job's pod settings); ``create`` makes or re-attaches to it (default:
-    :func:`fmnist.kubernetes.tensorboard.ensure_tensorboard`)."""
-    from fmnist.kubernetes.tensorboard import build_tensorboard, dashboard_path, logs_path
+    :func:`fmnist_kfp.kubernetes.tensorboard.ensure_tensorboard`)."""
+    from fmnist_kfp.kubernetes.tensorboard import build_tensorboard, dashboard_path, logs_path
 
     namespace = settings.target_namespace
     manifest = build_tensorboard(
         name, namespace,
         logs_path(log_dir(job_dir), pvc_name=settings.pvc_name, mount_path=settings.mount_path))
     if create is None:
-        from fmnist.kubernetes.tensorboard import ensure_tensorboard as create
+        from fmnist_kfp.kubernetes.tensorboard import ensure_tensorboard as create
     info = {"logs": log_dir(job_dir), "logspath": manifest["spec"]["logspath"],
             "resource": f"{namespace}/{name}"}
     try:
@@ -125,7 +125,7 @@ def train_step(
     dataset is staged on the shared volume (once per dataset) and the job works there; the
     finished model is then copied into ``model_dir`` like the local backend's.
     ``launcher_options`` is the pipeline's ``kubernetes`` parameter, merged over the compiled
-    platform's pod settings (:func:`~fmnist.settings.jobs.cluster_settings`); ``image`` and
+    platform's pod settings (:func:`~fmnist_kfp.settings.jobs.cluster_settings`); ``image`` and
     ``gpu_image`` are what the TFJob's replicas run, without and with GPUs.
     """
     name = job_name(config.model_type, model_dir)
@@ -157,7 +157,7 @@ def train_step(
     ).validate()
     tensorboard = {"logs": log_dir(model_dir), "profiled": config.profile_steps > 0}
     if settings is not None:  # every problem found before the dataset is copied
-        from fmnist.kubernetes.tfjob import build_tfjob
+        from fmnist_kfp.kubernetes.tfjob import build_tfjob
 
         build_tfjob(spec, settings)
         job_data_dir = stage_dataset(data_dir, f"{shared}/datasets")

@@ -2,7 +2,7 @@ from typing import NamedTuple
 
 from kfp.dsl import HTML, Artifact, Dataset, Input, Metrics, Output
 
-from kfp_components.base import component
+from fmnist_kfp.kfp_components.base import component
 
 
 @component(defaults={"enabled": True}, volume=True, credentials=True)
@@ -68,8 +68,8 @@ def tune_hyperparameters(
     from collections import namedtuple
     from dataclasses import asdict
 
-    from fmnist.settings.training import Hyperparameters, TrainingConfig
-    from kfp_components.tune.step import tune_step, tuning_outputs
+    from fmnist_kfp.settings.training import Hyperparameters, TrainingConfig
+    from fmnist_kfp.kfp_components.tune.step import tune_step, tuning_outputs
 
     given = Hyperparameters(learning_rate=learning_rate, batch_size=batch_size, filters=filters,
                             dropout_rate=dropout_rate)
@@ -94,7 +94,7 @@ def tune_hyperparameters(
         json.dump(metrics.metadata, handle)
     with open(report.path, "w") as handle:
         handle.write(outputs.html)
-    from fmnist.lineage import add_lineage
+    from fmnist_kfp.lineage import add_lineage
 
     add_lineage(search, "tune", "tune_hyperparameters", inputs={"dataset": dataset}, parameters={
         "model_type": model_type, "tuned": enabled, "backend": backend,

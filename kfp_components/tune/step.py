@@ -1,8 +1,8 @@
 """The tuning step: a search for one model type, on Katib or on this machine.
 
-``tuning`` (the pipeline's ``tuning`` parameter, :class:`~fmnist.settings.tuning.TuningSettings`)
+``tuning`` (the pipeline's ``tuning`` parameter, :class:`~fmnist_kfp.settings.tuning.TuningSettings`)
 sets the search; the search's best values come back as one
-:class:`~fmnist.settings.training.Hyperparameters`, the type the training step takes.
+:class:`~fmnist_kfp.settings.training.Hyperparameters`, the type the training step takes.
 """
 
 from __future__ import annotations
@@ -10,15 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from fmnist.backends import choose_backend
-from fmnist.errors import UserInputError
-from fmnist.kubernetes.names import stable_name
-from fmnist.settings.jobs import cluster_settings
-from fmnist.settings.training import Hyperparameters, TrainingConfig
-from fmnist.settings.tuning import TuningSettings
-from fmnist.tuning.experiment_settings import MAX_NAME_LENGTH, ExperimentSettings
-from fmnist.tuning.search_space import SearchSpace
-from katib.results import TuningResult
+from fmnist_kfp.backends import choose_backend
+from fmnist_kfp.errors import UserInputError
+from fmnist_kfp.kubernetes.names import stable_name
+from fmnist_kfp.settings.jobs import cluster_settings
+from fmnist_kfp.settings.training import Hyperparameters, TrainingConfig
+from fmnist_kfp.settings.tuning import TuningSettings
+from fmnist_kfp.tuning.experiment_settings import MAX_NAME_LENGTH, ExperimentSettings
+from fmnist_kfp.tuning.search_space import SearchSpace
+from fmnist_kfp.katib.results import TuningResult
 
 
 def experiment_name(model_type: str, output_path: str) -> str:
@@ -54,7 +54,7 @@ def tuning_problems(tuning: dict[str, Any], model_type: str, base: TrainingConfi
     except UserInputError as error:
         return [str(error)]
     if backend == "local":
-        from katib.optuna_search import local_problems
+        from fmnist_kfp.katib.optuna_search import local_problems
 
         return local_problems(settings, space)
     return settings.search_problems(space)
@@ -77,15 +77,15 @@ def tune_step(*, model_type: str, base: TrainingConfig, tuning: dict[str, Any], 
                                           strategy=strategy, num_ps=num_ps)
 
     def local():
-        from katib.optuna_search import LocalTuner
+        from fmnist_kfp.katib.optuna_search import LocalTuner
 
         return lambda: LocalTuner(work_dir=f"{output_dir}/trials").run(settings, space,
                                                                         data_dir)
 
     def on_kubernetes():
-        from fmnist.kubernetes.experiment import build_experiment
-        from fmnist.kubernetes.storage import make_shared_dirs, stage_dataset
-        from katib.experiment_launcher import KatibExperimentLauncher
+        from fmnist_kfp.kubernetes.experiment import build_experiment
+        from fmnist_kfp.kubernetes.storage import make_shared_dirs, stage_dataset
+        from fmnist_kfp.katib.experiment_launcher import KatibExperimentLauncher
 
         # The compiled image and claim under the user's settings, checked (namespace, claim).
         pods = cluster_settings(kubernetes, image=image, gpu_image=gpu_image)
@@ -121,7 +121,7 @@ def tuning_outputs(result: TuningResult | None, given: Hyperparameters) -> Tunin
         return TuningOutputs({"tuned": False}, {"tuned": False}, {},
                              "<p>Tuning was off: the given hyperparameters trained the "
                              "model.</p>", given)
-    from katib.report import render_html
+    from fmnist_kfp.katib.report import render_html
 
     metadata = {
         "tuned": True, "experiment": result.experiment, "backend": result.backend,

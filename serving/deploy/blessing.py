@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from fmnist.settings.serving import check_tolerance
+from fmnist_kfp.settings.serving import check_tolerance
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ upstream: docs/upstream.md#kserve, #kubeflow-manifests
 
 from __future__ import annotations
 
-from serving.deploy.kserve_api import KServeApi
+from fmnist_kfp.serving.deploy.kserve_api import KServeApi
 
 KFP_STORE_SCHEME = "minio://"
 ACCESS_KEY = "AWS_ACCESS_KEY_ID"

@@ -24,9 +24,9 @@ candidate failed and was deleted, and the main InferenceService was never touche
 
 from __future__ import annotations
 
-from fmnist.errors import UserInputError
-from fmnist.kubernetes.inference_service import KServeSettings, scale_problems
-from fmnist.kubernetes.inference_service_status import (
+from fmnist_kfp.errors import UserInputError
+from fmnist_kfp.kubernetes.inference_service import KServeSettings, scale_problems
+from fmnist_kfp.kubernetes.inference_service_status import (
     KSERVE_CONFIG_NAMESPACES,
     KSERVE_CONFIGMAP,
     DeploymentMode,
@@ -35,17 +35,17 @@ from fmnist.kubernetes.inference_service_status import (
     mode_for_new,
     mode_of,
 )
-from fmnist.settings.serving import check_storage_uri, check_tolerance
-from serving.deploy.credentials import credential_problems
-from serving.deploy.kserve_api import (
+from fmnist_kfp.settings.serving import check_storage_uri, check_tolerance
+from fmnist_kfp.serving.deploy.credentials import credential_problems
+from fmnist_kfp.serving.deploy.kserve_api import (
     KServeApi,
     KServeRolloutError,
     ReadinessTimeout,
     TransientApiError,
 )
-from serving.deploy.rollout_base import Log, Rollout, Verify
-from serving.deploy.rollout_serverless import ServerlessRollout
-from serving.deploy.rollout_standard import StandardRollout
+from fmnist_kfp.serving.deploy.rollout_base import Log, Rollout, Verify
+from fmnist_kfp.serving.deploy.rollout_serverless import ServerlessRollout
+from fmnist_kfp.serving.deploy.rollout_standard import StandardRollout
 
 __all__ = ["KServeRolloutError", "ReadinessTimeout", "deploy_with_kserve", "detect_mode",
            "prepare_rollout"]

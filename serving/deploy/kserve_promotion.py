@@ -10,7 +10,7 @@ a PUT carrying the ``resourceVersion`` of the read it was decided on, and the AP
 1. **The claim.** A promotion reads the InferenceService, compares its validation accuracy with
    the claim there (annotations ``fmnist.kubeflow.org/early-*``, the model promoted early last
    and its validation accuracy; without one, the served model's test accuracy as blessing does:
-   :func:`serving.deploy.blessing.bless_early`), and, if better, writes its own claim with that
+   :func:`fmnist_kfp.serving.deploy.blessing.bless_early`), and, if better, writes its own claim with that
    read's ``resourceVersion``. A 409 means another write came first: it reads again and decides
    again. So claims only ever rise, and each was decided against the one before it.
 2. **The guarded rollout.** Then the ordinary rollout of the InferenceService's mode runs
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import copy
 
-from fmnist.kubernetes.inference_service import (
+from fmnist_kfp.kubernetes.inference_service import (
     ANNOTATION_EARLY_MODEL_TYPE,
     ANNOTATION_EARLY_MODEL_URI,
     ANNOTATION_EARLY_VALIDATION_ACCURACY,
@@ -40,11 +40,11 @@ from fmnist.kubernetes.inference_service import (
     model_uri_of,
     served_accuracy,
 )
-from fmnist.kubernetes.runner import exception_chain
-from serving.deploy.blessing import bless_early
-from serving.deploy.kserve_api import Conflict, CreatedMeanwhile, KServeRolloutError
-from serving.deploy.kserve_deployer import prepare_rollout
-from serving.deploy.rollout_base import Log, Verify
+from fmnist_kfp.kubernetes.runner import exception_chain
+from fmnist_kfp.serving.deploy.blessing import bless_early
+from fmnist_kfp.serving.deploy.kserve_api import Conflict, CreatedMeanwhile, KServeRolloutError
+from fmnist_kfp.serving.deploy.kserve_deployer import prepare_rollout
+from fmnist_kfp.serving.deploy.rollout_base import Log, Verify
 
 CLAIM_ATTEMPTS = 10
 
@@ -66,7 +66,7 @@ def early_claim(isvc: dict) -> tuple[float | None, str, str]:
 
 
 class EarlyClaim:
-    """Laid over a mode's rollout (:func:`~serving.deploy.kserve_deployer.prepare_rollout`):
+    """Laid over a mode's rollout (:func:`~fmnist_kfp.serving.deploy.kserve_deployer.prepare_rollout`):
     every body carries the claim, no write goes out unless the claim on the cluster is still
     this one, and the served model's test accuracy is left unknown (selection measures it)."""
 

@@ -5,7 +5,7 @@ Every write is a PUT of the whole object with the ``resourceVersion`` just read 
 updates status, so a conflict is retried with a fresh read); labels, annotations and finalizers
 that others set are kept.
 
-Every wait is a job on the one remote-job runner (``fmnist.kubernetes.runner``): it makes the
+Every wait is a job on the one remote-job runner (``fmnist_kfp.kubernetes.runner``): it makes the
 write, polls with progress, retries transient reads (5xx, 429, timeouts), stops at
 ``ready_timeout_seconds``, and on SIGTERM, at the deadline or when the job fails (a model that
 fails verification) calls the rollout's cleanup — the rollback — before it raises.
@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from fmnist.kubernetes.inference_service import (
+from fmnist_kfp.kubernetes.inference_service import (
     ANNOTATION_CANDIDATE_MODEL_URI,
     ANNOTATION_MODEL_URI,
     ANNOTATION_TEST_ACCURACY,
@@ -30,16 +30,16 @@ from fmnist.kubernetes.inference_service import (
     served_accuracy,
     to_manifest,
 )
-from fmnist.kubernetes.inference_service_status import (
+from fmnist_kfp.kubernetes.inference_service_status import (
     DeploymentMode,
     canonical_mode,
     cluster_local_url,
     external_url,
 )
-from fmnist.kubernetes.serving_runtime import build_serving_runtime
-from fmnist.settings.serving import FMNIST_RUNTIME
-from serving.deploy.blessing import BlessingDecision, bless
-from serving.deploy.kserve_api import (
+from fmnist_kfp.kubernetes.serving_runtime import build_serving_runtime
+from fmnist_kfp.settings.serving import FMNIST_RUNTIME
+from fmnist_kfp.serving.deploy.blessing import BlessingDecision, bless
+from fmnist_kfp.serving.deploy.kserve_api import (
     Conflict,
     CreatedMeanwhile,
     KServeApi,
@@ -162,7 +162,7 @@ class Rollout:
         """A job that writes, waits until rolled out, then verifies at ``url_of(isvc)`` (the
         cluster-local address by default). A failed verification fails the job, so the runner
         calls ``cleanup("failed")``. Returns ``(isvc, url, verification, passed)``."""
-        from fmnist.kubernetes.runner import JobFailed
+        from fmnist_kfp.kubernetes.runner import JobFailed
 
         url_of = url_of or self.require_address
         seen: dict = {}
@@ -272,7 +272,7 @@ class Rollout:
     def check_current(self, current: dict) -> None:
         """Called with the object each write is about to replace (the read its
         ``resourceVersion`` comes from); raises to stop the write. An early promotion
-        (:mod:`serving.deploy.kserve_promotion`) stops once another one has claimed the
+        (:mod:`fmnist_kfp.serving.deploy.kserve_promotion`) stops once another one has claimed the
         InferenceService."""
 
     def retrying(self, call: Callable, what: str, attempts: int = 5):
@@ -298,7 +298,7 @@ class Rollout:
         then the runner's error is raised (a deadline as :class:`ReadinessTimeout`; SIGTERM
         exits the step with 143 after the cleanup). A read the API server refuses (401, 403,
         410) or that stays unanswered calls no cleanup: :class:`RolloutLeftAsIs`."""
-        from fmnist.kubernetes.runner import (
+        from fmnist_kfp.kubernetes.runner import (
             DeadlineExceeded,
             JobLeftAsIs,
             JobRefused,

@@ -50,7 +50,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
-from fmnist.kubernetes.inference_service import (
+from fmnist_kfp.kubernetes.inference_service import (
     ANNOTATION_CANDIDATE_MODEL_URI,
     ANNOTATION_CANDIDATE_TEST_ACCURACY,
     ANNOTATION_MODEL_URI,
@@ -60,7 +60,7 @@ from fmnist.kubernetes.inference_service import (
     annotations_of,
     format_accuracy,
 )
-from fmnist.kubernetes.inference_service_status import (
+from fmnist_kfp.kubernetes.inference_service_status import (
     CANARY_TAG,
     cluster_local_url,
     describe,
@@ -72,9 +72,9 @@ from fmnist.kubernetes.inference_service_status import (
     revisions_named,
     tag_url,
 )
-from serving.deploy.blessing import BlessingDecision
-from serving.deploy.kserve_api import KServeRolloutError, ReadinessTimeout, RolloutLeftAsIs
-from serving.deploy.rollout_base import Check, Rollout
+from fmnist_kfp.serving.deploy.blessing import BlessingDecision
+from fmnist_kfp.serving.deploy.kserve_api import KServeRolloutError, ReadinessTimeout, RolloutLeftAsIs
+from fmnist_kfp.serving.deploy.rollout_base import Check, Rollout
 
 
 def _template(isvc: dict) -> tuple:

@@ -22,13 +22,13 @@ upstream: docs/upstream.md#kserve
 
 from __future__ import annotations
 
-from fmnist.kubernetes.inference_service import (
+from fmnist_kfp.kubernetes.inference_service import (
     ANNOTATION_MODEL_URI,
     ANNOTATION_TEST_ACCURACY,
     annotations_of,
     candidate_name,
 )
-from fmnist.kubernetes.inference_service_status import (
+from fmnist_kfp.kubernetes.inference_service_status import (
     cluster_local_url,
     deployment_failed,
     deployment_rolled_out,
@@ -36,9 +36,9 @@ from fmnist.kubernetes.inference_service_status import (
     is_true,
     predictor_deployment_name,
 )
-from serving.deploy.blessing import BlessingDecision
-from serving.deploy.kserve_api import KServeRolloutError, RolloutLeftAsIs
-from serving.deploy.rollout_base import Check, Rollout
+from fmnist_kfp.serving.deploy.blessing import BlessingDecision
+from fmnist_kfp.serving.deploy.kserve_api import KServeRolloutError, RolloutLeftAsIs
+from fmnist_kfp.serving.deploy.rollout_base import Check, Rollout
 
 
 def _template_annotations(deployment: dict | None) -> dict:
@@ -110,7 +110,7 @@ class StandardRollout(Rollout):
         """Rolls the main InferenceService over to the verified model; if that does not
         finish (deadline, failed verification, an error, SIGTERM), the job's cleanup writes the
         previous model back and deletes the candidate."""
-        from fmnist.kubernetes.runner import JobFailed
+        from fmnist_kfp.kubernetes.runner import JobFailed
 
         self.log(f"[kserve] updating {self.where} to {self.storage_uri} (maxUnavailable 0: "
                  "its old pods serve until the new ones are ready)")

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from serving.deploy.client import check_predictions
+from fmnist_kfp.serving.deploy.client import check_predictions
 
 # The server keeps its LiteRT path only where it answers within 1e-4 of the SavedModel on a
-# probe (serving.model_server.predictor.FAST_PATH_TOLERANCE); on real test images the two were
+# probe (fmnist_kfp.serving.model_server.predictor.FAST_PATH_TOLERANCE); on real test images the two were
 # measured within 3e-7 of each other (2,000 images, trained and untrained CNNs, V1 requests of
 # 16 against in-process batches of 2,048). Ten times the server's own bound leaves room for
 # other hardware without letting another model through.
@@ -85,7 +85,7 @@ def test_sample(data_dir: str, count: int, split: str = "test") -> tuple[np.ndar
     """The first ``count`` images of the ingested ``split`` (uint8 [N,28,28], labels [N]): the
     test split for the chosen model, the validation split for a model served early (the test
     split is read once, for the chosen model)."""
-    from fmnist.dataset.pipeline import load_arrays
+    from fmnist_kfp.dataset.pipeline import load_arrays
 
     if count < 1:
         raise ValueError(f"at least one test image is needed to verify a server, got {count}")
@@ -94,8 +94,8 @@ def test_sample(data_dir: str, count: int, split: str = "test") -> tuple[np.ndar
 
 def in_process_probabilities(model_dir: str, images: np.ndarray) -> np.ndarray:
     """The exported model's probabilities ``[N, 10]`` for ``images``, run in this process."""
-    from fmnist.selection.evaluate import predict
-    from serving.model_server.predictor import resolve_saved_model_dir
+    from fmnist_kfp.selection.evaluate import predict
+    from fmnist_kfp.serving.model_server.predictor import resolve_saved_model_dir
 
     return predict(resolve_saved_model_dir(model_dir), images)[0]
 

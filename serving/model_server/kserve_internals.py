@@ -1,6 +1,6 @@
 """The one module that reaches below KServe's documented Python API.
 
-What we use as documented: ``kserve.Model`` (the predictor, :mod:`serving.model_server.predictor`),
+What we use as documented: ``kserve.Model`` (the predictor, :mod:`fmnist_kfp.serving.model_server.predictor`),
 ``kserve.ModelServer``'s constructor arguments and ``start(models)``, ``kserve.errors`` and
 ``kserve.protocol.infer_type``. Four things we need have no public hook in kserve 0.21, so the
 classes here subclass KServe's internals, each with its reason in one line above it:
@@ -10,7 +10,7 @@ classes here subclass KServe's internals, each with its reason in one line above
 * a body limit (413) and the V2 JSON Content-Type default in front of KServe's routes, and no
   per-request timing middleware unless an access log is asked for;
 * binary-extension V2 tensors kept as bytes
-  (:func:`serving.model_server.protocol.binary_infer_request`);
+  (:func:`fmnist_kfp.serving.model_server.protocol.binary_infer_request`);
 * one event loop, uvloop's, in the main process.
 
 :data:`PINNED` names every KServe function these classes override, copy or call, with the hash
@@ -39,10 +39,10 @@ from kserve.protocol.rest.multiprocess.server import RESTServerMultiProcess
 from kserve.protocol.rest.server import RESTServer
 from uvicorn.importer import import_from_string
 
-from fmnist.images import ImageTooLarge
-from serving.model_server.ports import write_port_file
-from serving.model_server.protocol import binary_infer_request
-from serving.model_server.request_gate import DEFAULT_MAX_BODY_BYTES, RequestGate
+from fmnist_kfp.images import ImageTooLarge
+from fmnist_kfp.serving.model_server.ports import write_port_file
+from fmnist_kfp.serving.model_server.protocol import binary_infer_request
+from fmnist_kfp.serving.model_server.request_gate import DEFAULT_MAX_BODY_BYTES, RequestGate
 
 FASTAPI_APP = "kserve.model_server:app"  # KServe's FASTAPI_APP_IMPORT_STRING
 
@@ -206,7 +206,7 @@ class PreboundMultiProcess(RESTServerMultiProcess):
 # binary-extension tensors into Python lists (the largest cost of a 32-image request).
 class BinaryDataPlane(DataPlane):
     """KServe's data plane, but binary-extension V2 requests keep their raw tensors
-    (:func:`serving.model_server.protocol.binary_infer_request`)."""
+    (:func:`fmnist_kfp.serving.model_server.protocol.binary_infer_request`)."""
 
     def decode_inference_request(self, body, headers, model_name):
         if isinstance(body, bytes) and INFERENCE_CONTENT_LENGTH_HEADER in headers:

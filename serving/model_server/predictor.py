@@ -1,11 +1,11 @@
 """The Fashion-MNIST predictor: a ``kserve.Model`` over the exported SavedModel.
 
 It answers KServe's V1 and V2 endpoints, REST and gRPC (see
-:mod:`serving.model_server.protocol` for the request shapes, and the V2 metadata), with one
-model call per batch of concurrent instances (:mod:`serving.model_server.batching`).
+:mod:`fmnist_kfp.serving.model_server.protocol` for the request shapes, and the V2 metadata), with one
+model call per batch of concurrent instances (:mod:`fmnist_kfp.serving.model_server.batching`).
 
 One path for every request: images of any supported format are decoded to 28×28 pixels in
-Python (:mod:`fmnist.images`, the same pixels the SavedModel's ``serving_default``
+Python (:mod:`fmnist_kfp.images`, the same pixels the SavedModel's ``serving_default``
 graph makes), and pixels run through the SavedModel's ``serving_pixels`` signature converted at
 load time to a LiteRT (TensorFlow Lite) model, run by ``ai-edge-litert``'s interpreter. A
 TensorFlow function call costs 0.4–0.6 ms of CPU here whatever the batch; the interpreter runs
@@ -25,14 +25,14 @@ from kserve import Model
 from kserve.errors import InferenceError, InvalidInput
 from kserve.protocol.infer_type import InferRequest
 
-from fmnist.images import (
+from fmnist_kfp.images import (
     INLINE_DECODE_PIXELS,
     ImageLimits,
     OpenedImage,
     to_model_pixels,
 )
-from serving.model_server.batching import AdaptiveBatcher
-from serving.model_server.protocol import (
+from fmnist_kfp.serving.model_server.batching import AdaptiveBatcher
+from fmnist_kfp.serving.model_server.protocol import (
     DEFAULT_UNCERTAIN_MARGIN,
     PIXELS,
     V2_INPUTS,
@@ -202,7 +202,7 @@ class FashionMnistModel(_ProtocolModel):
     def load(self) -> bool:
         import tensorflow as tf
 
-        from fmnist.training.export import PIXELS_SIGNATURE
+        from fmnist_kfp.training.export import PIXELS_SIGNATURE
 
         self.saved_model_dir = resolve_saved_model_dir(self.model_dir)
         loaded = tf.saved_model.load(self.saved_model_dir)

@@ -25,7 +25,7 @@ instance is a 4xx naming it, never a failed batch:
   ``GET /v2/models/<name>`` lists exactly these (:data:`V2_INPUTS`, :data:`V2_OUTPUTS`).
 
 Images are only opened here (header read, limits checked); the model decodes them
-(:mod:`fmnist.images`).
+(:mod:`fmnist_kfp.images`).
 """
 
 from __future__ import annotations
@@ -46,9 +46,9 @@ from kserve.protocol.infer_type import (
     RequestedOutput,
 )
 
-from fmnist.dataset.official import CLASS_NAMES, IMAGE_SIZE, NUM_CLASSES
-from fmnist.images import ImageLimits, OpenedImage, open_image
-from fmnist.settings.serving import TOP_CLASSES, ServingSettings
+from fmnist_kfp.dataset.official import CLASS_NAMES, IMAGE_SIZE, NUM_CLASSES
+from fmnist_kfp.images import ImageLimits, OpenedImage, open_image
+from fmnist_kfp.settings.serving import TOP_CLASSES, ServingSettings
 
 DEFAULT_UNCERTAIN_MARGIN = ServingSettings().uncertain_margin
 

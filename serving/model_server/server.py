@@ -1,6 +1,6 @@
 """Runs the predictor with KServe's own ``ModelServer``: REST (V1, V2) and gRPC (V2).
 
-    python -m serving.model_server.server --model_dir runs/.../best_model
+    python -m fmnist_kfp.serving.model_server.server --model_dir runs/.../best_model
         [--model_name fashion-mnist] [--host 127.0.0.1] [--http_port 8080] [--grpc_port 8081]
         [--workers 1] [--port_file ports.json] [--max_batch_size 32]
         [--max_batch_latency_ms 1] [--max_body_bytes 4194304]
@@ -26,9 +26,9 @@ import time
 
 from kserve.logging import logger
 
-from serving.model_server.kserve_internals import LoopbackModelServer
-from serving.model_server.protocol import DEFAULT_UNCERTAIN_MARGIN
-from serving.model_server.request_gate import DEFAULT_MAX_BODY_BYTES
+from fmnist_kfp.serving.model_server.kserve_internals import LoopbackModelServer
+from fmnist_kfp.serving.model_server.protocol import DEFAULT_UNCERTAIN_MARGIN
+from fmnist_kfp.serving.model_server.request_gate import DEFAULT_MAX_BODY_BYTES
 
 DEFAULT_MODEL_NAME = "fashion-mnist"
 DEFAULT_GRPC_PORT = 8081
@@ -49,7 +49,7 @@ def _report_progress(model, interval: float) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from fmnist.images import DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_MAX_IMAGE_SIDE
+    from fmnist_kfp.images import DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_MAX_IMAGE_SIDE
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model_dir", required=False, default=os.environ.get("MODEL_DIR", ""))
@@ -85,8 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def serve(args: argparse.Namespace) -> None:
-    from fmnist.images import ImageLimits
-    from serving.model_server.predictor import BareNoOpModel, FashionMnistModel, NoOpModel
+    from fmnist_kfp.images import ImageLimits
+    from fmnist_kfp.serving.model_server.predictor import BareNoOpModel, FashionMnistModel, NoOpModel
 
     try:
         limits = ImageLimits(args.max_image_pixels, args.max_image_side)
@@ -136,6 +136,6 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     # Through the importable module, so that worker processes unpickle its classes by name.
-    from serving.model_server.server import main as module_main
+    from fmnist_kfp.serving.model_server.server import main as module_main
 
     module_main()

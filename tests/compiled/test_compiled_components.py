@@ -31,9 +31,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fmnist.settings.pipeline import cluster_defaults
-from fmnist.settings.platform import JobImages
-from kfp_components import FOLDERS
+from fmnist_kfp.settings.pipeline import cluster_defaults
+from fmnist_kfp.settings.platform import JobImages
+from fmnist_kfp.kfp_components import FOLDERS
 from tests import ROOT
 
 COMPILED = ROOT / "compiled" / "components"
@@ -256,7 +256,7 @@ def test_the_example_of_one_component_in_a_users_pipeline_compiles(tmp_path):
     release's file names (the compiled components renamed as ``make release`` names them), in a
     child that imports none of this package: it compiles, and the train task mounts the claim
     and names it."""
-    from fmnist import __version__
+    from fmnist_kfp import __version__
 
     page = (ROOT / "docs" / "python-api.md").read_text()
     section = page.split("\n## One component in your pipeline\n", 1)[1].split("\n## ", 1)[0]

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from fmnist.errors import UserInputError
+from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.cli import main as cli_main
 from fmnist_kfp.kfp_client import cron_expression
 from tests import ROOT
@@ -197,7 +197,7 @@ def _python_api_examples() -> list[str]:
 
 
 def test_the_python_api_examples_name_this_release():
-    from fmnist import __version__
+    from fmnist_kfp import __version__
 
     examples = "\n".join(_python_api_examples())
     assert len(_python_api_examples()) == 4
@@ -210,8 +210,8 @@ def test_the_python_api_examples_run_against_the_kfp_api(kfp_api, tmp_path, monk
     request as the API server would: a run from the pipeline function, a run from the released
     package, a recurring run, each sending only the given parameters, typed as declared. The
     example that shows a refusal raises with the problems it shows."""
-    from fmnist import __version__
-    from fmnist.errors import UserInputError
+    from fmnist_kfp import __version__
+    from fmnist_kfp.errors import UserInputError
 
     monkeypatch.chdir(tmp_path)
     shutil.copy(ROOT / PACKAGE, tmp_path / f"fashion-mnist-training-{__version__}.yaml")
@@ -219,7 +219,7 @@ def test_the_python_api_examples_run_against_the_kfp_api(kfp_api, tmp_path, monk
     for example in _python_api_examples():
         code = example.replace(README_HOST, kfp_api.url)
         shown = re.findall(r"^#   - (.*)$", example, re.MULTILINE)
-        if "# fmnist.errors.UserInputError" in example:
+        if "# fmnist_kfp.errors.UserInputError" in example:
             with pytest.raises(UserInputError) as refused:
                 exec(code, namespace)  # noqa: S102 - the page's own example
             problems = str(refused.value).split("\n  - ")[1:]
@@ -260,7 +260,7 @@ def test_the_front_pages_python_example_runs_as_written(kfp_api, tmp_path, monke
     ``KF_PIPELINES_ENDPOINT`` (kfp/client/client.py; inside the cluster it is unset and the
     client uses the in-cluster address and token), and the run carries only the given
     argument."""
-    from fmnist import __version__
+    from fmnist_kfp import __version__
 
     readme = (ROOT / "README.md").read_text()
     section = readme.split("\n### From Python\n", 1)[1].split("\n### ", 1)[0]

@@ -162,10 +162,10 @@ def test_without_the_restart_preflight_says_so_as_the_page_shows(kubeflow, capsy
 def _train_log(tmp_path: Path) -> str:
     """The training step's TFJob launcher against the training-operator stand-in (fake time),
     two workers logging two epochs."""
-    from fmnist.launcher.tfjob_launcher import TFJobLauncher
-    from fmnist.settings.jobs import KubernetesSettings
-    from fmnist.settings.training import TrainingConfig
-    from fmnist.training.training_job import TrainingJobSpec
+    from fmnist_kfp.launcher.tfjob_launcher import TFJobLauncher
+    from fmnist_kfp.settings.jobs import KubernetesSettings
+    from fmnist_kfp.settings.training import TrainingConfig
+    from fmnist_kfp.training.training_job import TrainingJobSpec
     from tests.standins.kubernetes import FakeTime, KubernetesStandIn
 
     (tmp_path / "model").mkdir()

@@ -589,7 +589,7 @@ def test_the_dry_run_tfjob_is_one_the_api_server_accepts():
     """The probe fits the TFJob CRD strictly (../shared/crds) and the training operator's
     webhook (kubeflow/trainer v1.9.2 pkg/webhooks/tensorflow/tfjob_webhook.go lines 73-127: a
     DNS-1035 name, a container named tensorflow with an image)."""
-    from fmnist.settings.names import is_dns_1035_label
+    from fmnist_kfp.settings.names import is_dns_1035_label
     from fmnist_kfp.preflight import _queue_probe
     from tests.crd_schemas import validate_strict
 

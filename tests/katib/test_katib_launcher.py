@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from fmnist.errors import TuningError, UserInputError
-from fmnist.kubernetes.experiment import ExperimentSettings
-from fmnist.settings.jobs import KubernetesSettings
-from fmnist.tuning.search_space import SearchSpace
-from katib.experiment_launcher import KatibExperimentLauncher
-from katib.results import EARLY_STOPPED, FAILED, SUCCEEDED
+from fmnist_kfp.errors import TuningError, UserInputError
+from fmnist_kfp.kubernetes.experiment import ExperimentSettings
+from fmnist_kfp.settings.jobs import KubernetesSettings
+from fmnist_kfp.tuning.search_space import SearchSpace
+from fmnist_kfp.katib.experiment_launcher import KatibExperimentLauncher
+from fmnist_kfp.katib.results import EARLY_STOPPED, FAILED, SUCCEEDED
 from tests.crd_schemas import validate_strict
 from tests.katib_schemas import validate_katib
 from tests.launcher_harness import drain, read_until, spawn_script
@@ -215,7 +215,7 @@ _CHILD = """
 import sys
 sys.path.insert(0, {repo!r})
 from pathlib import Path
-from katib.experiment_launcher import KatibExperimentLauncher
+from fmnist_kfp.katib.experiment_launcher import KatibExperimentLauncher
 from tests.standins.katib import katib_client_for
 from tests.katib.test_katib_launcher import DATA_DIR, _settings, _space
 launcher = KatibExperimentLauncher(katib_client_for({url!r}), poll_seconds=0.05,
@@ -310,7 +310,7 @@ def test_an_experiment_deleted_behind_our_back_is_an_error_naming_it(tmp_path):
 def test_a_wrong_api_version_or_kind_is_refused_at_once(tmp_path, monkeypatch):
     """What the API server answers (tests/standins/kubernetes.py cites it): a body apiVersion other
     than the path's is 400, a misspelt kind 422; the step fails with it."""
-    import katib.experiment_launcher as module
+    import fmnist_kfp.katib.experiment_launcher as module
 
     build = module.build_experiment
     for field, value, answer in (("api_version", "kubeflow.org/v1", "HTTP 400 Bad Request"),
@@ -398,8 +398,8 @@ def test_the_tuning_step_stages_the_dataset_and_runs_its_experiment(synthetic_da
     volume, the Experiment (named from the step's output location, so a retry re-attaches)
     searches with the step's settings on the staged copy, and the best values come back
     typed."""
-    from fmnist.settings.training import TrainingConfig
-    from kfp_components.tune.step import experiment_name, tune_step
+    from fmnist_kfp.settings.training import TrainingConfig
+    from fmnist_kfp.kfp_components.tune.step import experiment_name, tune_step
 
     monkeypatch.delenv("FMNIST_PVC_NAME", raising=False)  # not in a compiled pipeline's pod
     output_dir = str(tmp_path / "artifacts" / "search")
@@ -660,9 +660,9 @@ def test_the_tuning_steps_deadline_is_a_trials_time_per_round(monkeypatch):
     trials Katib never saw finish held the run for hours. Now: tuning.trial_minutes (60) per
     round of parallel trials, plus 10 minutes; active_deadline_seconds replaces a trial's
     time; 0 and no active_deadline_seconds: none."""
-    from fmnist.settings.training import TrainingConfig
-    from fmnist.settings.tuning import TuningSettings
-    from kfp_components.tune.step import experiment_settings
+    from fmnist_kfp.settings.training import TrainingConfig
+    from fmnist_kfp.settings.tuning import TuningSettings
+    from fmnist_kfp.kfp_components.tune.step import experiment_settings
 
     def deadline(tuning: dict, **kubernetes) -> float:
         settings, _ = experiment_settings("fmnist-tune", "dropout", TrainingConfig(), tuning)
@@ -683,8 +683,8 @@ def test_the_tuning_steps_deadline_is_a_trials_time_per_round(monkeypatch):
 
 def test_the_tuning_step_gives_its_launcher_that_deadline(synthetic_dataset, tmp_path,
                                                           monkeypatch):
-    from fmnist.settings.training import TrainingConfig
-    from kfp_components.tune import step
+    from fmnist_kfp.settings.training import TrainingConfig
+    from fmnist_kfp.kfp_components.tune import step
 
     made: dict = {}
 
@@ -697,7 +697,7 @@ def test_the_tuning_step_gives_its_launcher_that_deadline(synthetic_dataset, tmp
             return "result"
 
     monkeypatch.delenv("FMNIST_PVC_NAME", raising=False)
-    monkeypatch.setattr("katib.experiment_launcher.KatibExperimentLauncher", Launcher)
+    monkeypatch.setattr("fmnist_kfp.katib.experiment_launcher.KatibExperimentLauncher", Launcher)
     result = step.tune_step(
         model_type="dropout", base=TrainingConfig(), tuning={"max_trials": 4,
                                                              "parallel_trials": 2},

@@ -17,11 +17,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from fmnist.errors import UserInputError
-from fmnist.kubernetes.experiment import build_experiment, to_manifest
-from fmnist.settings.jobs import KubernetesSettings
-from fmnist.tuning.experiment_settings import EarlyStopping, ExperimentSettings
-from fmnist.tuning.search_space import SearchSpace
+from fmnist_kfp.errors import UserInputError
+from fmnist_kfp.kubernetes.experiment import build_experiment, to_manifest
+from fmnist_kfp.settings.jobs import KubernetesSettings
+from fmnist_kfp.tuning.experiment_settings import EarlyStopping, ExperimentSettings
+from fmnist_kfp.tuning.search_space import SearchSpace
 from tests import ROOT
 from tests.standins.katib import katib_wrap, kubernetes_expand
 
@@ -69,8 +69,8 @@ class Container:
         while time.monotonic() < deadline:
             for child in psutil.Process(self.shell.pid).children(recursive=True):
                 try:
-                    if "fmnist.training.trainer" in " ".join(child.cmdline()) and \
-                            "katib.trial_process" not in " ".join(child.cmdline()):
+                    if "fmnist_kfp.training.trainer" in " ".join(child.cmdline()) and \
+                            "fmnist_kfp.katib.trial_process" not in " ".join(child.cmdline()):
                         return child
                 except psutil.NoSuchProcess:
                     continue
@@ -127,8 +127,8 @@ def test_the_wrapper_is_katibs():
 
 def test_the_trial_command_is_one_shell_safe_simple_command(tmp_path):
     command = _trial_command(tmp_path, True)
-    assert command[:4] == ["python", "-m", "katib.trial_process", "--"]
-    assert command[4:7] == ["python", "-m", "fmnist.training.trainer"]
+    assert command[:4] == ["python", "-m", "fmnist_kfp.katib.trial_process", "--"]
+    assert command[4:7] == ["python", "-m", "fmnist_kfp.training.trainer"]
     spaced = ExperimentSettings(  # a path Katib's unquoted sh -c string would split
         name="fmnist-tune", model_type="dropout", max_trial_count=4, parallel_trial_count=2,
         kubernetes=KubernetesSettings(image="r/f:1", namespace="team-a", pvc_name="p",
@@ -141,7 +141,7 @@ def test_the_trial_command_is_one_shell_safe_simple_command(tmp_path):
 def test_a_trainer_killed_by_the_kernel_stays_retryable(container_factory, early_stopping):
     """The out-of-memory killer (or a crash) ends the trainer with SIGKILL. With early stopping
     Katib's wrapper would turn that into exit 1, a permanent failure (at 1cd2394 the trial
-    failed); katib.trial_process ends the wrapper itself, so the container exits >= 128."""
+    failed); fmnist_kfp.katib.trial_process ends the wrapper itself, so the container exits >= 128."""
     container = container_factory(early_stopping)
     container.trainer().kill()
     code = container.exit_code()

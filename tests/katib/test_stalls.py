@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from katib.stalls import FINISHED_GRACE_SECONDS, RESTART, STALL_SECONDS, StallWatch
+from fmnist_kfp.katib.stalls import FINISHED_GRACE_SECONDS, RESTART, STALL_SECONDS, StallWatch
 from tests.katib.test_katib_launcher import _tfjob
 
 TRIAL = "fmnist-tune-a1b2c3d4"

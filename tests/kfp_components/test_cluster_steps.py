@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fmnist.errors import UserInputError
-from fmnist.settings.training import TrainingConfig
+from fmnist_kfp.errors import UserInputError
+from fmnist_kfp.settings.training import TrainingConfig
 from tests import ROOT
 from tests.standins.katib import KatibStandIn
 from tests.standins.kubernetes import KubernetesStandIn
@@ -48,7 +48,7 @@ def compiled(tmp_path_factory) -> dict:
     environment, and the constant inputs its task passes."""
     out = tmp_path_factory.mktemp("compiled") / "pipeline.yaml"
     script = ("from kfp import compiler\n"
-              "from pipelines.fashion_mnist import fashion_mnist_pipeline\n"
+              "from fmnist_kfp.pipelines.fashion_mnist import fashion_mnist_pipeline\n"
               f"compiler.Compiler().compile(fashion_mnist_pipeline, {str(out)!r})\n")
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO), "FMNIST_COMPONENT_IMAGE": IMAGE,
            "FMNIST_GPU_IMAGE": GPU_IMAGE}
@@ -109,13 +109,13 @@ def test_every_step_and_everything_it_creates_runs_the_compiled_image(compiled, 
     found = _run_step(compiled, "exec-train-model", f"""
         import json
         from dataclasses import replace
-        from fmnist.kubernetes.tfjob import build_tfjob, to_manifest
-        from fmnist.settings.jobs import cluster_settings
-        from fmnist.settings.training import TrainingConfig
-        from fmnist.training.training_job import TrainingJobSpec
-        from fmnist.kubernetes.experiment import build_experiment
-        from fmnist.kubernetes.experiment import to_manifest as experiment_manifest
-        from kfp_components.tune.step import experiment_settings
+        from fmnist_kfp.kubernetes.tfjob import build_tfjob, to_manifest
+        from fmnist_kfp.settings.jobs import cluster_settings
+        from fmnist_kfp.settings.training import TrainingConfig
+        from fmnist_kfp.training.training_job import TrainingJobSpec
+        from fmnist_kfp.kubernetes.experiment import build_experiment
+        from fmnist_kfp.kubernetes.experiment import to_manifest as experiment_manifest
+        from fmnist_kfp.kfp_components.tune.step import experiment_settings
 
         def images(manifest):
             return {{kind: r["template"]["spec"]["containers"][0]["image"]
@@ -157,9 +157,9 @@ def test_the_batch_job_and_the_serving_runtime_run_the_compiled_image(compiled, 
     batch = compiled["exec-batch-predict"]["constants"]["image"]
     found = _run_step(compiled, "exec-batch-predict", f"""
         import json
-        from fmnist.kubernetes.job import build_indexed_job, to_manifest
-        from fmnist.scoring.scoring_job import ScoringJobSpec
-        from kfp_components.batch_predict.step import scoring_backend
+        from fmnist_kfp.kubernetes.job import build_indexed_job, to_manifest
+        from fmnist_kfp.scoring.scoring_job import ScoringJobSpec
+        from fmnist_kfp.kfp_components.batch_predict.step import scoring_backend
 
         scorer = scoring_backend("kubernetes", {{"namespace": "team-a"}}, {batch!r})
         spec = ScoringJobSpec(name="fmnist-batch-x", model_dir="/m", data_dir="/d",
@@ -171,9 +171,9 @@ def test_the_batch_job_and_the_serving_runtime_run_the_compiled_image(compiled, 
     deploy = compiled["exec-deploy-model"]["constants"]["image"]
     found = _run_step(compiled, "exec-deploy-model", f"""
         import json
-        from fmnist.settings.serving import ServingSettings
-        from kfp_components.deploy.step import kserve_settings
-        from fmnist.kubernetes.serving_runtime import build_serving_runtime
+        from fmnist_kfp.settings.serving import ServingSettings
+        from fmnist_kfp.kfp_components.deploy.step import kserve_settings
+        from fmnist_kfp.kubernetes.serving_runtime import build_serving_runtime
         settings = kserve_settings("fashion-mnist", ServingSettings(namespace="team-a"),
                                    "pvc://fmnist-data/m", {deploy!r})
         runtime = build_serving_runtime(settings)
@@ -194,11 +194,11 @@ def test_the_training_step_runs_a_tfjob_end_to_end(compiled, synthetic_dataset, 
     with KubernetesStandIn(run_processes=True, work_dir=tmp_path / "pods") as standin:
         metadata = _run_step(compiled, "exec-train-model", f"""
             import json
-            import fmnist.settings.platform as platform
+            import fmnist_kfp.settings.platform as platform
             platform.MOUNT_PATH = {str(volume)!r}  # where the claim is mounted on this machine
-            from fmnist.launcher.tfjob_launcher import TFJobLauncher
-            from fmnist.settings.training import TrainingConfig
-            from kfp_components.train.step import train_step
+            from fmnist_kfp.launcher.tfjob_launcher import TFJobLauncher
+            from fmnist_kfp.settings.training import TrainingConfig
+            from fmnist_kfp.kfp_components.train.step import train_step
             from tests.standins.kubernetes import KubernetesStandIn
 
             class Remote(KubernetesStandIn):
@@ -259,11 +259,11 @@ def test_the_tuning_step_runs_a_katib_experiment_end_to_end(compiled, synthetic_
     with KatibStandIn(run=True, namespaces=("kubeflow",), work_dir=tmp_path / "katib") as standin:
         found = _run_step(compiled, "exec-tune-hyperparameters", f"""
             import json
-            import fmnist.settings.platform as platform
+            import fmnist_kfp.settings.platform as platform
             platform.MOUNT_PATH = {str(volume)!r}
-            from fmnist.settings.training import TrainingConfig
-            from katib.experiment_launcher import KatibExperimentLauncher
-            from kfp_components.tune.step import tune_step
+            from fmnist_kfp.settings.training import TrainingConfig
+            from fmnist_kfp.katib.experiment_launcher import KatibExperimentLauncher
+            from fmnist_kfp.kfp_components.tune.step import tune_step
             from tests.standins.katib import katib_client_for
 
             tuning = {{"algorithm": "random", "max_trials": 2, "parallel_trials": 1,
@@ -307,7 +307,7 @@ def test_the_trial_tfjobs_get_the_runs_workers_and_gpus(synthetic_dataset, tmp_p
                                                         monkeypatch):
     """The tune step takes num_workers and gpus_per_worker: every trial's TFJob has them."""
     monkeypatch.delenv("FMNIST_PVC_NAME", raising=False)
-    from kfp_components.tune.step import tune_step
+    from fmnist_kfp.kfp_components.tune.step import tune_step
     from tests.katib.test_katib_launcher import BEST, _launcher
     from tests.standins.katib import state
 
@@ -335,8 +335,8 @@ def test_the_trial_tfjobs_get_the_runs_workers_and_gpus(synthetic_dataset, tmp_p
 def on_the_cluster(monkeypatch, tmp_path):
     """A step pod's situation: the compiled claim in the environment, mounted at ``volume``,
     and the namespace it runs in (team-a)."""
-    import fmnist.settings.jobs as jobs
-    import fmnist.settings.platform as platform
+    import fmnist_kfp.settings.jobs as jobs
+    import fmnist_kfp.settings.platform as platform
 
     volume = tmp_path / "volume"
     volume.mkdir()
@@ -356,8 +356,8 @@ def test_user_settings_are_merged_over_the_compiled_claim(on_the_cluster, synthe
                                                           tmp_path):
     """At 1cd2394 the pipeline's kubernetes parameter replaced the compiled {"pvc_name": ...}:
     --kubernetes '{"namespace": ..., "cpu": ...}' made a TFJob without a volume."""
-    from fmnist.kubernetes.tfjob import build_tfjob, to_manifest
-    from kfp_components.train.step import train_step
+    from fmnist_kfp.kubernetes.tfjob import build_tfjob, to_manifest
+    from fmnist_kfp.kfp_components.train.step import train_step
 
     made = {}
 
@@ -390,8 +390,8 @@ def test_user_settings_are_merged_over_the_compiled_claim(on_the_cluster, synthe
 ])
 def test_pods_that_could_not_share_the_claim_are_refused_before_anything(
         on_the_cluster, synthetic_dataset, tmp_path, kubernetes, problem):
-    from kfp_components.train.step import train_step
-    from kfp_components.tune.step import tune_step
+    from fmnist_kfp.kfp_components.train.step import train_step
+    from fmnist_kfp.kfp_components.tune.step import tune_step
 
     with KubernetesStandIn() as standin, KatibStandIn() as katib:
         with pytest.raises(UserInputError, match=problem.replace("'", ".")):
@@ -408,7 +408,7 @@ def test_pods_that_could_not_share_the_claim_are_refused_before_anything(
 
 
 def test_a_tfjob_needs_a_shared_claim(monkeypatch, synthetic_dataset, tmp_path):
-    from kfp_components.train.step import train_step
+    from fmnist_kfp.kfp_components.train.step import train_step
 
     monkeypatch.delenv("FMNIST_PVC_NAME", raising=False)
     with pytest.raises(UserInputError, match="needs the shared claim.*FMNIST_PVC_NAME"):
@@ -422,9 +422,9 @@ def test_a_step_given_no_image_creates_nothing_and_names_its_input(on_the_cluste
                                                                     tmp_path, monkeypatch):
     """The pods' image comes from the step's inputs alone: not from the environment, where
     FMNIST_COMPONENT_IMAGE only records the step's own image for lineage."""
-    from fmnist.batch.indexed_job_scorer import IndexedJobScorer
-    from kfp_components.train.step import train_step
-    from kfp_components.tune.step import tune_step
+    from fmnist_kfp.batch.indexed_job_scorer import IndexedJobScorer
+    from fmnist_kfp.kfp_components.train.step import train_step
+    from fmnist_kfp.kfp_components.tune.step import tune_step
 
     monkeypatch.setenv("FMNIST_COMPONENT_IMAGE", IMAGE)
     with KubernetesStandIn() as standin, KatibStandIn() as katib:

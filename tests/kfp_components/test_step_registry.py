@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import yaml
 
-import pipelines
-from fmnist.settings.pipeline import PipelineParameters
-from fmnist.settings.platform import Platform
-from kfp_components import COMPONENTS, FOLDERS
-from kfp_components.checks import CheckContext, parameter_problems, step_checks
+import fmnist_kfp.pipelines
+from fmnist_kfp.settings.pipeline import PipelineParameters
+from fmnist_kfp.settings.platform import Platform
+from fmnist_kfp.kfp_components import COMPONENTS, FOLDERS
+from fmnist_kfp.kfp_components.checks import CheckContext, parameter_problems, step_checks
 from tests import ROOT
 
 
@@ -23,7 +23,7 @@ def test_the_compiled_pipeline_runs_every_registered_step_and_no_other():
 
 def test_the_python_api_exports_every_registered_component():
     """``batch_predict`` was missing from ``pipelines``; it is both a folder and a component."""
-    import kfp_components.batch_predict  # noqa: F401  (the folder, imported first)
+    import fmnist_kfp.kfp_components.batch_predict  # noqa: F401  (the folder, imported first)
 
     for folder, function in FOLDERS.items():
         assert function in pipelines.__all__, function

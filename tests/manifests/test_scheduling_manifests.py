@@ -14,11 +14,11 @@ import subprocess
 import pytest
 import yaml
 
-from fmnist.kubernetes.tfjob import build_tfjob, to_manifest
-from fmnist.settings.jobs import KubernetesSettings
-from fmnist.settings.scheduling import KUEUE_PRIORITY_LABEL, KUEUE_QUEUE_LABEL
-from fmnist.training.recipe import TrainingConfig
-from fmnist.training.training_job import TrainingJobSpec
+from fmnist_kfp.kubernetes.tfjob import build_tfjob, to_manifest
+from fmnist_kfp.settings.jobs import KubernetesSettings
+from fmnist_kfp.settings.scheduling import KUEUE_PRIORITY_LABEL, KUEUE_QUEUE_LABEL
+from fmnist_kfp.training.recipe import TrainingConfig
+from fmnist_kfp.training.training_job import TrainingJobSpec
 from tests.crd_schemas import FIXTURE_CRDS, validate_strict
 from tests.manifests.test_setup_manifests import _deserialize, strict_model
 from tests.setup_manifests import ROOT, build, kustomization

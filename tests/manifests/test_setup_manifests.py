@@ -15,11 +15,11 @@ import jsonschema
 import pytest
 import yaml
 
-from fmnist.kubernetes.inference_service import KServeSettings, build_inference_service, to_manifest
-from fmnist.settings.serving import KFP_STORE_SERVICE_ACCOUNT
+from fmnist_kfp.kubernetes.inference_service import KServeSettings, build_inference_service, to_manifest
+from fmnist_kfp.settings.serving import KFP_STORE_SERVICE_ACCOUNT
 from fmnist_kfp.preflight import PERMISSIONS
-from serving.deploy.credentials import credential_problems
-from serving.deploy.kserve_api import KServeApi
+from fmnist_kfp.serving.deploy.credentials import credential_problems
+from fmnist_kfp.serving.deploy.kserve_api import KServeApi
 from tests.setup_manifests import BASES, ROOT, build, kustomization
 from tests.standins.kserve import KServeStandIn
 
@@ -165,7 +165,7 @@ def test_the_permissions_job_mounts_the_claim_as_the_pipelines_pods_do():
     tests/training_operator_job.yaml 12-15); the image is the runtime's base."""
     import re
 
-    from fmnist.settings.platform import IMAGE_GID, IMAGE_UID, MOUNT_PATH
+    from fmnist_kfp.settings.platform import IMAGE_GID, IMAGE_UID, MOUNT_PATH
     from tests.standins.batch_job import job_problems
 
     job = _permissions_job()
@@ -262,7 +262,7 @@ def test_the_serving_credentials_name_an_endpoint_every_supported_release_serves
     Secret: a Service and port of KFP's object store that the release installs and whose pod
     port its NetworkPolicy admits from a profile namespace. minio-service.kubeflow:9000 was
     one on 1.11 (an alias of SeaweedFS) but is gone from 26.03."""
-    from serving.deploy import credentials
+    from fmnist_kfp.serving.deploy import credentials
 
     (secret,) = [o for o in build("serving-credentials") if o["kind"] == "Secret"]
     endpoint = secret["metadata"]["annotations"]["serving.kserve.io/s3-endpoint"]

@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from fmnist.lineage import content_digest
-from fmnist.settings.pipeline import PipelineParameters
+from fmnist_kfp.lineage import content_digest
+from fmnist_kfp.settings.pipeline import PipelineParameters
 from fmnist_kfp.cli import main as cli_main
-from tests.fmnist.kubernetes.test_tensorboard import served_scalar_tags
+from tests.fmnist_kfp.kubernetes.test_tensorboard import served_scalar_tags
 
 
 @pytest.fixture(scope="module")
 def real_run(real_data_dir, tmp_path_factory):
     """One local run on the real data: two CNNs, one epoch on 3,000 images."""
     from fmnist_kfp.local_run import run_local
-    from serving.deploy.local_deployer import stop_server
+    from fmnist_kfp.serving.deploy.local_deployer import stop_server
 
     root = tmp_path_factory.mktemp("real-run")
     os.environ["FMNIST_SERVING_STATE_DIR"] = str(root / "serving")

@@ -11,10 +11,10 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from fmnist.settings.pipeline import PipelineParameters
+from fmnist_kfp.settings.pipeline import PipelineParameters
 from fmnist_kfp.cli import main as cli_main
 from fmnist_kfp.local_run import run_local
-from pipelines.compile import COMPILED_DIR, compile_all
+from fmnist_kfp.pipelines.compile import COMPILED_DIR, compile_all
 from tests import ROOT
 
 
@@ -53,8 +53,8 @@ def test_every_compiled_component_loads_back_with_its_image_and_no_env():
     take their images as inputs whose defaults are the compiled images."""
     from kfp import components
 
-    from fmnist.settings.platform import JobImages
-    from kfp_components import COMPONENTS
+    from fmnist_kfp.settings.platform import JobImages
+    from fmnist_kfp.kfp_components import COMPONENTS
 
     images = JobImages.compiled()
     for component in COMPONENTS.values():
@@ -74,7 +74,7 @@ def test_every_step_imports_inside_a_pipeline_pod():
     import subprocess
     import sys
 
-    from kfp_components import FOLDERS
+    from fmnist_kfp.kfp_components import FOLDERS
 
     script = "; ".join(f"import kfp_components.{folder}.step" for folder in FOLDERS
                        if (ROOT / "kfp_components" / folder / "step.py").exists())
@@ -84,8 +84,8 @@ def test_every_step_imports_inside_a_pipeline_pod():
 
 
 def test_an_untagged_component_image_fails_the_compile(monkeypatch):
-    from fmnist.errors import UserInputError
-    from fmnist.settings.platform import component_image
+    from fmnist_kfp.errors import UserInputError
+    from fmnist_kfp.settings.platform import component_image
 
     monkeypatch.setenv("FMNIST_COMPONENT_IMAGE", "registry.example.com:5000/fmnist")
     with pytest.raises(UserInputError, match="has no tag"):
@@ -104,7 +104,7 @@ DIGEST = "sha256:" + "ab" * 32
 ])
 def test_the_gpu_image_is_given_or_derived_from_the_component_images_tag(monkeypatch, image,
                                                                           gpu, expected):
-    from fmnist.settings.platform import Platform, gpu_image
+    from fmnist_kfp.settings.platform import Platform, gpu_image
 
     monkeypatch.setenv("FMNIST_COMPONENT_IMAGE", image)
     monkeypatch.setenv("FMNIST_GPU_IMAGE", gpu)
@@ -116,8 +116,8 @@ def test_the_gpu_image_is_given_or_derived_from_the_component_images_tag(monkeyp
                                    f"r.example:5000/fmnist:0.2.0@{DIGEST}"])
 def test_a_digest_pinned_component_image_needs_the_gpu_image_named(monkeypatch, image):
     """A digest is one image's: the GPU image's cannot be derived from the CPU image's."""
-    from fmnist.errors import UserInputError
-    from fmnist.settings.platform import gpu_image
+    from fmnist_kfp.errors import UserInputError
+    from fmnist_kfp.settings.platform import gpu_image
 
     monkeypatch.setenv("FMNIST_COMPONENT_IMAGE", image)
     monkeypatch.delenv("FMNIST_GPU_IMAGE", raising=False)
@@ -192,7 +192,7 @@ def test_compiled_pipeline_documents_parameters_and_caches_the_right_steps():
         "outputParameterKey": "hyperparameters", "producerTask": "tune-hyperparameters"}
     assert executors["exec-tune-hyperparameters"]["pvcMount"][0]["mountPath"] == "/mnt/fmnist"
     images = {e["container"]["image"] for e in spec["deploymentSpec"]["executors"].values()}
-    from fmnist import __version__
+    from fmnist_kfp import __version__
 
     assert len(images) == 1 and images.pop().endswith(f":{__version__}")  # one tagged image
     # The images of the pods the steps create: constants from the platform, not parameters.
@@ -229,7 +229,7 @@ def clock(monkeypatch):
     """Pins the clock the freshness step reads (every kfp.local step inherits this process's
     environment), so a run never straddles a window edge by accident — e.g. at 00:00 UTC — and
     the test moves it on purpose. Returns the setter."""
-    from fmnist.dataset.freshness import CLOCK_ENV
+    from fmnist_kfp.dataset.freshness import CLOCK_ENV
 
     def set_clock(seconds: float) -> None:
         monkeypatch.setenv(CLOCK_ENV, str(seconds))
@@ -241,7 +241,7 @@ def clock(monkeypatch):
 @pytest.fixture
 def serving_state(tmp_path, monkeypatch):
     """Local deployments of this test live in its own directory and are stopped after it."""
-    from serving.deploy.local_deployer import stop_server
+    from fmnist_kfp.serving.deploy.local_deployer import stop_server
 
     monkeypatch.setenv("FMNIST_SERVING_STATE_DIR", str(tmp_path / "serving"))
     yield
@@ -292,7 +292,7 @@ def test_local_pipeline_runs_end_to_end_then_from_cache(data_parameters, tmp_pat
     assert 0.5 < deployment["served_accuracy"] <= 1.0
     import httpx
 
-    from serving.deploy.client import v1_image_request
+    from fmnist_kfp.serving.deploy.client import v1_image_request
     from tests.fixtures import synthetic_split
 
     images, _ = synthetic_split(3, seed=5)
@@ -401,7 +401,7 @@ def test_the_run_names_reports_a_browser_renders(tmp_path, monkeypatch, capsys, 
                                                               "images_per_second": 5.0}),
     })
     monkeypatch.setattr("kfp.local.init", lambda **kwargs: None)
-    monkeypatch.setattr("pipelines.fashion_mnist.make_pipeline",
+    monkeypatch.setattr("fmnist_kfp.pipelines.fashion_mnist.make_pipeline",
                         lambda parallelism: lambda **arguments: outputs)
     directory, _ = synthetic_idx
     assert cli_main(["run", "--local", "--pipeline-root", str(root), "--data-source",
@@ -512,7 +512,7 @@ def test_serve_early_serves_the_first_model_at_once_and_ends_on_the_selected_one
                for a, b in zip(early, early[1:], strict=False))
     deployment = summary["deployment"]
     assert deployment["verification_ok"] is True
-    from serving.deploy.local_deployer import model_fingerprint, running_server
+    from fmnist_kfp.serving.deploy.local_deployer import model_fingerprint, running_server
 
     served = running_server(parameters.model_name)
     assert served.model_fingerprint == model_fingerprint(summary["best_model_path"])

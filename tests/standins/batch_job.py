@@ -19,7 +19,7 @@ Rules, each from upstream:
   ``pkg/controller/job/indexed_job_utils.go``, ``addCompletionIndexEnvVariable``); the Job is
   finished when its ``Complete`` or ``Failed`` condition is true (``batch/v1/types.go:602-615``).
 * Creating an object whose name exists is HTTP 409 ``AlreadyExists`` (apiserver's create
-  handler; the runner's re-attach relies on it, see ``tests/fmnist/kubernetes/test_runner.py``).
+  handler; the runner's re-attach relies on it, see ``tests/fmnist_kfp/kubernetes/test_runner.py``).
 * A ``Tensorboard`` must satisfy its CRD's schema (``tests/crds/``, kubeflow/kubeflow v1.10.0):
   ``spec.logspath`` is required.
 """
@@ -33,7 +33,7 @@ import sys
 import threading
 from urllib.parse import parse_qs, urlparse
 
-from fmnist.settings.names import is_dns_1123_subdomain
+from fmnist_kfp.settings.names import is_dns_1123_subdomain
 from tests.standins.loopback import JsonRequestHandler, LoopbackServer, reply_json
 
 _JOBS = re.compile(r"^/apis/batch/v1/namespaces/([^/]+)/jobs(?:/([^/]+))?(/status)?$")

@@ -8,7 +8,7 @@ said).
   ``katib.kubeflow.org/metrics-collector-injection: enabled``
   (pkg/webhook/v1beta1/experiment/validation_webhook.go lines 74-91) and the Experiment must
   pass the validator (validator.go; re-implemented in
-  fmnist/kubernetes/experiment_webhook.py, whose own tests hold it to upstream); a refusal is HTTP
+  fmnist_kfp/kubernetes/experiment_webhook.py, whose own tests hold it to upstream); a refusal is HTTP
   400 (validation_webhook.go lines 93-97, ``admission.Errored(
   http.StatusBadRequest, err)``); a second create of a name is 409.
 * Conditions are cumulative, one per type; a re-set type moves to the end, Running flips to
@@ -173,7 +173,7 @@ def katib_client_for(url: str):
     stand-in at ``url``."""
     from kubernetes import client
 
-    from katib.experiment_launcher import KatibApi
+    from fmnist_kfp.katib.experiment_launcher import KatibApi
 
     configuration = client.Configuration()
     configuration.host = url
@@ -605,7 +605,7 @@ class KatibStandIn(FaultyServer):
         self._serve(recording_handler(self))
 
     def _webhook_problems(self, body: dict) -> list[str]:
-        from fmnist.kubernetes.experiment_webhook import webhook_problems
+        from fmnist_kfp.kubernetes.experiment_webhook import webhook_problems
 
         namespace = (body.get("metadata") or {}).get("namespace", "")
         if namespace not in self.namespaces:

@@ -1,6 +1,6 @@
 """serve_early's promotion is atomic (issue 23): two models that finish training at the same
 time race to be served, and the worse one never replaces the better one. Locally the rule is
-the deployment's lock (``serving.deploy.local_deployer.promote_locally``); the test forces the
+the deployment's lock (``fmnist_kfp.serving.deploy.local_deployer.promote_locally``); the test forces the
 interleaving that would downgrade without it — both read "nothing served", the better one is
 saved first, the worse one after — and shows the lock prevents it, in both finishing orders.
 The servers are small real HTTP processes that answer readiness as the predictor does."""
@@ -16,8 +16,8 @@ import time
 
 import pytest
 
-from serving.deploy import local_deployer
-from serving.deploy.local_deployer import LocalServer, promote_locally, running_server
+from fmnist_kfp.serving.deploy import local_deployer
+from fmnist_kfp.serving.deploy.local_deployer import LocalServer, promote_locally, running_server
 
 NAME = "fashion-mnist"
 _READY_SERVER = """
@@ -123,7 +123,7 @@ def test_without_the_lock_the_same_race_downgrades(tmp_path, state, monkeypatch)
 
 
 def test_bless_early_compares_validation_strictly_and_falls_back_to_the_served_test_accuracy():
-    from serving.deploy.blessing import bless_early
+    from fmnist_kfp.serving.deploy.blessing import bless_early
 
     assert bless_early(0.91, None, None, 0.005).blessed  # nothing served
     assert bless_early(0.9301, 0.93, None, 0.005).blessed

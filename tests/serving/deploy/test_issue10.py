@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from fmnist.errors import UserInputError
-from fmnist.kubernetes.inference_service import KServeSettings
+from fmnist_kfp.errors import UserInputError
+from fmnist_kfp.kubernetes.inference_service import KServeSettings
 from fmnist_kfp.cli import main as cli_main
-from serving.deploy.kserve_deployer import deploy_with_kserve
+from fmnist_kfp.serving.deploy.kserve_deployer import deploy_with_kserve
 from tests import ROOT
 from tests.standins.kfp import API, KfpStandIn
 from tests.standins.kserve import KServeStandIn
@@ -87,7 +87,7 @@ def test_item4_a_kfp_store_model_without_credentials_is_refused_before_any_write
         exported_model, synthetic_dataset, monkeypatch):
     from kubernetes.config import kube_config
 
-    from kfp_components.deploy.step import deploy as deploy_step
+    from fmnist_kfp.kfp_components.deploy.step import deploy as deploy_step
 
     with KServeStandIn() as standin:  # the step finds the cluster through the kubeconfig
         monkeypatch.setenv("KUBECONFIG", str(standin.kubeconfig(NS)))

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from fmnist.errors import UserInputError
-from kfp_components.deploy.step import DeploymentError, deploy
-from kfp_components.predict.step import predict_step
-from serving.deploy.local_deployer import start_server, stop_process
+from fmnist_kfp.errors import UserInputError
+from fmnist_kfp.kfp_components.deploy.step import DeploymentError, deploy
+from fmnist_kfp.kfp_components.predict.step import predict_step
+from fmnist_kfp.serving.deploy.local_deployer import start_server, stop_process
 from tests.conftest import export_untrained_model
 from tests.setup_manifests import build
 from tests.standins.kserve import KServeStandIn

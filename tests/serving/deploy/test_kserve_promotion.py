@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from fmnist.kubernetes.inference_service import (
+from fmnist_kfp.kubernetes.inference_service import (
     ANNOTATION_EARLY_MODEL_TYPE,
     ANNOTATION_EARLY_MODEL_URI,
     ANNOTATION_EARLY_VALIDATION_ACCURACY,
@@ -19,8 +19,8 @@ from fmnist.kubernetes.inference_service import (
     ANNOTATION_TEST_ACCURACY,
     model_uri_of,
 )
-from serving.deploy import kserve_api
-from serving.deploy.kserve_promotion import promote_with_kserve
+from fmnist_kfp.serving.deploy import kserve_api
+from fmnist_kfp.serving.deploy.kserve_promotion import promote_with_kserve
 from tests.serving.deploy.test_kserve_rollout import (
     NS,
     OLD,

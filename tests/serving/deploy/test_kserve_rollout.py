@@ -16,8 +16,8 @@ import signal
 
 import pytest
 
-from fmnist.errors import UserInputError
-from fmnist.kubernetes.inference_service import (
+from fmnist_kfp.errors import UserInputError
+from fmnist_kfp.kubernetes.inference_service import (
     ANNOTATION_CANDIDATE_MODEL_URI,
     ANNOTATION_CANDIDATE_TEST_ACCURACY,
     ANNOTATION_MODEL_URI,
@@ -28,8 +28,8 @@ from fmnist.kubernetes.inference_service import (
     TAG_ROUTING_ANNOTATION,
     KServeSettings,
 )
-from serving.deploy import kserve_api
-from serving.deploy.kserve_deployer import KServeRolloutError, ReadinessTimeout, deploy_with_kserve
+from fmnist_kfp.serving.deploy import kserve_api
+from fmnist_kfp.serving.deploy.kserve_deployer import KServeRolloutError, ReadinessTimeout, deploy_with_kserve
 from tests.crd_schemas import validate_strict
 from tests.standins.apiserver import Fault
 from tests.standins.kserve import ISVC_CRD, RUNTIME_CRD, KServeStandIn

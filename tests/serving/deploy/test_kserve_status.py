@@ -1,5 +1,5 @@
 """Reading what KServe and the API server say, rule by rule (the rules and their upstream
-sources are in ``fmnist/kubernetes/inference_service_status.py``, ``serving/deploy/kserve_api.py``
+sources are in ``fmnist_kfp/kubernetes/inference_service_status.py``, ``serving/deploy/kserve_api.py``
 and ``credentials.py``):
 modes and their spellings per version, addresses, the Deployment's rollout, API errors, the
 S3 Secret KServe's storage initializer needs."""
@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from fmnist.kubernetes.inference_service_status import (
+from fmnist_kfp.kubernetes.inference_service_status import (
     canonical_mode,
     cluster_local_url,
     default_mode_from_config,
@@ -23,8 +23,8 @@ from fmnist.kubernetes.inference_service_status import (
     revisions_named,
     tag_url,
 )
-from serving.deploy.credentials import _decoded, _secret_problem, as_s3, in_kfp_store
-from serving.deploy.kserve_api import KServeApi
+from fmnist_kfp.serving.deploy.credentials import _decoded, _secret_problem, as_s3, in_kfp_store
+from fmnist_kfp.serving.deploy.kserve_api import KServeApi
 
 
 def isvc(annotation=None, status_mode=None, conditions=True):

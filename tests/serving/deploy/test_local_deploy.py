@@ -7,12 +7,12 @@ import os
 import httpx
 import pytest
 
-from fmnist.errors import UserInputError
-from fmnist.settings.pipeline import PipelineParameters
+from fmnist_kfp.errors import UserInputError
+from fmnist_kfp.settings.pipeline import PipelineParameters
 from fmnist_kfp.validation import validate_parameters
-from kfp_components.deploy.step import DeploymentError, deploy, serving_problems, storage_uri_for
-from serving.deploy.client import v1_image_request
-from serving.deploy.local_deployer import (
+from fmnist_kfp.kfp_components.deploy.step import DeploymentError, deploy, serving_problems, storage_uri_for
+from fmnist_kfp.serving.deploy.client import v1_image_request
+from fmnist_kfp.serving.deploy.local_deployer import (
     deploy_locally,
     running_server,
     start_server,
@@ -117,10 +117,10 @@ def test_a_started_server_binds_its_own_port_and_reports_it(exported_model, tmp_
 
 def test_a_failed_rollout_fails_the_deploy_step(exported_model, synthetic_dataset, tmp_path,
                                                 monkeypatch):
-    import serving.deploy.verification
+    import fmnist_kfp.serving.deploy.verification
 
     monkeypatch.setenv("FMNIST_SERVING_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setattr(serving.deploy.verification, "compare",
+    monkeypatch.setattr(fmnist_kfp.serving.deploy.verification, "compare",
                         lambda *args, **kwargs: {"ok": False, "agreement": 0.0, "requests": 1,
                                                  "failures": 1, "accuracy": 0.0})
     with pytest.raises(DeploymentError, match="failed verification"):

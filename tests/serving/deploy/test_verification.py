@@ -1,7 +1,7 @@
 """Deployment verification: the served answers are the selected model's own, float rounding and
 near-ties aside, and a wrong model never passes.
 
-The rule (:func:`serving.deploy.verification.agreement`) is checked on constructed answers
+The rule (:func:`fmnist_kfp.serving.deploy.verification.agreement`) is checked on constructed answers
 (a near-tie flipped by float noise passes; permuted classes and another model fail), then on a
 real model server on loopback serving a real exported CNN, the right one and two wrong ones.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kfp_components.predict.step import ServedModelMismatch, judge
-from serving.deploy.verification import (
+from fmnist_kfp.kfp_components.predict.step import ServedModelMismatch, judge
+from fmnist_kfp.serving.deploy.verification import (
     PROBABILITY_TOLERANCE,
     TIE_MARGIN,
     agreement,
@@ -127,9 +127,9 @@ def _export(directory, seed: int, permute: bool = False):
     weights); ``permute`` shifts its classifier's columns by one class."""
     import tensorflow as tf
 
-    from fmnist.settings.training import TrainingConfig
-    from fmnist.training.export import export_saved_model
-    from fmnist.training.models import build_model
+    from fmnist_kfp.settings.training import TrainingConfig
+    from fmnist_kfp.training.export import export_saved_model
+    from fmnist_kfp.training.models import build_model
 
     tf.keras.utils.set_random_seed(seed)
     model = build_model(TrainingConfig(model_type="basic"))
@@ -146,7 +146,7 @@ def served(exported_model, tmp_path_factory):
     """The model server on loopback, serving ``exported_model`` (seed 7)."""
     import os
 
-    from serving.deploy.local_deployer import start_server, stop_process
+    from fmnist_kfp.serving.deploy.local_deployer import start_server, stop_process
 
     state = tmp_path_factory.mktemp("serving-state")
     previous = os.environ.get("FMNIST_SERVING_STATE_DIR")
@@ -164,7 +164,7 @@ def served(exported_model, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def sample(synthetic_dataset):
-    from serving.deploy.verification import test_sample
+    from fmnist_kfp.serving.deploy.verification import test_sample
 
     return test_sample(str(synthetic_dataset), 64)
 

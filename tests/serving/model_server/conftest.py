@@ -10,7 +10,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def real_test_set(real_data_dir):
-    from fmnist.dataset.sources import load
+    from fmnist_kfp.dataset.sources import load
 
     split = load(str(real_data_dir)).splits["test"]
     return split.images[:1000], split.labels[:1000]
@@ -22,10 +22,10 @@ def trained_model(real_data_dir, tmp_path_factory) -> Path:
     test accuracy), exported as training exports it."""
     import tf_keras as keras
 
-    from fmnist.dataset.sources import load
-    from fmnist.settings.training import TrainingConfig
-    from fmnist.training.export import export_saved_model
-    from fmnist.training.models import build_model
+    from fmnist_kfp.dataset.sources import load
+    from fmnist_kfp.settings.training import TrainingConfig
+    from fmnist_kfp.training.export import export_saved_model
+    from fmnist_kfp.training.models import build_model
 
     train = load(str(real_data_dir)).splits["train"]
     keras.utils.set_random_seed(0)

@@ -13,8 +13,8 @@ from importlib import metadata
 
 import pytest
 
-from serving.model_server import kserve_internals
-from serving.model_server.kserve_internals import PINNED
+from fmnist_kfp.serving.model_server import kserve_internals
+from fmnist_kfp.serving.model_server.kserve_internals import PINNED
 from tests import ROOT
 
 # What KServe documents for custom model servers (kserve.github.io "Python Serving Runtime
@@ -75,8 +75,8 @@ def test_every_subclass_of_a_kserve_class_says_why_no_public_hook_exists():
 def test_nothing_else_of_the_predictor_imports_kserve_internals():
     """The rest of the predictor (the Model subclass, the protocol, the CLI), the image decoder
     and batch scoring use only what KServe documents."""
-    paths = [*(ROOT / "serving" / "model_server").glob("*.py"), ROOT / "fmnist" / "images.py",
-             *(ROOT / "fmnist" / "scoring").glob("*.py")]
+    paths = [*(ROOT / "serving" / "model_server").glob("*.py"), ROOT / "fmnist_kfp" / "images.py",
+             *(ROOT / "fmnist_kfp" / "scoring").glob("*.py")]
     offenders = []
     for path in paths:
         if path.name == "kserve_internals.py":

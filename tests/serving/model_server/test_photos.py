@@ -1,5 +1,5 @@
 """The photos people actually send (issue 22): any orientation, light backgrounds, any aspect
-ratio, colour, cut-outs; one preprocessing path (``fmnist.images``) for V1, V2 and batch
+ratio, colour, cut-outs; one preprocessing path (``fmnist_kfp.images``) for V1, V2 and batch
 prediction. Dataset-style images keep today's pixels exactly; photo-style ones are brought to
 the dataset's conversion (its README: trim the edges close to the corner colour, longest side to
 28, pad and centre, negate, 8-bit gray)."""
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from fmnist.images import (
+from fmnist_kfp.images import (
     ImageLimits,
     UnsupportedImageType,
     _channels,
@@ -21,8 +21,8 @@ from fmnist.images import (
     decode_image,
     open_image,
 )
-from fmnist.photos import PHOTO_VARIANTS, VARIANTS, variant
-from serving.model_server.protocol import from_unit_scale
+from fmnist_kfp.photos import PHOTO_VARIANTS, VARIANTS, variant
+from fmnist_kfp.serving.model_server.protocol import from_unit_scale
 from tests.serving.model_server.test_serving import (
     NAME,
     b64,
@@ -40,8 +40,8 @@ def _decoded_before(data: bytes) -> np.ndarray:
     """The decoder as it was before the photo rules (commit 8759b67), the oracle of
     bit-identity: luma of the first frame times alpha, resized as ``tf.image.resize``."""
     image = open_image(data, "x", ImageLimits()).image
-    from fmnist.dataset.official import IMAGE_SIZE
-    from fmnist.images import _WEIGHTS
+    from fmnist_kfp.dataset.official import IMAGE_SIZE
+    from fmnist_kfp.images import _WEIGHTS
 
     if image.size == (IMAGE_SIZE, IMAGE_SIZE) and image.mode == "L" \
             and "transparency" not in image.info:
@@ -172,7 +172,7 @@ def test_v1_v2_and_batch_prediction_give_every_photo_the_same_class(photo_server
     what tritonclient sends) and batch prediction's reader agree image by image."""
     import tensorflow as tf
 
-    from fmnist.scoring.image_reader import read_image
+    from fmnist_kfp.scoring.image_reader import read_image
 
     images, _ = photo_set
     sent = [variant(image, VARIANTS[i % len(VARIANTS)], seed=i)
@@ -284,7 +284,7 @@ def test_a_margin_outside_0_1_is_refused_before_serving(exported_model):
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "serving.model_server.server", "--model_dir",
+    done = subprocess.run([sys.executable, "-m", "fmnist_kfp.serving.model_server.server", "--model_dir",
                            str(exported_model), "--uncertain_margin", "1.5"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "--uncertain_margin must be in [0, 1], got 1.5" in \

@@ -35,10 +35,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from fmnist.dataset.official import CLASS_NAMES
-from serving.deploy.client import png_bytes, v1_image_request, wait_until_ready
-from serving.deploy.verification import agreement
-from serving.model_server.ports import read_port_file
+from fmnist_kfp.dataset.official import CLASS_NAMES
+from fmnist_kfp.serving.deploy.client import png_bytes, v1_image_request, wait_until_ready
+from fmnist_kfp.serving.deploy.verification import agreement
+from fmnist_kfp.serving.model_server.ports import read_port_file
 from tests import ROOT
 
 NAME = "fashion-mnist"
@@ -63,7 +63,7 @@ def start_model_server(model_dir: Path, tmp_dir: Path, *args: str) -> RunningSer
     port_file, log_file = tmp_dir / f"ports-{index}.json", tmp_dir / f"server-{index}.log"
     with open(log_file, "wb") as log:  # a file, not a pipe: a full pipe would stall the server
         process = subprocess.Popen(
-            [sys.executable, "-m", "serving.model_server.server", f"--model_dir={model_dir}",
+            [sys.executable, "-m", "fmnist_kfp.serving.model_server.server", f"--model_dir={model_dir}",
              "--http_port=0", "--grpc_port=0", f"--port_file={port_file}", *args],
             stdout=log, stderr=subprocess.STDOUT,
             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
@@ -112,7 +112,7 @@ def server(exported_model, tmp_path_factory):
 @pytest.fixture(scope="module")
 def in_process(exported_model):
     """The exported model's own probabilities, as the selection step computes them."""
-    from serving.deploy.verification import in_process_probabilities
+    from fmnist_kfp.serving.deploy.verification import in_process_probabilities
 
     return lambda pixels: in_process_probabilities(str(exported_model), pixels)
 
@@ -193,7 +193,7 @@ def _graph_pixels(data: bytes) -> np.ndarray:
     """What the SavedModel's serving_default makes of the bytes, before the model."""
     import tensorflow as tf
 
-    from fmnist.training.export import decode_to_gray
+    from fmnist_kfp.training.export import decode_to_gray
 
     gray = decode_to_gray(tf.constant(data))[..., tf.newaxis]
     return tf.image.resize(gray, [28, 28])[..., 0].numpy()
@@ -209,8 +209,8 @@ def test_the_fast_path_decodes_every_format_as_the_savedmodel_graph_does(real_te
 
     images, _ = real_test_set
 
-    from fmnist.images import decode_image
-    from serving.model_server.predictor import resolve_saved_model_dir
+    from fmnist_kfp.images import decode_image
+    from fmnist_kfp.serving.model_server.predictor import resolve_saved_model_dir
 
     signatures = tf.saved_model.load(resolve_saved_model_dir(str(exported_model))).signatures
     for pixels in images[:4]:
@@ -535,7 +535,7 @@ def test_grpc_answers_and_bad_requests_are_invalid_argument(server, images, in_p
 
 @pytest.mark.parametrize("inline", [True, False], ids=["on the loop", "on its thread"])
 def test_one_bad_instance_in_a_shared_batch_fails_only_its_own_request(inline):
-    from serving.model_server.batching import AdaptiveBatcher
+    from fmnist_kfp.serving.model_server.batching import AdaptiveBatcher
 
     calls = []
 
@@ -567,7 +567,7 @@ def test_one_bad_instance_in_a_shared_batch_fails_only_its_own_request(inline):
 
 def test_concurrent_requests_are_batched(exported_model, images):
     """Concurrent callers share model calls: fewer batches than requests, same answers."""
-    from serving.model_server.predictor import FashionMnistModel
+    from fmnist_kfp.serving.model_server.predictor import FashionMnistModel
 
     model = FashionMnistModel(NAME, str(exported_model), max_batch_size=8,
                               max_batch_latency_ms=5)

@@ -1,3 +1,0 @@
-"""Every setting, defined once (see :mod:`fmnist.settings.schema`): one group per concern —
-data, training, jobs and the cluster, tuning, serving — combined into the pipeline's
-parameters, plus the compile-time platform."""

@@ -1,0 +1,202 @@
+"""The Katib Experiment manifest, built from Katib's own models (``kubeflow_katib_api``, the
+pydantic models kubeflow/katib v0.19.0 generates from its OpenAPI spec in api/python_api/).
+
+Each trial is a TFJob from :func:`fmnist_kfp.kubernetes.tfjob.build_tfjob`, the same one a pipeline
+run launches, with ``${trialParameters.<name>}`` in place of every searched flag's value. Its
+pods run the trainer under :mod:`fmnist_kfp.katib.trial_process`, so that a trainer killed by a signal
+stays retryable under ``restartPolicy: ExitCode`` inside Katib's metrics-collector wrapper
+(see there for the rules).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+from fmnist_kfp.errors import UserInputError
+from fmnist_kfp.kubernetes.experiment_webhook import webhook_problems
+from fmnist_kfp.kubernetes.tfjob import CONTAINER_NAME
+from fmnist_kfp.tuning.experiment_settings import (
+    API_VERSION,
+    FAILURE_CONDITION,
+    METRICS_FILTER,
+    OBJECTIVE_TYPES,
+    PRIMARY_POD_LABELS,
+    SUCCESS_CONDITION,
+    TRIAL_NAME_PARAMETER,
+    ExperimentSettings,
+    placeholder,
+)
+from fmnist_kfp.tuning.search_space import SearchSpace, format_value
+
+TRIAL_PROCESS = ["python", "-m", "fmnist_kfp.katib.trial_process", "--"]
+# Katib's pod webhook joins the primary container's command and args with spaces into one
+# ``sh -c`` string, unquoted (kubeflow/katib v0.19.0 pkg/webhook/v1beta1/pod/utils.go lines
+# 191-194): an argument with a space or a shell metacharacter would be split or interpreted.
+_SHELL_SAFE = re.compile(r"[\w@%+=:,./-]*")
+_PLACEHOLDER = re.compile(r"\$\{trialParameters\.[^}]+\}")
+
+
+def _trial_spec(settings: ExperimentSettings, search_space: SearchSpace, data_dir: str) -> dict:
+    """The trial TFJob as a manifest, with placeholders for the searched flags' values."""
+    from fmnist_kfp.kubernetes.tfjob import build_tfjob, to_manifest
+    from fmnist_kfp.training.training_job import TrainingJobSpec
+
+    trial_dir = f"{settings.trials_root}/{placeholder(TRIAL_NAME_PARAMETER)}"
+    spec = TrainingJobSpec(
+        name=settings.name, config=settings.training_config(), data_dir=data_dir,
+        export_dir=f"{trial_dir}/1", work_dir=trial_dir, num_workers=settings.num_workers,
+        use_chief=settings.use_chief, gpus_per_worker=settings.gpus_per_worker,
+        strategy=settings.strategy, num_ps=settings.num_ps,
+        max_restarts=settings.max_restarts,
+    )
+    manifest = to_manifest(build_tfjob(spec, replace(settings.kubernetes,
+                                                     namespace=settings.target_namespace)))
+    # Katib names the TFJob after the trial and creates it in the experiment's namespace; its
+    # webhook refuses a template that sets either.
+    metadata = manifest["metadata"]
+    metadata.pop("name", None)
+    metadata.pop("namespace", None)
+    for name in search_space.names:
+        if name == "model_type":
+            metadata["labels"]["fmnist_kfp/model-type"] = placeholder(name)
+    for replica in manifest["spec"]["tfReplicaSpecs"].values():
+        for container in replica["template"]["spec"]["containers"]:
+            command = TRIAL_PROCESS + container["command"]
+            for name in search_space.names:
+                flag = "--" + name.replace("_", "-")
+                command[command.index(flag) + 1] = placeholder(name)
+            unsafe = [arg for arg in command
+                      if not _SHELL_SAFE.fullmatch(_PLACEHOLDER.sub("", arg))]
+            if unsafe:
+                raise UserInputError(
+                    f"trial command arguments {unsafe} hold spaces or shell characters, which "
+                    "Katib's metrics collector would split or interpret (it runs the command "
+                    "as one unquoted sh -c string): use paths and values without them")
+            container["command"] = command
+    return manifest
+
+
+def max_failed_trial_count(settings: ExperimentSettings) -> int:
+    """Katib fails an Experiment once ``failed >= maxFailedTrialCount`` (kubeflow/katib v0.19.0
+    pkg/controller.v1beta1/experiment/util/status_util.go line 205, trials with unavailable
+    metrics counting as failed); our budget fails the search once *more* trials than it
+    failed, as the local search does. Its webhook wants it at most ``maxTrialCount``
+    (pkg/webhook/v1beta1/experiment/validator/validator.go lines 104-109)."""
+    return min(settings.max_failed_trial_count + 1, settings.max_trial_count)
+
+
+def build_experiment(settings: ExperimentSettings, search_space: SearchSpace, data_dir: str):
+    """The ``V1beta1Experiment`` that searches ``search_space`` with trials reading the dataset
+    at ``data_dir`` (a path on the PVC or an object-store URI)."""
+    from kubeflow_katib_api.models import (
+        IoK8sApimachineryPkgApisMetaV1ObjectMeta,
+        V1beta1AlgorithmSetting,
+        V1beta1AlgorithmSpec,
+        V1beta1CollectorSpec,
+        V1beta1EarlyStoppingSetting,
+        V1beta1EarlyStoppingSpec,
+        V1beta1Experiment,
+        V1beta1ExperimentSpec,
+        V1beta1FeasibleSpace,
+        V1beta1FilterSpec,
+        V1beta1MetricsCollectorSpec,
+        V1beta1MetricStrategy,
+        V1beta1ObjectiveSpec,
+        V1beta1ParameterSpec,
+        V1beta1SourceSpec,
+        V1beta1TrialParameterSpec,
+        V1beta1TrialTemplate,
+    )
+
+    if settings.kubernetes is None:
+        raise UserInputError(settings.cluster_problems()[0])
+    settings.validate(search_space)
+    if not data_dir:
+        raise UserInputError("data_dir is empty: give the ingested dataset's directory or URI")
+    metrics = [settings.objective_metric, *settings.additional_metrics]
+    objective = V1beta1ObjectiveSpec(
+        type=OBJECTIVE_TYPES[settings.objective_metric],
+        objective_metric_name=settings.objective_metric,
+        goal=settings.objective_goal,
+        additional_metric_names=list(settings.additional_metrics) or None,
+        metric_strategies=[V1beta1MetricStrategy(name=m, value=settings.metric_strategy)
+                           for m in metrics],
+    )
+    algorithm = V1beta1AlgorithmSpec(
+        algorithm_name=settings.algorithm,
+        algorithm_settings=[V1beta1AlgorithmSetting(name=k, value=format_value(v))
+                            for k, v in settings.algorithm_settings.items()] or None,
+    )
+    early_stopping = None
+    if settings.early_stopping is not None:
+        stopping = settings.early_stopping
+        early_stopping = V1beta1EarlyStoppingSpec(
+            algorithm_name=stopping.algorithm,
+            algorithm_settings=[
+                V1beta1EarlyStoppingSetting(name="min_trials_required",
+                                            value=str(stopping.min_trials_required)),
+                V1beta1EarlyStoppingSetting(name="start_step", value=str(stopping.start_step)),
+            ],
+        )
+    parameters = []
+    for p in search_space.parameters:
+        if p.type == "categorical":
+            space = V1beta1FeasibleSpace(list=p.katib_values)
+        else:
+            space = V1beta1FeasibleSpace(
+                min=format_value(p.low), max=format_value(p.high),
+                step=None if p.step is None else format_value(p.step),
+                distribution=p.distribution or None,
+            )
+        parameters.append(V1beta1ParameterSpec(name=p.name, parameter_type=p.type,
+                                               feasible_space=space))
+    trial_parameters = [
+        V1beta1TrialParameterSpec(name=p.name, reference=p.name,
+                                  description=f"--{p.name.replace('_', '-')} of the trainer")
+        for p in search_space.parameters
+    ] + [V1beta1TrialParameterSpec(name=TRIAL_NAME_PARAMETER, reference="${trialSpec.Name}",
+                                   description="the trial's name: its own output directory")]
+    trial_template = V1beta1TrialTemplate(
+        primary_container_name=CONTAINER_NAME,
+        primary_pod_labels=dict(PRIMARY_POD_LABELS),
+        success_condition=SUCCESS_CONDITION,
+        failure_condition=FAILURE_CONDITION,
+        retain=settings.retain_trials or None,
+        trial_parameters=trial_parameters,
+        trial_spec=_trial_spec(settings, search_space, data_dir),
+    )
+    experiment = V1beta1Experiment(
+        api_version=API_VERSION,
+        kind="Experiment",
+        metadata=IoK8sApimachineryPkgApisMetaV1ObjectMeta(
+            name=settings.name, namespace=settings.target_namespace,
+            labels={"app.kubernetes.io/part-of": "fmnist-kfp"},
+        ),
+        spec=V1beta1ExperimentSpec(
+            objective=objective,
+            algorithm=algorithm,
+            early_stopping=early_stopping,
+            parameters=parameters,
+            parallel_trial_count=settings.parallel_trial_count,
+            max_trial_count=settings.max_trial_count,
+            max_failed_trial_count=max_failed_trial_count(settings),
+            resume_policy=settings.resume_policy,
+            metrics_collector_spec=V1beta1MetricsCollectorSpec(
+                collector=V1beta1CollectorSpec(kind="StdOut"),
+                source=V1beta1SourceSpec(filter=V1beta1FilterSpec(metrics_format=[METRICS_FILTER])),
+            ),
+            trial_template=trial_template,
+        ),
+    )
+    problems = webhook_problems(to_manifest(experiment))
+    if problems:  # a bug here, not bad input: validate() should have caught it first
+        raise RuntimeError("the built Experiment would fail Katib's admission webhook: "
+                           + "; ".join(problems))
+    return experiment
+
+
+def to_manifest(experiment) -> dict:
+    """The JSON the API server receives: the model's own ``to_dict()`` (camelCase aliases,
+    no nulls; api/python_api/kubeflow_katib_api/models/v1beta1_experiment.py lines 60-87)."""
+    return experiment.to_dict()

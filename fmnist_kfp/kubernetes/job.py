@@ -1,0 +1,116 @@
+"""``batch/v1`` Jobs with ``completionMode: Indexed``: one pod per shard of a batch prediction.
+
+Built from the ``kubernetes`` client's models, so every field is one the API knows. What the
+API server requires of such a Job: ``completions`` set when ``completionMode`` is ``Indexed``
+and ``parallelism`` at most 10^5; ``template.spec.restartPolicy`` ``Never`` or ``OnFailure``.
+Each pod gets its index in ``JOB_COMPLETION_INDEX`` and hostname ``<job>-<index>``, so the name
+leaves room for the index in a 63-character label. Pods run with
+``sidecar.istio.io/inject: "false"``: a Job pod whose Istio sidecar keeps running never
+completes, and Kubeflow's own test Jobs turn it off.
+
+upstream: docs/upstream.md#kubernetes, #kubeflow-manifests
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fmnist_kfp.errors import UserInputError
+from fmnist_kfp.kubernetes.storage import pod_security_context
+from fmnist_kfp.scoring.scoring_job import ScoringJobSpec
+from fmnist_kfp.settings.jobs import KubernetesSettings
+from fmnist_kfp.settings.names import is_dns_1035_label
+
+CONTAINER_NAME = "scorer"
+MAX_NAME_LENGTH = 56  # <name>-<index> is the pods' hostname: a 63-character DNS label
+MAX_INDEXED_PARALLELISM = 100_000
+
+
+def build_indexed_job(spec: ScoringJobSpec, settings: KubernetesSettings):
+    """The ``V1Job`` scoring ``spec``'s shards, one pod each, on the shared volume."""
+    from kubernetes import client
+
+    spec.validate()
+    settings.validate()
+    if not is_dns_1035_label(spec.name, MAX_NAME_LENGTH):
+        raise UserInputError(f"job name {spec.name!r} must be a DNS-1035 label of at most "
+                             f"{MAX_NAME_LENGTH} characters (its pods are <name>-<index>)")
+    limits = {"cpu": settings.cpu, "memory": settings.memory}
+    env = [client.V1EnvVar(name="TF_CPP_MIN_LOG_LEVEL", value="2")]
+    env_from = None
+    if settings.object_store_secret:
+        env_from = [client.V1EnvFromSource(
+            secret_ref=client.V1SecretEnvSource(name=settings.object_store_secret))]
+    volumes, mounts = None, None
+    if settings.pvc_name:
+        volumes = [client.V1Volume(
+            name="fmnist-data",
+            persistent_volume_claim=client.V1PersistentVolumeClaimVolumeSource(
+                claim_name=settings.pvc_name))]
+        mounts = [client.V1VolumeMount(name="fmnist-data", mount_path=settings.mount_path)]
+    container = client.V1Container(
+        name=CONTAINER_NAME,
+        image=settings.image,
+        # No --shard-index: each pod reads JOB_COMPLETION_INDEX.
+        command=spec.worker_command(python="python"),
+        env=env,
+        env_from=env_from,
+        resources=client.V1ResourceRequirements(requests=dict(limits), limits=limits),
+        volume_mounts=mounts,
+    )
+    labels = {"app.kubernetes.io/part-of": "fmnist-kfp",
+              "app.kubernetes.io/component": "batch-prediction"}
+    scheduling = settings.scheduling_settings
+    template = client.V1PodTemplateSpec(
+        metadata=client.V1ObjectMeta(labels=dict(labels),
+                                     annotations={"sidecar.istio.io/inject": "false"}),
+        spec=client.V1PodSpec(containers=[container], volumes=volumes, restart_policy="Never",
+                              service_account_name=settings.service_account or None,
+                              # Writes its shard on the shared volume: see
+                              # fmnist_kfp.kubernetes.storage.
+                              security_context=pod_security_context(
+                                  with_volume=bool(settings.pvc_name)),
+                              priority_class_name=scheduling.priority_class or None),
+    )
+    return client.V1Job(
+        api_version="batch/v1",
+        kind="Job",
+        # Kueue's labels on the Job only: Kueue manages the Job, not its pods.
+        metadata=client.V1ObjectMeta(name=spec.name, namespace=settings.target_namespace,
+                                     labels={**labels, **scheduling.job_labels()}),
+        spec=client.V1JobSpec(
+            completion_mode="Indexed",
+            completions=spec.num_shards,
+            parallelism=spec.num_shards,
+            backoff_limit=spec.retries,
+            active_deadline_seconds=settings.active_deadline_seconds or None,
+            ttl_seconds_after_finished=settings.ttl_seconds_after_finished,
+            template=template,
+        ),
+    )
+
+
+def to_manifest(job) -> dict[str, Any]:
+    """The JSON the API server receives (camelCase keys, no nulls)."""
+    from kubernetes.client import ApiClient
+
+    return ApiClient().sanitize_for_serialization(job)
+
+
+def job_state(job: dict[str, Any]) -> tuple[bool, bool, str, str]:
+    """``(done, failed, progress, reason)`` from a Job's status: finished when its ``Complete``
+    or ``Failed`` condition is true (k8s.io/api v0.36.3 ``batch/v1/types.go``,
+    ``JobConditionType``)."""
+    status = job.get("status") or {}
+    spec = job.get("spec") or {}
+    progress = (f"{status.get('succeeded', 0)}/{spec.get('completions', '?')} shards done, "
+                f"{status.get('active', 0)} running, {status.get('failed', 0)} failed pods")
+    for condition in status.get("conditions") or []:
+        if condition.get("status") != "True":
+            continue
+        if condition.get("type") == "Complete":
+            return True, False, progress, ""
+        if condition.get("type") == "Failed":
+            reason = f"{condition.get('reason', '')}: {condition.get('message', '')}".strip(": ")
+            return True, True, progress, reason
+    return False, False, progress, ""

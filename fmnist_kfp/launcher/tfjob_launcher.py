@@ -1,0 +1,243 @@
+"""The Kubernetes backend: each training job is a Kubeflow TFJob, run by the remote-job runner
+(:mod:`fmnist_kfp.kubernetes.runner`: create or re-attach by the job's stable name, SIGTERM guard
+before the create call, transient API errors retried, cleanup on SIGTERM, deadline or failure).
+
+What is particular to TFJobs:
+
+* **Terminal state.** TFJob conditions are cumulative, one per type, and once ``Failed=True``
+  is set the list is frozen; a job can even carry ``Succeeded=True`` *and* ``Failed=True``.
+  So ``Failed=True``
+  anywhere fails the step, then ``Succeeded=True`` ends it; the *last* condition is only what
+  ``kubectl`` shows as the state, printed as progress.
+* **One restart budget.** ``max_restarts`` bounds restarts here as it does on the local
+  backend. The operator does not: under ``restartPolicy: ExitCode`` it recreates a pod that
+  exited with a code >= 128 without limit, because ``runPolicy.backoffLimit`` only counts
+  container restarts of running pods (kubeflow/trainer#2045). The launcher
+  counts restarts itself — each ``Restarting`` transition of the job, each replica pod
+  recreated under a new UID, each container restart — and fails the job (and deletes it) once
+  they exceed ``max_restarts``. ``backoffLimit`` is set to match (:func:`backoff_limit`).
+* **Logs.** The master pod's (``training.kubeflow.org/job-role=master``: the Chief, else Worker
+  0) new log lines are printed on each poll, across pod restarts; a log read that fails is
+  skipped, never waited on (the SDK's ``get_job_logs(follow=True)`` hangs forever when its
+  stream breaks).
+* **A failed job is deleted** after its reason is reported, so a retried step creates a fresh
+  TFJob instead of re-attaching to the failure.
+* **Queued.** A TFJob that Kueue holds (``runPolicy.suspend`` true: Kueue's webhook suspends
+  every job of a LocalQueue until its ClusterQueue admits it) is shown as ``queued: <reason>``,
+  the reason read from its Workload (:mod:`fmnist_kfp.kubernetes.workload`); the wait counts against
+  ``scheduling.start_deadline_minutes``, not against the job's run time.
+
+upstream: docs/upstream.md#training-operator
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+
+from fmnist_kfp.errors import TrainingJobError
+from fmnist_kfp.kubernetes.runner import (
+    FAILED,
+    JobStatus,
+    RemoteJob,
+    RemoteJobError,
+    RemoteJobRunner,
+)
+from fmnist_kfp.kubernetes.tfjob import (
+    CONTAINER_NAME,
+    JOB_NAME_LABEL,
+    JOB_ROLE_LABEL,
+    REPLICA_INDEX_LABEL,
+    REPLICA_TYPE_LABEL,
+    build_tfjob,
+)
+from fmnist_kfp.kubernetes.workload import queued_status
+from fmnist_kfp.settings.jobs import KubernetesSettings
+from fmnist_kfp.training.trainer import read_result
+from fmnist_kfp.training.training_job import TrainingJobResult, TrainingJobSpec
+
+TFJOB_KIND = "TFJob"
+TFJOB_PLURAL = "tfjobs"
+
+
+def _suspended(job) -> bool:
+    """``runPolicy.suspend``: the operator keeps no pods (kubeflow/trainer v1.9.2
+    pkg/controller.v1/common/job.go lines 146-166); Kueue sets it until admission."""
+    run_policy = job.spec.run_policy if job.spec else None
+    return bool(run_policy is not None and run_policy.suspend)
+
+
+def _true(conditions, kind: str):
+    return next((c for c in conditions if c.type == kind and c.status == "True"), None)
+
+
+@dataclass
+class RestartCount:
+    """Restarts seen so far: new ``Restarting`` transitions of the TFJob, replica pods
+    recreated under a new UID (``ExitCode``: the operator deletes a failed pod and creates a
+    new one of the same name, pkg/controller.v1/common/pod.go v1.9.2 lines 350-366) and
+    container restarts inside a pod (``OnFailure``/``Always``). Polls can miss a short-lived
+    ``Restarting`` condition or pod, so the larger of the two counts is taken."""
+
+    transitions: set[str] = field(default_factory=set)
+    uids: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+    container_restarts: dict[str, int] = field(default_factory=dict)
+
+    def update(self, conditions, pods) -> int:
+        for c in conditions:
+            if c.type == "Restarting" and c.status == "True":
+                self.transitions.add(str(c.last_transition_time or c.last_update_time))
+        for pod in pods:
+            labels = pod.metadata.labels or {}
+            slot = (labels.get(REPLICA_TYPE_LABEL, ""), labels.get(REPLICA_INDEX_LABEL, ""))
+            self.uids.setdefault(slot, set()).add(pod.metadata.uid)
+            statuses = (pod.status.container_statuses if pod.status else None) or []
+            restarts = sum(s.restart_count or 0 for s in statuses)
+            self.container_restarts[pod.metadata.uid] = max(
+                restarts, self.container_restarts.get(pod.metadata.uid, 0))
+        from_pods = sum(len(uids) - 1 for uids in self.uids.values()) + sum(
+            self.container_restarts.values())
+        return max(len(self.transitions), from_pods)
+
+
+class TFJobLauncher:
+    """Runs a training job as a TFJob; see the module docstring. ``settings``: the pods'
+    (:func:`fmnist_kfp.settings.jobs.cluster_settings`, with the step's image inputs). ``clock``
+    and ``sleep`` go to the :class:`RemoteJobRunner` (tests wait without waiting);
+    ``request_timeout_seconds`` bounds each API call."""
+
+    def __init__(
+        self,
+        settings: KubernetesSettings,
+        training_client=None,
+        poll_seconds: float = 10.0,
+        timeout_seconds: float = 0.0,
+        out=None,
+        request_timeout_seconds: float = 60.0,
+        clock=None,
+        sleep=None,
+    ):
+        self.settings = settings.validate()
+        self._client = training_client
+        self.out = out or sys.stdout
+        # The step's own deadline: the job's, plus time for pods to be scheduled and cleaned.
+        deadline = self.settings.active_deadline_seconds
+        timeout = timeout_seconds or (deadline + 600 if deadline else 0)
+        injected = {k: v for k, v in (("clock", clock), ("sleep", sleep)) if v is not None}
+        self.runner = RemoteJobRunner(poll_seconds=poll_seconds, timeout_seconds=timeout,
+                                      start_timeout_seconds=self.settings.scheduling_settings
+                                      .start_deadline_seconds,
+                                      log=self._say, **injected)
+        self.request_timeout_seconds = request_timeout_seconds
+
+    @property
+    def namespace(self) -> str:
+        return self.settings.target_namespace
+
+    @property
+    def client(self):
+        if self._client is None:
+            from kubeflow.training import TrainingClient
+
+            self._client = TrainingClient(namespace=self.namespace, job_kind=TFJOB_KIND)
+        return self._client
+
+    def _say(self, message: str) -> None:
+        print(message, file=self.out, flush=True)
+
+    def run(self, spec: TrainingJobSpec) -> TrainingJobResult:
+        tfjob = build_tfjob(spec, self.settings)  # validates before anything is created
+        started = self.runner.clock()
+        watch = _Watch(self, spec)
+        job = RemoteJob(
+            kind=TFJOB_KIND, namespace=self.namespace, name=spec.name,
+            create=lambda: self.client.create_job(job=tfjob, namespace=self.namespace),
+            read=watch.read, status=watch.status, cleanup=watch.cleanup,
+            describe_created=f"{spec.replicas} replicas, at most {spec.max_restarts} restarts",
+        )
+        try:
+            self.runner.run(job)
+        except RemoteJobError as error:
+            raise TrainingJobError(str(error)) from error
+        # The work dir is on shared storage: a PVC mount or a bucket.
+        return TrainingJobResult(read_result(spec.work_dir),
+                                 round(self.runner.clock() - started, 2), watch.restarts)
+
+
+class _Watch:
+    """Reads one TFJob with its pods, judges it, prints the master's new log lines."""
+
+    def __init__(self, launcher: TFJobLauncher, spec: TrainingJobSpec):
+        self.launcher = launcher
+        self.spec = spec
+        self.counter = RestartCount()
+        self.restarts = 0
+        self.printed: dict[str, int] = {}  # pod UID -> log lines printed
+
+    def read(self):
+        launcher, timeout = self.launcher, self.launcher.request_timeout_seconds
+        job = launcher.client.get_job(self.spec.name, namespace=launcher.namespace,
+                                      job_kind=TFJOB_KIND, timeout=timeout)
+        pods = launcher.client.core_api.list_namespaced_pod(
+            launcher.namespace, label_selector=f"{JOB_NAME_LABEL}={self.spec.name}",
+            _request_timeout=timeout).items
+        return job, pods
+
+    def status(self, snapshot) -> JobStatus:
+        job, pods = snapshot
+        self._print_master_log(pods)
+        conditions = (job.status.conditions if job.status else None) or []
+        finished = _true(conditions, "Failed") or _true(conditions, "Succeeded")
+        if _suspended(job) and finished is None:
+            launcher = self.launcher
+            return queued_status(launcher.client.custom_api, launcher.namespace,
+                                 {"uid": job.metadata.uid, "labels": job.metadata.labels},
+                                 launcher.request_timeout_seconds)
+        self.restarts = self.counter.update(conditions, pods)
+        last = conditions[-1] if conditions else None
+        state = last.type if last else "Pending (no status yet)"
+        progress = state + (f", {self.restarts} restart(s)" if self.restarts else "") + (
+            f" ({last.message})" if last is not None and last.message else "")
+        failed = _true(conditions, "Failed")
+        if failed is not None:
+            return JobStatus(done=True, failed=True, progress=progress,
+                             reason=f"{failed.reason}: {failed.message}")
+        if _true(conditions, "Succeeded") is not None:
+            return JobStatus(done=True, progress=progress)
+        if self.restarts > self.spec.max_restarts:
+            restarting = next((c for c in reversed(conditions) if c.type == "Restarting"), None)
+            return JobStatus(
+                done=True, failed=True, progress=progress,
+                reason=f"{self.restarts} restarts, more than max_restarts="
+                       f"{self.spec.max_restarts}" + (f" (last: {restarting.message})"
+                                                     if restarting is not None else ""))
+        return JobStatus(progress=progress)
+
+    def _print_master_log(self, pods) -> None:
+        """New lines of the master pod's ``tensorflow`` container; a failed read is skipped."""
+        launcher = self.launcher
+        for pod in pods:
+            if (pod.metadata.labels or {}).get(JOB_ROLE_LABEL) != "master":
+                continue
+            if pod.status is None or pod.status.phase == "Pending":
+                continue
+            try:
+                text = launcher.client.core_api.read_namespaced_pod_log(
+                    pod.metadata.name, launcher.namespace, container=CONTAINER_NAME,
+                    _request_timeout=launcher.request_timeout_seconds)
+            except Exception:  # logs are a courtesy; the job's outcome is what counts
+                continue
+            lines = [line for line in (text or "").splitlines() if line.strip()]
+            done = self.printed.get(pod.metadata.uid, 0)
+            for line in lines[done:]:
+                launcher._say(f"[{pod.metadata.name}] {line}")
+            self.printed[pod.metadata.uid] = max(done, len(lines))
+
+    def cleanup(self, why: str) -> None:
+        launcher = self.launcher
+        if why == FAILED:
+            launcher._say(f"deleting the failed TFJob {launcher.namespace}/{self.spec.name} so "
+                          "that a retry of this step starts afresh")
+        launcher.client.delete_job(self.spec.name, namespace=launcher.namespace,
+                                   job_kind=TFJOB_KIND)
+        launcher._say(f"deleted TFJob {launcher.namespace}/{self.spec.name}")

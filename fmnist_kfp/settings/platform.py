@@ -1,0 +1,162 @@
+"""Compile-time settings of the Kubeflow variant: the images, the shared volume and the
+object-store Secret; and the step inputs that carry the images to the pods a step creates.
+
+They are read from ``FMNIST_*`` environment variables when the pipeline and the components are
+compiled:
+
+* ``FMNIST_COMPONENT_IMAGE`` — the image every step runs in (the ``cpu`` target of the
+  Dockerfile) and, through the steps' ``image`` input, every pod they create without GPUs;
+* ``FMNIST_GPU_IMAGE`` — the image of TFJob replicas and Katib trials that request GPUs (the
+  ``gpu`` target), through the ``gpu_image`` input of the train and tune steps; by default the
+  component image's tag with ``-gpu`` appended, the name the release workflow pushes it under;
+* ``FMNIST_PVC_NAME`` — the shared claim, baked into every task of the compiled pipeline as an
+  environment variable of that name (:meth:`Platform.env`), which the steps read at run time;
+* ``FMNIST_CREDENTIALS_SECRET`` — the object-store Secret, when one is named.
+
+The images reach the pods a step creates through one path only: the step's ``image`` and
+``gpu_image`` inputs (:class:`JobImages`), whose defaults are the images the component was
+compiled with and which the pipeline sets from its :class:`Platform`. No run-time code reads
+the image from the environment.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from fmnist_kfp import __version__
+from fmnist_kfp.errors import UserInputError
+from fmnist_kfp.settings.names import has_tag, image_rule
+from fmnist_kfp.settings.schema import Settings, setting
+
+IMAGE_ENV = "FMNIST_COMPONENT_IMAGE"
+GPU_IMAGE_ENV = "FMNIST_GPU_IMAGE"
+PVC_ENV = "FMNIST_PVC_NAME"
+SECRET_ENV = "FMNIST_CREDENTIALS_SECRET"
+DEFAULT_IMAGE_REPOSITORY = "ghcr.io/fmnist-kfp/fmnist-kfp"
+GPU_TAG_SUFFIX = "-gpu"  # <repository>:<version>-gpu beside <repository>:<version>
+MOUNT_PATH = "/mnt/fmnist"
+# Who the image runs as (Dockerfile: ``USER 1000:0``; tests/test_image.py holds them together).
+# Every pod this package creates runs so too, and owns the shared volume's files with group 0,
+# the group KFP's own step pods run in: KFP can set no fsGroup on them (see
+# fmnist_kfp.kubernetes.storage), so group 0 is the one group every writer of the volume shares.
+IMAGE_UID = 1000
+IMAGE_GID = 0
+
+
+def component_image() -> str:
+    """The image every component runs in: ``$FMNIST_COMPONENT_IMAGE`` or the release image.
+
+    It must carry a tag or digest: an untagged image would let steps and TFJob workers of one
+    run pull different code."""
+    image = os.environ.get(IMAGE_ENV, "").strip() or f"{DEFAULT_IMAGE_REPOSITORY}:{__version__}"
+    if not has_tag(image):
+        raise UserInputError(
+            f"{IMAGE_ENV}={image!r} has no tag; pin one, e.g. {image}:{__version__}"
+        )
+    return image
+
+
+def repository(image: str) -> str:
+    """``registry:5000/team/fmnist:0.2.0@sha256:…`` → ``registry:5000/team/fmnist``."""
+    head, _, last = image.split("@", 1)[0].rpartition("/")
+    last = last.split(":", 1)[0]
+    return f"{head}/{last}" if head else last
+
+
+def derived_gpu_image(image: str) -> str:
+    """The GPU twin of a tagged component image: its tag with ``-gpu`` appended
+    (``ghcr.io/fmnist-kfp/fmnist-kfp:0.2.0`` → ``…:0.2.0-gpu``), the name the release workflow
+    pushes the ``gpu`` target under. A component image pinned by digest has none to derive (the
+    digest is the CPU image's): refused, naming the fix."""
+    if "@" in image:
+        raise UserInputError(
+            f"the component image {image!r} ({IMAGE_ENV}) is pinned by digest, so the GPU "
+            "image of TFJob replicas and Katib trials that request GPUs cannot be derived from "
+            f"it (the digest is the CPU image's): set {GPU_IMAGE_ENV} as well, e.g. "
+            f"{GPU_IMAGE_ENV}={repository(image)}:{__version__}{GPU_TAG_SUFFIX}@sha256:<digest>")
+    if not has_tag(image):
+        raise UserInputError(f"image {image!r} has no tag to derive the GPU image's from")
+    return image + GPU_TAG_SUFFIX
+
+
+def gpu_image() -> str:
+    """The image of the TFJob replicas and Katib trials that request GPUs:
+    ``$FMNIST_GPU_IMAGE``, else :func:`derived_gpu_image` of :func:`component_image`."""
+    given = os.environ.get(GPU_IMAGE_ENV, "").strip()
+    if not given:
+        return derived_gpu_image(component_image())
+    if not has_tag(given):
+        raise UserInputError(
+            f"{GPU_IMAGE_ENV}={given!r} has no tag; pin one, e.g. "
+            f"{given}:{__version__}{GPU_TAG_SUFFIX}")
+    return given
+
+
+@dataclass
+class JobImages(Settings):
+    """The images of the pods a step creates on Kubernetes: the ``image`` input of the train,
+    tune, batch-prediction and deploy components and the ``gpu_image`` input of the train and
+    tune components. Their defaults in a compiled component are the images it was compiled
+    with; the pipeline passes its :class:`Platform`'s. Not pipeline parameters: a run cannot
+    make the jobs run other code than its steps."""
+
+    WHAT = "job images"
+
+    image: str = setting(
+        "", help="The image of the pods this step creates on Kubernetes: TFJob replicas and "
+                 "Katib trials without GPUs, the batch-prediction Job, the ServingRuntime's "
+                 "predictor (unless `serving.image` names another); default: the image this "
+                 "component was compiled with.",
+        rules=[image_rule])
+    gpu_image: str = setting(
+        "", help="The image of the TFJob replicas and Katib trials that request GPUs "
+                 "(`gpus_per_worker` > 0): the same code with TensorFlow's CUDA libraries; "
+                 "default: the GPU image this component was compiled with.",
+        rules=[image_rule])
+
+    @classmethod
+    def compiled(cls) -> JobImages:
+        """The images components compiled now carry as defaults (:func:`component_image`,
+        :func:`gpu_image`)."""
+        return cls(image=component_image(), gpu_image=gpu_image())
+
+
+@dataclass(frozen=True)
+class Platform:
+    """What the Kubeflow variant is compiled against.
+
+    The training and tuning steps and their TFJob pods share ``pvc_name`` at ``MOUNT_PATH``
+    (dataset copy, checkpoints, exports); ingestion and training get the object-store
+    credentials of ``credentials_secret`` as environment variables (for s3:// data sources),
+    only when one is named: the compiled YAML then needs that Secret to exist. None is
+    referenced by default, because KFP backends before 2.15.0 drop ``optional`` on a Secret
+    turned into env vars (kubeflow/pipelines commit 55ec846, first in 2.15.0; 2.5.0
+    ``backend/src/common/util/json.go`` L72-75 ignores the unknown field), so a missing
+    optional Secret would stop the pods in CreateContainerConfigError.
+    """
+
+    image: str
+    gpu_image: str = ""  # empty: derived from image (derived_gpu_image)
+    pvc_name: str = "fmnist-data"
+    credentials_secret: str = ""
+    credential_keys: tuple[str, ...] = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+
+    def __post_init__(self) -> None:
+        if not self.gpu_image:
+            object.__setattr__(self, "gpu_image", derived_gpu_image(self.image))
+
+    @classmethod
+    def from_env(cls) -> Platform:
+        images = JobImages.compiled()
+        return cls(
+            image=images.image,
+            gpu_image=images.gpu_image,
+            pvc_name=os.environ.get(PVC_ENV, "").strip() or cls.pvc_name,
+            credentials_secret=os.environ.get(SECRET_ENV, "").strip(),
+        )
+
+    def env(self) -> dict[str, str]:
+        """The environment every task of the compiled pipeline carries: the claim the steps
+        mount, which they hand to the pods they create (the images go as step inputs)."""
+        return {PVC_ENV: self.pvc_name}
