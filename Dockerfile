@@ -25,7 +25,9 @@ FROM ${PYTHON_IMAGE} AS builder
 COPY --from=uv /uv /usr/local/bin/uv
 ENV UV_LINK_MODE=copy UV_COMPILE_BYTECODE=1 UV_PYTHON_DOWNLOADS=never UV_NO_CACHE=1
 WORKDIR /src
-COPY pyproject.toml uv.lock README.md ./
+# What the build reads beside the packages: the README (the wheel's description) and the
+# LICENSE (its license file), pyproject.toml's; tests/test_image.py holds this list to it.
+COPY pyproject.toml uv.lock README.md LICENSE ./
 
 FROM builder AS wheel
 # The wheel's packages: pyproject.toml [tool.hatch.build.targets.wheel] (tests/test_image.py).

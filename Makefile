@@ -5,7 +5,7 @@ UV := $(or $(shell command -v uv 2>/dev/null),.tools/bin/uv)
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup run serve test layers shared-data install-check compile readme docs release bench lint clean help \
+.PHONY: setup run serve test layers shared-data install-check ranges-check compile readme docs release bench lint clean help \
 	mutation
 
 help:
@@ -15,6 +15,8 @@ help:
 	@echo "make shared-data - fetch the real Fashion-MNIST and upstream CRDs the tests read"
 	@echo "               into SHARED (../shared), each checked against its pinned sha256"
 	@echo "make install-check - pip-install the wheel on PYTHON_VERSION (base, and [all] dry run)"
+	@echo "make ranges-check - the wheel at both ends of its dependency ranges, and as a pip user"
+	@echo "               runs it beside their own packages (make test runs these too)"
 	@echo "make compile  - compile the pipeline and components into compiled/"
 	@echo "make readme   - regenerate the component READMEs, the settings tables in README.md and"
 	@echo "               docs/, and docs/index.md (the README as the site's front page)"
@@ -70,6 +72,12 @@ install-check: | $(UV)
 	$(INSTALL_VENV)/bin/python -m pytest tests/test_install.py -m install \
 		-k "py$(PYTHON_VERSION)" $(PYTEST_ARGS)
 
+# The base install at the lowest direct versions and the newest the index serves
+# (tests/test_dependency_ranges.py), and at the lock, run from a user's folder
+# (tests/test_installed_wheel.py). Needs the index; `make test` runs them too.
+ranges-check: setup
+	$(PY) -m pytest tests/test_dependency_ranges.py tests/test_installed_wheel.py $(PYTEST_ARGS)
+
 compile: setup
 	$(PY) -m fmnist_kfp.cli compile
 
@@ -98,10 +106,20 @@ bench: setup
 # Mutation testing (mutmut 3, configured in pyproject.toml [tool.mutmut]); not part of `test`.
 # The tests find the upstream CRDs through FMNIST_CRDS_DIR from inside mutants/.
 MUTANTS ?=
+# mutmut names a mutant by its file's path, so it runs in a copy laid out as the wheel is
+# (pipelines/, kfp_components/, katib/, serving/ inside fmnist_kfp/): there each file's path is
+# its module's name (docs/design.md, One import root). Results: .build/mutation/mutants/.
+MUTATION_TREE := .build/mutation
 mutation: setup
-	FMNIST_CRDS_DIR=$(abspath ..)/shared/crds $(VENV)/bin/mutmut run $(MUTANTS) || true
-	$(VENV)/bin/mutmut export-cicd-stats
-	$(PY) -m tests.mutation.score $(MUTANTS)
+	rm -rf $(addprefix $(MUTATION_TREE)/,fmnist_kfp tests manifests compiled docs bench)
+	mkdir -p $(MUTATION_TREE)
+	cp -r fmnist_kfp tests pyproject.toml manifests compiled Dockerfile README.md docs mkdocs.yml \
+		bench $(MUTATION_TREE)/
+	cp -r pipelines kfp_components katib serving $(MUTATION_TREE)/fmnist_kfp/
+	cd $(MUTATION_TREE) && FMNIST_CRDS_DIR=$(abspath ..)/shared/crds \
+		$(abspath $(VENV))/bin/mutmut run $(MUTANTS) || true
+	cd $(MUTATION_TREE) && $(abspath $(VENV))/bin/mutmut export-cicd-stats
+	cd $(MUTATION_TREE) && $(abspath $(PY)) -m tests.mutation.score $(MUTANTS)
 
 lint: setup
 	$(VENV)/bin/ruff check .

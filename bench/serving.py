@@ -172,9 +172,9 @@ def _start(name: str, args: list[str], model_dir: str, work: Path, source: Path 
     from fmnist_kfp.serving.model_server.ports import read_port_file
 
     port_file = work / f"{name}.ports.json"
-    command = [sys.executable, "-m", "fmnist_kfp.serving.model_server.server", f"--model_dir={model_dir}",
-               f"--model_name={MODEL_NAME}", "--http_port=0", "--grpc_port=0",
-               f"--port_file={port_file}", *args]
+    command = [sys.executable, "-m", "fmnist_kfp.serving.model_server.server",
+               f"--model_dir={model_dir}", f"--model_name={MODEL_NAME}", "--http_port=0",
+               "--grpc_port=0", f"--port_file={port_file}", *args]
     log = open(work / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     if source is not None:  # another commit's server: its code first on the path
@@ -226,9 +226,9 @@ def in_process(model_dir: str, data_source: str, seconds: float = 3.0) -> dict:
     import tensorflow as tf
 
     from fmnist_kfp.dataset.sources import load
-    from fmnist_kfp.training.export import BYTES_SIGNATURE
     from fmnist_kfp.serving.deploy.client import png_bytes, v1_image_request
     from fmnist_kfp.serving.model_server.predictor import FashionMnistModel, resolve_saved_model_dir
+    from fmnist_kfp.training.export import BYTES_SIGNATURE
 
     image = load(data_source).splits["test"].images[0]
     signature = tf.saved_model.load(resolve_saved_model_dir(model_dir)).signatures[

@@ -27,10 +27,10 @@ from bench.common import RESULTS, add_data_source, data_source_missing, ingested
 
 
 def _search(name: str, algorithm: str, args, data_dir: str, work: Path, stopping: bool):
-    from fmnist_kfp.settings.training import TrainingConfig
     from fmnist_kfp.katib.optuna_search import LocalTuner
     from fmnist_kfp.katib.report import render_html
     from fmnist_kfp.kfp_components.tune.step import experiment_settings
+    from fmnist_kfp.settings.training import TrainingConfig
 
     base = TrainingConfig(model_type=args.model_type)
     tuning = {"algorithm": algorithm, "max_trials": args.trials,

@@ -8,6 +8,7 @@ import logging
 import os
 import socket
 import sys
+import warnings
 
 from fmnist_kfp import __version__
 from fmnist_kfp.errors import DataSourceError, TrainingJobError, UserInputError
@@ -18,6 +19,7 @@ from fmnist_kfp.settings.schema import add_flags, given_values
 from fmnist_kfp.settings.serving import DeploySettings
 
 _D = PipelineParameters()
+LOCAL_ROOT = "runs/local"  # where `run --local` keeps its runs
 
 
 def _add_pipeline_parameters(parser: argparse.ArgumentParser, *, local: bool) -> None:
@@ -82,16 +84,30 @@ def _cluster_arguments(args: argparse.Namespace) -> dict:
     return cluster_arguments(**given)
 
 
+def _refuse(args: argparse.Namespace, why: str, *names: str) -> None:
+    """Refuses the flags among ``names`` that were given (not None, empty or false)."""
+    given = ["--" + name.replace("_", "-") for name in names if getattr(args, name)]
+    if given:
+        raise UserInputError(f"{', '.join(given)}: {why}")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     if args.local == bool(args.host):
         raise UserInputError("say where to run: --local (this machine) or --host URL (Kubeflow)")
     if args.host:
-        from fmnist_kfp.kfp_client import submit_run
+        from fmnist_kfp.kfp_client import DEFAULT_EXPERIMENT, submit_run
 
+        _refuse(args, "only for runs on this machine (--local); a run on Kubeflow keeps its "
+                      "artifacts in the pipeline root of its KFP deployment", "pipeline_root",
+                "summary", "no_cache")
         outcome = submit_run(_endpoint(args), _cluster_arguments(args), package=args.package,
-                             experiment=args.experiment, run_name=args.run_name, wait=args.wait)
+                             image=args.image, gpu_image=args.gpu_image,
+                             experiment=args.experiment or DEFAULT_EXPERIMENT,
+                             run_name=args.run_name, wait=args.wait)
         print(json.dumps(outcome, indent=2))
         return 0
+    _refuse(args, "only for runs on Kubeflow (--host); --local runs every step on this "
+                  "machine", "package", "image", "gpu_image", "experiment", "run_name", "wait")
     if args.backend not in (None, "local"):
         raise UserInputError("--local runs use the local backend; use --host for a cluster")
     require("all", "fmnist-kfp run --local")  # every step runs here: ingest to serving
@@ -99,7 +115,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     summary = run_local(
         _parameters(args, backend="local"),
-        pipeline_root=args.pipeline_root,
+        pipeline_root=args.pipeline_root or LOCAL_ROOT,
         summary_path=args.summary,
         enable_caching=not args.no_cache,
     )
@@ -129,7 +145,8 @@ def cmd_upload(args: argparse.Namespace) -> int:
     from fmnist_kfp.kfp_client import upload
 
     outcome = upload(_endpoint(args), args.name, version=args.version or f"v{__version__}",
-                     package=args.package, description=args.description)
+                     package=args.package, image=args.image, gpu_image=args.gpu_image,
+                     description=args.description)
     print(json.dumps(outcome, indent=2))
     return 0
 
@@ -139,7 +156,8 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     from fmnist_kfp import preflight
 
     endpoint = _endpoint(args)
-    api_client = preflight.api_client_from(args.kubeconfig, args.context)
+    api_client, source = preflight.kubernetes_api(args.kubeconfig, args.context)
+    print(f"Kubernetes API server {api_client.configuration.host} ({source})")
     rows = preflight.preflight(endpoint, api_client, preflight.cluster_from(args))
     print(preflight.render(rows))
     if preflight.ready(rows):
@@ -155,19 +173,15 @@ def cmd_schedule(args: argparse.Namespace) -> int:
 
     endpoint = _endpoint(args)
     if args.action == "create":
-        if not args.cron:
-            raise UserInputError("schedule create needs --cron, e.g. --cron '0 3 * * *'")
         cluster.cron_expression(args.cron)  # a malformed cron fails before any call
         outcome = cluster.schedule(
             endpoint, args.name, args.cron, _cluster_arguments(args), package=args.package,
-            experiment=args.experiment, max_concurrency=args.max_concurrency,
-            catchup=args.catchup,
+            image=args.image, gpu_image=args.gpu_image, experiment=args.experiment,
+            max_concurrency=args.max_concurrency, catchup=args.catchup,
         )
     elif args.action == "list":
         outcome = cluster.list_schedules(endpoint, args.experiment)
     else:
-        if not args.id:
-            raise UserInputError("schedule disable needs --id RECURRING_RUN_ID")
         cluster.disable_schedule(endpoint, args.id)
         outcome = {"disabled": args.id}
     print(json.dumps(outcome, indent=2))
@@ -175,7 +189,8 @@ def cmd_schedule(args: argparse.Namespace) -> int:
 
 
 def _add_endpoint_options(parser: argparse.ArgumentParser, required: bool) -> None:
-    from fmnist_kfp.kfp_client import DEFAULT_EXPERIMENT, DEFAULT_PACKAGE, TOKEN_ENV
+    """Where the Kubeflow Pipelines API is, and who asks: every command that talks to it."""
+    from fmnist_kfp.kfp_client import TOKEN_ENV
 
     group = parser.add_argument_group("Kubeflow Pipelines endpoint")
     group.add_argument("--host", required=required, default="",
@@ -186,8 +201,38 @@ def _add_endpoint_options(parser: argparse.ArgumentParser, required: bool) -> No
     group.add_argument("--kfp-backend-version", default="",
                        help="the KFP backend's version, when its healthz cannot tell (releases "
                             "before 2.16 report 'unknown'); at least 2.14.0 is needed")
-    group.add_argument("--package", default=DEFAULT_PACKAGE, help="default %(default)s")
-    group.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="default %(default)s")
+
+
+def _add_image_options(group) -> None:
+    """The images to compile the pipeline for (``compile``, and what sends a pipeline)."""
+    from fmnist_kfp.settings.platform import GPU_IMAGE_ENV, IMAGE_ENV, RELEASE_IMAGE
+
+    group.add_argument("--image", default=None,
+                       help="the image every step runs in, with a tag or digest (default: "
+                            f"${IMAGE_ENV}, else the release image {RELEASE_IMAGE})")
+    group.add_argument("--gpu-image", default=None,
+                       help="the image of TFJob replicas and Katib trials that request GPUs "
+                            f"(default: --image's tag with -gpu appended; without --image, "
+                            f"${GPU_IMAGE_ENV}, else the release's)")
+
+
+def _add_package_options(parser: argparse.ArgumentParser, *, cluster_runs: bool = False
+                         ) -> None:
+    """What is sent: the pipeline compiled here for the images, or a compiled package."""
+    group = parser.add_argument_group(
+        "the pipeline sent" + (" (--host)" if cluster_runs else ""),
+        "Compiled here, for --image and --gpu-image, unless --package names a file "
+        "`fmnist-kfp compile` wrote (its images are fixed).")
+    _add_image_options(group)
+    group.add_argument("--package", default="",
+                       help="a compiled pipeline YAML to send instead (not with --image or "
+                            "--gpu-image)")
+
+
+def _add_experiment_option(parser: argparse.ArgumentParser) -> None:
+    from fmnist_kfp.kfp_client import DEFAULT_EXPERIMENT
+
+    parser.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="default %(default)s")
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
@@ -197,7 +242,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from fmnist_kfp.pipelines.compile import compile_all
 
     try:
-        written = compile_all(args.output_dir)
+        written = compile_all(args.output_dir, image=args.image, gpu_image=args.gpu_image)
     except OSError as error:
         raise UserInputError(f"cannot write the compiled files into {args.output_dir!r}: "
                              f"{error}") from None
@@ -210,8 +255,8 @@ def _check_ingest(args: argparse.Namespace) -> None:
     """A local data directory and the output, checked before TensorFlow is imported (half a
     minute)."""
     from fmnist_kfp.dataset.sources import resolve_source
-    from fmnist_kfp.validation import writable_directory
     from fmnist_kfp.kfp_components.ingest.checks import data_problems
+    from fmnist_kfp.validation import writable_directory
 
     problems = data_problems(resolve_source(args.data_source))
     if problems:
@@ -348,6 +393,8 @@ def cmd_tensorboard(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from fmnist_kfp.kfp_client import DEFAULT_EXPERIMENT
+
     parser = argparse.ArgumentParser(
         prog="fmnist-kfp",
         description="Fashion-MNIST on Kubeflow Pipelines: ingest, distributed TensorFlow "
@@ -359,43 +406,64 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run the pipeline end to end")
     run.add_argument("--local", action="store_true", help="on this machine with kfp.local")
     _add_endpoint_options(run, required=False)
-    run.add_argument("--run-name", default=None, help="cluster runs: the run's name")
-    run.add_argument("--wait", action="store_true", help="cluster runs: wait for the outcome")
-    run.add_argument("--pipeline-root", default="runs/local",
-                     help="where local runs keep artifacts and the cache (default %(default)s)")
-    run.add_argument("--summary", default=None,
-                     help="where to write summary.json; report.html and report.md go beside "
-                          "it (default: in the pipeline root)")
-    run.add_argument("--no-cache", action="store_true", help="run every step again")
+    _add_package_options(run, cluster_runs=True)
+    cluster = run.add_argument_group("runs on Kubeflow (--host)")
+    cluster.add_argument("--experiment", default=None,
+                         help=f"the run's experiment (default {DEFAULT_EXPERIMENT})")
+    cluster.add_argument("--run-name", default=None, help="the run's name")
+    cluster.add_argument("--wait", action="store_true", help="wait for the outcome")
+    local = run.add_argument_group("runs on this machine (--local)")
+    local.add_argument("--pipeline-root", default=None,
+                       help=f"where the artifacts and the cache go (default {LOCAL_ROOT})")
+    local.add_argument("--summary", default=None,
+                       help="where to write summary.json; report.html and report.md go beside "
+                            "it (default: in the pipeline root)")
+    local.add_argument("--no-cache", action="store_true", help="run every step again")
     _add_pipeline_parameters(run, local=True)
     run.set_defaults(func=cmd_run)
 
-    comp = commands.add_parser("compile", help="compile the pipelines to YAML")
+    comp = commands.add_parser("compile", help="compile the pipeline and its components to "
+                                               "YAML, for the images given")
     comp.add_argument("--output-dir", default="compiled", help="default %(default)s")
+    _add_image_options(comp.add_argument_group("images"))
     comp.set_defaults(func=cmd_compile)
 
-    upl = commands.add_parser("upload", help="upload the compiled pipeline (or a new version)")
+    upl = commands.add_parser("upload", help="upload the pipeline (or a new version of it)")
     _add_endpoint_options(upl, required=True)
+    _add_package_options(upl)
     upl.add_argument("--name", default="fashion-mnist-training", help="default %(default)s")
     upl.add_argument("--version", default="", help="version name (default: v<package version>)")
     upl.add_argument("--description", default="", help="pipeline or version description")
     upl.set_defaults(func=cmd_upload)
 
-    sch = commands.add_parser("schedule", help="recurring runs: create, list, disable")
-    sch.add_argument("action", choices=("create", "list", "disable"))
-    _add_endpoint_options(sch, required=True)
-    sch.add_argument("--name", default="fashion-mnist-nightly", help="default %(default)s")
-    sch.add_argument("--cron", default="", help="'0 3 * * *' (five fields) or six with seconds")
-    sch.add_argument("--max-concurrency", type=int, default=1, help="default %(default)s")
-    sch.add_argument("--catchup", action="store_true", help="run missed schedules (off)")
-    sch.add_argument("--id", default="", help="disable: the recurring run ID")
-    _add_pipeline_parameters(sch, local=False)
+    sch = commands.add_parser("schedule", help="recurring runs: create, list, disable",
+                              description="Recurring runs: `schedule create|list|disable "
+                                          "--help` shows each one's flags.")
     sch.set_defaults(func=cmd_schedule)
+    actions = sch.add_subparsers(dest="action", required=True, metavar="{create,list,disable}")
+    create = actions.add_parser("create", help="create a recurring run of the pipeline")
+    _add_endpoint_options(create, required=True)
+    _add_package_options(create)
+    _add_experiment_option(create)
+    create.add_argument("--name", default="fashion-mnist-nightly", help="default %(default)s")
+    create.add_argument("--cron", required=True,
+                        help="'0 3 * * *' (five fields) or six with seconds")
+    create.add_argument("--max-concurrency", type=int, default=1, help="default %(default)s")
+    create.add_argument("--catchup", action="store_true", help="run missed schedules (off)")
+    _add_pipeline_parameters(create, local=False)
+    listing = actions.add_parser("list", help="the recurring runs of an experiment")
+    _add_endpoint_options(listing, required=True)
+    _add_experiment_option(listing)
+    disable = actions.add_parser("disable", help="disable a recurring run")
+    _add_endpoint_options(disable, required=True)
+    disable.add_argument("--id", required=True, help="the recurring run's ID")
 
     pre = commands.add_parser("preflight", help="check a cluster before a first run (exit 0: "
                                                 "ready)")
     _add_endpoint_options(pre, required=True)
-    pre.add_argument("--kubeconfig", default="", help="default: $KUBECONFIG or ~/.kube/config")
+    pre.add_argument("--kubeconfig", default="",
+                     help="default: $KUBECONFIG or ~/.kube/config; in a pod without either "
+                          "(a Kubeflow notebook), the pod's in-cluster configuration")
     pre.add_argument("--context", default="", help="kubeconfig context (default: current)")
     pre.add_argument("--runner-service-account", default="",
                      help="the steps' ServiceAccount (default: default-editor with --namespace, "
@@ -464,9 +532,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _our_warnings_as_lines(show):
+    """``warnings.showwarning`` that shows our warnings (fmnist_kfp's categories) as
+    ``warning: <message>``, as errors are shown, and others as ``show`` does."""
+    def show_warning(message, category, filename, lineno, file=None, line=None):
+        if category.__module__.split(".")[0] == "fmnist_kfp":
+            print(f"warning: {message}", file=file or sys.stderr)
+        else:
+            show(message, category, filename, lineno, file, line)
+    return show_warning
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    with warnings.catch_warnings():
+        warnings.showwarning = _our_warnings_as_lines(warnings.showwarning)
+        return _dispatch(args)
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     try:
         return args.func(args)
     except (UserInputError, DataSourceError, TrainingJobError) as err:

@@ -1,9 +1,10 @@
 """Generated documentation (``make readme``): every component's README.md, written from its
-docstring, signature and ``metadata.yaml`` as kubeflow/pipelines-components does; the settings
+docstring, ``metadata.yaml`` and compiled YAML (``compiled/components/``: the types a pipeline
+that loads it must wire) as kubeflow/pipelines-components does; the settings
 tables of README.md and the pages under docs/ (``<!-- generated:NAME -->`` blocks), written from
-:mod:`fmnist_kfp.settings`; and docs/index.md, the site's front page, a copy of README.md whose links
-point where they resolve on the site. ``tests`` fail when a committed file differs from what this
-writes, and when a table has no page.
+:mod:`fmnist_kfp.settings`; and docs/index.md, the site's front page, a copy of README.md whose
+links point where they resolve on the site. ``tests`` fail when a committed file differs from what
+this writes, and when a table has no page.
 """
 
 from __future__ import annotations
@@ -16,33 +17,50 @@ from pathlib import Path
 
 import yaml
 
+from fmnist_kfp.kfp_components import COMPONENTS
 from fmnist_kfp.settings.jobs import KubernetesSettings
 from fmnist_kfp.settings.pipeline import PipelineParameters, cluster_defaults
 from fmnist_kfp.settings.platform import IMAGE_ENV, MOUNT_PATH, PVC_ENV, Platform
 from fmnist_kfp.settings.schema import markdown_table
 from fmnist_kfp.settings.serving import ServingSettings
 from fmnist_kfp.settings.tuning import TuningSettings
-from fmnist_kfp.kfp_components import COMPONENTS
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPONENTS_DIR = ROOT / "kfp_components"
+COMPILED_COMPONENTS = ROOT / "compiled" / "components"
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 INDEX = DOCS / "index.md"  # generated from README.md
 # Where links to files outside docs/ point from the site (mkdocs resolves only pages).
 REPOSITORY = "https://github.com/fmnist-kfp/fmnist-kfp"
-_TYPES = {"String": "str", "Integer": "int", "Float": "float", "Boolean": "bool",
-          "Dict": "dict", "List": "list", "Struct": "dict"}
+# The compiled YAML's parameter types (pipeline_spec.proto's ParameterType) as Python names.
+_PARAMETER_TYPES = {"STRING": "str", "NUMBER_INTEGER": "int", "NUMBER_DOUBLE": "float",
+                    "BOOLEAN": "bool", "LIST": "list", "STRUCT": "dict",
+                    "TASK_FINAL_STATUS": "PipelineTaskFinalStatus"}
 # The pages' generated blocks: <!-- generated:NAME --> ... <!-- /generated:NAME -->
 _BLOCK = re.compile(r"(<!-- generated:(\w+) -->\n).*?(<!-- /generated:\2 -->)", re.DOTALL)
 
 
-def _type_name(spec_type: str, is_artifact_input: bool = False) -> str:
-    if spec_type in _TYPES:
-        return _TYPES[spec_type]
-    match = re.match(r"system\.(\w+)@", spec_type)
-    name = match[1] if match else spec_type
-    return f"Input[{name}]" if is_artifact_input else name
+def compiled_types(name: str) -> dict[str, dict[str, str]]:
+    """The Python types of the compiled component ``compiled/components/<name>.yaml``'s inputs
+    and outputs (``{"inputs": {name: type}, "outputs": {...}}``), as a pipeline that loads the
+    YAML wires them: an artifact is ``Input[Model]`` / ``Output[Model]``, a list of artifacts
+    (``isArtifactList``, e.g. a ``dsl.Collected`` fan-in) ``List[Input[Model]]``, a parameter
+    its Python type."""
+    document = yaml.safe_load((COMPILED_COMPONENTS / f"{name}.yaml").read_text())
+    [component] = document["components"].values()
+    types: dict[str, dict[str, str]] = {}
+    for side, key, wrapper in (("inputs", "inputDefinitions", "Input"),
+                               ("outputs", "outputDefinitions", "Output")):
+        definitions = component.get(key, {})
+        found = types[side] = {}
+        for field, spec in definitions.get("artifacts", {}).items():
+            title = spec["artifactType"]["schemaTitle"]
+            text = f"{wrapper}[{title.removeprefix('system.')}]"
+            found[field] = f"List[{text}]" if spec.get("isArtifactList") else text
+        for field, spec in definitions.get("parameters", {}).items():
+            found[field] = _PARAMETER_TYPES[spec["parameterType"]]
+    return types
 
 
 def _cell(text: str) -> str:
@@ -56,8 +74,8 @@ def _default(value) -> str:
 
 def kubernetes_calls(component) -> list[str]:
     """The kfp-kubernetes calls a Kubernetes run of ``component``'s task needs (its
-    :class:`~fmnist_kfp.kfp_components.base.KubernetesNeeds`, which the pipeline applies too), as lines
-    of Python acting on ``task``."""
+    :class:`~fmnist_kfp.kfp_components.base.KubernetesNeeds`, which the pipeline applies too), as
+    lines of Python acting on ``task``."""
     needs, claim, q = component.kubernetes_needs, Platform.pvc_name, json.dumps
     lines = ["from kfp import kubernetes", ""]
     if needs.volume:
@@ -94,18 +112,22 @@ def component_readme(folder: str, component) -> str:
              "one are required.", "",
              "| Parameter | Type | Default | Description |",
              "|-----------|------|---------|-------------|"]
+    types = compiled_types(spec.name)
+    for side, fields in (("inputs", spec.inputs or {}), ("outputs", spec.outputs or {})):
+        if set(fields) != set(types[side]):
+            raise ValueError(f"compiled/components/{spec.name}.yaml's {side} are not the "
+                             f"component's: `make compile` (or `fmnist-kfp compile`) first")
     required = []
     for name, value in (spec.inputs or {}).items():
-        artifact = value.type.startswith("system.")
         if not value.optional:
             required.append(name)
         default = "" if not value.optional else _default(value.default)
-        lines.append(f"| `{name}` | `{_type_name(value.type, artifact)}` | {default} | "
+        lines.append(f"| `{name}` | `{types['inputs'][name]}` | {default} | "
                      f"{_cell(value.description)} |")
     lines += ["", "## Outputs", "", "| Name | Type | Description |",
               "|------|------|-------------|"]
     for name, value in (spec.outputs or {}).items():
-        lines.append(f"| `{name}` | `{_type_name(value.type)}` | {_cell(value.description)} |")
+        lines.append(f"| `{name}` | `{types['outputs'][name]}` | {_cell(value.description)} |")
     function = component.python_func.__name__
     arguments = ", ".join(f"{name}=..." for name in required)
     lines += ["", "## Usage", "",
@@ -122,8 +144,8 @@ def component_readme(folder: str, component) -> str:
               "def my_pipeline():",
               f"    task = {function}({arguments})",
               "```", "",
-              f"or `from {'fmnist_kfp.kfp_components.' + folder} import {function}` with the package "
-              "installed.", "",
+              f"or `from fmnist_kfp.kfp_components.{folder} import {function}` with the "
+              "package installed.", "",
               "## On Kubernetes", "",
               "What a Kubernetes run of the task needs beside its inputs (kfp-kubernetes; "
               "`compiled/fashion_mnist_pipeline.yaml` sets the same):", "",

@@ -1,5 +1,6 @@
-"""Working with a Kubeflow Pipelines endpoint through ``kfp.Client``: runs from the compiled
-package, uploads of pipelines and versions, and recurring runs.
+"""Working with a Kubeflow Pipelines endpoint through ``kfp.Client``: runs, uploads of
+pipelines and versions, and recurring runs, each of the pipeline compiled here for the images
+asked for (into a temporary file: no checkout needed) or of a package compiled before.
 
 Authentication is what ``kfp.Client`` supports: the host, an existing bearer token (read from
 ``$KF_PIPELINES_TOKEN`` or a file, never a command-line value that shells keep in history),
@@ -11,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
+import tempfile
 import urllib.parse
 import warnings
 from collections.abc import Iterator
@@ -26,14 +29,18 @@ TOKEN_ENV = "KF_PIPELINES_TOKEN"
 MIN_BACKEND = (2, 14, 0)
 BACKEND_FLAG = "--kfp-backend-version"
 HEALTHZ_PATH = "/apis/v2beta1/healthz"  # served by every KFP 2.x API server and UI
-DEFAULT_PACKAGE = "compiled/fashion_mnist_pipeline.yaml"
+PACKAGE_NAME = "fashion_mnist_pipeline.yaml"  # what `fmnist-kfp compile` writes in compiled/
 DEFAULT_EXPERIMENT = "fashion-mnist"
 _CRON_FIELD = re.compile(r"^[\d*?/,LW#A-Z-]+$", re.IGNORECASE)
 # A host that cannot be reached fails in seconds: one probe of the healthz with a short connect
 # timeout before kfp.Client, whose constructor retries a failed healthz 5 times, 5 s apart.
 CONNECT_TIMEOUT_SECONDS = 5.0
-FORWARD_HINT = ("check --host: the KFP API or UI address, e.g. http://localhost:8080 while "
-                "`kubectl port-forward -n kubeflow svc/ml-pipeline-ui 8080:80` runs")
+# README.md "From Python": multi-user Kubeflow through its Istio gateway (the KFP API under
+# /pipeline), standalone KFP through its UI service.
+FORWARD_HINT = ("check --host: the KFP API's address, e.g. http://localhost:8080/pipeline while "
+                "`kubectl port-forward -n istio-system svc/istio-ingressgateway 8080:80` runs "
+                "(multi-user Kubeflow), or http://localhost:8080 while `kubectl port-forward -n "
+                "kubeflow svc/ml-pipeline-ui 8080:80` runs (standalone KFP)")
 
 
 @dataclass
@@ -259,7 +266,8 @@ def _package(path: str) -> str:
     import yaml
 
     if not os.path.isfile(path):
-        raise UserInputError(f"pipeline package {path!r} not found; run `make compile` first")
+        raise UserInputError(f"pipeline package {path!r} not found; write it with `fmnist-kfp "
+                             "compile`, or leave out --package to compile the pipeline here")
     try:
         with open(path) as handle:
             spec = next(yaml.safe_load_all(handle), None)
@@ -267,29 +275,70 @@ def _package(path: str) -> str:
         spec = str(error)
     if not (isinstance(spec, dict) and "pipelineInfo" in spec and "root" in spec):
         raise UserInputError(f"pipeline package {path!r} is not a compiled pipeline (no "
-                             "pipelineInfo and root); pass compiled/fashion_mnist_pipeline.yaml "
-                             "or run `make compile`")
+                             f"pipelineInfo and root); pass the {PACKAGE_NAME} that `fmnist-kfp "
+                             "compile` writes, or leave out --package to compile the pipeline "
+                             "here")
     return path
+
+
+@contextlib.contextmanager
+def pipeline_package(package: str = "", *, image: str | None = None,
+                     gpu_image: str | None = None) -> Iterator[str]:
+    """The compiled pipeline to send, as a file: ``package`` when one is given (checked; its
+    images were chosen when it was compiled, so an ``image`` beside it is refused), else the
+    pipeline compiled now for ``image`` and ``gpu_image`` (None: ``$FMNIST_COMPONENT_IMAGE``
+    and ``$FMNIST_GPU_IMAGE``, else the release's) into a temporary file, removed afterwards.
+    Either way before any request."""
+    if package:
+        given = [flag for flag, value in (("--image", image), ("--gpu-image", gpu_image))
+                 if value]
+        if given:
+            raise UserInputError(
+                f"{' and '.join(given)} cannot change the package {package!r}: its images were "
+                "fixed when it was compiled; leave out --package to compile the pipeline for "
+                f"{' and '.join(given)}, or leave out {' and '.join(given)}")
+        yield _package(package)
+        return
+    from fmnist_kfp.pipelines.compile import compile_pipeline
+
+    try:
+        directory = tempfile.mkdtemp(prefix="fmnist-kfp-")
+        try:
+            path = compile_pipeline(os.path.join(directory, PACKAGE_NAME), image=image,
+                                    gpu_image=gpu_image)
+        except BaseException:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+    except OSError as error:  # no writable temporary directory
+        raise UserInputError(f"cannot compile the pipeline into a temporary file ({error}); "
+                             "set $TMPDIR to a writable directory, or pass --package") from None
+    try:
+        yield path
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def submit_run(
     endpoint: Endpoint,
     arguments: dict[str, Any],
     *,
-    package: str = DEFAULT_PACKAGE,
+    package: str = "",
+    image: str | None = None,
+    gpu_image: str | None = None,
     experiment: str = DEFAULT_EXPERIMENT,
     run_name: str | None = None,
     wait: bool = False,
     timeout_seconds: int = 6 * 3600,
 ) -> dict[str, Any]:
-    """Creates a run from the compiled package in ``experiment``; optionally waits for it."""
-    path = _package(package)
-    client = endpoint.client()
-    with talking_to(endpoint):
-        result = client.create_run_from_pipeline_package(
-            path, arguments=arguments, run_name=run_name,
-            experiment_name=experiment, namespace=endpoint.namespace or None,
-        )
+    """Creates a run in ``experiment`` of the pipeline compiled for ``image``/``gpu_image``
+    (or of ``package``: :func:`pipeline_package`); optionally waits for it."""
+    with pipeline_package(package, image=image, gpu_image=gpu_image) as path:
+        client = endpoint.client()
+        with talking_to(endpoint):
+            result = client.create_run_from_pipeline_package(
+                path, arguments=arguments, run_name=run_name,
+                experiment_name=experiment, namespace=endpoint.namespace or None,
+            )
     outcome = {"run_id": result.run_id, "experiment": experiment}
     if wait:
         with talking_to(endpoint):
@@ -333,16 +382,23 @@ def _conflict(error: BaseException) -> bool:
     return getattr(error, "status", None) == 409
 
 
-def upload(endpoint: Endpoint, name: str, *, version: str, package: str = DEFAULT_PACKAGE,
+def upload(endpoint: Endpoint, name: str, *, version: str, package: str = "",
+           image: str | None = None, gpu_image: str | None = None,
            description: str = "") -> dict[str, Any]:
-    """Uploads the package as a new pipeline, or as a new version of an existing one.
+    """Uploads the pipeline compiled for ``image``/``gpu_image`` (or ``package``:
+    :func:`pipeline_package`) as a new pipeline, or as a new version of an existing one.
 
     With a namespace (multi-user Kubeflow) the pipeline is created private to it (KFP's
     unique index is (Name, Namespace): 2.15.0 ``backend/src/apiserver/model/pipeline.go``
     L44, L54); an existing one is looked up there first, then among shared pipelines."""
+    with pipeline_package(package, image=image, gpu_image=gpu_image) as path:
+        return _upload(endpoint, name, path, version=version, description=description)
+
+
+def _upload(endpoint: Endpoint, name: str, path: str, *, version: str,
+            description: str) -> dict[str, Any]:
     from kfp_server_api.exceptions import ApiException
 
-    path = _package(package)
     client = endpoint.client()
     where = f"namespace {endpoint.namespace}" if endpoint.namespace else "shared pipelines"
     with talking_to(endpoint):
@@ -385,26 +441,29 @@ def schedule(
     cron: str,
     arguments: dict[str, Any],
     *,
-    package: str = DEFAULT_PACKAGE,
+    package: str = "",
+    image: str | None = None,
+    gpu_image: str | None = None,
     experiment: str = DEFAULT_EXPERIMENT,
     max_concurrency: int = 1,
     catchup: bool = False,
 ) -> dict[str, Any]:
-    """Creates a recurring run; catch-up of missed runs is off unless asked for."""
+    """Creates a recurring run of the pipeline compiled for ``image``/``gpu_image`` (or of
+    ``package``: :func:`pipeline_package`); catch-up of missed runs is off unless asked for."""
     expression = cron_expression(cron)
     if max_concurrency < 1:
         raise UserInputError(f"max concurrency must be at least 1, got {max_concurrency}")
-    path = _package(package)
-    client = endpoint.client()
-    with talking_to(endpoint):
-        experiment_id = client.create_experiment(
-            experiment, namespace=endpoint.namespace or None
-        ).experiment_id
-        recurring = client.create_recurring_run(
-            experiment_id=experiment_id, job_name=name, cron_expression=expression,
-            max_concurrency=max_concurrency, no_catchup=not catchup, params=arguments,
-            pipeline_package_path=path,
-        )
+    with pipeline_package(package, image=image, gpu_image=gpu_image) as path:
+        client = endpoint.client()
+        with talking_to(endpoint):
+            experiment_id = client.create_experiment(
+                experiment, namespace=endpoint.namespace or None
+            ).experiment_id
+            recurring = client.create_recurring_run(
+                experiment_id=experiment_id, job_name=name, cron_expression=expression,
+                max_concurrency=max_concurrency, no_catchup=not catchup, params=arguments,
+                pipeline_package_path=path,
+            )
     return {"recurring_run_id": recurring.recurring_run_id, "cron": expression}
 
 

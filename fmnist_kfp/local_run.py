@@ -21,10 +21,10 @@ from typing import Any
 
 from fmnist_kfp import errors
 from fmnist_kfp.dataset.sources import resolve_source
+from fmnist_kfp.kfp_components import STEP_ERRORS_ENV
 from fmnist_kfp.settings.pipeline import PipelineParameters
 from fmnist_kfp.settings.training import Hyperparameters
 from fmnist_kfp.validation import validate_parameters, writable_directory
-from fmnist_kfp.kfp_components import STEP_ERRORS_ENV
 
 DEFAULT_PIPELINE_ROOT = "runs/local"
 # Steps that read the clock or change or measure the live server run every time.
@@ -83,7 +83,8 @@ def _deployment_summary(outputs) -> dict[str, Any]:
         "blessing": decision.get("blessing"),
         "served_accuracy": outputs.outputs["served_accuracy"],
         # ok: the served answers are the model's own, float rounding and near-ties aside
-        # (fmnist_kfp.serving.deploy.verification.agreement); agreement: the fraction of equal classes.
+        # (fmnist_kfp.serving.deploy.verification.agreement); agreement: the fraction of equal
+        # classes.
         "verification_ok": (decision.get("verification") or {}).get("ok"),
         "verification_agreement": (decision.get("verification") or {}).get("agreement"),
     }
@@ -293,7 +294,8 @@ def run_local(
             s["cache_hit"] for s in recorder.steps if s["step"] not in NEVER_CACHED
         ),
         "parameters": {k: v for k, v in parameters.arguments().items() if k != "data_source"},
-        # The served model back to the dataset: steps, digests, hyperparameters (fmnist_kfp.lineage).
+        # The served model back to the dataset: steps, digests, hyperparameters
+        # (fmnist_kfp.lineage).
         "lineage": _lineage(pipeline_root, outputs.outputs["deployment"].uri),
         "tensorboard": _tensorboard_logs(best_model),  # what `fmnist-kfp tensorboard` serves
         "batch_prediction": _batch_summary(outputs.outputs["batch_predictions"]),

@@ -1,7 +1,8 @@
 """``fmnist-kfp preflight``: is this cluster ready for a first run? Each check prints what it
 found and, for a miss, the fix; the exit code says whether every required piece is there.
 
-It asks, with the user's kubeconfig and the KFP endpoint:
+It asks, with the user's kubeconfig (in a pod without one, such as a Kubeflow notebook, the
+pod's in-cluster configuration: :func:`kubernetes_api`) and the KFP endpoint:
 
 * the KFP backend's version (at least 2.14.0: ``kfp_client.check_backend``);
 * the APIs the pipeline creates objects of, with their served versions, from API discovery
@@ -14,8 +15,8 @@ It asks, with the user's kubeconfig and the KFP endpoint:
   Running for hours (:func:`check_katib_watch`);
 * KServe's default deployment mode (inferenceservice-config, for information);
 * the shared ReadWriteMany claim, the compile-time credentials Secret (when one is named), the
-  serving ServiceAccount and its S3 Secret (``fmnist_kfp.serving.deploy.credentials``), and the Istio
-  policy that lets pipeline pods reach the predictors (when Istio is installed);
+  serving ServiceAccount and its S3 Secret (``fmnist_kfp.serving.deploy.credentials``), and the
+  Istio policy that lets pipeline pods reach the predictors (when Istio is installed);
 * every permission the pipeline's steps use, as SelfSubjectAccessReviews made *as* the
   pipeline's ServiceAccount (impersonation; Kubeflow's kubeflow-edit lets a profile's users
   impersonate its ServiceAccounts): ``pipeline-runner`` on standalone KFP, the profile's
@@ -842,19 +843,68 @@ def render(rows: list[Row], width: int = 100) -> str:
     return "\n".join(lines + ["", verdict])
 
 
-def api_client_from(kubeconfig: str = "", context: str = ""):
-    """An ApiClient from the kubeconfig (``$KUBECONFIG`` or ~/.kube/config)."""
+def in_pod(kubeconfig: str = "", context: str = "", environ=None) -> bool:
+    """Whether to use the pod's in-cluster configuration: in a pod (``$KUBERNETES_SERVICE_HOST``
+    is set) where no kubeconfig was asked for (``--kubeconfig``, ``--context``, ``$KUBECONFIG``)
+    and ~/.kube/config does not exist, as in a Kubeflow notebook. The ``kubernetes`` client's
+    own ``config.load_config`` prefers a kubeconfig in the same way."""
+    environ = os.environ if environ is None else environ
+    return bool(environ.get("KUBERNETES_SERVICE_HOST", "").strip()) and not (
+        kubeconfig or context or environ.get("KUBECONFIG", "").strip()
+        or os.path.exists(os.path.expanduser("~/.kube/config")))
+
+
+def kubernetes_api(kubeconfig: str = "", context: str = ""):
+    """An ApiClient for the cluster, and which configuration it came from: the pod's
+    in-cluster one (its ServiceAccount's token and CA: :func:`in_pod`), else the kubeconfig
+    (``kubeconfig``, else ``$KUBECONFIG`` or ~/.kube/config)."""
     from kubernetes import client, config
 
     configuration = client.Configuration()
-    try:
-        config.load_kube_config(config_file=kubeconfig or None, context=context or None,
-                                client_configuration=configuration, persist_config=False)
-    except Exception as error:
-        raise UserInputError(f"cannot load the kubeconfig ({error}); point --kubeconfig or "
-                             "$KUBECONFIG at one for the cluster") from None
+    if in_pod(kubeconfig, context):
+        from kubernetes.config import incluster_config
+
+        try:
+            config.load_incluster_config(client_configuration=configuration)
+        except Exception as error:
+            raise UserInputError(
+                f"cannot load this pod's in-cluster configuration ({error}; "
+                "$KUBERNETES_SERVICE_HOST says it runs in a pod); mount its ServiceAccount token "
+                f"({incluster_config.SERVICE_TOKEN_FILENAME}), or point --kubeconfig at a "
+                "kubeconfig for the cluster") from None
+        source = ("in-cluster configuration: this pod's ServiceAccount token, "
+                  f"{incluster_config.SERVICE_TOKEN_FILENAME}")
+    else:
+        # $KUBECONFIG read now: the client reads it once, when it is imported.
+        kubeconfig = (kubeconfig or os.environ.get("KUBECONFIG", "").strip()
+                      or os.path.expanduser("~/.kube/config"))
+        try:
+            config.load_kube_config(config_file=kubeconfig, context=context or None,
+                                    client_configuration=configuration, persist_config=False)
+        except Exception as error:
+            raise UserInputError(f"cannot load the kubeconfig ({error}); point --kubeconfig or "
+                                 "$KUBECONFIG at one for the cluster") from None
+        source = f"kubeconfig {_kubeconfig_name(kubeconfig, context)}"
     configuration.retries = RETRIES
-    return client.ApiClient(configuration)
+    return client.ApiClient(configuration), source
+
+
+def _kubeconfig_name(kubeconfig: str, context: str) -> str:
+    """``<file>, context <name>``: the kubeconfig loaded and its context."""
+    from kubernetes.config import kube_config
+
+    if not context:
+        try:
+            _, active = kube_config.list_kube_config_contexts(config_file=kubeconfig)
+            context = (active or {}).get("name", "")
+        except Exception:  # it loaded; the name is only for the reader
+            context = ""
+    return f"{kubeconfig}, context {context}" if context else kubeconfig
+
+
+def api_client_from(kubeconfig: str = "", context: str = ""):
+    """An ApiClient for the cluster (:func:`kubernetes_api`)."""
+    return kubernetes_api(kubeconfig, context)[0]
 
 
 def cluster_from(args) -> Cluster:

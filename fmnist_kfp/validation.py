@@ -1,7 +1,7 @@
 """The CLI's checks of a run's parameters and of the paths it writes, before any work starts.
 
-A run's parameters are checked by :func:`fmnist_kfp.kfp_components.checks.parameter_problems`, the one
-function that runs every step's checks (on this machine, the data directory's files too).
+A run's parameters are checked by :func:`fmnist_kfp.kfp_components.checks.parameter_problems`, the
+one function that runs every step's checks (on this machine, the data directory's files too).
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 
 from fmnist_kfp.errors import UserInputError
-from fmnist_kfp.settings.pipeline import PipelineParameters
 from fmnist_kfp.kfp_components.checks import parameter_problems
+from fmnist_kfp.settings.pipeline import PipelineParameters
 
 
 def validate_parameters(parameters: PipelineParameters,

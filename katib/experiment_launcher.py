@@ -12,19 +12,21 @@ remote-job runner (:mod:`fmnist_kfp.kubernetes.runner`), like the training step'
   KFP Katib launcher printed the failed Experiment as its output instead), and deletes it so
   that a retried step starts a fresh search instead of re-attaching to the failed one;
 * it deletes the Experiment when the run is terminated (SIGTERM) or the step's deadline passes;
-* it reports trials that never progress (:mod:`fmnist_kfp.katib.stalls`): a trial Katib lists as pending
-  or running for ``stall_seconds`` is examined through its TFJob, and a line names it and the
-  likely cause, above all a katib-controller that is not watching TFJobs because Training
+* it reports trials that never progress (:mod:`fmnist_kfp.katib.stalls`): a trial Katib lists as
+  pending or running for ``stall_seconds`` is examined through its TFJob, and a line names it and
+  the likely cause, above all a katib-controller that is not watching TFJobs because Training
   Operator v1 was installed after it (then trials stay Running for hours); when the deadline
   passes, the failure names those trials;
 * a 401, 403 or 410 reading the Experiment or listing its trials leaves the Experiment running
-  for a retried step to re-attach to (the runner's :class:`~fmnist_kfp.kubernetes.runner.ReadRefused`).
+  for a retried step to re-attach to (the runner's
+  :class:`~fmnist_kfp.kubernetes.runner.ReadRefused`).
 
 Katib's conditions are cumulative, one per type, a re-set type moving to the end: the outcome
 is read from ``Failed=True`` then ``Succeeded=True``, not from the order.
 
-What it returns is a :class:`~fmnist_kfp.katib.results.TuningResult`, the same as the local search's: the
-best trial's values typed as the trainer's, and every trial with its status and objective.
+What it returns is a :class:`~fmnist_kfp.katib.results.TuningResult`, the same as the local
+search's: the best trial's values typed as the trainer's, and every trial with its status and
+objective.
 
 upstream: docs/upstream.md#katib
 """
@@ -35,6 +37,17 @@ import sys
 from dataclasses import asdict
 
 from fmnist_kfp.errors import TuningError
+from fmnist_kfp.katib.results import (
+    EARLY_STOPPED,
+    FAILED,
+    KILLED,
+    METRICS_UNAVAILABLE,
+    SUCCEEDED,
+    TrialRecord,
+    TuningResult,
+    typed_assignments,
+)
+from fmnist_kfp.katib.stalls import STALL_SECONDS, StallWatch
 from fmnist_kfp.kubernetes.experiment import build_experiment, to_manifest
 from fmnist_kfp.kubernetes.runner import FAILED as FAILED_JOB
 from fmnist_kfp.kubernetes.runner import (
@@ -51,17 +64,6 @@ from fmnist_kfp.tuning.experiment_settings import (
     ExperimentSettings,
 )
 from fmnist_kfp.tuning.search_space import SearchSpace
-from fmnist_kfp.katib.results import (
-    EARLY_STOPPED,
-    FAILED,
-    KILLED,
-    METRICS_UNAVAILABLE,
-    SUCCEEDED,
-    TrialRecord,
-    TuningResult,
-    typed_assignments,
-)
-from fmnist_kfp.katib.stalls import STALL_SECONDS, StallWatch
 
 GROUP, VERSION = API_VERSION.split("/")
 EXPERIMENT_PLURAL = "experiments"

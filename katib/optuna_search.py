@@ -33,10 +33,6 @@ from typing import Any
 
 from fmnist_kfp.backends import sigterm_as_exit
 from fmnist_kfp.errors import TrainingJobError, TrainingJobStopped, TuningError, UserInputError
-from fmnist_kfp.launcher.local_processes import LocalProcessLauncher
-from fmnist_kfp.training.training_job import TrainingJobSpec
-from fmnist_kfp.tuning.experiment_settings import METRICS_FILTER, OBJECTIVE_TYPES, ExperimentSettings
-from fmnist_kfp.tuning.search_space import SearchSpace
 from fmnist_kfp.katib.results import (
     EARLY_STOPPED,
     FAILED,
@@ -45,6 +41,14 @@ from fmnist_kfp.katib.results import (
     TrialRecord,
     TuningResult,
 )
+from fmnist_kfp.launcher.local_processes import LocalProcessLauncher
+from fmnist_kfp.training.training_job import TrainingJobSpec
+from fmnist_kfp.tuning.experiment_settings import (
+    METRICS_FILTER,
+    OBJECTIVE_TYPES,
+    ExperimentSettings,
+)
+from fmnist_kfp.tuning.search_space import SearchSpace
 
 # Katib algorithms whose method Optuna implements; the others (bayesianoptimization on
 # scikit-optimize, cmaes on Goptuna) run on the cluster only.

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import html
 
-from fmnist_kfp.selection.report import png_base64
 from fmnist_kfp.katib.results import EARLY_STOPPED, FAILED, SUCCEEDED, TuningResult
+from fmnist_kfp.selection.report import png_base64
 
 _COLOURS = {SUCCEEDED: "tab:blue", EARLY_STOPPED: "tab:orange", FAILED: "tab:red"}
 

@@ -2,7 +2,8 @@
 by a signal (out of memory, a crash, ``kill -9``) stays *retryable* under the TFJob's
 ``restartPolicy: ExitCode`` even inside Katib's metrics-collector wrapper.
 
-    python -m fmnist_kfp.katib.trial_process -- python -m fmnist_kfp.training.trainer --data-dir ... ...
+    python -m fmnist_kfp.katib.trial_process -- python -m fmnist_kfp.training.trainer --data-dir ...
+    ...
 
 Why it is needed (kubeflow/katib v0.19.0, kubeflow/trainer v1.9.2):
 
@@ -61,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     if command[:1] == ["--"]:
         command = command[1:]
     if not command:
-        print("usage: python -m fmnist_kfp.katib.trial_process -- <trainer command>", file=sys.stderr)
+        print("usage: python -m fmnist_kfp.katib.trial_process -- <trainer command>",
+              file=sys.stderr)
         return 2
     received: list[int] = []
     child = subprocess.Popen(command)

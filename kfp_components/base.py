@@ -52,10 +52,11 @@ def setting_specs() -> dict[str, Spec]:
 def setting_defaults() -> dict[str, Any]:
     """What an input documented with ``{setting}`` defaults to: the Kubeflow variant's value
     (the compiled pipeline's default), the trainer's for the settings the pipeline does not
-    have (``model_type``), the compiled images for ``image`` and ``gpu_image``."""
+    have (``model_type``), the release images for ``image`` and ``gpu_image`` (compiling puts
+    the chosen images in their place)."""
     values: dict[str, Any] = dataclasses.asdict(TrainingConfig())
     values.update(cluster_defaults().arguments())
-    values.update(dataclasses.asdict(JobImages.compiled()))
+    values.update(dataclasses.asdict(JobImages.release()))
     return values
 
 
@@ -111,7 +112,7 @@ def component(func=None, *, defaults: dict[str, Any] | None = None, volume: bool
         return lambda f: component(f, defaults=defaults, volume=volume, credentials=credentials)
     settings = documented_settings(func.__doc__ or "")
     func.__doc__ = document_settings(func.__doc__ or "")
-    images = JobImages.compiled()
+    images = JobImages.release()  # compiling puts the chosen images in their place
     built = dsl.component(func, base_image=images.image, install_kfp_package=False)
     spec = built.component_spec
     values = setting_defaults()

@@ -15,9 +15,9 @@ import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from fmnist_kfp.kfp_components import FOLDERS
 from fmnist_kfp.settings.pipeline import PipelineParameters
 from fmnist_kfp.settings.platform import Platform
-from fmnist_kfp.kfp_components import FOLDERS
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,21 @@
 """The Python API: the pipeline, its parameters, their validation, and its components.
 
 >>> import kfp
->>> from fmnist_kfp.pipelines import cluster_arguments, fashion_mnist_pipeline
+>>> from fmnist_kfp.pipelines import cluster_arguments, compile_pipeline
+>>> package = compile_pipeline("fashion-mnist.yaml", image="registry.example.com/team/fmnist:0.2.0")
 >>> client = kfp.Client(host="https://kubeflow.example.com/pipeline")
->>> client.create_run_from_pipeline_func(
-...     fashion_mnist_pipeline, arguments=cluster_arguments(epochs=12, num_workers=4),
+>>> client.create_run_from_pipeline_package(
+...     package, arguments=cluster_arguments(epochs=12, num_workers=4),
 ...     experiment_name="fashion-mnist")
 
+- ``compile_pipeline(path, image=..., gpu_image=...)``: the Kubeflow variant's YAML for your
+  images (left out: ``$FMNIST_COMPONENT_IMAGE``/``$FMNIST_GPU_IMAGE`` as set when compiling,
+  else the release's).
 - ``fashion_mnist_pipeline``: the Kubeflow variant (TFJobs, Katib, KServe), what ``compiled/``
-  holds and releases ship; ``make_pipeline()`` builds others (the local one: no platform).
+  holds and releases ship, for ``kfp.Client.create_run_from_pipeline_func``; its images are
+  chosen when it is compiled, as ``compile_pipeline``'s. ``make_pipeline(platform=Platform(
+  image=...))`` builds it for given images, claim and Secret; ``make_pipeline()`` the local
+  variant.
 - ``cluster_arguments(**values)``: a Kubeflow run's arguments, typed and checked by every rule
   the CLI applies, over the compiled pipeline's defaults; only the given ones are sent.
 - ``PipelineParameters``: every parameter, named, typed, documented and validated (the local
@@ -28,6 +35,8 @@ _WHERE = {
     "PIPELINE_NAME": "fmnist_kfp.pipelines.fashion_mnist",
     "fashion_mnist_pipeline": "fmnist_kfp.pipelines.fashion_mnist",
     "make_pipeline": "fmnist_kfp.pipelines.fashion_mnist",
+    "compile_pipeline": "fmnist_kfp.pipelines.compile",
+    "Platform": "fmnist_kfp.settings.platform",
     "cluster_arguments": "fmnist_kfp.pipelines.arguments",
     "PipelineParameters": "fmnist_kfp.settings.pipeline",
     "COMPONENTS": "fmnist_kfp.kfp_components",

@@ -1,12 +1,12 @@
 """The arguments of a Kubeflow run of the compiled pipeline, checked before they are sent.
 
 A run sends only the parameters it changes; the rest keep the compiled pipeline's defaults,
-which are the Kubeflow variant's (:func:`fmnist_kfp.pipelines.fashion_mnist.cluster_defaults`: TFJobs, two
-workers, TFDS) — not :class:`PipelineParameters`' local ones. So the values are checked as they
-will run: over the compiled defaults, by every rule the CLI applies
-(:func:`fmnist_kfp.kfp_components.checks.parameter_problems`: the settings' own, then each step's), and an
-unknown name or a wrong type is an error naming it instead of a run the API server rejects or a
-pipeline that fails an hour in.
+which are the Kubeflow variant's (:func:`fmnist_kfp.pipelines.fashion_mnist.cluster_defaults`:
+TFJobs, two workers, TFDS) — not :class:`PipelineParameters`' local ones. So the values are checked
+as they will run: over the compiled defaults, by every rule the CLI applies
+(:func:`fmnist_kfp.kfp_components.checks.parameter_problems`: the settings' own, then each step's),
+and an unknown name or a wrong type is an error naming it instead of a run the API server rejects or
+a pipeline that fails an hour in.
 """
 
 from __future__ import annotations

@@ -12,10 +12,6 @@ from kfp import dsl, kubernetes
 from kfp.dsl import HTML, Artifact, Dataset, Markdown, Model
 
 from fmnist_kfp import __version__
-from fmnist_kfp.settings import pipeline as settings
-from fmnist_kfp.settings.pipeline import PipelineParameters
-from fmnist_kfp.settings.platform import IMAGE_ENV, MOUNT_PATH, Platform
-from fmnist_kfp.settings.schema import args_doc
 from fmnist_kfp.kfp_components.batch_predict import batch_predict
 from fmnist_kfp.kfp_components.deploy import deploy_model
 from fmnist_kfp.kfp_components.freshness import freshness_window
@@ -25,6 +21,11 @@ from fmnist_kfp.kfp_components.promote import promote_early
 from fmnist_kfp.kfp_components.select import select_best_model
 from fmnist_kfp.kfp_components.train import train_model
 from fmnist_kfp.kfp_components.tune import tune_hyperparameters
+from fmnist_kfp.pipelines.for_platform import ForPlatform
+from fmnist_kfp.settings import pipeline as settings
+from fmnist_kfp.settings.pipeline import PipelineParameters
+from fmnist_kfp.settings.platform import IMAGE_ENV, MOUNT_PATH, Platform
+from fmnist_kfp.settings.schema import args_doc
 
 PIPELINE_NAME = "fashion-mnist-training"
 DESCRIPTION = """Trains basic, dropout and batch-norm CNNs on Fashion-MNIST with
@@ -59,8 +60,8 @@ def cluster_defaults(platform: Platform) -> PipelineParameters:
 
 def _on_platform(task, component, platform: Platform | None) -> None:
     """What a task of ``component`` carries on the cluster (its ``kubernetes_needs``, see
-    :class:`fmnist_kfp.kfp_components.base.KubernetesNeeds`): the platform's claim as environment, the
-    shared volume, the object-store keys; and, for lineage, the image its own pod runs as
+    :class:`fmnist_kfp.kfp_components.base.KubernetesNeeds`): the platform's claim as environment,
+    the shared volume, the object-store keys; and, for lineage, the image its own pod runs as
     ``FMNIST_COMPONENT_IMAGE`` (a record only: the pods a step creates run its ``image`` and
     ``gpu_image`` inputs, never this variable)."""
     if platform is None:
@@ -82,8 +83,18 @@ def make_pipeline(parallelism: int = 0, platform: Platform | None = None):
 
     On one machine, training one model at a time (parallelism 1) gives each job every core;
     on a cluster each TFJob brings its own pods, so all models train at once. With a
-    ``platform`` the pipeline defaults to TFJobs and carries the Kubernetes settings.
+    ``platform`` (``Platform(image="registry.example.com/team/fmnist:0.2.0")``: the images,
+    the shared claim, the object-store Secret) the Kubeflow variant: TFJobs by default, the
+    Kubernetes settings, and every image the platform's wherever it is compiled.
     """
+    if platform is None:
+        return _build(parallelism, None)
+    return ForPlatform(lambda chosen: _build(parallelism, chosen), platform)
+
+
+def _build(parallelism: int, platform: Platform | None):
+    """The pipeline for ``platform`` as KFP builds it (its images the release's until
+    :class:`ForPlatform` compiles it)."""
     _D = cluster_defaults(platform) if platform else PipelineParameters()  # noqa: N806
     # The images of the pods the steps create: the platform's, as constants (not run
     # parameters); without a platform (kfp.local) the components' defaults.
@@ -245,5 +256,6 @@ def make_pipeline(parallelism: int = 0, platform: Platform | None = None):
         fashion_mnist_pipeline)
 
 
-# What compiled/ holds and Kubeflow users upload: TFJobs, all models at once.
-fashion_mnist_pipeline = make_pipeline(platform=Platform.from_env())
+# What compiled/ holds and Kubeflow users upload: TFJobs, all models at once, for the images
+# chosen when it is compiled ($FMNIST_COMPONENT_IMAGE as set then, else the release's).
+fashion_mnist_pipeline = ForPlatform(lambda chosen: _build(0, chosen))

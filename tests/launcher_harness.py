@@ -53,9 +53,9 @@ def run_launcher(work: str) -> None:
 
 
 def run_tuner(work: str) -> None:
+    from fmnist_kfp.katib.optuna_search import LocalTuner
     from fmnist_kfp.tuning.experiment_settings import ExperimentSettings
     from fmnist_kfp.tuning.search_space import Parameter, SearchSpace
-    from fmnist_kfp.katib.optuna_search import LocalTuner
 
     settings = ExperimentSettings(name="harness-search", algorithm="random", model_type="basic",
                                   parallel_trial_count=2, max_trial_count=4, num_workers=2,

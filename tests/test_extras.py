@@ -16,8 +16,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from fmnist_kfp import __version__, extras
-from fmnist_kfp.errors import MissingExtraError, UserInputError
 from fmnist_kfp.cli import main as cli_main
+from fmnist_kfp.errors import MissingExtraError, UserInputError
 
 ROOT = Path(__file__).resolve().parents[1]
 EXTRAS = ("training", "serving", "tuning", "all")
@@ -123,7 +123,7 @@ def test_the_base_commands_and_the_python_api_import_no_extras_package(tmp_path)
         from fmnist_kfp.cli import main
         assert main(["compile", "--output-dir", {str(tmp_path)!r}]) == 0
         assert main(["lineage", {str(tmp_path)!r}]) == 2  # no run there: a UserInputError
-        import fmnist_kfp.pipelines
+        from fmnist_kfp import pipelines
         for name in pipelines.__all__:
             getattr(pipelines, name)
         pipelines.make_pipeline()

@@ -64,14 +64,19 @@ def test_hadolint_can_fail(tmp_path):
 def test_the_image_holds_exactly_the_wheels_packages():
     """The COPY'd source folders are the wheel's packages, and .dockerignore lets in those and
     the files the build reads (pyproject.toml, uv.lock, the README the wheel's metadata
-    embeds), nothing else."""
+    embeds, the license files it carries), nothing else."""
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    packages = set(pyproject["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"])
+    packages = set(pyproject["tool"]["hatch"]["build"]["targets"]["wheel"]["only-include"])
     copied = {line.split()[1] for line in _stages()["wheel"] if line.startswith("COPY ")}
     assert copied == packages
     [build_files] = [line.split()[1:-1] for line in _stages()["builder"]
                      if line.startswith("COPY ") and "--from" not in line]
-    assert set(build_files) == {"pyproject.toml", "uv.lock", pyproject["project"]["readme"]}
+    # The readme is the fancy-pypi-readme hook's (dynamic): its fragments' files.
+    assert "readme" in pyproject["project"]["dynamic"]
+    readme = pyproject["tool"]["hatch"]["metadata"]["hooks"]["fancy-pypi-readme"]
+    fragments = {fragment["path"] for fragment in readme["fragments"]}
+    assert set(build_files) == {"pyproject.toml", "uv.lock", *fragments,
+                                *pyproject["project"]["license-files"]}
     lines = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
              if line.strip() and not line.startswith("#")]
     assert lines[0] == "*"  # an allow-list
@@ -116,7 +121,7 @@ def test_the_runtime_is_slim_non_root_and_labelled():
     assert {"org.opencontainers.image.source", "org.opencontainers.image.title",
             "org.opencontainers.image.licenses"} <= set(labels)
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    assert labels["org.opencontainers.image.licenses"] == pyproject["project"]["license"]["text"]
+    assert labels["org.opencontainers.image.licenses"] == pyproject["project"]["license"]
     assert "ENV PATH=/opt/venv/bin:$PATH" in text
     # Two targets on the runtime, each with one venv; cpu last, so it is the default.
     assert stages["gpu"] == ["FROM runtime AS gpu", "COPY --from=venv-gpu /opt/venv /opt/venv"]

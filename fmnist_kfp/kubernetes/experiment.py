@@ -3,8 +3,8 @@ pydantic models kubeflow/katib v0.19.0 generates from its OpenAPI spec in api/py
 
 Each trial is a TFJob from :func:`fmnist_kfp.kubernetes.tfjob.build_tfjob`, the same one a pipeline
 run launches, with ``${trialParameters.<name>}`` in place of every searched flag's value. Its
-pods run the trainer under :mod:`fmnist_kfp.katib.trial_process`, so that a trainer killed by a signal
-stays retryable under ``restartPolicy: ExitCode`` inside Katib's metrics-collector wrapper
+pods run the trainer under :mod:`fmnist_kfp.katib.trial_process`, so that a trainer killed by a
+signal stays retryable under ``restartPolicy: ExitCode`` inside Katib's metrics-collector wrapper
 (see there for the rules).
 """
 

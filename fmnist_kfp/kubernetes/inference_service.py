@@ -15,18 +15,18 @@ credentials come from the Secret of the predictor's ServiceAccount (``service_ac
 never go into the spec.
 
 The spec depends on the deployment mode
-(``fmnist_kfp.kubernetes.inference_service_status.DeploymentMode``): Serverless scales with Knative's
-autoscaler (concurrency or rps) and splits traffic with
+(``fmnist_kfp.kubernetes.inference_service_status.DeploymentMode``): Serverless scales with
+Knative's autoscaler (concurrency or rps) and splits traffic with
 ``canaryTrafficPercent``; Standard (raw) mode scales with an HPA (cpu or memory, annotation
 ``serving.kserve.io/autoscalerClass: hpa``), replaces pods with ``maxUnavailable: 0`` and checks
 them with an HTTP readiness probe on the model, so old pods serve until new ones have loaded
 it (KServe's own default probe is a TCP check).
 
 The InferenceService carries the model it serves in annotations (see ``ANNOTATION_*``), which
-the rollout (``fmnist_kfp.serving.deploy.kserve_deployer``) reads to bless a candidate against the serving
-model. In Serverless mode KServe copies InferenceService annotations into the Knative revision
-template, so changing them rolls a new revision (KServe's canary guide notes the same for tag
-routing).
+the rollout (``fmnist_kfp.serving.deploy.kserve_deployer``) reads to bless a candidate against the
+serving model. In Serverless mode KServe copies InferenceService annotations into the Knative
+revision template, so changing them rolls a new revision (KServe's canary guide notes the same for
+tag routing).
 
 upstream: docs/upstream.md#kserve
 """

@@ -14,8 +14,8 @@ It follows google-cloud-pipeline-components' ``job_remote_runner``:
 * **Transient read errors are not failures.** HTTP 5xx, 429 and 408, client timeouts and
   connection errors are retried with a bounded backoff; they never fail the job or delete it.
   The kubeflow SDKs wrap the ``ApiException`` in a ``RuntimeError`` with the original as
-  ``__context__`` (the Katib calls, :class:`fmnist_kfp.katib.experiment_launcher.KatibApi`, raise it as it is);
-  :func:`api_status` looks through the chain.
+  ``__context__`` (the Katib calls, :class:`fmnist_kfp.katib.experiment_launcher.KatibApi`, raise it
+  as it is); :func:`api_status` looks through the chain.
   Should the API stay unreachable for ``unreachable_seconds``, the step fails and the job is
   left running: a retry of the step re-attaches to it.
 * **A read the API server refuses leaves the job alone.** HTTP 401 (the step's credentials are

@@ -1,6 +1,6 @@
 """The namespaced ``ServingRuntime`` ``fmnist-predictor``: our predictor image
-(``python -m fmnist_kfp.serving.model_server.server``) serving TensorFlow SavedModels over the V1 and V2
-protocols, for InferenceServices whose ``runtime`` names it
+(``python -m fmnist_kfp.serving.model_server.server``) serving TensorFlow SavedModels over the V1
+and V2 protocols, for InferenceServices whose ``runtime`` names it
 (:mod:`fmnist_kfp.kubernetes.inference_service`).
 
 upstream: docs/upstream.md#kserve
@@ -21,7 +21,8 @@ from fmnist_kfp.settings.serving import FMNIST_RUNTIME
 
 
 def predictor_args(settings: KServeSettings) -> list[str]:
-    """The arguments ``python -m fmnist_kfp.serving.model_server.server`` gets in our runtime's container."""
+    """The arguments ``python -m fmnist_kfp.serving.model_server.server`` gets in our runtime's
+    container."""
     return [
         f"--model_dir={MODEL_MOUNT}",
         "--model_name={{.Name}}",  # KServe fills in the InferenceService's name

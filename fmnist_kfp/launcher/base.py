@@ -1,8 +1,8 @@
 """The training backends' seam: a launcher runs a :class:`TrainingJobSpec` to completion.
 
-``local`` (:mod:`fmnist_kfp.launcher.local_processes`) starts the replicas as processes on this machine;
-``kubernetes`` (:mod:`fmnist_kfp.launcher.tfjob_launcher`) runs them as a TFJob. The step chooses one
-with :func:`fmnist_kfp.backends.choose_backend`.
+``local`` (:mod:`fmnist_kfp.launcher.local_processes`) starts the replicas as processes on this
+machine; ``kubernetes`` (:mod:`fmnist_kfp.launcher.tfjob_launcher`) runs them as a TFJob. The step
+chooses one with :func:`fmnist_kfp.backends.choose_backend`.
 """
 
 from __future__ import annotations

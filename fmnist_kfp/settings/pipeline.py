@@ -3,8 +3,9 @@
 Every field comes from one group (data, training, jobs, deploy, batch prediction) or is
 declared here (the model types, the tuning switch and the three JSON-object parameters, each
 checked against its own group: :class:`~fmnist_kfp.settings.jobs.KubernetesSettings`,
-:class:`~fmnist_kfp.settings.tuning.TuningSettings`, :class:`~fmnist_kfp.settings.serving.ServingSettings`).
-The CLI flags, the pipeline's parameters and docstring and the README's tables derive from it.
+:class:`~fmnist_kfp.settings.tuning.TuningSettings`,
+:class:`~fmnist_kfp.settings.serving.ServingSettings`). The CLI flags, the pipeline's parameters and
+docstring and the README's tables derive from it.
 """
 
 from __future__ import annotations

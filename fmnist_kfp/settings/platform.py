@@ -2,7 +2,8 @@
 object-store Secret; and the step inputs that carry the images to the pods a step creates.
 
 They are read from ``FMNIST_*`` environment variables when the pipeline and the components are
-compiled:
+compiled (never when a module is imported), unless the images are given (``--image``,
+``image=``), which wins:
 
 * ``FMNIST_COMPONENT_IMAGE`` — the image every step runs in (the ``cpu`` target of the
   Dockerfile) and, through the steps' ``image`` input, every pod they create without GPUs;
@@ -44,17 +45,42 @@ IMAGE_UID = 1000
 IMAGE_GID = 0
 
 
-def component_image() -> str:
-    """The image every component runs in: ``$FMNIST_COMPONENT_IMAGE`` or the release image.
+RELEASE_IMAGE = f"{DEFAULT_IMAGE_REPOSITORY}:{__version__}"
+RELEASE_GPU_IMAGE = RELEASE_IMAGE + GPU_TAG_SUFFIX
+# The versions whose images the release workflow has pushed (.github/workflows/release.yml);
+# add a version here in the commit after its release. Compiling for the release image of any
+# other version says once that the image does not exist yet (:func:`unpublished_image_note`).
+PUBLISHED_VERSIONS: frozenset[str] = frozenset()
+
+
+def component_image(image: str | None = None) -> str:
+    """The image every component runs in: ``image`` if given, else
+    ``$FMNIST_COMPONENT_IMAGE``, else the release image. Read when a pipeline is compiled,
+    never when a module is imported.
 
     It must carry a tag or digest: an untagged image would let steps and TFJob workers of one
     run pull different code."""
-    image = os.environ.get(IMAGE_ENV, "").strip() or f"{DEFAULT_IMAGE_REPOSITORY}:{__version__}"
+    given = (image or "").strip()
+    image = given or os.environ.get(IMAGE_ENV, "").strip() or RELEASE_IMAGE
     if not has_tag(image):
-        raise UserInputError(
-            f"{IMAGE_ENV}={image!r} has no tag; pin one, e.g. {image}:{__version__}"
-        )
+        source = f"the image {image!r}" if given else f"{IMAGE_ENV}={image!r}"
+        raise UserInputError(f"{source} has no tag; pin one, e.g. {image}:{__version__}")
     return image
+
+
+class UnpublishedImageWarning(UserWarning):
+    """Compiling for a release image that no release has pushed yet."""
+
+
+def unpublished_image_note(image: str) -> str:
+    """What to say when compiling for ``image``: nothing, unless it is this version's release
+    image and no release of this version has pushed it."""
+    if image not in (RELEASE_IMAGE, RELEASE_GPU_IMAGE) or __version__ in PUBLISHED_VERSIONS:
+        return ""
+    return (f"{image} is not published: no release of fmnist-kfp {__version__} has been "
+            "tagged yet. Build the image from the repository (`docker build --target cpu -t "
+            f"<registry>/fmnist-kfp:{__version__} .`, docs/install.md#images) and compile for "
+            f"it with --image (the Python API's image=, or ${IMAGE_ENV}).")
 
 
 def repository(image: str) -> str:
@@ -71,24 +97,29 @@ def derived_gpu_image(image: str) -> str:
     digest is the CPU image's): refused, naming the fix."""
     if "@" in image:
         raise UserInputError(
-            f"the component image {image!r} ({IMAGE_ENV}) is pinned by digest, so the GPU "
-            "image of TFJob replicas and Katib trials that request GPUs cannot be derived from "
-            f"it (the digest is the CPU image's): set {GPU_IMAGE_ENV} as well, e.g. "
-            f"{GPU_IMAGE_ENV}={repository(image)}:{__version__}{GPU_TAG_SUFFIX}@sha256:<digest>")
+            f"the component image {image!r} is pinned by digest, so the GPU image of TFJob "
+            "replicas and Katib trials that request GPUs cannot be derived from it (the digest "
+            f"is the CPU image's): give the GPU image as well (--gpu-image, gpu_image= or "
+            f"{GPU_IMAGE_ENV}), e.g. {repository(image)}:{__version__}{GPU_TAG_SUFFIX}"
+            "@sha256:<digest>")
     if not has_tag(image):
         raise UserInputError(f"image {image!r} has no tag to derive the GPU image's from")
     return image + GPU_TAG_SUFFIX
 
 
-def gpu_image() -> str:
-    """The image of the TFJob replicas and Katib trials that request GPUs:
-    ``$FMNIST_GPU_IMAGE``, else :func:`derived_gpu_image` of :func:`component_image`."""
-    given = os.environ.get(GPU_IMAGE_ENV, "").strip()
+def gpu_image(gpu_image: str | None = None, image: str | None = None) -> str:
+    """The image of the TFJob replicas and Katib trials that request GPUs: ``gpu_image`` if
+    given; else, when the component ``image`` is given, its GPU twin (an image given beside a
+    stale ``$FMNIST_GPU_IMAGE`` must not mix builds); else ``$FMNIST_GPU_IMAGE``; else the GPU
+    twin of :func:`component_image`."""
+    given, source = (gpu_image or "").strip(), "the GPU image "
+    if not given and not (image or "").strip():
+        given, source = os.environ.get(GPU_IMAGE_ENV, "").strip(), f"{GPU_IMAGE_ENV}="
     if not given:
-        return derived_gpu_image(component_image())
+        return derived_gpu_image(component_image(image))
     if not has_tag(given):
         raise UserInputError(
-            f"{GPU_IMAGE_ENV}={given!r} has no tag; pin one, e.g. "
+            f"{source}{given!r} has no tag; pin one, e.g. "
             f"{given}:{__version__}{GPU_TAG_SUFFIX}")
     return given
 
@@ -116,10 +147,16 @@ class JobImages(Settings):
         rules=[image_rule])
 
     @classmethod
-    def compiled(cls) -> JobImages:
-        """The images components compiled now carry as defaults (:func:`component_image`,
-        :func:`gpu_image`)."""
-        return cls(image=component_image(), gpu_image=gpu_image())
+    def release(cls) -> JobImages:
+        """The images components are built with, as their defaults: this version's release
+        images. Compiling puts the chosen images in their place (:class:`Platform`)."""
+        return cls(image=RELEASE_IMAGE, gpu_image=RELEASE_GPU_IMAGE)
+
+    @classmethod
+    def chosen(cls, image: str | None = None, gpu: str | None = None) -> JobImages:
+        """The images to compile for: the given ones, else ``$FMNIST_COMPONENT_IMAGE`` and
+        ``$FMNIST_GPU_IMAGE``, else the release's (:func:`component_image`, :func:`gpu_image`)."""
+        return cls(image=component_image(image), gpu_image=gpu_image(gpu, image))
 
 
 @dataclass(frozen=True)
@@ -147,8 +184,16 @@ class Platform:
             object.__setattr__(self, "gpu_image", derived_gpu_image(self.image))
 
     @classmethod
-    def from_env(cls) -> Platform:
-        images = JobImages.compiled()
+    def release(cls) -> Platform:
+        """The platform the pipeline is built for before it is compiled: the release images
+        and the default claim. Nothing is read from the environment."""
+        return cls(image=RELEASE_IMAGE, gpu_image=RELEASE_GPU_IMAGE)
+
+    @classmethod
+    def from_env(cls, image: str | None = None, gpu_image: str | None = None) -> Platform:
+        """The platform to compile for, read when compiling: the given images, else the
+        ``FMNIST_*`` variables (:class:`JobImages`), and the claim and Secret from them."""
+        images = JobImages.chosen(image, gpu_image)
         return cls(
             image=images.image,
             gpu_image=images.gpu_image,

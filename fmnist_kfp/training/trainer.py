@@ -1,9 +1,10 @@
 """Trains one CNN on an ingested dataset; one process per worker of a multi-worker job.
 
-Run as ``python -m fmnist_kfp.training.trainer --data-dir D --work-dir W --export-dir E [hyperparams]``
-in each worker with the ``TF_CONFIG`` the Kubeflow training operator (or the local launcher)
-injects. Every worker trains; the chief alone exports the SavedModel, writes ``result.json`` and
-the per-epoch history, and keeps the checkpoint that a restarted job resumes from.
+Run as ``python -m fmnist_kfp.training.trainer --data-dir D --work-dir W --export-dir E
+[hyperparams]`` in each worker with the ``TF_CONFIG`` the Kubeflow training operator (or the local
+launcher) injects. Every worker trains; the chief alone exports the SavedModel, writes
+``result.json`` and the per-epoch history, and keeps the checkpoint that a restarted job resumes
+from.
 
 Each epoch prints one line, a UTC timestamp then ``key=value`` pairs
 (``2025-01-01T12:00:03.123456Z epoch=3 epochs=10 loss=... accuracy=... val_accuracy=...``):

@@ -38,8 +38,8 @@ def batch_predict(
     """
     import json
 
-    from fmnist_kfp.lineage import add_lineage
     from fmnist_kfp.kfp_components.batch_predict.step import batch_predict_step
+    from fmnist_kfp.lineage import add_lineage
 
     metadata, values = batch_predict_step(
         model_dir=model.path, data_dir=dataset.path, output_dir=predictions.path,

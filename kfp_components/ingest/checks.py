@@ -1,5 +1,5 @@
-"""The ingest step's checks of a run's parameters (see :mod:`fmnist_kfp.kfp_components.checks`): on this
-machine, a local data directory must exist and hold the four official files (their checksums
+"""The ingest step's checks of a run's parameters (see :mod:`fmnist_kfp.kfp_components.checks`): on
+this machine, a local data directory must exist and hold the four official files (their checksums
 are verified as they are ingested). A cluster reads its own storage: nothing to check here."""
 
 from __future__ import annotations

@@ -27,8 +27,8 @@ def ingest_fashion_mnist(
             ``metadata.json`` (source, checksums, split sizes, per-class counts, how the
             validation split was carved).
     """
-    from fmnist_kfp.lineage import add_lineage
     from fmnist_kfp.kfp_components.ingest.step import ingest_step
+    from fmnist_kfp.lineage import add_lineage
 
     dataset.metadata.update(ingest_step(data_source, dataset.path,
                                         freshness_window=freshness_window,

@@ -1,7 +1,7 @@
 from kfp.dsl import Dataset, Input, Metrics, Model, Output
 
-from fmnist_kfp.settings.pipeline import cluster_defaults
 from fmnist_kfp.kfp_components.base import component
+from fmnist_kfp.settings.pipeline import cluster_defaults
 
 
 @component(defaults={"sample_size": cluster_defaults().prediction_images, "serves_model": True})

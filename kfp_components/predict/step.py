@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from fmnist_kfp.serving.deploy.verification import compare, describe, in_process_probabilities, test_sample
+from fmnist_kfp.serving.deploy.verification import (
+    compare,
+    describe,
+    in_process_probabilities,
+    test_sample,
+)
 
 
 class ServedModelMismatch(RuntimeError):

@@ -2,8 +2,8 @@
 the validation split, as selection scores it, and served at once if nothing is served or it is
 better than the served model; verified with validation images, so the test split stays unread
 until selection. The promotion is atomic on both backends: locally under the deployment's lock
-(:func:`fmnist_kfp.serving.deploy.local_deployer.promote_locally`), on KServe by a compare-and-swap on the
-InferenceService that every rollout write re-checks
+(:func:`fmnist_kfp.serving.deploy.local_deployer.promote_locally`), on KServe by a compare-and-swap
+on the InferenceService that every rollout write re-checks
 (:func:`fmnist_kfp.serving.deploy.kserve_promotion.promote_with_kserve`)."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from typing import Any
 
 from fmnist_kfp.backends import choose_backend
 from fmnist_kfp.errors import UserInputError
-from fmnist_kfp.settings.serving import ServingSettings
 from fmnist_kfp.kfp_components.deploy.step import (
     from_kfp_store,
     kserve_settings,
     serving_problems,
     storage_uri_for,
 )
+from fmnist_kfp.settings.serving import ServingSettings
 
 
 def promote(*, model_dir: str, model_uri: str, model_type: str, data_dir: str, backend: str,

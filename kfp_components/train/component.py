@@ -64,9 +64,9 @@ def train_model(
     """
     import json
 
+    from fmnist_kfp.kfp_components.train.step import tensorboard_markdown, train_step
     from fmnist_kfp.lineage import add_lineage
     from fmnist_kfp.settings.training import TrainingConfig
-    from fmnist_kfp.kfp_components.train.step import tensorboard_markdown, train_step
 
     config = TrainingConfig(model_type=model_type, epochs=epochs, precision=precision,
                             train_examples=train_examples, profile_steps=profile_steps,

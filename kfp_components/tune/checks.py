@@ -1,5 +1,6 @@
-"""The tune step's checks of a run's parameters (see :mod:`fmnist_kfp.kfp_components.checks`): the search
-(Katib's rules, on either backend) for each model it tunes, from the values it starts from."""
+"""The tune step's checks of a run's parameters (see :mod:`fmnist_kfp.kfp_components.checks`): the
+search (Katib's rules, on either backend) for each model it tunes, from the values it starts
+from."""
 
 from __future__ import annotations
 

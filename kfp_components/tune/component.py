@@ -68,8 +68,8 @@ def tune_hyperparameters(
     from collections import namedtuple
     from dataclasses import asdict
 
-    from fmnist_kfp.settings.training import Hyperparameters, TrainingConfig
     from fmnist_kfp.kfp_components.tune.step import tune_step, tuning_outputs
+    from fmnist_kfp.settings.training import Hyperparameters, TrainingConfig
 
     given = Hyperparameters(learning_rate=learning_rate, batch_size=batch_size, filters=filters,
                             dropout_rate=dropout_rate)

@@ -1,8 +1,9 @@
 """The tuning step: a search for one model type, on Katib or on this machine.
 
-``tuning`` (the pipeline's ``tuning`` parameter, :class:`~fmnist_kfp.settings.tuning.TuningSettings`)
-sets the search; the search's best values come back as one
-:class:`~fmnist_kfp.settings.training.Hyperparameters`, the type the training step takes.
+``tuning`` (the pipeline's ``tuning`` parameter,
+:class:`~fmnist_kfp.settings.tuning.TuningSettings`) sets the search; the search's best values come
+back as one :class:`~fmnist_kfp.settings.training.Hyperparameters`, the type the training step
+takes.
 """
 
 from __future__ import annotations
@@ -12,13 +13,13 @@ from typing import Any
 
 from fmnist_kfp.backends import choose_backend
 from fmnist_kfp.errors import UserInputError
+from fmnist_kfp.katib.results import TuningResult
 from fmnist_kfp.kubernetes.names import stable_name
 from fmnist_kfp.settings.jobs import cluster_settings
 from fmnist_kfp.settings.training import Hyperparameters, TrainingConfig
 from fmnist_kfp.settings.tuning import TuningSettings
 from fmnist_kfp.tuning.experiment_settings import MAX_NAME_LENGTH, ExperimentSettings
 from fmnist_kfp.tuning.search_space import SearchSpace
-from fmnist_kfp.katib.results import TuningResult
 
 
 def experiment_name(model_type: str, output_path: str) -> str:
@@ -83,9 +84,9 @@ def tune_step(*, model_type: str, base: TrainingConfig, tuning: dict[str, Any], 
                                                                         data_dir)
 
     def on_kubernetes():
+        from fmnist_kfp.katib.experiment_launcher import KatibExperimentLauncher
         from fmnist_kfp.kubernetes.experiment import build_experiment
         from fmnist_kfp.kubernetes.storage import make_shared_dirs, stage_dataset
-        from fmnist_kfp.katib.experiment_launcher import KatibExperimentLauncher
 
         # The compiled image and claim under the user's settings, checked (namespace, claim).
         pods = cluster_settings(kubernetes, image=image, gpu_image=gpu_image)

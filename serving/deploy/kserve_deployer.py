@@ -35,7 +35,6 @@ from fmnist_kfp.kubernetes.inference_service_status import (
     mode_for_new,
     mode_of,
 )
-from fmnist_kfp.settings.serving import check_storage_uri, check_tolerance
 from fmnist_kfp.serving.deploy.credentials import credential_problems
 from fmnist_kfp.serving.deploy.kserve_api import (
     KServeApi,
@@ -46,6 +45,7 @@ from fmnist_kfp.serving.deploy.kserve_api import (
 from fmnist_kfp.serving.deploy.rollout_base import Log, Rollout, Verify
 from fmnist_kfp.serving.deploy.rollout_serverless import ServerlessRollout
 from fmnist_kfp.serving.deploy.rollout_standard import StandardRollout
+from fmnist_kfp.settings.serving import check_storage_uri, check_tolerance
 
 __all__ = ["KServeRolloutError", "ReadinessTimeout", "deploy_with_kserve", "detect_mode",
            "prepare_rollout"]

@@ -10,9 +10,9 @@ a PUT carrying the ``resourceVersion`` of the read it was decided on, and the AP
 1. **The claim.** A promotion reads the InferenceService, compares its validation accuracy with
    the claim there (annotations ``fmnist.kubeflow.org/early-*``, the model promoted early last
    and its validation accuracy; without one, the served model's test accuracy as blessing does:
-   :func:`fmnist_kfp.serving.deploy.blessing.bless_early`), and, if better, writes its own claim with that
-   read's ``resourceVersion``. A 409 means another write came first: it reads again and decides
-   again. So claims only ever rise, and each was decided against the one before it.
+   :func:`fmnist_kfp.serving.deploy.blessing.bless_early`), and, if better, writes its own claim
+   with that read's ``resourceVersion``. A 409 means another write came first: it reads again and
+   decides again. So claims only ever rise, and each was decided against the one before it.
 2. **The guarded rollout.** Then the ordinary rollout of the InferenceService's mode runs
    (canary or candidate, verified with validation images, promoted or rolled back), with every
    write of it checking, on the very read whose ``resourceVersion`` it carries, that the claim
@@ -66,9 +66,10 @@ def early_claim(isvc: dict) -> tuple[float | None, str, str]:
 
 
 class EarlyClaim:
-    """Laid over a mode's rollout (:func:`~fmnist_kfp.serving.deploy.kserve_deployer.prepare_rollout`):
-    every body carries the claim, no write goes out unless the claim on the cluster is still
-    this one, and the served model's test accuracy is left unknown (selection measures it)."""
+    """Laid over a mode's rollout
+    (:func:`~fmnist_kfp.serving.deploy.kserve_deployer.prepare_rollout`): every body carries the
+    claim, no write goes out unless the claim on the cluster is still this one, and the served
+    model's test accuracy is left unknown (selection measures it)."""
 
     claim: dict[str, str] = {}
 

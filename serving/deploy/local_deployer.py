@@ -96,8 +96,8 @@ def running_server(name: str) -> LocalServer | None:
 def start_server(name: str, model_dir: str, *, test_accuracy: float | None = None,
                  port: int = 0, server_args: list[str] | None = None,
                  timeout: float = READY_TIMEOUT) -> LocalServer:
-    """Starts ``python -m fmnist_kfp.serving.model_server.server`` detached (it outlives the step) and
-    waits for it.
+    """Starts ``python -m fmnist_kfp.serving.model_server.server`` detached (it outlives the step)
+    and waits for it.
 
     With ``port=0`` (the default) the server binds a free loopback port itself and reports it
     in a port file: no other process can take the port between its choice and the bind. gRPC
@@ -106,9 +106,10 @@ def start_server(name: str, model_dir: str, *, test_accuracy: float | None = Non
     tag = f"{name}-{os.getpid()}-{time.monotonic_ns()}"
     log_file = files / f"{tag}.log"
     port_file = files / f"{tag}.ports.json"
-    command = [sys.executable, "-m", "fmnist_kfp.serving.model_server.server", f"--model_dir={model_dir}",
-               f"--model_name={name}", "--host=127.0.0.1", f"--http_port={port}",
-               "--grpc_port=0", f"--port_file={port_file}", *(server_args or [])]
+    command = [sys.executable, "-m", "fmnist_kfp.serving.model_server.server",
+               f"--model_dir={model_dir}", f"--model_name={name}", "--host=127.0.0.1",
+               f"--http_port={port}", "--grpc_port=0", f"--port_file={port_file}",
+               *(server_args or [])]
     with open(log_file, "ab") as log:
         process = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -219,8 +220,8 @@ def promote_locally(name: str, model_dir: str, validation_accuracy: float, *, mo
                     server_args: list[str] | None = None, log: Callable[[str], None] = print,
                     start: Callable[..., LocalServer] | None = None) -> dict:
     """``serve_early``: serves ``model_dir`` as ``name`` if it is better on validation than
-    what is served (:func:`~fmnist_kfp.serving.deploy.blessing.bless_early`), under the deployment's lock;
-    returns the decision record. ``start``: how a server is started (tests)."""
+    what is served (:func:`~fmnist_kfp.serving.deploy.blessing.bless_early`), under the deployment's
+    lock; returns the decision record. ``start``: how a server is started (tests)."""
     start = start or start_server
     with deployment_lock(name):
         current = running_server(name)

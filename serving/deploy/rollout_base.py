@@ -37,7 +37,6 @@ from fmnist_kfp.kubernetes.inference_service_status import (
     external_url,
 )
 from fmnist_kfp.kubernetes.serving_runtime import build_serving_runtime
-from fmnist_kfp.settings.serving import FMNIST_RUNTIME
 from fmnist_kfp.serving.deploy.blessing import BlessingDecision, bless
 from fmnist_kfp.serving.deploy.kserve_api import (
     Conflict,
@@ -48,6 +47,7 @@ from fmnist_kfp.serving.deploy.kserve_api import (
     RolloutLeftAsIs,
     TransientApiError,
 )
+from fmnist_kfp.settings.serving import FMNIST_RUNTIME
 
 __all__ = ["Check", "Rollout", "Verify", "Log"]
 

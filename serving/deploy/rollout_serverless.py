@@ -73,7 +73,11 @@ from fmnist_kfp.kubernetes.inference_service_status import (
     tag_url,
 )
 from fmnist_kfp.serving.deploy.blessing import BlessingDecision
-from fmnist_kfp.serving.deploy.kserve_api import KServeRolloutError, ReadinessTimeout, RolloutLeftAsIs
+from fmnist_kfp.serving.deploy.kserve_api import (
+    KServeRolloutError,
+    ReadinessTimeout,
+    RolloutLeftAsIs,
+)
 from fmnist_kfp.serving.deploy.rollout_base import Check, Rollout
 
 

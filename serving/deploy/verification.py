@@ -26,8 +26,8 @@ import numpy as np
 from fmnist_kfp.serving.deploy.client import check_predictions
 
 # The server keeps its LiteRT path only where it answers within 1e-4 of the SavedModel on a
-# probe (fmnist_kfp.serving.model_server.predictor.FAST_PATH_TOLERANCE); on real test images the two were
-# measured within 3e-7 of each other (2,000 images, trained and untrained CNNs, V1 requests of
+# probe (fmnist_kfp.serving.model_server.predictor.FAST_PATH_TOLERANCE); on real test images the two
+# were measured within 3e-7 of each other (2,000 images, trained and untrained CNNs, V1 requests of
 # 16 against in-process batches of 2,048). Ten times the server's own bound leaves room for
 # other hardware without letting another model through.
 PROBABILITY_TOLERANCE = 1e-3

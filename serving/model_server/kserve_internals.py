@@ -1,9 +1,10 @@
 """The one module that reaches below KServe's documented Python API.
 
-What we use as documented: ``kserve.Model`` (the predictor, :mod:`fmnist_kfp.serving.model_server.predictor`),
-``kserve.ModelServer``'s constructor arguments and ``start(models)``, ``kserve.errors`` and
-``kserve.protocol.infer_type``. Four things we need have no public hook in kserve 0.21, so the
-classes here subclass KServe's internals, each with its reason in one line above it:
+What we use as documented: ``kserve.Model`` (the predictor,
+:mod:`fmnist_kfp.serving.model_server.predictor`), ``kserve.ModelServer``'s constructor arguments
+and ``start(models)``, ``kserve.errors`` and ``kserve.protocol.infer_type``. Four things we need
+have no public hook in kserve 0.21, so the classes here subclass KServe's internals, each with its
+reason in one line above it:
 
 * bind ``--host`` (127.0.0.1 unless told otherwise; KServe binds every interface, kserve#4558)
   and port 0 with the bound ports reported, for REST, gRPC and the multi-process server;

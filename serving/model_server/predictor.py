@@ -1,8 +1,8 @@
 """The Fashion-MNIST predictor: a ``kserve.Model`` over the exported SavedModel.
 
 It answers KServe's V1 and V2 endpoints, REST and gRPC (see
-:mod:`fmnist_kfp.serving.model_server.protocol` for the request shapes, and the V2 metadata), with one
-model call per batch of concurrent instances (:mod:`fmnist_kfp.serving.model_server.batching`).
+:mod:`fmnist_kfp.serving.model_server.protocol` for the request shapes, and the V2 metadata), with
+one model call per batch of concurrent instances (:mod:`fmnist_kfp.serving.model_server.batching`).
 
 One path for every request: images of any supported format are decoded to 28×28 pixels in
 Python (:mod:`fmnist_kfp.images`, the same pixels the SavedModel's ``serving_default``

@@ -1,5 +1,6 @@
 """ASGI middleware in front of KServe's REST routes (:class:`RequestGate`): plain ASGI, so it
-depends on no KServe internals; :mod:`fmnist_kfp.serving.model_server.kserve_internals` installs it."""
+depends on no KServe internals; :mod:`fmnist_kfp.serving.model_server.kserve_internals` installs
+it."""
 
 from __future__ import annotations
 

@@ -86,7 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def serve(args: argparse.Namespace) -> None:
     from fmnist_kfp.images import ImageLimits
-    from fmnist_kfp.serving.model_server.predictor import BareNoOpModel, FashionMnistModel, NoOpModel
+    from fmnist_kfp.serving.model_server.predictor import (
+        BareNoOpModel,
+        FashionMnistModel,
+        NoOpModel,
+    )
 
     try:
         limits = ImageLimits(args.max_image_pixels, args.max_image_side)

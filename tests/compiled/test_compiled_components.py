@@ -31,9 +31,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from fmnist_kfp.kfp_components import FOLDERS
 from fmnist_kfp.settings.pipeline import cluster_defaults
 from fmnist_kfp.settings.platform import JobImages
-from fmnist_kfp.kfp_components import FOLDERS
 from tests import ROOT
 
 COMPILED = ROOT / "compiled" / "components"
@@ -65,7 +65,7 @@ def test_every_compiled_component_is_composable_as_compiled():
     every parameter defaulted to the Kubeflow variant's value, the job images to the
     compiled ones; only artifacts and the served URL required."""
     defaults = {**cluster_defaults().arguments(),
-                **{k: v for k, v in vars(JobImages.compiled()).items()}}
+                **{k: v for k, v in vars(JobImages.chosen()).items()}}
     files = sorted(COMPILED.glob("*.yaml"))
     assert len(files) == len(FOLDERS)
     for path in files:
@@ -172,7 +172,7 @@ def test_a_users_pipeline_of_the_compiled_components_compiles(tmp_path):
     spec, platform = yaml.safe_load_all(out.read_text())
     executors = spec["deploymentSpec"]["executors"]
     kubernetes = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
-    images = JobImages.compiled()
+    images = JobImages.chosen()
     assert {e["container"]["image"] for e in executors.values()} == {images.image}
     for name in ("train-model", "tune-hyperparameters", "batch-predict"):
         assert kubernetes[f"exec-{name}"]["pvcMount"] == [
@@ -252,25 +252,21 @@ def test_the_compiled_components_run_under_kfp_local_on_the_real_data(real_data_
 
 
 def test_the_example_of_one_component_in_a_users_pipeline_compiles(tmp_path):
-    """docs/python-api.md's example "One component in your pipeline", as written, over a
-    release's file names (the compiled components renamed as ``make release`` names them), in a
-    child that imports none of this package: it compiles, and the train task mounts the claim
-    and names it."""
-    from fmnist_kfp import __version__
-
+    """docs/python-api.md's example "One component in your pipeline", as written, over the
+    files ``fmnist-kfp compile --output-dir .`` writes into ``components/``, in a child that
+    imports none of this package: it compiles, and the train task mounts the claim and names
+    it."""
     page = (ROOT / "docs" / "python-api.md").read_text()
     section = page.split("\n## One component in your pipeline\n", 1)[1].split("\n## ", 1)[0]
     [example] = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
     (tmp_path / "components").mkdir()
     for path in COMPILED.glob("*.yaml"):
-        (tmp_path / "components" / f"{path.stem}-{__version__}.yaml").write_text(
-            path.read_text())
+        (tmp_path / "components" / path.name).write_text(path.read_text())
     script = example + textwrap.dedent("""
         import sys
         from kfp import compiler
         compiler.Compiler().compile(my_training, "my_training.yaml")
-        assert not {"fmnist", "kfp_components", "pipelines"} & {
-            name.split(".")[0] for name in sys.modules}
+        assert "fmnist_kfp" not in {name.split(".")[0] for name in sys.modules}
     """)
     done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
                           text=True, timeout=300, env={"PATH": os.environ["PATH"]})

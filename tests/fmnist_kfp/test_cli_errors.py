@@ -82,30 +82,56 @@ BAD_INPUT = [
     case("run", "--host", "{refused}", "--tuning", '{"max_trials": "many"}',
          words=("max_trials must be an integer",)),
     case("run", "--host", "{refused}", "--package", "{missing}", *BACKEND,
-         words=("not found", "make compile")),
+         words=("not found", "fmnist-kfp compile", "leave out --package")),
+    case("run", "--host", "{refused}", "--image", "registry.example/fmnist", *BACKEND,
+         words=("'registry.example/fmnist' has no tag",)),
+    case("run", "--host", "{refused}", "--package", "{file}", "--image", "r.example/f:1",
+         words=("--image cannot change the package", "leave out --package")),
+    case("run", "--local", "--image", "r.example/f:1", "--wait",
+         words=("--image, --wait: only for runs on Kubeflow (--host)",)),
+    case("run", "--host", "{refused}", "--no-cache",
+         words=("--no-cache: only for runs on this machine (--local)",)),
     # compile
     case("compile", "--output-dir", "{file}/compiled", words=("cannot be made a directory",)),
+    case("compile", "--output-dir", "{out}", "--gpu-image", "r.example/f",
+         words=("'r.example/f' has no tag",)),
+    case("compile", "--package", "{file}", words=("unrecognized arguments: --package",)),
     # upload
     case("upload", "--host", "not a url", words=("is not a URL",)),
     case("upload", "--host", "{refused}", "--package", "{missing}",
-         words=("not found", "make compile")),
+         words=("not found", "fmnist-kfp compile")),
+    case("upload", "--host", "{refused}", "--package", "{file}", "--gpu-image", "r.example/f:1",
+         words=("--gpu-image cannot change the package",)),
+    case("upload", "--host", "{refused}", "--experiment", "x",
+         words=("unrecognized arguments: --experiment",)),
     case("upload", "--host", "{refused}", "--package", "{file}", *BACKEND,
          words=("is not a compiled pipeline",)),
     # schedule
-    case("schedule", "create", "--host", "{refused}", words=("needs --cron",)),
+    case("schedule", "create", "--host", "{refused}", words=("required: --cron",)),
+    case("schedule", "create", "--host", "{refused}", "--cron", "0 3 * * *", "--id", "x",
+         words=("unrecognized arguments: --id",)),
     case("schedule", "create", "--host", "{refused}", "--cron", "every day",
          words=("cron 'every day' is malformed",)),
     case("schedule", "create", "--host", "{refused}", "--cron", "0 3 * * *",
          "--max-concurrency", "-1", words=("max concurrency must be at least 1",)),
     case("schedule", "create", "--host", "{refused}", "--cron", "0 3 * * *", "--backend",
          "nope", words=("unknown backend 'nope'",)),
-    case("schedule", "disable", "--host", "{refused}", words=("needs --id",)),
+    case("schedule", "disable", "--host", "{refused}", words=("required: --id",)),
+    case("schedule", "disable", "--host", "{refused}", "--id", "x", "--experiment", "e",
+         words=("unrecognized arguments: --experiment",)),
     case("schedule", "pause", "--host", "{refused}", words=("invalid choice: 'pause'",)),
+    case("schedule", "list", "--host", "{refused}", "--epochs", "3", "--cron", "x",
+         words=("unrecognized arguments: --epochs 3 --cron x",)),
+    case("schedule", "--host", "{refused}", words=("invalid choice: '",)),
     case("schedule", "list", "--host", "ftp://x", words=("is not a URL",)),
     # preflight
     case("preflight", "--host", "not a url", words=("is not a URL",)),
     case("preflight", "--host", "{refused}", "--kubeconfig", "{missing}",
          words=("cannot load the kubeconfig",)),
+    case("preflight", "--host", "{refused}", "--package", "{file}",
+         words=("unrecognized arguments: --package",)),
+    case("preflight", "--host", "{refused}", "--epochs", "3",
+         words=("unrecognized arguments: --epochs",)),
     # serve
     case("serve", "--model-dir", "{missing}", words=("does not exist", "--model-dir")),
     case("serve", "--summary", "{missing}", words=("no selected model", "make run")),
@@ -252,15 +278,11 @@ def _check(done, seconds: float, expected: Case) -> str:
 
 
 def _arguments(expected: Case, world: dict, tmp_path: Path) -> list[str]:
-    """The case's arguments, placeholders filled; a command that sends the compiled pipeline
-    gets the repository's (the subprocess runs elsewhere) unless the case names one."""
+    """The case's arguments, placeholders filled. The subprocess runs outside the checkout:
+    a command that sends the pipeline compiles it there unless the case names a package."""
     values = {**world, "out": str(tmp_path / "out")}
-    argv = [re.sub(r"\{(\w+)\}", lambda m: values.get(m[1], m[0]), arg)
+    return [re.sub(r"\{(\w+)\}", lambda m: values.get(m[1], m[0]), arg)
             for arg in expected.argv]
-    if argv[0] in ("run", "upload", "schedule") and "--host" in argv and not {
-            "--package", "--local"} & set(argv):
-        argv += ["--package", str(REPO / "compiled" / "fashion_mnist_pipeline.yaml")]
-    return argv
 
 
 @pytest.mark.parametrize("expected", BAD_INPUT)

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 
 import pytest
 
-from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.cli import main as cli_main
+from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.kfp_client import cron_expression
 from tests import ROOT
-from tests.standins.kfp import API, KfpStandIn
+from tests.standins.kfp import API, KfpStandIn, pipeline_spec_of
 from tests.standins.loopback import JsonRequestHandler, LoopbackServer, reply_bytes
 
 PACKAGE = "compiled/fashion_mnist_pipeline.yaml"
@@ -68,6 +67,47 @@ def test_upload_creates_the_pipeline_then_adds_versions(kfp_api, capsys):
     version = kfp_api.find("POST", f"{API}/pipelines/upload_version")[0]
     assert version["query"]["name"] == "v0.1.1" and version["query"]["pipelineid"] == "pipeline-1"
     assert b"fashion-mnist-training" in version["raw"]  # the compiled package itself
+
+
+def _images(spec: dict) -> set[str]:
+    return {executor["container"]["image"]
+            for executor in spec["deploymentSpec"]["executors"].values()}
+
+
+def test_run_upload_and_schedule_send_the_pipeline_compiled_for_the_image(kfp_api, capsys,
+                                                                          tmp_path, monkeypatch):
+    """Without --package the pipeline is compiled here for --image/--gpu-image, whatever the
+    working directory holds."""
+    import yaml
+
+    monkeypatch.chdir(tmp_path)  # no compiled/ here
+    image, gpu = "registry.example/team/fmnist:7.1", "registry.example/team/fmnist:7.1-cuda"
+    images = ["--image", image, "--gpu-image", gpu]
+    assert cli_main(["run", "--host", kfp_api.url, *images]) == 0, capsys.readouterr().err
+    assert cli_main(["upload", "--host", kfp_api.url, *images]) == 0, capsys.readouterr().err
+    assert cli_main(["schedule", "create", "--host", kfp_api.url, "--cron", "0 3 * * *",
+                     *images]) == 0, capsys.readouterr().err
+    run = kfp_api.find("POST", f"{API}/runs")[0]["body"]["pipeline_spec"]
+    recurring = kfp_api.find("POST", f"{API}/recurringruns")[0]["body"]["pipeline_spec"]
+    uploaded = next(yaml.safe_load_all(
+        kfp_api.find("POST", f"{API}/pipelines/upload")[0]["raw"].split(b"\r\n\r\n", 1)[1]
+        .rsplit(b"\r\n--", 1)[0]))
+    for spec in (run, recurring, uploaded):
+        spec = spec.get("pipeline_spec", spec)
+        assert _images(spec) == {image}
+    assert gpu.encode() in kfp_api.find("POST", f"{API}/pipelines/upload")[0]["raw"]
+    assert not list(tmp_path.iterdir())  # the temporary package is gone
+
+
+def test_a_package_is_sent_as_it_is(kfp_api, capsys):
+    import yaml
+
+    committed = ROOT / PACKAGE
+    assert cli_main(["run", "--host", kfp_api.url, "--package", str(committed)]) == 0, \
+        capsys.readouterr().err
+    sent = kfp_api.find("POST", f"{API}/runs")[0]["body"]["pipeline_spec"]
+    sent = sent.get("pipeline_spec", sent)
+    assert _images(sent) == _images(next(yaml.safe_load_all(committed.read_text())))
 
 
 @pytest.fixture()
@@ -196,12 +236,13 @@ def _python_api_examples() -> list[str]:
     return re.findall(r"```python\n(.*?)```", section, re.DOTALL)
 
 
-def test_the_python_api_examples_name_this_release():
-    from fmnist_kfp import __version__
+EXAMPLE_IMAGE = "registry.example.com/ml/fmnist-kfp:0.2.0"
 
+
+def test_the_python_api_examples_compile_for_the_users_image():
     examples = "\n".join(_python_api_examples())
     assert len(_python_api_examples()) == 4
-    assert f'"fashion-mnist-training-{__version__}.yaml"' in examples
+    assert f'compile_pipeline("fashion-mnist.yaml", image="{EXAMPLE_IMAGE}")' in examples
 
 
 def test_the_python_api_examples_run_against_the_kfp_api(kfp_api, tmp_path, monkeypatch):
@@ -214,7 +255,7 @@ def test_the_python_api_examples_run_against_the_kfp_api(kfp_api, tmp_path, monk
     from fmnist_kfp.errors import UserInputError
 
     monkeypatch.chdir(tmp_path)
-    shutil.copy(ROOT / PACKAGE, tmp_path / f"fashion-mnist-training-{__version__}.yaml")
+    monkeypatch.delenv("FMNIST_COMPONENT_IMAGE", raising=False)
     namespace: dict = {}
     for example in _python_api_examples():
         code = example.replace(README_HOST, kfp_api.url)
@@ -242,6 +283,9 @@ def test_the_python_api_examples_run_against_the_kfp_api(kfp_api, tmp_path, monk
         assert spec["pipelineInfo"]["name"] == "fashion-mnist-training"
         assert spec["pipelineInfo"]["displayName"] == f"fashion-mnist-training {__version__}"
         assert body["experiment_id"] == "exp-1"
+    images = {e["container"]["image"] for e in from_package["pipeline_spec"]["pipeline_spec"][
+        "deploymentSpec"]["executors"].values()}
+    assert images == {EXAMPLE_IMAGE}
     # The profile namespace of the client reaches the experiment the runs go into (multi-user
     # KFP scopes experiments, and through them runs, by namespace).
     assert {c["body"].get("namespace") for c in kfp_api.find("POST", f"{API}/experiments")} \
@@ -265,13 +309,16 @@ def test_the_front_pages_python_example_runs_as_written(kfp_api, tmp_path, monke
     readme = (ROOT / "README.md").read_text()
     section = readme.split("\n### From Python\n", 1)[1].split("\n### ", 1)[0]
     [example] = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
-    assert f'"fashion-mnist-training-{__version__}.yaml"' in example
+    image = f"registry.example.com/ml/fmnist-kfp:{__version__}"
+    assert f'image="{image}"' in example
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("KF_PIPELINES_ENDPOINT", kfp_api.url)
-    shutil.copy(ROOT / PACKAGE, tmp_path / f"fashion-mnist-training-{__version__}.yaml")
     exec(example, {})  # noqa: S102 - the README's own example
     [run] = [c["body"] for c in kfp_api.find("POST", f"{API}/runs")]
     assert run["runtime_config"]["parameters"] == {"epochs": 12}
+    spec = pipeline_spec_of(run["pipeline_spec"])
+    assert {e["container"]["image"] for e in spec["deploymentSpec"]["executors"].values()} == {
+        image}
     assert not [c for c in kfp_api.calls if "rejected" in c]
 
 

@@ -157,11 +157,17 @@ def test_without_the_restart_preflight_says_so_as_the_page_shows(kubeflow, capsy
 
 
 # -- what the steps print ------------------------------------------------------------------
+# The run of the page's step 4 (`run --namespace team-a --epochs 12`, the run run-1): its
+# training jobs train 12 epochs in team-a, and its deploy step serves the selected model from
+# KFP's object store (the model artifact's URI, minio:// read as s3://) in team-a.
+EPOCHS = 12
+MODEL_URI = ("s3://mlpipeline/v2/artifacts/fashion-mnist-training/run-1/select-best-model/7/"
+             "best_model")
 
 
 def _train_log(tmp_path: Path) -> str:
     """The training step's TFJob launcher against the training-operator stand-in (fake time),
-    two workers logging two epochs."""
+    two workers training the run's epochs (the chief's log: the trainer's line per epoch)."""
     from fmnist_kfp.launcher.tfjob_launcher import TFJobLauncher
     from fmnist_kfp.settings.jobs import KubernetesSettings
     from fmnist_kfp.settings.training import TrainingConfig
@@ -170,10 +176,11 @@ def _train_log(tmp_path: Path) -> str:
 
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "result.json").write_text(json.dumps({"model_type": "basic"}))
-    log = ("2026-01-05T11:20:01.000000Z epoch=1 epochs=2 loss=0.5121 accuracy=0.8163 "
-           "val_loss=0.3904 val_accuracy=0.8601\n"
-           "2026-01-05T11:20:31.000000Z epoch=2 epochs=2 loss=0.3412 accuracy=0.8779 "
-           "val_loss=0.3322 val_accuracy=0.8807\n")
+    log = "".join(
+        f"2026-01-05T11:{20 + epoch // 2:02d}:{epoch % 2 * 30 + 1:02d}.000000Z epoch={epoch} "
+        f"epochs={EPOCHS} loss={0.52 - 0.02 * epoch:.4f} accuracy={0.81 + 0.006 * epoch:.4f} "
+        f"val_loss={0.39 - 0.005 * epoch:.4f} val_accuracy={0.86 + 0.004 * epoch:.4f}\n"
+        for epoch in range(1, EPOCHS + 1))
     out = io.StringIO()
     time = FakeTime()
     with KubernetesStandIn(logs={"worker-0": log}, running_ticks=4) as standin:
@@ -182,7 +189,8 @@ def _train_log(tmp_path: Path) -> str:
                       training_client=standin.training_client(), poll_seconds=10,
                       timeout_seconds=600, out=out, request_timeout_seconds=2, clock=time,
                       sleep=time.sleep).run(TrainingJobSpec(
-                          name="fmnist-basic-3f2a9c", config=TrainingConfig(model_type="basic"),
+                          name="fmnist-basic-3f2a9c",
+                          config=TrainingConfig(model_type="basic", epochs=EPOCHS),
                           data_dir="/mnt/fmnist/datasets/0c1d", work_dir=str(tmp_path / "model"),
                           export_dir=str(tmp_path / "model" / "1"), num_workers=2))
     return out.getvalue()
@@ -201,17 +209,40 @@ def _tune_log(tmp_path: Path) -> str:
 
 
 def _deploy_log(tmp_path: Path) -> str:
-    """The deploy step's Serverless rollout of a better model over a served one."""
-    from tests.serving.deploy import test_kserve_rollout as rollout
+    """The deploy step of the first run: the model from KFP's object store served in team-a
+    (Serverless, Kubeflow's default), with the ServiceAccount and S3 Secret of step 2's
+    ``manifests/serving-credentials``, verified, then all traffic."""
+    from fmnist_kfp.kubernetes.inference_service import KServeSettings
+    from fmnist_kfp.serving.deploy.kserve_deployer import deploy_with_kserve
+    from tests.serving.deploy.test_kserve_rollout import Verifier
 
     lines: list[str] = []
     with KServeStandIn() as standin:
-        rollout.serve_old_model(standin)
-        rollout.deploy(standin, rollout.NEW, 0.93, logs=lines)
+        for obj in build("serving-credentials", namespace=NAMESPACE):
+            standin.put(obj)
+        settings = KServeSettings(name="fashion-mnist", namespace=NAMESPACE,  # model_name
+                                  image="ghcr.io/fmnist-kfp/fmnist-kfp:0.2.0",
+                                  service_account="fmnist-serving", ready_timeout_seconds=5)
+        result = deploy_with_kserve(
+            settings, storage_uri=MODEL_URI, test_accuracy=0.9087, tolerance=0.005,
+            verify=Verifier(standin, default=0.9087), client=standin.kserve_client(NAMESPACE),
+            needs_credentials=True, poll_seconds=0.005, log=lines.append)
+    assert result["action"] == "created", result
     return "\n".join(lines)
 
 
 PRINTED_BY = {"train": _train_log, "tune": _tune_log, "deploy": _deploy_log}
+
+
+def test_the_steps_print_for_the_run_the_page_starts():
+    """The step logs above are the page's run's: its epochs, its namespace, its run (the
+    stand-in KFP's first run id, which the page's ``run`` output shows)."""
+    [run] = [command for block in blocks() if block.kind == "step"
+             for command in block.commands if command.argv[:2] == ["fmnist-kfp", "run"]]
+    argv = run.argv
+    assert argv[argv.index("--epochs") + 1] == str(EPOCHS)
+    assert argv[argv.index("--namespace") + 1] == NAMESPACE
+    assert '"run_id": "run-1"' in run.expected and "/run-1/" in MODEL_URI
 
 
 @pytest.mark.parametrize("step", list(PRINTED_BY))

@@ -11,9 +11,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from fmnist_kfp.cli import main as cli_main
 from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.lineage import add_lineage, content_digest, lineage_entry
-from fmnist_kfp.cli import main as cli_main
 from fmnist_kfp.lineage_report import chain, format_chain, resolve, verify
 
 

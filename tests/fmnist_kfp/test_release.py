@@ -158,7 +158,7 @@ def test_a_release_writes_the_wheel_the_digest_pinned_yamls_and_checksums(tmp_pa
         metadata = archive.read(f"fmnist_kfp-{__version__}.dist-info/METADATA").decode()
         assert f"Version: {__version__}" in metadata
         assert "Requires-Python: <3.14,>=3.10" in metadata
-        assert "pipelines/__init__.py" in archive.namelist()
+        assert "fmnist_kfp/pipelines/__init__.py" in archive.namelist()
 
     pipeline = dist / f"fashion-mnist-training-{__version__}.yaml"
     spec, _ = yaml.safe_load_all(pipeline.read_text())

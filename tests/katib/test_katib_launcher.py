@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from fmnist_kfp.errors import TuningError, UserInputError
+from fmnist_kfp.katib.experiment_launcher import KatibExperimentLauncher
+from fmnist_kfp.katib.results import EARLY_STOPPED, FAILED, SUCCEEDED
 from fmnist_kfp.kubernetes.experiment import ExperimentSettings
 from fmnist_kfp.settings.jobs import KubernetesSettings
 from fmnist_kfp.tuning.search_space import SearchSpace
-from fmnist_kfp.katib.experiment_launcher import KatibExperimentLauncher
-from fmnist_kfp.katib.results import EARLY_STOPPED, FAILED, SUCCEEDED
 from tests.crd_schemas import validate_strict
 from tests.katib_schemas import validate_katib
 from tests.launcher_harness import drain, read_until, spawn_script
@@ -398,8 +398,8 @@ def test_the_tuning_step_stages_the_dataset_and_runs_its_experiment(synthetic_da
     volume, the Experiment (named from the step's output location, so a retry re-attaches)
     searches with the step's settings on the staged copy, and the best values come back
     typed."""
-    from fmnist_kfp.settings.training import TrainingConfig
     from fmnist_kfp.kfp_components.tune.step import experiment_name, tune_step
+    from fmnist_kfp.settings.training import TrainingConfig
 
     monkeypatch.delenv("FMNIST_PVC_NAME", raising=False)  # not in a compiled pipeline's pod
     output_dir = str(tmp_path / "artifacts" / "search")
@@ -660,9 +660,9 @@ def test_the_tuning_steps_deadline_is_a_trials_time_per_round(monkeypatch):
     trials Katib never saw finish held the run for hours. Now: tuning.trial_minutes (60) per
     round of parallel trials, plus 10 minutes; active_deadline_seconds replaces a trial's
     time; 0 and no active_deadline_seconds: none."""
+    from fmnist_kfp.kfp_components.tune.step import experiment_settings
     from fmnist_kfp.settings.training import TrainingConfig
     from fmnist_kfp.settings.tuning import TuningSettings
-    from fmnist_kfp.kfp_components.tune.step import experiment_settings
 
     def deadline(tuning: dict, **kubernetes) -> float:
         settings, _ = experiment_settings("fmnist-tune", "dropout", TrainingConfig(), tuning)
@@ -683,8 +683,8 @@ def test_the_tuning_steps_deadline_is_a_trials_time_per_round(monkeypatch):
 
 def test_the_tuning_step_gives_its_launcher_that_deadline(synthetic_dataset, tmp_path,
                                                           monkeypatch):
-    from fmnist_kfp.settings.training import TrainingConfig
     from fmnist_kfp.kfp_components.tune import step
+    from fmnist_kfp.settings.training import TrainingConfig
 
     made: dict = {}
 

@@ -141,7 +141,8 @@ def test_the_trial_command_is_one_shell_safe_simple_command(tmp_path):
 def test_a_trainer_killed_by_the_kernel_stays_retryable(container_factory, early_stopping):
     """The out-of-memory killer (or a crash) ends the trainer with SIGKILL. With early stopping
     Katib's wrapper would turn that into exit 1, a permanent failure (at 1cd2394 the trial
-    failed); fmnist_kfp.katib.trial_process ends the wrapper itself, so the container exits >= 128."""
+    failed); fmnist_kfp.katib.trial_process ends the wrapper itself, so the container exits >=
+    128."""
     container = container_factory(early_stopping)
     container.trainer().kill()
     code = container.exit_code()

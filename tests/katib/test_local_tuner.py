@@ -12,14 +12,14 @@ from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
 from fmnist_kfp.errors import TuningError, UserInputError
+from fmnist_kfp.katib.median_stop import KatibMedianStopPruner
+from fmnist_kfp.katib.optuna_search import LocalTuner, distributions, grid_points, make_sampler
+from fmnist_kfp.katib.results import EARLY_STOPPED, SUCCEEDED, TuningResult
 from fmnist_kfp.settings.pipeline import PipelineParameters
 from fmnist_kfp.settings.training import TrainingConfig
 from fmnist_kfp.tuning.experiment_settings import EarlyStopping, ExperimentSettings
 from fmnist_kfp.tuning.search_space import Parameter, SearchSpace
 from fmnist_kfp.validation import validate_parameters
-from fmnist_kfp.katib.median_stop import KatibMedianStopPruner
-from fmnist_kfp.katib.optuna_search import LocalTuner, distributions, grid_points, make_sampler
-from fmnist_kfp.katib.results import EARLY_STOPPED, SUCCEEDED, TuningResult
 from tests import launcher_harness as harness
 
 _LR = FloatDistribution(1e-5, 1e-1, log=True)

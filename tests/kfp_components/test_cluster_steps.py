@@ -356,8 +356,8 @@ def test_user_settings_are_merged_over_the_compiled_claim(on_the_cluster, synthe
                                                           tmp_path):
     """At 1cd2394 the pipeline's kubernetes parameter replaced the compiled {"pvc_name": ...}:
     --kubernetes '{"namespace": ..., "cpu": ...}' made a TFJob without a volume."""
-    from fmnist_kfp.kubernetes.tfjob import build_tfjob, to_manifest
     from fmnist_kfp.kfp_components.train.step import train_step
+    from fmnist_kfp.kubernetes.tfjob import build_tfjob, to_manifest
 
     made = {}
 

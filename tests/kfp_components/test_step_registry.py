@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import yaml
 
-import fmnist_kfp.pipelines
-from fmnist_kfp.settings.pipeline import PipelineParameters
-from fmnist_kfp.settings.platform import Platform
+from fmnist_kfp import pipelines
 from fmnist_kfp.kfp_components import COMPONENTS, FOLDERS
 from fmnist_kfp.kfp_components.checks import CheckContext, parameter_problems, step_checks
+from fmnist_kfp.settings.pipeline import PipelineParameters
+from fmnist_kfp.settings.platform import Platform
 from tests import ROOT
 
 

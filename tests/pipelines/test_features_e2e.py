@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from fmnist_kfp.cli import main as cli_main
 from fmnist_kfp.lineage import content_digest
 from fmnist_kfp.settings.pipeline import PipelineParameters
-from fmnist_kfp.cli import main as cli_main
 from tests.fmnist_kfp.kubernetes.test_tensorboard import served_scalar_tags
 
 

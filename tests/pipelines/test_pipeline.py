@@ -11,10 +11,10 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from fmnist_kfp.settings.pipeline import PipelineParameters
 from fmnist_kfp.cli import main as cli_main
 from fmnist_kfp.local_run import run_local
 from fmnist_kfp.pipelines.compile import COMPILED_DIR, compile_all
+from fmnist_kfp.settings.pipeline import PipelineParameters
 from tests import ROOT
 
 
@@ -53,10 +53,10 @@ def test_every_compiled_component_loads_back_with_its_image_and_no_env():
     take their images as inputs whose defaults are the compiled images."""
     from kfp import components
 
-    from fmnist_kfp.settings.platform import JobImages
     from fmnist_kfp.kfp_components import COMPONENTS
+    from fmnist_kfp.settings.platform import JobImages
 
-    images = JobImages.compiled()
+    images = JobImages.chosen()
     for component in COMPONENTS.values():
         path = ROOT / COMPILED_DIR / "components" / f"{component.component_spec.name}.yaml"
         loaded = components.load_component_from_file(str(path))
@@ -76,7 +76,7 @@ def test_every_step_imports_inside_a_pipeline_pod():
 
     from fmnist_kfp.kfp_components import FOLDERS
 
-    script = "; ".join(f"import kfp_components.{folder}.step" for folder in FOLDERS
+    script = "; ".join(f"import fmnist_kfp.kfp_components.{folder}.step" for folder in FOLDERS
                        if (ROOT / "kfp_components" / folder / "step.py").exists())
     result = subprocess.run([sys.executable, "-c", script], env={**os.environ,
                             "_KFP_RUNTIME": "true"}, capture_output=True, text=True, timeout=300)
@@ -121,7 +121,7 @@ def test_a_digest_pinned_component_image_needs_the_gpu_image_named(monkeypatch, 
 
     monkeypatch.setenv("FMNIST_COMPONENT_IMAGE", image)
     monkeypatch.delenv("FMNIST_GPU_IMAGE", raising=False)
-    with pytest.raises(UserInputError, match="pinned by digest.*set FMNIST_GPU_IMAGE as well"):
+    with pytest.raises(UserInputError, match="pinned by digest.*give the GPU image as well"):
         gpu_image()
     monkeypatch.setenv("FMNIST_GPU_IMAGE", "r.example/fmnist-gpu")
     with pytest.raises(UserInputError, match="FMNIST_GPU_IMAGE='r.example/fmnist-gpu' has no tag"):

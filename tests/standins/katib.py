@@ -8,8 +8,8 @@ said).
   ``katib.kubeflow.org/metrics-collector-injection: enabled``
   (pkg/webhook/v1beta1/experiment/validation_webhook.go lines 74-91) and the Experiment must
   pass the validator (validator.go; re-implemented in
-  fmnist_kfp/kubernetes/experiment_webhook.py, whose own tests hold it to upstream); a refusal is HTTP
-  400 (validation_webhook.go lines 93-97, ``admission.Errored(
+  fmnist_kfp/kubernetes/experiment_webhook.py, whose own tests hold it to upstream); a refusal is
+  HTTP 400 (validation_webhook.go lines 93-97, ``admission.Errored(
   http.StatusBadRequest, err)``); a second create of a name is 409.
 * Conditions are cumulative, one per type; a re-set type moves to the end, Running flips to
   False before Succeeded/Failed (pkg/apis/controller/experiments/v1beta1/util.go lines 112-160,

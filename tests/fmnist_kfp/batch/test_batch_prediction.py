@@ -13,11 +13,11 @@ from PIL import Image
 
 from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.images import decode_image
+from fmnist_kfp.kfp_components.batch_predict.step import batch_predict_step
 from fmnist_kfp.scoring.image_reader import BadInput, read_image
 from fmnist_kfp.scoring.inputs import label_of, list_source, shard_items
 from fmnist_kfp.scoring.scoring_job import BatchPredictionError, ScoringJobSpec
 from fmnist_kfp.scoring.worker import score_shard
-from fmnist_kfp.kfp_components.batch_predict.step import batch_predict_step
 from tests import ROOT
 from tests.fixtures import synthetic_split
 

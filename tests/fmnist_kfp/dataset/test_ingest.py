@@ -316,9 +316,9 @@ def test_a_training_job_on_a_damaged_shard_fails_naming_it(damaged, tmp_path):
     """Through the real trainer process: the job fails at once (an error, not a retry) and its
     error carries the trainer's message naming the shard."""
     from fmnist_kfp.errors import TrainingJobError
+    from fmnist_kfp.kfp_components.train.step import training_backend
     from fmnist_kfp.settings.training import TrainingConfig
     from fmnist_kfp.training.training_job import TrainingJobSpec
-    from fmnist_kfp.kfp_components.train.step import training_backend
 
     _drop_last_record(damaged / "train-00005-of-00008.tfrecord")
     spec = TrainingJobSpec(name="damaged", config=TrainingConfig(epochs=1),

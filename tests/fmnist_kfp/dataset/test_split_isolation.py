@@ -22,10 +22,10 @@ def _reads(log) -> list[dict]:
 @pytest.mark.slow
 def test_tuning_training_and_selection_read_the_test_split_once_for_the_chosen_model(
         synthetic_dataset, tmp_path, monkeypatch):
-    from fmnist_kfp.settings.training import TrainingConfig
     from fmnist_kfp.kfp_components.select.step import select_step
     from fmnist_kfp.kfp_components.train.step import train_step
     from fmnist_kfp.kfp_components.tune.step import tune_step
+    from fmnist_kfp.settings.training import TrainingConfig
 
     log = tmp_path / "reads.jsonl"
     monkeypatch.setenv(SPLIT_READ_LOG_ENV, str(log))

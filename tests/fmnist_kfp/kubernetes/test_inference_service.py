@@ -184,8 +184,8 @@ def test_serving_runtime_passes_the_crd_and_runs_our_predictor():
 def test_the_predictor_runs_the_deploy_steps_image_unless_serving_names_one(monkeypatch):
     """One source for the predictor's image: the deploy step's image input (whose default is
     the image the component was compiled with), or serving.image; never the environment."""
-    from fmnist_kfp.settings.serving import ServingSettings
     from fmnist_kfp.kfp_components.deploy.step import kserve_settings, serving_problems
+    from fmnist_kfp.settings.serving import ServingSettings
 
     monkeypatch.setenv("FMNIST_COMPONENT_IMAGE", "registry.example/elsewhere:1.0")
     step_image, own = "registry.example/fmnist:9.9", "registry.example/predictor:2.0"

@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from fmnist_kfp.errors import UserInputError
+from fmnist_kfp.kfp_components.train.step import publish_tensorboard, tensorboard_markdown
 from fmnist_kfp.kubernetes.tensorboard import build_tensorboard, dashboard_path, logs_path
 from fmnist_kfp.settings.jobs import KubernetesSettings
-from fmnist_kfp.kfp_components.train.step import publish_tensorboard, tensorboard_markdown
 from tests import ROOT
 from tests.crd_schemas import _strict
 
@@ -130,9 +130,9 @@ def test_a_two_worker_job_logs_once_from_the_chief_and_tensorboard_serves_it(
     """Under MultiWorkerMirroredStrategy only the chief writes (no workertemp_ directories of
     other workers): per-epoch scalars for training and validation, the graph, and the profile
     that profile_steps asks for. Then fmnist-kfp tensorboard serves them on 127.0.0.1."""
+    from fmnist_kfp.kfp_components.train.step import training_backend
     from fmnist_kfp.settings.training import TrainingConfig
     from fmnist_kfp.training.training_job import TrainingJobSpec
-    from fmnist_kfp.kfp_components.train.step import training_backend
 
     work = tmp_path / "model"
     spec = TrainingJobSpec(

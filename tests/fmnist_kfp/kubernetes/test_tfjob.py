@@ -106,8 +106,8 @@ def test_a_gpu_job_without_a_gpu_image_is_refused_naming_the_input():
 
 
 def test_job_names_are_stable_per_task_and_distinct_across_tasks():
-    from fmnist_kfp.settings.names import is_dns_1035_label
     from fmnist_kfp.kfp_components.train.step import job_name
+    from fmnist_kfp.settings.names import is_dns_1035_label
 
     first = job_name("batchnorm", "gs://root/run-1/for-loop-1-iteration-2/train-model/model")
     assert first == job_name("batchnorm", "gs://root/run-1/for-loop-1-iteration-2/train-model/model")

@@ -188,8 +188,8 @@ def test_a_parameter_server_tfjob_with_an_evaluator_runs_through_the_operator_st
 def test_a_local_trial_of_a_parameter_server_search_is_scored_from_the_chief():
     """Locally, as on Katib (whose collector reads the job-role=master pod, the Chief), a PS
     trial's objective comes from the coordinator's epoch lines."""
-    from fmnist_kfp.tuning.experiment_settings import ExperimentSettings
     from fmnist_kfp.katib.optuna_search import _EpochCollector
+    from fmnist_kfp.tuning.experiment_settings import ExperimentSettings
 
     settings = ExperimentSettings(name="fmnist-tune-bn", num_workers=2,
                                   strategy="parameter_server", num_ps=1)

@@ -12,14 +12,14 @@ import sys
 import pytest
 import yaml
 
-from fmnist_kfp.errors import UserInputError
-from fmnist_kfp.settings.pipeline import NESTED, PipelineParameters
-from fmnist_kfp.settings.schema import coerce
-from fmnist_kfp.settings.training import Hyperparameters, TrainingConfig
 from fmnist_kfp.cli import build_parser
+from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.kfp_components import COMPONENTS
 from fmnist_kfp.kfp_components.base import setting_specs
 from fmnist_kfp.pipelines.fashion_mnist import make_pipeline
+from fmnist_kfp.settings.pipeline import NESTED, PipelineParameters
+from fmnist_kfp.settings.schema import coerce
+from fmnist_kfp.settings.training import Hyperparameters, TrainingConfig
 from tests import ROOT
 
 _ANNOTATIONS = {int: int, float: float, str: str, bool: bool, list: list, dict: dict}
@@ -63,8 +63,11 @@ def test_every_cli_flag_is_a_setting_with_its_help_and_default():
         assert f"default {spec.default_text}" in flags[name].help, name
 
 
-def _flags(command: str) -> dict:
-    parser = build_parser()._subparsers._group_actions[0].choices[command]  # noqa: SLF001
+def _flags(*command: str) -> dict:
+    """The flags of a (sub)command: ``_flags("schedule", "create")``."""
+    parser = build_parser()
+    for name in command:
+        parser = parser._subparsers._group_actions[0].choices[name]  # noqa: SLF001
     return {action.dest: action for action in parser._actions}  # noqa: SLF001
 
 
@@ -95,7 +98,7 @@ def test_schedule_help_shows_the_compiled_defaults():
     from fmnist_kfp.settings.pipeline import cluster_defaults
 
     cluster = cluster_defaults()
-    flags = _flags("schedule")
+    flags = _flags("schedule", "create")
     for name, spec in PipelineParameters.specs().items():
         shown = dataclasses.replace(spec, default=getattr(cluster, name)).default_text
         assert " ".join(flags[name].help.split()).endswith(f"(default {shown})"), name

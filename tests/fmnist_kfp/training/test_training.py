@@ -11,9 +11,9 @@ from PIL import Image
 
 from fmnist_kfp.dataset.pipeline import load_arrays
 from fmnist_kfp.errors import UserInputError
+from fmnist_kfp.kfp_components.train.step import training_backend
 from fmnist_kfp.settings.training import TrainingConfig
 from fmnist_kfp.training.training_job import TrainingJobSpec
-from fmnist_kfp.kfp_components.train.step import training_backend
 from tests.launcher_harness import job_spec
 
 # The launcher waits on worker processes: a regression that hangs fails in bounded time. The

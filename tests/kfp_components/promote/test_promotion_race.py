@@ -1,8 +1,8 @@
 """serve_early's promotion is atomic (issue 23): two models that finish training at the same
 time race to be served, and the worse one never replaces the better one. Locally the rule is
-the deployment's lock (``fmnist_kfp.serving.deploy.local_deployer.promote_locally``); the test forces the
-interleaving that would downgrade without it — both read "nothing served", the better one is
-saved first, the worse one after — and shows the lock prevents it, in both finishing orders.
+the deployment's lock (``fmnist_kfp.serving.deploy.local_deployer.promote_locally``); the test
+forces the interleaving that would downgrade without it — both read "nothing served", the better one
+is saved first, the worse one after — and shows the lock prevents it, in both finishing orders.
 The servers are small real HTTP processes that answer readiness as the predictor does."""
 
 from __future__ import annotations

@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from fmnist_kfp.cli import main as cli_main
 from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.kubernetes.inference_service import KServeSettings
-from fmnist_kfp.cli import main as cli_main
 from fmnist_kfp.serving.deploy.kserve_deployer import deploy_with_kserve
 from tests import ROOT
 from tests.standins.kfp import API, KfpStandIn

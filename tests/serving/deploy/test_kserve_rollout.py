@@ -29,7 +29,11 @@ from fmnist_kfp.kubernetes.inference_service import (
     KServeSettings,
 )
 from fmnist_kfp.serving.deploy import kserve_api
-from fmnist_kfp.serving.deploy.kserve_deployer import KServeRolloutError, ReadinessTimeout, deploy_with_kserve
+from fmnist_kfp.serving.deploy.kserve_deployer import (
+    KServeRolloutError,
+    ReadinessTimeout,
+    deploy_with_kserve,
+)
 from tests.crd_schemas import validate_strict
 from tests.standins.apiserver import Fault
 from tests.standins.kserve import ISVC_CRD, RUNTIME_CRD, KServeStandIn

@@ -1,6 +1,6 @@
 """Reading what KServe and the API server say, rule by rule (the rules and their upstream
-sources are in ``fmnist_kfp/kubernetes/inference_service_status.py``, ``serving/deploy/kserve_api.py``
-and ``credentials.py``):
+sources are in ``fmnist_kfp/kubernetes/inference_service_status.py``,
+``serving/deploy/kserve_api.py`` and ``credentials.py``):
 modes and their spellings per version, addresses, the Deployment's rollout, API errors, the
 S3 Secret KServe's storage initializer needs."""
 

@@ -8,9 +8,12 @@ import httpx
 import pytest
 
 from fmnist_kfp.errors import UserInputError
-from fmnist_kfp.settings.pipeline import PipelineParameters
-from fmnist_kfp.validation import validate_parameters
-from fmnist_kfp.kfp_components.deploy.step import DeploymentError, deploy, serving_problems, storage_uri_for
+from fmnist_kfp.kfp_components.deploy.step import (
+    DeploymentError,
+    deploy,
+    serving_problems,
+    storage_uri_for,
+)
 from fmnist_kfp.serving.deploy.client import v1_image_request
 from fmnist_kfp.serving.deploy.local_deployer import (
     deploy_locally,
@@ -20,6 +23,8 @@ from fmnist_kfp.serving.deploy.local_deployer import (
     stop_process,
     stop_server,
 )
+from fmnist_kfp.settings.pipeline import PipelineParameters
+from fmnist_kfp.validation import validate_parameters
 from tests.conftest import export_untrained_model
 from tests.fixtures import synthetic_split
 

@@ -1,9 +1,9 @@
 """Deployment verification: the served answers are the selected model's own, float rounding and
 near-ties aside, and a wrong model never passes.
 
-The rule (:func:`fmnist_kfp.serving.deploy.verification.agreement`) is checked on constructed answers
-(a near-tie flipped by float noise passes; permuted classes and another model fail), then on a
-real model server on loopback serving a real exported CNN, the right one and two wrong ones.
+The rule (:func:`fmnist_kfp.serving.deploy.verification.agreement`) is checked on constructed
+answers (a near-tie flipped by float noise passes; permuted classes and another model fail), then on
+a real model server on loopback serving a real exported CNN, the right one and two wrong ones.
 """
 
 from __future__ import annotations

@@ -284,8 +284,8 @@ def test_a_margin_outside_0_1_is_refused_before_serving(exported_model):
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "fmnist_kfp.serving.model_server.server", "--model_dir",
-                           str(exported_model), "--uncertain_margin", "1.5"],
+    done = subprocess.run([sys.executable, "-m", "fmnist_kfp.serving.model_server.server",
+                           "--model_dir", str(exported_model), "--uncertain_margin", "1.5"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "--uncertain_margin must be in [0, 1], got 1.5" in \
         done.stderr

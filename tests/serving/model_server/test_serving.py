@@ -63,8 +63,9 @@ def start_model_server(model_dir: Path, tmp_dir: Path, *args: str) -> RunningSer
     port_file, log_file = tmp_dir / f"ports-{index}.json", tmp_dir / f"server-{index}.log"
     with open(log_file, "wb") as log:  # a file, not a pipe: a full pipe would stall the server
         process = subprocess.Popen(
-            [sys.executable, "-m", "fmnist_kfp.serving.model_server.server", f"--model_dir={model_dir}",
-             "--http_port=0", "--grpc_port=0", f"--port_file={port_file}", *args],
+            [sys.executable, "-m", "fmnist_kfp.serving.model_server.server",
+             f"--model_dir={model_dir}", "--http_port=0", "--grpc_port=0",
+             f"--port_file={port_file}", *args],
             stdout=log, stderr=subprocess.STDOUT,
             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
         )
