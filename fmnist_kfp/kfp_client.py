@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import tempfile
 import urllib.parse
 import warnings
@@ -302,20 +301,13 @@ def pipeline_package(package: str = "", *, image: str | None = None,
     from fmnist_kfp.pipelines.compile import compile_pipeline
 
     try:
-        directory = tempfile.mkdtemp(prefix="fmnist-kfp-")
-        try:
-            path = compile_pipeline(os.path.join(directory, PACKAGE_NAME), image=image,
-                                    gpu_image=gpu_image)
-        except BaseException:
-            shutil.rmtree(directory, ignore_errors=True)
-            raise
+        temporary = tempfile.TemporaryDirectory(prefix="fmnist-kfp-")
     except OSError as error:  # no writable temporary directory
         raise UserInputError(f"cannot compile the pipeline into a temporary file ({error}); "
                              "set $TMPDIR to a writable directory, or pass --package") from None
-    try:
-        yield path
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
+    with temporary as directory:
+        yield compile_pipeline(os.path.join(directory, PACKAGE_NAME), image=image,
+                               gpu_image=gpu_image)
 
 
 def submit_run(

@@ -29,13 +29,13 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 from fmnist_kfp import __version__
-from tests.conftest import IN_CI
 from tests.test_install import (  # noqa: F401 - wheel, compiled_here: fixtures
     COMPOSE,
     COMPOSED_COMPONENTS,
     PIP_TIMEOUT,
     ROOT,
     _checked,
+    a_user_python,
     compiled_here,
     declared_ranges,
     find_python,
@@ -65,23 +65,13 @@ print(json.dumps({{
 """
 
 
-def _python() -> str:
-    python = find_python("3.12") or find_python("3.11")
-    if python is None:
-        message = "no Python 3.12 or 3.11: looked under pyenv and on the PATH"
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
-    return python
-
-
 @pytest.fixture(scope="module", params=ENDS)
 def end(request, wheel, tmp_path_factory) -> tuple[str, Path]:  # noqa: F811
     """(the resolution, the venv) with the wheel's base installed at that end."""
     resolution = request.param
     uv = uv_binary()
     root = tmp_path_factory.mktemp(f"venv-{resolution}")
-    _checked(uv, "venv", "--quiet", "--python", _python(), root, timeout=PIP_TIMEOUT)
+    _checked(uv, "venv", "--quiet", "--python", a_user_python(), root, timeout=PIP_TIMEOUT)
     _checked(uv, "pip", "install", "--quiet", "--python", root / "bin/python",
              "--resolution", resolution, wheel, *BASE, timeout=PIP_TIMEOUT)
     return resolution, root

@@ -80,6 +80,18 @@ def find_python(version: str) -> str | None:
     return next((str(c) for c in candidates if c and _version_of(str(c)) == version), None)
 
 
+def a_user_python() -> str:
+    """The interpreter a new user's venv is made with: Python 3.12, else 3.11; without
+    either the test is skipped (failed in CI)."""
+    python = find_python("3.12") or find_python("3.11")
+    if python is None:
+        message = "no Python 3.12 or 3.11: looked under pyenv and on the PATH"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    return python
+
+
 def uv_binary() -> str:
     uv = shutil.which("uv") or str(ROOT / ".tools/bin/uv")  # as fmnist_kfp.release finds it
     if not Path(uv).exists() and shutil.which(uv) is None:

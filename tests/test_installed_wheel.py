@@ -24,13 +24,13 @@ from pathlib import Path
 import pytest
 
 from fmnist_kfp import __version__
-from tests.conftest import IN_CI
 from tests.test_install import (  # noqa: F401 - wheel: the session's built wheel (a fixture)
     COMPOSE,
     COMPOSED_COMPONENTS,
     PIP_TIMEOUT,
     ROOT,
     _checked,
+    a_user_python,
     find_python,
     uv_binary,
     wheel,
@@ -80,12 +80,7 @@ class UserVenv:
 
 @pytest.fixture(scope="module")
 def user(wheel, tmp_path_factory) -> UserVenv:  # noqa: F811 - the fixture
-    python = find_python("3.12") or find_python("3.11")
-    if python is None:
-        message = "no Python 3.12 or 3.11: looked under pyenv and on the PATH"
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
+    python = a_user_python()
     uv = uv_binary()
     root = tmp_path_factory.mktemp("user-venv")
     # uv makes the venv (with a current pip: --seed); the install is pip's, as a user's is.
