@@ -128,7 +128,7 @@ clean:
 	rm -rf runs bench/results .pytest_cache mutants site .build
 
 # --- Images and releases (.github/workflows/ci.yml and release.yml call these) -------------
-.PHONY: release-check github-release
+.PHONY: release-check github-release free-runner-disk
 
 # Before anything of a release is built or pushed: TAG is v<version>, and CHANGELOG.md dates
 # it. In a workflow it also writes version=<version> to $$GITHUB_OUTPUT.
@@ -139,3 +139,21 @@ release-check: setup
 # GitHub release of TAG, its notes the changelog's section (gh, with GH_TOKEN).
 github-release: setup
 	$(PY) -m fmnist_kfp.release --github-release "$(TAG)" --dist $(DIST) --changelog $(CHANGELOG)
+
+# Before the image builds of release.yml, on a GitHub-hosted runner only: the GPU image's
+# layers (~3.4 GB of compressed CUDA wheels, several times that unpacked, with the CPU image
+# beside them in buildx's cache) may not fit in the runner's free root disk (14 GB). Deletes
+# preinstalled toolchains the builds never use (.NET, the Android SDK, GHC, CodeQL) and the
+# runner's cached Docker images. Refuses anywhere else (GITHUB_ACTIONS and RUNNER_ENVIRONMENT
+# are GitHub's own default variables), so that no one deletes these by mistake.
+free-runner-disk:
+	@if [ "$$GITHUB_ACTIONS" != true ] || [ "$$RUNNER_ENVIRONMENT" != github-hosted ]; then \
+		echo "free-runner-disk deletes toolchains from a GitHub-hosted runner; not one here" \
+			"(GITHUB_ACTIONS=$$GITHUB_ACTIONS, RUNNER_ENVIRONMENT=$$RUNNER_ENVIRONMENT)" >&2; \
+		exit 1; \
+	fi
+	df -h /
+	sudo rm -rf /usr/share/dotnet /usr/local/lib/android /opt/ghc /usr/local/.ghcup \
+		/opt/hostedtoolcache/CodeQL
+	sudo docker image prune --all --force
+	df -h /

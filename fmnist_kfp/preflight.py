@@ -16,7 +16,9 @@ pod's in-cluster configuration: :func:`kubernetes_api`) and the KFP endpoint:
 * KServe's default deployment mode (inferenceservice-config, for information);
 * the shared ReadWriteMany claim, the compile-time credentials Secret (when one is named), the
   serving ServiceAccount and its S3 Secret (``fmnist_kfp.serving.deploy.credentials``), and the
-  Istio policy that lets pipeline pods reach the predictors (when Istio is installed);
+  Istio policy that lets pipeline pods reach the predictors (when Istio is installed), and
+  on Kubeflow 26.03, whose NetworkPolicies isolate istio-system, the NetworkPolicy that lets
+  them reach the cluster-local gateway (:func:`check_network_policy`);
 * every permission the pipeline's steps use, as SelfSubjectAccessReviews made *as* the
   pipeline's ServiceAccount (impersonation; Kubeflow's kubeflow-edit lets a profile's users
   impersonate its ServiceAccounts): ``pipeline-runner`` on standalone KFP, the profile's
@@ -45,6 +47,13 @@ from fmnist_kfp.kubernetes.workload import GROUP as WORKLOAD_GROUP
 from fmnist_kfp.settings.scheduling import KUEUE_QUEUE_LABEL, SchedulingSettings
 
 ISTIO_POLICY = "fmnist-serving-in-cluster"
+# Kubeflow 26.03's NetworkPolicy that admits to istio-system pods only istio-system's
+# (kubeflow/manifests 26.03 common/istio/istio-namespace/base/default-allow-same-namespace.yaml
+# lines 1-12, new in 26.03: commit fcd884f71, #3342); where it exists, pipeline pods reach the
+# cluster-local gateway (every Serverless predictor's address) only through ours.
+GATEWAY_NAMESPACE = "istio-system"
+KUBEFLOW_GATEWAY_POLICY = "default-allow-same-namespace-istio-system"
+NETWORK_POLICY = "fmnist-pipelines-to-local-gateway"  # manifests/serving-network
 SETUP = "manifests/"
 # An API server that does not answer costs seconds: a 5 s connect timeout, one retry.
 CONNECT_TIMEOUT_SECONDS = 5.0
@@ -104,6 +113,23 @@ PERMISSIONS = (
     ("get", "apps", "deployments", "", "deploy: follow a Standard-mode rollout"),
     ("get", "", "serviceaccounts", "", "deploy: check the storage credentials"),
     ("get", "", "secrets", "", "deploy: check the storage credentials"),
+    ("create", "tensorboard.kubeflow.org", "tensorboards", "", "train: create the run's "
+                                                               "Tensorboard"),
+    ("get", "tensorboard.kubeflow.org", "tensorboards", "", "train: re-attach to it on a "
+                                                            "retry"),
+    ("create", "batch", "jobs", "", "batch-predict: create the Indexed Job"),
+    ("get", "batch", "jobs", "status", "batch-predict: follow the Job"),
+    ("delete", "batch", "jobs", "", "batch-predict: delete it on SIGTERM or failure"),
+    ("get", "", "configmaps", "", "serve_early: read the claim (<name>-serve-early)"),
+    ("create", "", "configmaps", "", "serve_early: make the claim"),
+    ("update", "", "configmaps", "", "serve_early: win the claim (compare-and-swap)"),
+)
+# What a step reads only when it can, going on without it (a 403 is not a failure), so
+# PERMISSIONS leaves it out: Kueue's Workloads (why a queued job waits: kubernetes/workload.py).
+# (KServe's inferenceservice-config, read for the default mode in KServe's namespace, is such a
+# read too, but configmaps are read in the run's namespace anyway: the serve_early claim.)
+OPTIONAL_READS = (
+    ("list", "kueue.x-k8s.io", "workloads", ""),
 )
 
 
@@ -450,6 +476,35 @@ def check_istio_policy(api_client, custom, cluster: Cluster) -> Row | None:
                                     "get 403 RBAC: access denied from the predictors", fix)
         return Row(what, None, f"cannot read it: {error}")
     return Row(what, True, "lets pipeline pods call /v1/models/* and /v2/models/*")
+
+
+def check_network_policy(api_client, cluster: Cluster) -> Row | None:
+    """Kubeflow 26.03 isolates istio-system (``KUBEFLOW_GATEWAY_POLICY``): where that policy
+    exists, ``manifests/serving-network``'s must exist too, or the deploy step's verification
+    and the predict step time out on the predictor's cluster-local address (the connection to
+    the ``cluster-local-gateway`` pods, port 8081, is dropped). None where Kubeflow's policy is
+    absent (an older release, or no Kubeflow)."""
+    base = f"/apis/networking.k8s.io/v1/namespaces/{GATEWAY_NAMESPACE}/networkpolicies"
+    theirs, problem = _read(api_client, f"{base}/{KUBEFLOW_GATEWAY_POLICY}")
+    if problem == "missing":
+        return None
+    what = f"NetworkPolicy {GATEWAY_NAMESPACE}/{NETWORK_POLICY}"
+    fix = f"kubectl apply -k {SETUP}serving-network (cluster-admin)"
+    if problem is not None:
+        return Row(what, None, f"cannot read {GATEWAY_NAMESPACE}'s NetworkPolicies "
+                               f"({_reason(problem)}); on Kubeflow 26.03 with NetworkPolicy "
+                               "enforced, pipeline pods reach the served model only with it",
+                   f"ask the cluster admin: {fix}")
+    ours, problem = _read(api_client, f"{base}/{NETWORK_POLICY}")
+    if problem == "missing":
+        return Row(what, False, f"missing, while {KUBEFLOW_GATEWAY_POLICY} admits to "
+                                f"{GATEWAY_NAMESPACE} only its own pods: where the cluster "
+                                "enforces NetworkPolicy, the deploy and predict steps cannot "
+                                "reach the model (knative-local-gateway, port 8081)", fix)
+    if problem is not None:
+        return Row(what, None, f"cannot read it ({_reason(problem)})", fix)
+    return Row(what, True, "lets profile namespaces' pipeline pods reach the cluster-local "
+                           "gateway (port 8081)")
 
 
 def check_permissions(api_client, cluster: Cluster) -> list[Row]:
@@ -822,6 +877,9 @@ def preflight(endpoint, api_client, cluster: Cluster, *, check_backend: bool = T
     istio = check_istio_policy(api_client, client.CustomObjectsApi(api_client), cluster)
     if istio is not None:
         rows.append(istio)
+    network = check_network_policy(api_client, cluster)
+    if network is not None:
+        rows.append(network)
     rows += check_permissions(api_client, cluster)
     return rows
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1] / "manifests"
-BASES = ("pvc", "standalone-rbac", "serving-credentials", "serving-access")
+BASES = ("pvc", "standalone-rbac", "serving-credentials", "serving-access", "serving-network")
 
 
 def kustomization(base: str) -> dict:

@@ -169,3 +169,39 @@ def test_a_release_checks_the_tag_then_pushes_then_compiles_against_the_digests(
     runs = [s.get("run") for _, s in _steps({"jobs": {"r": jobs["github-release"]}})]
     assert runs.index("make release") < runs.index('make github-release TAG="${GITHUB_REF_NAME}"')
     assert jobs["pypi"]["needs"] == ["check", "github-release"]
+
+
+def test_a_release_frees_the_runners_disk_before_building_the_images():
+    """Issue 29 item 9: the GPU image (~3.4 GB of compressed CUDA wheels) may exhaust a hosted
+    runner's free disk, so `make free-runner-disk` runs first in the images job."""
+    steps = _workflow("release.yml")["jobs"]["images"]["steps"]
+    names = [s.get("run") or s["uses"].split("@")[0] for s in steps]
+    first_build = names.index("docker/build-push-action")
+    assert names.index("make free-runner-disk") < first_build
+    assert [s.get("id") for s in steps[first_build:]] == ["cpu", "gpu"]
+
+
+@pytest.mark.parametrize("env", [{}, {"GITHUB_ACTIONS": "true"},
+                                 {"GITHUB_ACTIONS": "true", "RUNNER_ENVIRONMENT": "self-hosted"}])
+def test_free_runner_disk_refuses_anywhere_but_a_github_hosted_runner(env):
+    import os
+
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("GITHUB_ACTIONS", "RUNNER_ENVIRONMENT")}
+    done = subprocess.run(["make", "--no-print-directory", "free-runner-disk"], cwd=ROOT,
+                          env={**base, **env}, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert "not one here" in done.stderr and "sudo" not in done.stdout
+
+
+def test_free_runner_disk_deletes_only_toolchains_the_build_never_uses():
+    import os
+
+    hosted = {**os.environ, "GITHUB_ACTIONS": "true", "RUNNER_ENVIRONMENT": "github-hosted"}
+    done = subprocess.run(["make", "--no-print-directory", "-n", "free-runner-disk"], cwd=ROOT,
+                          env=hosted, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.replace("\\\n", " ").splitlines()  # make -n keeps continuations
+    [remove] = [line for line in lines if "rm -rf" in line]
+    assert remove.split()[3:] == ["/usr/share/dotnet", "/usr/local/lib/android", "/opt/ghc",
+                                  "/usr/local/.ghcup", "/opt/hostedtoolcache/CodeQL"]

@@ -64,9 +64,14 @@ HTTP_PORT = 8080
 PART_OF_LABEL = {"app.kubernetes.io/part-of": "fmnist-kfp"}
 
 TAG_ROUTING_ANNOTATION = "serving.kserve.io/enable-tag-routing"
-# Standard mode: a candidate InferenceService "<name>-canary" is verified before the main one
-# changes (see fmnist_kfp.serving.deploy.rollout_standard).
+# Standard mode: a candidate InferenceService "<name>-c<5 hex digits of the model's URI>" is
+# verified before the main one changes (see fmnist_kfp.serving.deploy.rollout_standard). Each
+# model gets its own, so two promotions racing never delete each other's candidate (issue 29).
+# The suffix is 7 characters, as long as the "-canary" that MAX_SERVICE_NAME_LENGTH
+# (fmnist_kfp.settings.serving) was derived for, so every name derived from it still fits.
 CANDIDATE_SUFFIX = "-canary"
+CANDIDATE_MARK = "-c"
+CANDIDATE_HASH_DIGITS = len(CANDIDATE_SUFFIX) - len(CANDIDATE_MARK)
 ROLE_LABEL = "fmnist.kubeflow.org/role"
 # Defaults of the autoscaling target when serving.scale_target is 0: in-flight requests per
 # replica (Knative), CPU utilization percent (HPA).
@@ -87,9 +92,9 @@ CANARY_ANNOTATIONS = (
 # Set by a Serverless rollback: the rejected model and the generation of its canary write. It
 # makes the rollback's revision template differ from every earlier one (rollout_serverless).
 ANNOTATION_ROLLED_BACK = "fmnist.kubeflow.org/rolled-back"
-# serve_early's claim: the model being (or last) promoted early and its validation accuracy.
-# Not model annotations: every rollout write keeps them as they are on the cluster, so the only
-# writes that change them are a promotion's compare-and-swap (serving/deploy/kserve_promotion).
+# serve_early's claim as the previous version wrote it, on the InferenceService: read only where
+# no claim ConfigMap exists (serving/deploy/kserve_promotion). Annotations reach the revision and
+# pod templates, so a claim written there restarted the model: the claim is a ConfigMap now.
 ANNOTATION_EARLY_VALIDATION_ACCURACY = "fmnist.kubeflow.org/early-validation-accuracy"
 ANNOTATION_EARLY_MODEL_URI = "fmnist.kubeflow.org/early-model-uri"
 ANNOTATION_EARLY_MODEL_TYPE = "fmnist.kubeflow.org/early-model-type"
@@ -173,8 +178,14 @@ def readiness_path(settings: KServeSettings, model_name: str) -> str:
     return f"/v2/models/{model_name}/ready"
 
 
-def candidate_name(name: str) -> str:
-    return name + CANDIDATE_SUFFIX
+def candidate_name(name: str, storage_uri: str) -> str:
+    """The Standard-mode candidate of the model at ``storage_uri`` on InferenceService
+    ``name``: ``<name>-c`` and the first hex digits of the URI's SHA-256, as long as
+    ``<name>-canary`` (a DNS-1035 label: it ends in a hex digit)."""
+    import hashlib
+
+    digest = hashlib.sha256(storage_uri.encode()).hexdigest()[:CANDIDATE_HASH_DIGITS]
+    return f"{name}{CANDIDATE_MARK}{digest}"
 
 
 def build_inference_service(

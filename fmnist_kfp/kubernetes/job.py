@@ -5,8 +5,13 @@ API server requires of such a Job: ``completions`` set when ``completionMode`` i
 and ``parallelism`` at most 10^5; ``template.spec.restartPolicy`` ``Never`` or ``OnFailure``.
 Each pod gets its index in ``JOB_COMPLETION_INDEX`` and hostname ``<job>-<index>``, so the name
 leaves room for the index in a 63-character label. Pods run with
-``sidecar.istio.io/inject: "false"``: a Job pod whose Istio sidecar keeps running never
-completes, and Kubeflow's own test Jobs turn it off.
+``sidecar.istio.io/inject: "false"`` as a label and as an annotation, as TFJob pods do
+(``fmnist_kfp.kubernetes.tfjob``): a Job pod whose Istio sidecar keeps running never completes.
+Istio reads the label first and the annotation only without it (istio/istio
+``pkg/kube/inject/inject.go`` ``injectRequired``: "The label is the new API; if both are
+present we prefer the label"; Kubeflow 26.03 ships Istio 1.28, ``proxyv2:1.28.0`` in
+kubeflow/manifests 26.03 ``common/istio/cluster-local-gateway/base/cluster-local-gateway.yaml``),
+and its injector webhook's objectSelector skips a pod labelled ``false`` altogether.
 
 upstream: docs/upstream.md#kubernetes, #kubeflow-manifests
 """
@@ -24,6 +29,7 @@ from fmnist_kfp.settings.names import is_dns_1035_label
 CONTAINER_NAME = "scorer"
 MAX_NAME_LENGTH = 56  # <name>-<index> is the pods' hostname: a 63-character DNS label
 MAX_INDEXED_PARALLELISM = 100_000
+SIDECAR_INJECT = "sidecar.istio.io/inject"  # a label (what Istio reads first) and annotation
 
 
 def build_indexed_job(spec: ScoringJobSpec, settings: KubernetesSettings):
@@ -62,8 +68,8 @@ def build_indexed_job(spec: ScoringJobSpec, settings: KubernetesSettings):
               "app.kubernetes.io/component": "batch-prediction"}
     scheduling = settings.scheduling_settings
     template = client.V1PodTemplateSpec(
-        metadata=client.V1ObjectMeta(labels=dict(labels),
-                                     annotations={"sidecar.istio.io/inject": "false"}),
+        metadata=client.V1ObjectMeta(labels={**labels, SIDECAR_INJECT: "false"},
+                                     annotations={SIDECAR_INJECT: "false"}),
         spec=client.V1PodSpec(containers=[container], volumes=volumes, restart_policy="Never",
                               service_account_name=settings.service_account or None,
                               # Writes its shard on the shared volume: see

@@ -5,8 +5,13 @@ Who may write the shared volume. The image runs as user 1000 in group 0 (``IMAGE
 ``IMAGE_GID``), and so does every pod this package creates (:func:`pod_security_context`). A
 pipeline step writes the volume first (the dataset copy, before any TFJob exists), and KFP
 cannot give a step pod an ``fsGroup``: 2.15.0 sets only the workflow's ``runAsUser``, from
-``PIPELINE_RUN_AS_USER``; 2.16.0 adds ``runAsNonRoot`` and a seccomp profile there and per task
-only the container's ``runAsUser``/``runAsGroup``/``runAsNonRoot`` (kfp-kubernetes 2.17.0
+``PIPELINE_RUN_AS_USER``; 2.16.0 gives an executor pod only a seccomp profile, not
+``runAsNonRoot`` (which it sets on KFP's own pods and init containers), and its main container
+the admin's default ``runAsUser``/``runAsGroup``/``runAsNonRoot`` when configured
+(kubeflow/pipelines 2.16.0 ``backend/src/v2/compiler/argocompiler/security_context.go``
+L84-121 ``applySecurityContextToExecutorTemplate``, L144-161 ``applyPodSeccompProfileOnly``,
+L163-198: no privilege escalation, capabilities dropped); per task only the container's
+``runAsUser``/``runAsGroup``/``runAsNonRoot`` (kfp-kubernetes 2.17.0
 ``set_security_context`` sets no more). So the steps need the volume's root writable by uid 1000
 or gid 0 before the first run
 (the README's setup step 2; ``manifests/pvc`` checks it), and whatever they create there is

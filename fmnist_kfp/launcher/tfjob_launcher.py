@@ -16,6 +16,14 @@ What is particular to TFJobs:
   counts restarts itself — each ``Restarting`` transition of the job, each replica pod
   recreated under a new UID, each container restart — and fails the job (and deletes it) once
   they exceed ``max_restarts``. ``backoffLimit`` is set to match (:func:`backoff_limit`).
+* **Preemption is no restart.** When Kueue evicts a job (preempted, or ``waitForPodsReady``'s
+  timeout, on by default since Kueue 0.19) it suspends the TFJob again; the operator deletes
+  every pod and, once Kueue re-admits it, creates them all anew under new UIDs. Each
+  admission is a *generation* of replicas, bounded by the changes of the TFJob's ``Suspended``
+  condition (the operator sets it as it suspends and resumes a job, kubeflow/trainer v1.9.2
+  pkg/controller.v1/common/job.go lines 146-173); only pods recreated within one generation
+  are restarts (:class:`RestartCount`). The time suspended counts against
+  ``scheduling.start_deadline_minutes`` again.
 * **Logs.** The master pod's (``training.kubeflow.org/job-role=master``: the Chief, else Worker
   0) new log lines are printed on each poll, across pod restarts; a log read that fails is
   skipped, never waited on (the SDK's ``get_job_logs(follow=True)`` hangs forever when its
@@ -34,6 +42,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 from fmnist_kfp.errors import TrainingJobError
 from fmnist_kfp.kubernetes.runner import (
@@ -58,6 +67,11 @@ from fmnist_kfp.training.training_job import TrainingJobResult, TrainingJobSpec
 
 TFJOB_KIND = "TFJob"
 TFJOB_PLURAL = "tfjobs"
+# A Suspended condition's transition time is the operator's clock, a pod's creationTimestamp
+# the API server's, both in whole seconds: a pod created up to this long before a change of
+# Suspended is of the generation after it. (A pod of the previous generation was created before
+# the job was suspended, and a suspension deletes every pod.)
+CLOCK_SKEW = timedelta(seconds=2)
 
 
 def _suspended(job) -> bool:
@@ -71,31 +85,86 @@ def _true(conditions, kind: str):
     return next((c for c in conditions if c.type == kind and c.status == "True"), None)
 
 
+def _moment(value) -> datetime | None:
+    """A timestamp as the clients give it (a ``datetime``, or an RFC 3339 string)."""
+    if value is None or isinstance(value, datetime):
+        return value
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))  # 3.10 wants +00:00
+    except ValueError:
+        return None
+
+
+def _suspension_changed_at(conditions) -> datetime | None:
+    """When the TFJob's ``Suspended`` condition last changed: the operator sets it True as it
+    suspends the job and deletes its pods, False (``TFJobResumed``) as it resumes it and
+    creates them again (kubeflow/trainer v1.9.2 pkg/controller.v1/common/job.go lines
+    146-173). None for a job never suspended."""
+    for c in conditions:
+        if c.type == "Suspended":
+            return _moment(c.last_transition_time or c.last_update_time)
+    return None
+
+
 @dataclass
 class RestartCount:
     """Restarts seen so far: new ``Restarting`` transitions of the TFJob, replica pods
     recreated under a new UID (``ExitCode``: the operator deletes a failed pod and creates a
     new one of the same name, pkg/controller.v1/common/pod.go v1.9.2 lines 350-366) and
     container restarts inside a pod (``OnFailure``/``Always``). Polls can miss a short-lived
-    ``Restarting`` condition or pod, so the larger of the two counts is taken."""
+    ``Restarting`` condition or pod, so the larger of the two counts is taken.
+
+    Pods are counted per *generation*: a suspended TFJob (Kueue's preemption or eviction) has
+    every pod deleted (kubeflow/trainer v1.9.2 pkg/controller.v1/common/job.go lines 146-166,
+    ``DeletePodsAndServices`` 43-69: cleanPodPolicy is ignored while the job is unfinished),
+    and its resumption creates every replica again under new UIDs: a new generation, not a
+    restart of each replica. Generations are bounded by the times the job's ``Suspended``
+    condition changed (:func:`_suspension_changed_at`; no pod is created while it is
+    suspended), every one seen being kept: a pod is put in the generation it was created in
+    (its ``creationTimestamp``), even when a poll missed a whole suspend/resume cycle, reads
+    the job just before the operator records the resume but lists the new pods, or still
+    lists a terminating pod of the previous generation. A pod with no timestamp goes in the
+    latest generation seen. Container restarts count in any generation."""
 
     transitions: set[str] = field(default_factory=set)
-    uids: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+    # pod UID -> (replica type, replica index, creationTimestamp, the latest boundary seen
+    # when the pod was first seen: the generation of a pod without a timestamp)
+    pods: dict[str, tuple[str, str, datetime | None, datetime | None]] = field(
+        default_factory=dict)
     container_restarts: dict[str, int] = field(default_factory=dict)
+    boundaries: set[datetime] = field(default_factory=set)  # each change of Suspended seen
+
+    def _generation(self, created: datetime | None, fallback: datetime | None):
+        if created is None:
+            return fallback
+        return max((start for start in self.boundaries if start - CLOCK_SKEW <= created),
+                   default=None)
 
     def update(self, conditions, pods) -> int:
         for c in conditions:
             if c.type == "Restarting" and c.status == "True":
                 self.transitions.add(str(c.last_transition_time or c.last_update_time))
+        changed = _suspension_changed_at(conditions)
+        if changed is not None:
+            self.boundaries.add(changed)
         for pod in pods:
+            uid = pod.metadata.uid
             labels = pod.metadata.labels or {}
-            slot = (labels.get(REPLICA_TYPE_LABEL, ""), labels.get(REPLICA_INDEX_LABEL, ""))
-            self.uids.setdefault(slot, set()).add(pod.metadata.uid)
+            if uid not in self.pods:
+                self.pods[uid] = (labels.get(REPLICA_TYPE_LABEL, ""),
+                                  labels.get(REPLICA_INDEX_LABEL, ""),
+                                  _moment(pod.metadata.creation_timestamp),
+                                  max(self.boundaries, default=None))
             statuses = (pod.status.container_statuses if pod.status else None) or []
             restarts = sum(s.restart_count or 0 for s in statuses)
-            self.container_restarts[pod.metadata.uid] = max(
-                restarts, self.container_restarts.get(pod.metadata.uid, 0))
-        from_pods = sum(len(uids) - 1 for uids in self.uids.values()) + sum(
+            self.container_restarts[uid] = max(restarts, self.container_restarts.get(uid, 0))
+        # Generations are recomputed on each poll: a boundary learnt later still moves the
+        # pods created after it into their own generation.
+        slots: dict[tuple, int] = {}
+        for rtype, index, created, latest in self.pods.values():
+            slot = (self._generation(created, latest), rtype, index)
+            slots[slot] = slots.get(slot, 0) + 1
+        from_pods = sum(count - 1 for count in slots.values()) + sum(
             self.container_restarts.values())
         return max(len(self.transitions), from_pods)
 

@@ -96,9 +96,12 @@ class SchedulingSettings(Settings):
                 "(`schedulingPolicy.scheduleTimeoutSeconds`); 0: the scheduler's default.",
         rules=[not_negative])
     start_deadline_minutes: int = setting(
-        60, help="Minutes a job may wait to start (queued by Kueue, or its pods unscheduled) "
-                 "before the step deletes it and fails; the wait counts against this, not "
-                 "against the job's run time. 0: wait as long as it takes.",
+        60, help="Minutes a job may be held suspended by its Kueue queue, summed over each "
+                 "time it is queued (again after a preemption or eviction), before the step "
+                 "deletes it and fails; that wait does not count against the job's run time. "
+                 "Only Kueue's suspension counts: once admitted (or with no queue) a job whose "
+                 "pods wait unscheduled, a Volcano gang's PodGroup Pending included, is "
+                 "running and counts against its run time. 0: wait as long as Kueue holds it.",
         rules=[not_negative])
 
     def cross_problems(self) -> list[str]:

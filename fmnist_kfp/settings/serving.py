@@ -26,8 +26,9 @@ KPA_SCALE_METRICS = ("concurrency", "rps")
 HPA_SCALE_METRICS = ("cpu", "memory")
 # Derived, not a KServe rule (KServe's webhook has no length limit): in Serverless mode the
 # canary's tag host "latest-<name>-predictor" must fit a 63-character DNS label (62 at 45), and
-# in Standard mode the candidate "<name>-canary" gets the Deployment label value
-# "isvc.<name>-canary-predictor" (kserve v0.15.2 pkg/constants/constants.go L538-540), which
+# in Standard mode each promotion's candidate "<name>-c<5 hex digits>" (7 characters, as
+# fmnist_kfp.kubernetes.inference_service.candidate_name makes it) gets the Deployment label
+# value "isvc.<candidate>-predictor" (kserve v0.15.2 pkg/constants/constants.go L538-540), which
 # must fit the 63 characters of a label value: 41 keeps both.
 MAX_SERVICE_NAME_LENGTH = 41
 # How KServe spells its modes: "Serverless"/"RawDeployment" up to 0.15, "Knative"/"Standard"
@@ -49,8 +50,8 @@ def _service_name(name: str, value: str) -> str | None:
         return (f"InferenceService name {value!r} must be a DNS-1035 label of at most "
                 f"{MAX_SERVICE_NAME_LENGTH} characters (lowercase letters, digits and '-', "
                 "starting with a letter), so that the names KServe derives from it (the "
-                "canary's 'latest-<name>-predictor' host, the candidate's "
-                "'isvc.<name>-canary-predictor' label) fit; e.g. 'fashion-mnist'")
+                "canary's 'latest-<name>-predictor' host, a candidate's "
+                "'isvc.<name>-c<5 hex digits>-predictor' label) fit; e.g. 'fashion-mnist'")
     return None
 
 

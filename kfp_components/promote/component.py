@@ -24,10 +24,11 @@ def promote_early(
     validation; it is verified with validation images first (the test split stays unread
     until selection). The promotion is atomic: a worse model never replaces a better one,
     whichever training finishes first. ``local``: the predictor on 127.0.0.1, under the
-    deployment's lock. ``kubernetes``: a compare-and-swap on the InferenceService (its
-    resourceVersion), which every write of the rollout that follows re-checks, so a promotion
-    that a better model overtook stops (``superseded``). Never cached: it changes what is
-    served.
+    deployment's lock. ``kubernetes``: a compare-and-swap (its resourceVersion) on a claim,
+    the ConfigMap ``<name>-serve-early`` beside the InferenceService (a claim there restarts
+    nothing), which the create, its wait and every write of the rollout that follows re-check,
+    so a promotion that a better model overtook stops (``superseded``). Never cached: it
+    changes what is served.
 
     Args:
         model: A model that just finished training.

@@ -3,8 +3,8 @@ the validation split, as selection scores it, and served at once if nothing is s
 better than the served model; verified with validation images, so the test split stays unread
 until selection. The promotion is atomic on both backends: locally under the deployment's lock
 (:func:`fmnist_kfp.serving.deploy.local_deployer.promote_locally`), on KServe by a compare-and-swap
-on the InferenceService that every rollout write re-checks
-(:func:`fmnist_kfp.serving.deploy.kserve_promotion.promote_with_kserve`)."""
+on a claim ConfigMap beside the InferenceService that every create, write and wait of the rollout
+re-checks (:func:`fmnist_kfp.serving.deploy.kserve_promotion.promote_with_kserve`)."""
 
 from __future__ import annotations
 

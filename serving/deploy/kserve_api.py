@@ -115,6 +115,10 @@ class KServeApi:
                           self.namespace, ISVC_PLURAL, name, body, conflict_raises=True)
 
     def delete(self, name: str) -> None:
+        """Asks for the deletion; the InferenceService stays, with ``deletionTimestamp`` set,
+        until KServe's controller has removed its finalizer (kserve v0.15.2
+        ``pkg/controller/v1beta1/inferenceservice/controller.go`` L162-195): wait for
+        :meth:`get` to answer None before creating the name again."""
         self._call(f"delete {ISVC_PLURAL}.{GROUP} {name}",
                    self.custom.delete_namespaced_custom_object, GROUP, ISVC_VERSION,
                    self.namespace, ISVC_PLURAL, name, absent_ok=True)
@@ -125,9 +129,33 @@ class KServeApi:
                           self.namespace, RUNTIME_PLURAL, name, absent_ok=True)
 
     def create_runtime(self, body: dict) -> dict:
+        """POSTs the ServingRuntime; a 409 (another step created it meanwhile) raises
+        :class:`Conflict`."""
         return self._call(f"create {RUNTIME_PLURAL}.{GROUP}",
                           self.custom.create_namespaced_custom_object, GROUP, RUNTIME_VERSION,
-                          self.namespace, RUNTIME_PLURAL, body)
+                          self.namespace, RUNTIME_PLURAL, body, conflict_raises=True)
+
+    # -- the serve_early claim: a ConfigMap (serving/deploy/kserve_promotion) -----------------
+
+    def get_claim(self, name: str) -> dict | None:
+        return self.get_config_map(name, self.namespace)
+
+    def create_claim(self, body: dict) -> dict:
+        """POSTs the claim ConfigMap; 409 AlreadyExists raises :class:`Conflict`."""
+        return self._core_write(f"create configmaps {body['metadata']['name']}",
+                                self.core.create_namespaced_config_map, self.namespace, body)
+
+    def replace_claim(self, body: dict) -> dict:
+        """PUTs the claim ConfigMap with the ``resourceVersion`` it carries; a stale one (409
+        Conflict) raises :class:`Conflict`."""
+        name = body["metadata"]["name"]
+        return self._core_write(f"update configmaps {name}",
+                                self.core.replace_namespaced_config_map, name, self.namespace,
+                                body)
+
+    def _core_write(self, what: str, method, *args) -> dict:
+        obj = self._call(what, method, *args, conflict_raises=True)
+        return self.api_client.sanitize_for_serialization(obj)
 
     # -- what the rollout reads besides ------------------------------------------------------
 

@@ -2,38 +2,62 @@
 if it is better on validation, and two promotions racing (the ParallelFor iterations of a run
 train at once) can never leave the worse model served.
 
-Optimistic concurrency on the InferenceService, as the Kubernetes API offers it: every write is
-a PUT carrying the ``resourceVersion`` of the read it was decided on, and the API server answers
-409 Conflict when the object changed since (kubernetes/apiextensions-apiserver v0.36.3
-``pkg/registry/customresource/strategy.go`` L268-271; the stand-in enforces it). On top of it:
+Optimistic concurrency, as the Kubernetes API offers it: every update is a PUT carrying the
+``resourceVersion`` of the read it was decided on, and the API server answers 409 Conflict when
+the object changed since (kubernetes/apiextensions-apiserver v0.36.3
+``pkg/registry/customresource/strategy.go`` L268-271 for the InferenceService; the same
+precondition for a ConfigMap, kubernetes/apiserver ``pkg/registry/generic/registry/store.go``
+``Update``; the stand-in enforces it on every PUT).
 
-1. **The claim.** A promotion reads the InferenceService, compares its validation accuracy with
-   the claim there (annotations ``fmnist.kubeflow.org/early-*``, the model promoted early last
-   and its validation accuracy; without one, the served model's test accuracy as blessing does:
-   :func:`fmnist_kfp.serving.deploy.blessing.bless_early`), and, if better, writes its own claim
-   with that read's ``resourceVersion``. A 409 means another write came first: it reads again and
-   decides again. So claims only ever rise, and each was decided against the one before it.
-2. **The guarded rollout.** Then the ordinary rollout of the InferenceService's mode runs
-   (canary or candidate, verified with validation images, promoted or rolled back), with every
-   write of it checking, on the very read whose ``resourceVersion`` it carries, that the claim
-   is still its own (:meth:`EarlyClaim.check_current`). Once a better model has claimed, the
-   worse one's next write is refused before it is sent, or answered 409 and then refused: it
-   stops as ``superseded``, and the better promotion finishes. Claims are not model annotations,
-   so rollout writes keep them as they are on the cluster.
+**Where the claim lives.** Not on the InferenceService: KServe copies its annotations into the
+Knative revision template and the Deployment's pod template (kserve v0.15.2
+``pkg/controller/v1beta1/inferenceservice/components/predictor.go`` L99-101, L444-462;
+``reconcilers/deployment/deployment_reconciler.go`` L141-155), so every claim write there rolled a
+new revision (Serverless) or restarted the pods (Standard) of the model being served. KServe
+does leave out the keys of ``serviceAnnotationDisallowedList`` (predictor.go v0.15.2 L99-101,
+v0.16.0 L100-102), but that list is read from ``inferenceservice-config`` in KServe's own
+namespace (``pkg/apis/serving/v1beta1/configmap.go`` v0.15.2 L87-91 and L192-204, v0.16.0
+L97-101 and L231-243: the configured keys are appended to KServe's defaults, which hold none of
+ours): a cluster administrator's edit that a pipeline step can neither make nor check. So the
+claim is a ConfigMap ``<name>-serve-early`` beside the InferenceService (:func:`claim_name`),
+which nothing copies anywhere, with the same compare-and-swap: its ``resourceVersion`` on
+every update, 409 AlreadyExists on a second create.
 
-A creation race (both find no InferenceService) is the same: the second create is answered 409
-AlreadyExists, and that promotion reads again and decides against the first one's claim.
+1. **The claim.** A promotion reads the InferenceService and then the claim (its data: the model
+   promoted early last, its validation accuracy, and the uid of the InferenceService it was
+   made on, empty when made to create it; a claim made on an InferenceService that is gone is
+   void), compares (:func:`fmnist_kfp.serving.deploy.blessing.bless_early`; without a claim,
+   the served model's test accuracy as blessing does), and, if better, writes its own claim
+   with that read's ``resourceVersion`` (or creates it). A 409 means another promotion wrote
+   first: it reads again and decides again. So claims only ever rise, and each was decided
+   against the one before it.
+2. **The guarded rollout.** Then the ordinary rollout of the InferenceService's mode runs, the
+   create of a new InferenceService and its wait included, with :meth:`EarlyClaim.guard`
+   reading the claim before every create, after the read each write's ``resourceVersion``
+   comes from, and on every read a wait judges. A write decided on a read made before a better
+   claim is refused (the guard's claim read comes after it) or answered 409 (a write since);
+   a wait on an InferenceService that a better model took over meanwhile (nothing rolled out
+   yet: KServe gives the latest revision all traffic, ``ksvc_reconciler.go`` v0.15.2 L115-147)
+   stops before verifying the other model's revision. The overtaken promotion ends
+   ``superseded``, and the better one finishes.
+
+A creation race (both find no InferenceService) is the same: both claim, one after the other;
+the second create is answered 409 (:class:`CreatedMeanwhile`) and that promotion, still
+holding the claim, rolls its model out over the InferenceService the other created (or finds
+it was overtaken). The claim of an InferenceService that was never created (its create
+refused) is released.
 """
 
 from __future__ import annotations
 
-import copy
+import time
 
 from fmnist_kfp.kubernetes.inference_service import (
     ANNOTATION_EARLY_MODEL_TYPE,
     ANNOTATION_EARLY_MODEL_URI,
     ANNOTATION_EARLY_VALIDATION_ACCURACY,
     ANNOTATION_MODEL_URI,
+    PART_OF_LABEL,
     KServeSettings,
     annotations_of,
     format_accuracy,
@@ -42,19 +66,38 @@ from fmnist_kfp.kubernetes.inference_service import (
 )
 from fmnist_kfp.kubernetes.runner import exception_chain
 from fmnist_kfp.serving.deploy.blessing import bless_early
-from fmnist_kfp.serving.deploy.kserve_api import Conflict, CreatedMeanwhile, KServeRolloutError
+from fmnist_kfp.serving.deploy.kserve_api import (
+    Conflict,
+    CreatedMeanwhile,
+    KServeApi,
+    KServeRolloutError,
+    TransientApiError,
+)
 from fmnist_kfp.serving.deploy.kserve_deployer import prepare_rollout
-from fmnist_kfp.serving.deploy.rollout_base import Log, Verify
+from fmnist_kfp.serving.deploy.rollout_base import Log, Rollout, Verify
 
 CLAIM_ATTEMPTS = 10
+CLAIM_SUFFIX = "-serve-early"
+CLAIM_LABEL = "fmnist.kubeflow.org/serve-early-claim-of"
+# The claim ConfigMap's data keys.
+CLAIM_ACCURACY = "validation-accuracy"
+CLAIM_MODEL_URI = "model-uri"
+CLAIM_MODEL_TYPE = "model-type"
+CLAIM_UID = "inference-service-uid"
 
 
 class Superseded(KServeRolloutError):
     """Another promotion claimed the InferenceService with a better model meanwhile."""
 
 
+def claim_name(name: str) -> str:
+    """The claim ConfigMap of InferenceService ``name``."""
+    return name + CLAIM_SUFFIX
+
+
 def early_claim(isvc: dict) -> tuple[float | None, str, str]:
-    """``(validation accuracy, model URI, model type)`` of the claim on ``isvc``; the
+    """``(validation accuracy, model URI, model type)`` of a claim left in the InferenceService's
+    annotations by an earlier version (read only where there is no claim ConfigMap); the
     accuracy is None without a (readable) claim."""
     annotations = annotations_of(isvc)
     try:
@@ -65,25 +108,44 @@ def early_claim(isvc: dict) -> tuple[float | None, str, str]:
             annotations.get(ANNOTATION_EARLY_MODEL_TYPE, ""))
 
 
+def claim_of(config_map: dict | None, isvc: dict | None) -> tuple[float | None, str, str]:
+    """``(validation accuracy, model URI, model type)`` of the claim in force: the ConfigMap's,
+    unless made on an InferenceService that is no longer there (then none); without a
+    ConfigMap, one an earlier version left in the annotations. The accuracy is None without
+    a claim."""
+    if config_map is None:
+        return early_claim(isvc) if isvc is not None else (None, "", "")
+    data = config_map.get("data") or {}
+    uid = data.get(CLAIM_UID, "")
+    if uid and uid != ((isvc or {}).get("metadata") or {}).get("uid"):
+        return None, "", ""  # made on an InferenceService deleted since
+    try:
+        accuracy = float(data[CLAIM_ACCURACY])
+    except (KeyError, ValueError):
+        return None, "", ""
+    return accuracy, data.get(CLAIM_MODEL_URI, ""), data.get(CLAIM_MODEL_TYPE, "")
+
+
 class EarlyClaim:
     """Laid over a mode's rollout
-    (:func:`~fmnist_kfp.serving.deploy.kserve_deployer.prepare_rollout`): every body carries the
-    claim, no write goes out unless the claim on the cluster is still this one, and the served
-    model's test accuracy is left unknown (selection measures it)."""
+    (:func:`~fmnist_kfp.serving.deploy.kserve_deployer.prepare_rollout`): nothing is created or
+    written, and no wait goes on, unless the claim on the cluster is still this model's; the
+    served model's test accuracy is left unknown (selection measures it)."""
 
-    claim: dict[str, str] = {}
-
-    def build(self, model_annotations: dict[str, str], **kwargs) -> dict:
-        return super().build({**model_annotations, **self.claim}, **kwargs)
+    claimed_uri: str = ""
 
     def stable_annotations(self, uri: str, accuracy: float) -> dict[str, str]:
         return {ANNOTATION_MODEL_URI: uri}
 
-    def check_current(self, current: dict) -> None:
-        accuracy, uri, model_type = early_claim(current)
-        if uri != self.claim[ANNOTATION_EARLY_MODEL_URI]:
+    def guard(self) -> None:
+        api: KServeApi = self.api
+        name = claim_name(self.name)
+        config_map = self.retrying(lambda: api.get_claim(name), f"read ConfigMap {name}")
+        data = (config_map or {}).get("data") or {}
+        if data.get(CLAIM_MODEL_URI) != self.claimed_uri:
             raise Superseded(
-                f"{self.where}: {model_type or uri} (validation accuracy {accuracy}) claimed it "
+                f"{self.where}: {data.get(CLAIM_MODEL_TYPE) or data.get(CLAIM_MODEL_URI) or 'no'}"
+                f" claim (validation accuracy {data.get(CLAIM_ACCURACY)}) replaced this one "
                 "meanwhile; this promotion stops and leaves the better model to finish")
 
 
@@ -100,46 +162,69 @@ def promote_with_kserve(settings: KServeSettings, *, storage_uri: str,
     InferenceService (module docstring); returns the rollout's result record, its ``action``
     also ``rejected`` (not better), ``unchanged`` (already claimed by this model) or
     ``superseded`` (a better model claimed it during the rollout)."""
-    claim = {ANNOTATION_EARLY_VALIDATION_ACCURACY: format_accuracy(validation_accuracy),
-             ANNOTATION_EARLY_MODEL_URI: storage_uri, ANNOTATION_EARLY_MODEL_TYPE: model_type}
+    data = {CLAIM_ACCURACY: format_accuracy(validation_accuracy), CLAIM_MODEL_URI: storage_uri,
+            CLAIM_MODEL_TYPE: model_type}
+    held = False  # this call wrote the claim (and nobody has overtaken it since, last seen)
+    decision = None
     for attempt in range(1, attempts + 1):
         rollout, current = prepare_rollout(
             settings, storage_uri=storage_uri, test_accuracy=validation_accuracy,
             tolerance=tolerance, verify=verify, client=client,
             needs_credentials=needs_credentials, poll_seconds=poll_seconds, log=log,
             mixin=EarlyClaim)
-        rollout.claim = claim
+        rollout.claimed_uri = storage_uri
+        api, name = rollout.api, claim_name(settings.name)
         try:
+            if held:
+                rollout.guard()  # still ours? (else Superseded)
+            else:
+                config_map = rollout.retrying(lambda: api.get_claim(name),  # noqa: B023
+                                              f"read ConfigMap {name}")
+                claimed, claimed_uri, claimed_type = claim_of(config_map, current)
+                served_test = (served_accuracy(current)[0]
+                               if claimed is None and current is not None else None)
+                decision = bless_early(validation_accuracy, claimed, served_test, tolerance)
+                if current is not None and model_uri_of(current) == storage_uri:
+                    return rollout.result("unchanged", decision, current,
+                                          reason=f"{storage_uri} is already served")
+                log(f"[kserve] serve_early: {model_type}: {decision.reason}"
+                    + (f" (claimed by {claimed_type})" if claimed_type else ""))
+                if claimed_uri == storage_uri:
+                    # Claimed by this model already (a retried step, or a claim write that
+                    # failed transiently after it was applied) but not served: roll it out.
+                    log(f"[kserve] serve_early: {model_type} holds the claim already")
+                    decision = bless_early(validation_accuracy, None, None, tolerance)
+                else:
+                    if not decision.blessed:
+                        return rollout.result("rejected", decision, current,
+                                              reason=decision.reason)
+                    uid = ((current or {}).get("metadata") or {}).get("uid", "")
+                    try:
+                        _write_claim(api, settings, config_map, {**data, CLAIM_UID: uid})
+                    except Conflict as error:
+                        log(f"[kserve] serve_early: {rollout.where} changed since it was read "
+                            f"(its claim: {error}); deciding again ({attempt}/{attempts})")
+                        continue
+                    except TransientApiError as error:
+                        # It may have been written: whether it is ours now, a fresh read says.
+                        log(f"[kserve] serve_early: writing the claim failed transiently "
+                            f"({error}); reading it again ({attempt}/{attempts})")
+                        time.sleep(poll_seconds * attempt)
+                        continue
+                held = True
             if current is None:
-                decision = bless_early(validation_accuracy, None, None, tolerance)
-                log(f"[kserve] serve_early: {model_type}: {decision.reason}")
                 try:
-                    return rollout.create()
+                    result = rollout.create()
                 except CreatedMeanwhile as error:
-                    log(f"[kserve] serve_early: {error}; deciding again")
+                    log(f"[kserve] serve_early: {error}; this model holds the claim, so it "
+                        "rolls out over that one")
                     continue
-            claimed, claimed_uri, claimed_type = early_claim(current)
-            served_test = served_accuracy(current)[0] if claimed is None else None
-            decision = bless_early(validation_accuracy, claimed, served_test, tolerance)
-            if storage_uri in (claimed_uri, model_uri_of(current)):
-                return rollout.result("unchanged", decision, current,
-                                      reason=f"{storage_uri} is already claimed or served")
-            log(f"[kserve] serve_early: {model_type}: {decision.reason}"
-                + (f" (claimed by {claimed_type})" if claimed_type else ""))
-            if not decision.blessed:
-                return rollout.result("rejected", decision, current, reason=decision.reason)
-            body = copy.deepcopy(current)
-            body["metadata"].setdefault("annotations", {}).update(claim)
-            try:
-                rollout.api.replace(body)  # the compare-and-swap: this read's resourceVersion
-            except Conflict as error:
-                log(f"[kserve] serve_early: {rollout.where} changed since it was read ({error});"
-                    f" deciding again ({attempt}/{attempts})")
-                continue
-            api = rollout.api
-            claimed_now = rollout.retrying(lambda: api.get(settings.name),  # noqa: B023
-                                           f"read {settings.name}")
-            return rollout.update(claimed_now, decision, model_uri_of(claimed_now))
+                except Exception:
+                    _release(rollout, data)
+                    raise
+                _bind(rollout, data)
+                return result
+            return rollout.update(current, decision, model_uri_of(current))
         except Exception as error:  # the runner may wrap what a write raised
             superseded = _superseded(error)
             if superseded is None:
@@ -150,3 +235,55 @@ def promote_with_kserve(settings: KServeSettings, *, storage_uri: str,
     raise KServeRolloutError(
         f"{settings.name}: the InferenceService kept changing under this promotion ({attempts} "
         "tries); is something else writing it?")
+
+
+def _write_claim(api: KServeApi, settings: KServeSettings, config_map: dict | None,
+                 data: dict[str, str]) -> dict:
+    """The compare-and-swap: creates the claim ConfigMap (409 if another promotion created it
+    since ``config_map`` was read as absent), or replaces it with that read's
+    ``resourceVersion`` (409 if written since). Both raise :class:`Conflict`."""
+    if config_map is None:
+        return api.create_claim({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": claim_name(settings.name), "namespace": api.namespace,
+                         "labels": {**PART_OF_LABEL, CLAIM_LABEL: settings.name}},
+            "data": data})
+    metadata = {key: value for key, value in config_map["metadata"].items()
+                if key != "managedFields"}
+    return api.replace_claim({"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata,
+                              "data": data})
+
+
+def _swap_if_ours(rollout: Rollout, data: dict[str, str], new: dict[str, str], why: str) -> None:
+    """Best effort: replaces the claim with ``new`` if it is still this model's."""
+    api, name = rollout.api, claim_name(rollout.name)
+    try:
+        config_map = api.get_claim(name)
+        if config_map is None or (config_map.get("data") or {}).get(CLAIM_MODEL_URI) != \
+                data[CLAIM_MODEL_URI]:
+            return
+        _write_claim(api, rollout.settings, config_map, new)
+        rollout.log(f"[kserve] serve_early: {why}")
+    except Exception as error:  # a claim left as it is is only less precise
+        rollout.log(f"[kserve] serve_early: could not update ConfigMap {name} ({error})")
+
+
+def _bind(rollout: Rollout, data: dict[str, str]) -> None:
+    """Records the uid of the InferenceService just created in this model's claim: a claim
+    then dies with its InferenceService (:func:`claim_of`)."""
+    isvc = rollout.api.get(rollout.name)
+    uid = ((isvc or {}).get("metadata") or {}).get("uid")
+    if uid:
+        _swap_if_ours(rollout, data, {**data, CLAIM_UID: uid},
+                      f"the claim is bound to {rollout.where} ({uid})")
+
+
+def _release(rollout: Rollout, data: dict[str, str]) -> None:
+    """A create that failed with nothing created leaves no claim behind to reject later
+    models with."""
+    try:
+        if rollout.api.get(rollout.name) is not None:
+            return
+    except Exception:
+        return
+    _swap_if_ours(rollout, data, {}, f"released the claim: {rollout.where} was not created")

@@ -234,20 +234,29 @@ class Rollout:
             mode=self.mode, name=name))
 
     def create_object(self, body: dict) -> dict:
-        """POSTs ``body``; after a transient failure the object may exist: then it is read."""
+        """POSTs ``body`` (once :meth:`guard` allows it); after a transient failure the object
+        may exist: then it is read. A 409 raises :class:`CreatedMeanwhile`, carrying neither
+        the 409 nor the words "already exists": the remote-job runner re-attaches to a job whose
+        create error says so (``fmnist_kfp.kubernetes.runner._already_exists``, which walks
+        ``__cause__`` and ``__context__`` alike, ``from None`` notwithstanding), and this object
+        is someone else's, or one being deleted."""
         name = body["metadata"]["name"]
-        try:
-            return self.api.create(body)
-        except TransientApiError as error:
-            self.log(f"[kserve] {error}; checking whether it was created")
-            existing = self.retrying(lambda: self.api.get(name), f"read {name}")
-            if existing is None:
+        self.guard()
+        for attempt in (1, 2):
+            try:
                 return self.api.create(body)
-            return existing
-        except Conflict as conflict:
-            raise CreatedMeanwhile(
-                f"{self.api.where(name)} was created by someone else meanwhile ({conflict}); "
-                "run the step again") from None
+            except TransientApiError as error:
+                if attempt == 2:
+                    raise
+                self.log(f"[kserve] {error}; checking whether it was created")
+                existing = self.retrying(lambda: self.api.get(name), f"read {name}")
+                if existing is not None:
+                    return existing
+            except Conflict:
+                break  # raised below, outside this handler: no __context__ to the 409
+        raise CreatedMeanwhile(
+            f"{self.api.where(name)} was created by someone else meanwhile, or is still being "
+            "deleted (HTTP 409 on create)")
 
     def write(self, body: dict) -> dict:
         """PUTs ``body`` (ours) over the current object, keeping others' metadata; conflicts
@@ -271,9 +280,14 @@ class Rollout:
 
     def check_current(self, current: dict) -> None:
         """Called with the object each write is about to replace (the read its
-        ``resourceVersion`` comes from); raises to stop the write. An early promotion
-        (:mod:`fmnist_kfp.serving.deploy.kserve_promotion`) stops once another one has claimed the
-        InferenceService."""
+        ``resourceVersion`` comes from), *after* that read; raises to stop the write. An early
+        promotion (:mod:`fmnist_kfp.serving.deploy.kserve_promotion`) stops once another one
+        has claimed the InferenceService."""
+        self.guard()
+
+    def guard(self) -> None:
+        """Called before every create and write of the rollout and on every read a wait
+        judges; raises to stop the rollout (an early promotion that was overtaken)."""
 
     def retrying(self, call: Callable, what: str, attempts: int = 5):
         """``call()``, retried on transient API errors with a growing pause."""
@@ -311,7 +325,9 @@ class Rollout:
         last = {"progress": "nothing read yet"}
 
         def status(isvc: dict) -> JobStatus:
+            self.guard()
             self.check_mode(isvc)
+            self.check_not_deleted(isvc, name or self.name)
             verdict = check(isvc)
             self.observed(isvc)
             last["progress"] = verdict.progress
@@ -350,6 +366,16 @@ class Rollout:
         name = name or self.name
         return lambda: self.api.get(name, absent_ok=False)
 
+    def check_not_deleted(self, isvc: dict, name: str) -> None:
+        """Stops a wait on an InferenceService being deleted (``metadata.deletionTimestamp``:
+        it persists until KServe's controller removes its finalizer, kserve v0.15.2
+        ``pkg/controller/v1beta1/inferenceservice/controller.go`` L162-195) instead of waiting
+        for it to vanish."""
+        if ((isvc or {}).get("metadata") or {}).get("deletionTimestamp"):
+            raise KServeRolloutError(
+                f"{self.api.where(name)} is being deleted (deletionTimestamp "
+                f"{isvc['metadata']['deletionTimestamp']}); run the step again once it is gone")
+
     def check_mode(self, isvc) -> None:
         """Stops a wait for the wrong mode: the status says which mode KServe chose (0.15.1+);
         it differs when the cluster's default could not be read."""
@@ -366,12 +392,26 @@ class Rollout:
         if self.settings.runtime != FMNIST_RUNTIME:
             return
         wanted = to_manifest(build_serving_runtime(self.settings))
-        existing = self.retrying(lambda: self.api.get_runtime(FMNIST_RUNTIME),
+        def read() -> dict | None:
+            return self.retrying(lambda: self.api.get_runtime(FMNIST_RUNTIME),
                                  f"read ServingRuntime {FMNIST_RUNTIME}")
+
+        existing = read()
         if existing is None:
             self.log(f"[kserve] creating ServingRuntime {self.api.namespace}/{FMNIST_RUNTIME}")
-            self.api.create_runtime(wanted)
-            return
+            try:
+                self.create_runtime(wanted)
+                return
+            except Conflict:
+                # Created meanwhile by another step (409 AlreadyExists): it exists; read it
+                # and judge it as one found there.
+                self.log(f"[kserve] ServingRuntime {self.api.namespace}/{FMNIST_RUNTIME} was "
+                         "created meanwhile by another step; using it")
+                existing = read()
+                if existing is None:
+                    raise KServeRolloutError(
+                        f"ServingRuntime {self.api.namespace}/{FMNIST_RUNTIME}: the create was "
+                        "answered 409 AlreadyExists, but it cannot be read") from None
         have = ((existing.get("spec") or {}).get("containers") or [{}])[0]
         want = wanted["spec"]["containers"][0]
         if (have.get("image"), have.get("args")) != (want["image"], want["args"]):
@@ -379,6 +419,23 @@ class Rollout:
                      f"runs {have.get('image')} {have.get('args')}, not {want['image']} "
                      f"{want['args']}; it is left as it is (changing it restarts every model "
                      "it serves): apply build_serving_runtime's manifest to update it")
+
+    def create_runtime(self, body: dict) -> None:
+        """POSTs the ServingRuntime; a transient failure (5xx, 429, a timeout: it may have
+        been created) is retried after a read says it is still absent. A 409 raises
+        :class:`Conflict`."""
+        for attempt in range(1, CONFLICT_RETRIES + 1):
+            try:
+                self.api.create_runtime(body)
+                return
+            except TransientApiError as error:
+                if attempt == CONFLICT_RETRIES:
+                    raise
+                self.log(f"[kserve] {error}; retrying ({attempt}/{CONFLICT_RETRIES})")
+                time.sleep(self.poll_seconds * attempt)
+                if self.retrying(lambda: self.api.get_runtime(FMNIST_RUNTIME),
+                                 f"read ServingRuntime {FMNIST_RUNTIME}") is not None:
+                    return
 
     # -- results -----------------------------------------------------------------------------
 

@@ -6,9 +6,11 @@ and only sets replica counts). So:
 
 1. **Absent** → create the main InferenceService, wait until its Deployment has rolled out,
    verify it at its cluster-local address.
-2. **Blessed** → create the candidate ``<name>-canary`` serving the new model, wait, verify it
-   at *its* cluster-local address. Failed → delete it; the main one was never touched
-   (``candidate_failed``; nothing is rolled back because nothing changed).
+2. **Blessed** → create the model's own candidate ``<name>-c<hash of its URI>``
+   (:func:`~fmnist_kfp.kubernetes.inference_service.candidate_name`: two promotions racing
+   never touch each other's) serving the new model, wait, verify it at *its* cluster-local
+   address. Failed → delete it; the main one was never touched (``candidate_failed``; nothing
+   is rolled back because nothing changed).
 3. **Passed** → update the main InferenceService. Its Deployment replaces pods with
    ``maxUnavailable: 0`` behind an HTTP readiness probe on the model (``inference_service``),
    so old pods serve until new ones have loaded it. Wait until the Deployment has rolled the
@@ -16,6 +18,13 @@ and only sets replica counts). So:
    annotation: the InferenceService's observedGeneration is the Deployment's, not its own),
    verify the main address, delete the candidate: ``promoted``. A rollout that does not finish
    is undone by writing the previous model back: ``rolled_back``, then raised.
+
+**Deletion is asynchronous.** An InferenceService has KServe's finalizer
+(``inferenceservice.finalizers``, added on its first reconcile and removed once the controller
+has cleaned up: kserve v0.15.2 ``pkg/controller/v1beta1/inferenceservice/controller.go``
+L162-195), so a delete leaves it in place, ``metadata.deletionTimestamp`` set, until then, and
+a create of its name meanwhile is answered 409. Every candidate deletion here waits until the
+API server answers 404 for it.
 
 upstream: docs/upstream.md#kserve
 """
@@ -49,13 +58,13 @@ def _template_annotations(deployment: dict | None) -> dict:
 class StandardRollout(Rollout):
 
     def update(self, current: dict, decision: BlessingDecision, served: str | None) -> dict:
-        candidate = candidate_name(self.name)
+        candidate = candidate_name(self.name, self.storage_uri)
         stable = {key: value for key, value in annotations_of(current).items()
                   if key in (ANNOTATION_TEST_ACCURACY, ANNOTATION_MODEL_URI)}
         previous_uri = served or (((current.get("spec") or {}).get("predictor") or {})
                                   .get("model") or {}).get("storageUri")
         self.ensure_serving_runtime()
-        self.delete_candidate(candidate, "left by an earlier rollout")
+        self.delete_candidate(candidate, f"left by an earlier rollout of {self.storage_uri}")
         self.log(f"[kserve] candidate: {self.api.where(candidate)} serves {self.storage_uri} "
                  f"beside {self.where}, which keeps serving {previous_uri}")
         body = self.build(self.stable_annotations(self.storage_uri, self.test_accuracy),
@@ -98,7 +107,13 @@ class StandardRollout(Rollout):
                     f"{result['reason']}, but {self.candidate_removed(candidate, deleted)}",
                     result)
             return result
-        promoted = self.promote_main(decision, candidate, stable, previous_uri)
+        try:
+            promoted = self.promote_main(decision, candidate, stable, previous_uri)
+        except Exception:
+            # promote_main's cleanup deletes it when the rollover job ran; a write refused
+            # before it was sent (an early promotion overtaken) runs no cleanup.
+            self.candidate_removed(candidate, {})
+            raise
         self.delete_candidate(candidate, "the main InferenceService serves its model now")
         return self.result(
             "promoted", decision, promoted, canary_url=candidate_url, verification=verification,
@@ -183,10 +198,29 @@ class StandardRollout(Rollout):
         return f"the candidate {self.api.where(candidate)} is gone"
 
     def delete_candidate(self, candidate: str, why: str) -> None:
+        """Deletes the candidate and waits until it is gone (the module docstring: a
+        finalizer keeps it, terminating, for a while)."""
+        import time
+
         existing = self.retrying(lambda: self.api.get(candidate), f"read {candidate}")
-        if existing is not None:
+        if existing is None:
+            return
+        if (existing.get("metadata") or {}).get("deletionTimestamp"):
+            self.log(f"[kserve] {self.api.where(candidate)} is being deleted already ({why})")
+        else:
             self.log(f"[kserve] deleting {self.api.where(candidate)}: {why}")
             self.retrying(lambda: self.api.delete(candidate), f"delete {candidate}")
+        timeout = self.settings.ready_timeout_seconds
+        deadline = time.monotonic() + timeout
+        while self.retrying(lambda: self.api.get(candidate), f"read {candidate}") is not None:
+            if time.monotonic() >= deadline:
+                raise KServeRolloutError(
+                    f"{self.api.where(candidate)} was deleted but was still there after "
+                    f"{timeout:g} s (KServe's finalizer not removed yet: is its controller "
+                    f"running?); look at kubectl get inferenceservice -n {self.api.namespace} "
+                    f"{candidate} -o yaml")
+            time.sleep(self.poll_seconds)
+        self.log(f"[kserve] {self.api.where(candidate)} is gone")
 
     # -- what "rolled out" means here --------------------------------------------------------
 

@@ -723,3 +723,27 @@ def test_outside_a_pod_it_says_which_kubeconfig_it_used(cluster, capsys):
     first = capsys.readouterr().out.splitlines()[0]
     assert first == (f"Kubernetes API server {standin.url} (kubeconfig "
                      f"{standin.kubeconfig(NS)}, context standin)")
+
+
+def test_on_kubeflow_2603_the_gateway_network_policy_is_required(cluster, capsys):
+    """Kubeflow 26.03 isolates istio-system (kubeflow/manifests 26.03 common/istio/
+    istio-namespace/base/default-allow-same-namespace.yaml): where that policy exists,
+    manifests/serving-network's must too; once applied, the cluster is ready again."""
+    from tests.standins.network import install_kubeflow_2603
+
+    standin, kfp = cluster
+    install_kubeflow_2603(standin, "team-a")
+    assert preflight(standin, kfp) == 1
+    [row] = missing_lines(capsys.readouterr().out)
+    assert "NetworkPolicy istio-system/fmnist-pipelines-to-local-gateway" in row
+    for obj in build("serving-network"):
+        standin.put(obj)
+    assert preflight(standin, kfp) == 0
+    output = capsys.readouterr().out
+    assert "ok       NetworkPolicy istio-system/fmnist-pipelines-to-local-gateway" in output
+
+
+def test_without_kubeflows_gateway_policy_no_network_row_is_shown(cluster, capsys):
+    standin, kfp = cluster
+    assert preflight(standin, kfp) == 0
+    assert "fmnist-pipelines-to-local-gateway" not in capsys.readouterr().out

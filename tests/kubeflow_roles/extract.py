@@ -24,6 +24,9 @@ FILES = (
     "applications/katib/upstream/installs/katib-with-kubeflow/kubeflow-katib-roles.yaml",
     # aggregated-roles.yaml beside it is not in its kustomization; the install applies this:
     "applications/kserve/kserve/kserve_kubeflow.yaml",
+    # The Tensorboards web app's roles (tensorboards.tensorboard.kubeflow.org: get, list,
+    # create, delete); example/kustomization.yaml applies its overlays/istio, which holds base/.
+    "applications/tensorboard/tensorboards-web-app/upstream/base/cluster-role.yaml",
 )
 LABEL = "rbac.authorization.kubeflow.org/aggregate-to-kubeflow-"
 

@@ -29,7 +29,7 @@ from tests.standins.kserve import KServeStandIn
 
 MODELS = {"PersistentVolumeClaim": "V1PersistentVolumeClaim", "Role": "V1Role",
           "RoleBinding": "V1RoleBinding", "ServiceAccount": "V1ServiceAccount",
-          "Secret": "V1Secret", "Job": "V1Job"}
+          "Secret": "V1Secret", "Job": "V1Job", "NetworkPolicy": "V1NetworkPolicy"}
 
 # The shape of spec in Istio's AuthorizationPolicy CRD, v1beta1 (kubeflow/manifests v1.11.0
 # common/istio/istio-crds/base/crd.yaml, CustomResourceDefinition
@@ -311,3 +311,18 @@ def test_the_istio_policy_selects_our_predictors_and_only_the_inference_paths():
     assert "from" not in rule  # pipeline pods have no sidecar, so no peer identity to match
     (target,) = rule["to"]
     assert sorted(target["operation"]["paths"]) == ["/v1/models/*", "/v2/models/*"]
+
+
+def test_the_kueue_viewer_role_is_named_as_kueues_manifests_install_it():
+    """Kueue's release manifests prefix every name with ``kueue-`` (kueue v0.19.2
+    ``config/default/kustomization.yaml`` line 9): a binding to ``workload-viewer-role``
+    grants nothing. The docs and the role name the installed ``kueue-workload-viewer-role``
+    (the role's comment may cite the unprefixed source name)."""
+    import re
+
+    pages = [*sorted((ROOT.parent / "docs").glob("*.md")),
+             ROOT / "standalone-rbac" / "role.yaml"]
+    bare = [f"{page.name}: {line.strip()}" for page in pages
+            for line in page.read_text().splitlines()
+            if re.search(r"(?<![\w-])workload-viewer-role", line) and "names it" not in line]
+    assert not bare, bare

@@ -50,8 +50,11 @@ The rules it enforces, each from upstream source:
   selected roles' own rules are filled the same way, so aggregation nests). Impersonation needs
   the ``impersonate`` verb (403 when ``impersonation`` is off).
 
-Faults can be injected per request (``fail``): an HTTP status, a delay past the client's
-timeout, or a dropped connection.
+Faults can be injected per request (``faults``): an HTTP status, a delay past the client's
+timeout, or a dropped connection; and, for every stand-in at once, seeded and repeatable
+(``tests.standins.loopback.FaultMode``: ``FMNIST_STANDIN_FAULTS=<seed>`` or
+``loopback.faults(seed)``). Every resource request is recorded as the authorizer sees it
+(``loopback.recording``).
 """
 
 from __future__ import annotations
@@ -68,7 +71,13 @@ from urllib.parse import parse_qs, urlsplit
 import yaml
 
 from tests.standins.kubernetes import REASONS, selects
-from tests.standins.loopback import JsonRequestHandler, LoopbackServer, reply_bytes, reply_json
+from tests.standins.loopback import (
+    JsonRequestHandler,
+    LoopbackServer,
+    faulted,
+    reply_bytes,
+    reply_json,
+)
 
 # (group, version, plural) -> kind, for everything the stand-in serves.
 CORE = {
@@ -82,6 +91,7 @@ CORE = {
     ("serving.kserve.io", "v1beta1", "inferenceservices"): "InferenceService",
     ("serving.kserve.io", "v1alpha1", "servingruntimes"): "ServingRuntime",
     ("security.istio.io", "v1beta1", "authorizationpolicies"): "AuthorizationPolicy",
+    ("networking.k8s.io", "v1", "networkpolicies"): "NetworkPolicy",  # tests/standins/network.py
     ("rbac.authorization.k8s.io", "v1", "roles"): "Role",
     ("rbac.authorization.k8s.io", "v1", "rolebindings"): "RoleBinding",
     ("kubeflow.org", "v1", "tfjobs"): "TFJob",
@@ -209,6 +219,10 @@ class ApiServerStandIn(LoopbackServer):
 
         class Handler(JsonRequestHandler):
             def _route(self, method: str, body=None):
+                if faulted(self, method):
+                    return None
+                if method in ("POST", "PUT"):
+                    body = self._body()
                 standin.calls.append((method, self.path, copy.deepcopy(body)))
                 if "selfsubjectaccessreviews" in self.path:
                     user = self.headers.get("Impersonate-User")
@@ -241,10 +255,10 @@ class ApiServerStandIn(LoopbackServer):
                 self._route("GET")
 
             def do_POST(self):
-                self._route("POST", self._body())
+                self._route("POST")
 
             def do_PUT(self):
-                self._route("PUT", self._body())
+                self._route("PUT")
 
             def do_DELETE(self):
                 self._route("DELETE")

@@ -34,7 +34,7 @@ import threading
 from urllib.parse import parse_qs, urlparse
 
 from fmnist_kfp.settings.names import is_dns_1123_subdomain
-from tests.standins.loopback import JsonRequestHandler, LoopbackServer, reply_json
+from tests.standins.loopback import JsonRequestHandler, LoopbackServer, faulted, reply_json
 
 _JOBS = re.compile(r"^/apis/batch/v1/namespaces/([^/]+)/jobs(?:/([^/]+))?(/status)?$")
 _TENSORBOARDS = re.compile(
@@ -91,6 +91,8 @@ class JobStandIn(LoopbackServer):
 
         class Handler(JsonRequestHandler):
             def do_POST(self):
+                if faulted(self, "POST"):
+                    return None
                 body = self._body()
                 path = urlparse(self.path).path
                 standin.calls.append(("POST", self.path, body))
@@ -101,6 +103,8 @@ class JobStandIn(LoopbackServer):
                 reply_json(self, _status(404, "NotFound", path), 404)
 
             def do_GET(self):
+                if faulted(self, "GET"):
+                    return None
                 path = urlparse(self.path).path
                 standin.calls.append(("GET", self.path, None))
                 if (match := _JOBS.match(path)) and match[2]:
@@ -117,6 +121,8 @@ class JobStandIn(LoopbackServer):
                 reply_json(self, _status(404, "NotFound", path), 404)
 
             def do_DELETE(self):
+                if faulted(self, "DELETE"):
+                    return None
                 parsed = urlparse(self.path)
                 body = self._body()
                 standin.calls.append(("DELETE", self.path, body))

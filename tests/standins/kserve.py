@@ -40,6 +40,27 @@ status.go`` v0.20.0 L449-456); status carries only url, address, conditions, dep
 (F2.7); ``canaryTrafficPercent`` is ignored (F3.1). Old pods answer until the new ones are
 available (a RollingUpdate; a replacement that never gets ready leaves the old ones serving).
 
+**Deletion is asynchronous.** KServe's reconciler adds the finalizer ``inferenceservice.finalizers``
+to an InferenceService it reconciles, and on one whose ``deletionTimestamp`` is set it cleans up,
+removes the finalizer and stops (``pkg/controller/v1beta1/inferenceservice/controller.go``
+v0.15.2 L162-195). The API server deletes an object with finalizers only by setting
+``metadata.deletionTimestamp`` (and a new resourceVersion); it stays readable, terminating,
+until the last finalizer is removed, and a create of its name meanwhile is answered 409
+AlreadyExists (kubernetes/apiserver v0.33.9 ``pkg/registry/generic/registry/store.go``:
+``Delete`` L1128-1217 and ``updateForGracefulDeletionAndFinalizers`` L1041-1124 set it and keep
+the object while finalizers remain; the update that empties ``finalizers`` removes it,
+``ShouldDeleteDuringUpdate`` L560-586 and ``Update`` L769-773). Here
+the controller removes it after ``delete_lag`` reads of the InferenceService; then its
+Deployment goes (garbage collection of what it owns). A delete of an InferenceService not yet
+reconciled (no finalizer) removes it at once. Each object gets a fresh uid, as a re-created one
+does on a cluster.
+
+**Annotations and labels restart the model.** KServe copies the InferenceService's annotations
+and labels into the Knative revision template and the Deployment's pod template (above), so each
+change of them is a new revision (Serverless) or a rolling restart (Standard): :meth:`KServeStand
+In.rollouts` lists, per InferenceService, the model of each revision or pod template rolled, so
+a test can assert that a write restarts nothing.
+
 **Modes.** ``status.deploymentMode`` from 0.15.1 (spelled Serverless/RawDeployment up to 0.15,
 Knative/Standard from 0.16); an annotation value the version does not know falls back to the
 default (``utils.go`` v0.15.2 L176-191, v0.20.0 L224-248).
@@ -58,6 +79,7 @@ import copy
 import http.client
 import json
 import re
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import urlsplit
@@ -103,6 +125,8 @@ class _State:
     urls: dict = field(default_factory=dict)
     # Standard: the Deployment controller's view
     served_uri: str = ""  # what the available pods serve
+    # Both: the model of every revision (Serverless) or pod template (Standard) rolled
+    rollouts: list = field(default_factory=list)
     rollout_ticks: int = 0
     rollout_ok: bool = True
 
@@ -113,8 +137,12 @@ class KServeStandIn(ApiServerStandIn):
 
     def __init__(self, *, version: tuple = (0, 15, 2), default_mode: str = "Serverless",
                  domain: str = "example.com", kserve_installed: bool = True, lag: int = 1,
-                 ready_after: int = 1, config_namespace: str = "kubeflow", **kwargs):
+                 ready_after: int = 1, config_namespace: str = "kubeflow", delete_lag: int = 2,
+                 **kwargs):
         super().__init__(**kwargs)
+        self.delete_lag = delete_lag
+        self.terminating: dict[tuple[str, str, str], int] = {}  # key -> reads left
+        self.uids = 0
         if not kserve_installed:
             self.served -= {("serving.kserve.io", "v1beta1", "inferenceservices"),
                             ("serving.kserve.io", "v1alpha1", "servingruntimes")}
@@ -226,6 +254,70 @@ class KServeStandIn(ApiServerStandIn):
 
     # -- the controller ----------------------------------------------------------------------
 
+    # -- finalizers and asynchronous deletion (the module docstring) -------------------------
+
+    FINALIZER = "inferenceservice.finalizers"
+
+    def create(self, resource, namespace: str, body: dict, dry_run: bool = False):
+        code, reply = super().create(resource, namespace, body, dry_run=dry_run)
+        if code == 201 and not dry_run and resource.kind == "InferenceService":
+            self.uids += 1
+            stored = self.objects[(resource.kind, namespace, reply["metadata"]["name"])]
+            stored["metadata"]["uid"] = reply["metadata"]["uid"] = \
+                f"{stored['metadata']['uid']}-{self.uids}"
+        return code, reply
+
+    def handle(self, method, resource, namespace: str, name, body, selector: str = "",
+               dry_run: bool = False):
+        key = (resource.kind, namespace, name)
+        if resource.kind == "InferenceService" and name and key in self.objects:
+            if method == "GET":
+                self._finalize(key)  # may remove it: then the read answers 404
+            elif method == "DELETE":
+                return self._delete(resource, key)
+        return super().handle(method, resource, namespace, name, body, selector, dry_run)
+
+    def _delete(self, resource, key):
+        isvc = self.objects[key]
+        metadata = isvc["metadata"]
+        if not metadata.get("finalizers"):
+            return super().handle("DELETE", resource, key[1], key[2], None)
+        if not metadata.get("deletionTimestamp"):
+            metadata.update(deletionTimestamp="2026-01-01T00:05:00Z",
+                            deletionGracePeriodSeconds=0, resourceVersion=self.next_version())
+            self.terminating[key] = self.delete_lag
+        return 200, copy.deepcopy(isvc)
+
+    def _finalize(self, key) -> None:
+        """KServe's reconcile of a terminating InferenceService: after ``delete_lag`` reads its
+        finalizer goes, and with the last finalizer the object."""
+        if key not in self.terminating:
+            return
+        self.terminating[key] -= 1
+        if self.terminating[key] >= 0:
+            return
+        del self.terminating[key]
+        isvc = self.objects[key]
+        finalizers = [f for f in isvc["metadata"].get("finalizers") or []
+                      if f != self.FINALIZER]
+        if finalizers:  # someone else's finalizer holds it still
+            isvc["metadata"].update(finalizers=finalizers, resourceVersion=self.next_version())
+            return
+        self.objects.pop(key)
+        self.after_delete(*key)
+
+    def _add_finalizer(self, isvc: dict) -> None:
+        finalizers = isvc["metadata"].setdefault("finalizers", [])
+        if self.FINALIZER not in finalizers:
+            finalizers.append(self.FINALIZER)
+            isvc["metadata"]["resourceVersion"] = self.next_version()
+
+    def rollouts(self, name: str = "fashion-mnist", namespace: str = "kubeflow") -> list[str]:
+        """The model of each revision (Serverless) or pod template (Standard) KServe rolled
+        for the InferenceService, in order: every entry but a model's first started pods of a
+        model already running, i.e. restarted it."""
+        return list(self.states[(namespace, name)].rollouts)
+
     def after_write(self, kind, namespace, name, old):
         if kind == "InferenceService":
             state = self.states.setdefault((namespace, name), _State())
@@ -248,6 +340,8 @@ class KServeStandIn(ApiServerStandIn):
         if state is None or ("InferenceService", namespace, name) not in self.objects:
             return
         isvc = self.objects[("InferenceService", namespace, name)]
+        if isvc["metadata"].get("deletionTimestamp"):
+            return  # "Stop reconciliation as the item is being deleted" (controller.go L195)
         state.reads += 1
         if not state.mode:
             status_mode = (isvc.get("status") or {}).get("deploymentMode")
@@ -257,6 +351,7 @@ class KServeStandIn(ApiServerStandIn):
         acted = state.pending and state.reads > self.lag
         if acted:
             state.pending = False
+            self._add_finalizer(isvc)
         if state.mode == "Serverless":
             self._serverless(key, isvc, state, acted)
         else:
@@ -338,6 +433,7 @@ class KServeStandIn(ApiServerStandIn):
                 state.revisions.append(_Revision(
                     f"{name}-predictor-{len(state.revisions) + 1:05d}",
                     predictor["model"]["storageUri"], self.ready_after, self.ready_for(isvc)))
+                state.rollouts.append(predictor["model"]["storageUri"])
             state.tagged = annotations.get(TAG_ANNOTATION) == "true" and self.honour_tag_routing
         else:
             for revision in state.revisions:
@@ -425,13 +521,15 @@ class KServeStandIn(ApiServerStandIn):
                 wanted["status"] = {"observedGeneration": 0}
                 self.objects[deployment_key] = deployment = wanted
                 state.rollout_ticks, state.rollout_ok = -1, self.ready_for(isvc)
+                state.rollouts.append(isvc["spec"]["predictor"]["model"]["storageUri"])
             elif wanted["spec"] != deployment["spec"]:
                 template_changed = wanted["spec"]["template"] != deployment["spec"]["template"]
                 deployment["spec"] = wanted["spec"]
                 deployment["metadata"]["generation"] += 1
                 deployment["metadata"]["resourceVersion"] = self.next_version()
-                if template_changed:
+                if template_changed:  # a rolling restart, whatever changed in the template
                     state.rollout_ticks, state.rollout_ok = -1, self.ready_for(isvc)
+                    state.rollouts.append(isvc["spec"]["predictor"]["model"]["storageUri"])
             return self._standard_status(key, isvc, state, deployment)
         if deployment is None:
             return None
@@ -627,7 +725,32 @@ class KServeStandIn(ApiServerStandIn):
 
 class ClusterNetwork(LoopbackServer):
     """A forward proxy: absolute-form requests for cluster-local hosts are routed as the
-    stand-in's routing says (403 ``RBAC: access denied`` from Istio, 503 with no endpoint)."""
+    stand-in's routing says (403 ``RBAC: access denied`` from Istio, 503 with no endpoint).
+    First, the connection from the pipeline pod (in ``source_namespace``, default: the
+    InferenceService's; labels ``source_labels``) to the pod the host leads to must be admitted
+    by the NetworkPolicies stored in the stand-in (``tests.standins.network``); a connection
+    they drop gets no answer (held ``drop_seconds``, then closed), as a dropped SYN times out."""
+
+    source_namespace: str | None = None
+    source_labels: dict = {}
+    drop_seconds = 0.2
+
+    def dropped_by(self, standin: KServeStandIn, url: str) -> str | None:
+        """The isolating NetworkPolicies when they drop this connection, else None."""
+        from tests.standins import network as policies
+
+        match = re.match(r"^(?:(?:latest|prev)-)?([a-z0-9-]+?)(?:-predictor)?\.([a-z0-9-]+)"
+                         r"\.svc\.cluster\.local$", urlsplit(url).hostname or "")
+        if not match:
+            return None
+        name, namespace = match[1], match[2]
+        with standin.lock:
+            state = standin.states.get((namespace, name))
+            mode = state.mode if state is not None else ""
+            target = policies.destination(mode, namespace, name)
+            source = (self.source_namespace or namespace, dict(self.source_labels))
+            admitted, decided = policies.admits(standin.objects, source, target)
+        return None if admitted else decided
 
     def __init__(self, standin: KServeStandIn):
         network = self
@@ -641,6 +764,12 @@ class ClusterNetwork(LoopbackServer):
                 body = self.rfile.read(length) if length else None
                 parts = urlsplit(self.path)
                 path = parts.path + (f"?{parts.query}" if parts.query else "")
+                if network.dropped_by(standin, self.path):
+                    network.requests.append((self.command, self.path, None))
+                    network.dropped.append(self.path)
+                    time.sleep(network.drop_seconds)
+                    self.close_connection = True
+                    return None
                 uri, who = standin.answering(self.path, parts.path)
                 network.requests.append((self.command, self.path, uri))
                 if uri is None:
@@ -674,6 +803,7 @@ class ClusterNetwork(LoopbackServer):
             do_GET = do_POST = _forward
 
         self.requests: list[tuple[str, str, str | None]] = []
+        self.dropped: list[str] = []  # the URLs whose connections NetworkPolicies dropped
         self._serve(Handler)
 
 

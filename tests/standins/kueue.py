@@ -25,7 +25,24 @@ v0.19.2 (the notes behind them: docs/scheduling.md):
   ``QuotaReserved=True`` "Quota reserved in ClusterQueue <cq>" and ``Admitted=True`` "The
   workload is admitted" (workload.go 893-905, admissionchecks.go 59-66), and the TFJob
   unsuspended (reconciler.go 1480-1518, kubeflowjob_controller.go 58-77); the training
-  operator then creates its pods (tests/standins/tfjob_operator.py, suspend handling).
+  operator then creates its pods (tests/standins/tfjob_operator.py, suspend handling);
+* **eviction** (here ``evictions``, each after some reads of the admitted TFJob, or
+  :meth:`evict`): preemption (reason ``Preempted``, scheduler/preemption/preemption.go
+  177-191) or ``waitForPodsReady``'s timeout (``PodsReadyTimeout``, core/workload_controller.go
+  1255-1274; on by default since v0.19: apis/config/v1beta2/defaults.go 99-117, the
+  ``DisableWaitForPodsReady`` gate off, pkg/features/kube_features.go 51-52 and 667-669) set
+  ``Evicted=True`` (workload/evict/evict.go 95-105; with ``Preempted=True`` for a preemption,
+  workload.go 973-982); Kueue then suspends the TFJob again (jobframework/reconciler.go
+  580-585 and 1549-1560, kubeflowjob_controller.go 54-56), the training operator deletes every
+  pod (tests/standins/tfjob_operator.py), and Kueue, the job no longer active (its replica
+  statuses' active counts zeroed by the operator: kubeflowjob_controller.go 134-141), clears the
+  admission: ``QuotaReserved=False`` reason ``Pending`` with the eviction's message,
+  ``Admitted=False`` ``NoReservation``, ``Requeued`` True for a preemption, False for a timeout
+  (reconciler.go 586-611, workload.go 794-814 and 859-872, admissionchecks.go 77-80; the
+  ``UnadmittedWorkloadsObservability`` gate off, kube_features.go 899-901). The Workload is
+  requeued: admitted again after ``admit_after_reads`` more reads, which resets ``Evicted`` and
+  ``Preempted`` to False, "Previously: <message>" (workload.go 893-936); the operator then
+  creates every pod anew, under new UIDs.
 
 Workloads are served at ``/apis/kueue.x-k8s.io/v1beta1/namespaces/<ns>/workloads`` (listed by
 label selector) and ``…/v1beta2/…`` alike: Kueue v0.19.2 serves both (v1beta1 deprecated).
@@ -55,16 +72,36 @@ def workload_name(name: str, uid: str, kind: str = "TFJob", group: str = "kubefl
     return f"{kind.lower()}-{name}"[:253 - 1 - 5] + f"-{digest}"
 
 
+def _set(conditions: list[dict], type_: str, status: str, reason: str, message: str,
+         now: str) -> None:
+    """apimachinery's meta.SetStatusCondition (v0.31.3 pkg/api/meta/conditions.go 31-68): one
+    condition per type, updated in place; the transition time changes with the status only."""
+    current = next((c for c in conditions if c["type"] == type_), None)
+    if current is None:
+        conditions.append({"type": type_, "status": status, "reason": reason,
+                           "message": message, "lastTransitionTime": now})
+        return
+    if current["status"] != status:
+        current["lastTransitionTime"] = now
+    current.update(status=status, reason=reason, message=message)
+
+
 class KueueStandIn(KubernetesStandIn):
     """TFJobs with the training operator's stand-in, queued by Kueue's rules (module docstring).
     ``local_queues``: ``(namespace, name) -> ClusterQueue``; ``admit_after_reads``: the reads
-    of a queued TFJob before Kueue admits it (None: only :meth:`admit`)."""
+    of a queued TFJob before Kueue admits it (None: only :meth:`admit`); ``evictions``:
+    ``(reason, reads)`` in order, one per admission: that admission is evicted for ``reason``
+    (``Preempted`` or ``PodsReadyTimeout``) after ``reads`` reads of the admitted TFJob."""
 
     def __init__(self, *, local_queues: dict[tuple[str, str], str] | None = None,
-                 admit_after_reads: int | None = 3, tfjob_integration: bool = True, **kwargs):
+                 admit_after_reads: int | None = 3, tfjob_integration: bool = True,
+                 evictions: list[tuple[str, int]] | None = None, **kwargs):
         self.local_queues = dict(local_queues or {})
         self.admit_after_reads = admit_after_reads
         self.tfjob_integration = tfjob_integration
+        self.evictions = list(evictions or [])
+        self.admitted_reads: dict[tuple[str, str], int] = {}
+        self.evicted: list[tuple[str, str, str]] = []  # (namespace, name, reason), in order
         self.workloads: dict[tuple[str, str], dict] = {}  # (namespace, job name) -> Workload
         self.queued_reads: dict[tuple[str, str], int] = {}
         super().__init__(**kwargs)
@@ -128,21 +165,55 @@ class KueueStandIn(KubernetesStandIn):
         queue = workload["spec"]["queueName"]
         cluster_queue = self.local_queues[(namespace, queue)]
         now = self.clock()
-        workload["status"] = {
-            "admission": {"clusterQueue": cluster_queue, "podSetAssignments": [
-                {"name": ps["name"], "count": ps["count"], "flavors": {"cpu": FLAVOR}}
-                for ps in workload["spec"]["podSets"]]},
-            "conditions": [
-                {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved",
-                 "message": f"Quota reserved in ClusterQueue {cluster_queue}",
-                 "lastTransitionTime": now},
-                {"type": "Admitted", "status": "True", "reason": "Admitted",
-                 "message": "The workload is admitted", "lastTransitionTime": now},
-            ],
-        }
+        status = workload["status"]
+        status["admission"] = {"clusterQueue": cluster_queue, "podSetAssignments": [
+            {"name": ps["name"], "count": ps["count"], "flavors": {"cpu": FLAVOR}}
+            for ps in workload["spec"]["podSets"]]}
+        conditions = status["conditions"]
+        _set(conditions, "QuotaReserved", "True", "QuotaReserved",
+             f"Quota reserved in ClusterQueue {cluster_queue}", now)
+        for kind in ("Evicted", "Preempted"):  # workload.go 907-913, 922-936
+            previous = next((c for c in conditions if c["type"] == kind), None)
+            if previous is not None and previous["status"] == "True":
+                _set(conditions, kind, "False", "QuotaReserved",
+                     f"Previously: {previous['message']}", now)
+        _set(conditions, "Admitted", "True", "Admitted", "The workload is admitted", now)
+        self.admitted_reads[(namespace, name)] = 0
         controller = self.jobs[(namespace, name)]
         with controller.lock:
             controller.job["spec"]["runPolicy"]["suspend"] = False
+
+    def evict(self, name: str, namespace: str = "kubeflow", reason: str = "Preempted") -> None:
+        """Kueue evicts the admitted Workload (``Preempted``, ``PodsReadyTimeout``), suspends
+        the TFJob again and requeues it (module docstring)."""
+        workload = self.workloads[(namespace, name)]
+        meta, status = workload["metadata"], workload["status"]
+        if reason == "Preempted":
+            message = (f"Preempted to accommodate a workload (UID: uid-preemptor, JobUID: "
+                       f"uid-preemptor-job) due to prioritization in the ClusterQueue; "
+                       f"preemptor path: /{status['admission']['clusterQueue']}; preemptee "
+                       f"path: /{status['admission']['clusterQueue']}")
+        else:
+            message = f"Exceeded the PodsReady timeout {namespace}/{meta['name']}"
+        now = self.clock()
+        conditions = status["conditions"]
+        _set(conditions, "Evicted", "True", reason, message, now)
+        if reason == "Preempted":
+            _set(conditions, "Preempted", "True", "InClusterQueue", message, now)
+        controller = self.jobs[(namespace, name)]
+        with controller.lock:
+            controller.job["spec"]["runPolicy"]["suspend"] = True
+        # The job no longer active (the operator zeroes its active counts as it suspends),
+        # Kueue clears the admission and requeues the Workload.
+        status.pop("admission", None)
+        _set(conditions, "QuotaReserved", "False", "Pending", message, now)
+        _set(conditions, "Admitted", "False", "NoReservation", "The workload has no reservation",
+             now)
+        _set(conditions, "Requeued", "True" if reason == "Preempted" else "False", reason,
+             message, now)
+        self.queued_reads[(namespace, name)] = 0
+        self.admitted_reads.pop((namespace, name), None)
+        self.evicted.append((namespace, name, reason))
 
     def on_get(self, handler) -> None:
         path = urlsplit(handler.path).path
@@ -172,7 +243,14 @@ class KueueStandIn(KubernetesStandIn):
         if workload is None or key not in self.jobs or \
                 (match[1], workload["spec"]["queueName"]) not in self.local_queues:
             return
-        if any(c["type"] == "Admitted" for c in workload["status"]["conditions"]):
+        if any(c["type"] == "Admitted" and c["status"] == "True"
+               for c in workload["status"]["conditions"]):
+            if key in self.admitted_reads and self.evictions:
+                self.admitted_reads[key] += 1
+                reason, reads = self.evictions[0]
+                if self.admitted_reads[key] >= reads:
+                    self.evictions.pop(0)
+                    self.evict(key[1], key[0], reason)
             return
         self.queued_reads[key] = self.queued_reads.get(key, 0) + 1
         if self.queued_reads[key] >= self.admit_after_reads:

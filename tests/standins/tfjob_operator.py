@@ -77,6 +77,7 @@ class Pod:
     env: dict[str, str]
     command: list[str]
     uid: str = field(default_factory=lambda: str(uuid.uuid4()))
+    created: str = ""  # metadata.creationTimestamp, the stand-ins' clock
     phase: str = "Pending"
     exit_code: int | None = None
     restart_count: int = 0
@@ -99,6 +100,7 @@ class Pod:
         return {
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": self.name, "namespace": self.namespace, "uid": self.uid,
+                         **({"creationTimestamp": self.created} if self.created else {}),
                          "labels": dict(self.labels), "annotations": dict(self.annotations)},
             "spec": {"containers": [{"name": CONTAINER, "command": list(self.command)}],
                      "schedulerName": self.scheduler_name},
@@ -281,6 +283,7 @@ class TFJobController:
         env = {e["name"]: e.get("value", "") for e in container.get("env") or []}
         env.update(self._tf_config(rtype, index))
         pod = Pod(name=f"{self.name}-{rt}-{index}", namespace=self.namespace, labels=labels,
+                  created=self._now(),
                   rtype=rtype, index=index, env=env,
                   command=list(container.get("command") or []) + list(
                       container.get("args") or []),
@@ -330,10 +333,18 @@ class TFJobController:
             self._clean_up_finished()
             return
         if (self.job["spec"].get("runPolicy") or {}).get("suspend"):
-            # common/job.go v1.9.2 lines 146-166: a suspended job's pods are deleted, Running
-            # goes False and Suspended True, both reason TFJobSuspended.
+            # common/job.go v1.9.2 lines 146-166: a suspended job's pods are deleted — every
+            # one, whatever cleanPodPolicy says, the job being unfinished (DeletePodsAndServices,
+            # lines 43-69) — with its PodGroup where gang scheduling is on (CleanUpResources,
+            # lines 366-390), each replica type's active count set to 0; Running goes False
+            # and Suspended True, both reason TFJobSuspended. Resumed (Kueue's re-admission),
+            # every pod is created anew under a new UID (below).
             for pod in list(self.pods.values()):
                 self._delete_pod(pod)
+            if self.gang_scheduler:
+                self.pod_group, self.gang_ticks = None, 0
+            for counts in (self.status.get("replicaStatuses") or {}).values():
+                counts["active"] = 0
             message = f"TFJob {self.name} is suspended."
             if is_true(conditions, "Running"):
                 self._condition("Running", "TFJobSuspended", message, status="False")

@@ -15,6 +15,7 @@ from fmnist_kfp.kubernetes.inference_service import (
     TAG_ROUTING_ANNOTATION,
     KServeSettings,
     build_inference_service,
+    candidate_name,
     check_storage_uri,
     to_manifest,
 )
@@ -70,7 +71,7 @@ def test_every_inference_service_variant_passes_the_crd(runtime, storage_uri, ca
                            ("", "cpu", "memory"), (False, True))),
 )
 def test_every_standard_mode_variant_passes_the_crd(runtime, mode, metric, candidate):
-    name = "fashion-mnist-canary" if candidate else None
+    name = candidate_name("fashion-mnist", URIS[1]) if candidate else None
     manifest = isvc_manifest(URIS[1], None, {ANNOTATION_MODEL_URI: URIS[1]}, mode=mode,
                              name=name, runtime=runtime, scale_metric=metric,
                              service_account="fmnist-serving")

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import io
 import json
+from datetime import datetime
+from types import SimpleNamespace
 
 import pytest
 
+from fmnist_kfp.errors import TrainingJobError
 from fmnist_kfp.kubernetes.runner import StartDeadlineExceeded
-from fmnist_kfp.launcher.tfjob_launcher import TFJobLauncher
+from fmnist_kfp.launcher.tfjob_launcher import RestartCount, TFJobLauncher
 from fmnist_kfp.settings.jobs import KubernetesSettings
 from fmnist_kfp.settings.training import TrainingConfig
 from fmnist_kfp.training.training_job import TrainingJobSpec
@@ -153,3 +156,178 @@ def test_a_gang_job_gets_one_pod_group_holding_every_replica(tmp_path, scheduler
             assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == NAME
         else:
             assert pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == NAME
+
+
+def _chief_and_workers(tmp_path, **overrides) -> TrainingJobSpec:
+    spec = _spec(tmp_path)
+    spec.use_chief = True
+    for key, value in overrides.items():
+        setattr(spec, key, value)
+    return spec
+
+
+def _uids_by_progress_line(launcher, standin) -> list[set[str]]:
+    """The UIDs of the job's pods at each progress line the launcher prints."""
+    seen: list[set[str]] = []
+    original = launcher.runner.log
+
+    def log(message: str) -> None:
+        seen.append({pod.uid for pod in standin.pods("kubeflow")})
+        original(message)
+
+    launcher.runner.log = log
+    return seen
+
+
+@pytest.mark.parametrize("evictions", [
+    [("Preempted", 6)],
+    [("Preempted", 6), ("PodsReadyTimeout", 2)],
+], ids=["preempted-once", "preempted-then-pods-ready-timeout"])
+def test_an_evicted_job_is_requeued_and_its_recreated_pods_are_no_restarts(tmp_path,
+                                                                            evictions):
+    """Issue 29 item 5. Kueue evicts an admitted job (preemption; waitForPodsReady's timeout,
+    on by default since v0.19) by suspending the TFJob; the training operator deletes every
+    pod, and on re-admission creates all three replicas anew under new UIDs (kubeflow/trainer
+    v1.9.2 pkg/controller.v1/common/job.go lines 43-69, 146-173). With max_restarts=2 the
+    launcher used to count those 3 new UIDs as 3 restarts and fail the job after one
+    preemption; a new admission is a new generation of replicas, not a restart."""
+    with KueueStandIn(local_queues=QUEUES, admit_after_reads=3, evictions=evictions,
+                      running_ticks=12) as standin:
+        launcher = _launcher(standin, {"queue": "team-a", "priority_class": "fmnist-high"},
+                             timeout_seconds=3600)
+        uids = _uids_by_progress_line(launcher, standin)
+        outcome = launcher.run(_chief_and_workers(tmp_path, max_restarts=2))
+        workload = standin.workloads[("kubeflow", NAME)]
+        job = standin.job(NAME)
+        final = {pod.uid for pod in standin.pods("kubeflow")}
+    assert [reason for _, _, reason in standin.evicted] == [r for r, _ in evictions]
+    assert outcome.result == {"model_type": "basic"}
+    assert outcome.restarts == 0
+    states = _states(launcher)
+    evicted_at = next(i for i, s in enumerate(states)
+                      if s.startswith("queued: Preempted to accommodate a workload"))
+    assert any(s.startswith("Running") for s in states[:evicted_at])  # it had run
+    assert not any("restart" in s for s in states)
+    # Every pod of the last admission is new: none of the 3 that ran before the preemption.
+    before = set().union(*uids[:evicted_at + 1])
+    assert len(before) == 3 and len(final) == 3 and not before & final
+    # What Kueue and the operator left (CRDs strict): Evicted and Preempted reset on the
+    # re-admission, the TFJob resumed.
+    validate_strict(workload, "kueue.x-k8s.io_workloads.yaml", "v1beta1")
+    kinds = {c["type"]: (c["status"], c["reason"]) for c in workload["status"]["conditions"]}
+    assert kinds["Evicted"] == ("False", "QuotaReserved")
+    assert kinds["Preempted"] == ("False", "QuotaReserved")
+    assert kinds["Admitted"] == ("True", "Admitted")
+    conditions = [(c["type"], c["status"], c["reason"]) for c in job["status"]["conditions"]]
+    assert ("Suspended", "False", "TFJobResumed") in conditions
+
+
+def test_a_real_restart_still_counts_across_a_preemption(tmp_path):
+    """A worker killed (exit 137, retried under ExitCode) before the preemption and again
+    after the re-admission: 2 restarts, past max_restarts=1, though the preemption itself
+    recreated every pod and counts for nothing."""
+    scripts = {"worker-1": [(137, 2), (137, 6)]}  # the 2nd incarnation is cut by the eviction
+    with KueueStandIn(local_queues=QUEUES, admit_after_reads=3, evictions=[("Preempted", 8)],
+                      scripts=scripts, running_ticks=12) as standin:
+        launcher = _launcher(standin, {"queue": "team-a"}, timeout_seconds=3600)
+        with pytest.raises(TrainingJobError, match="2 restarts, more than max_restarts=1"):
+            launcher.run(_chief_and_workers(tmp_path, max_restarts=1))
+    assert [reason for _, _, reason in standin.evicted] == ["Preempted"]
+    states = _states(launcher)
+    first_restart = next(i for i, s in enumerate(states) if "1 restart(s)" in s)
+    evicted_at = next(i for i, s in enumerate(states) if s.startswith("queued: Preempted"))
+    second_restart = next(i for i, s in enumerate(states) if "2 restart(s)" in s)
+    assert first_restart < evicted_at < second_restart
+
+
+def test_a_real_restart_before_a_preemption_is_counted_once(tmp_path):
+    """The same restart, then a preemption, within max_restarts=1: the job succeeds with 1."""
+    scripts = {"worker-1": [(137, 2)]}
+    with KueueStandIn(local_queues=QUEUES, admit_after_reads=3, evictions=[("Preempted", 8)],
+                      scripts=scripts, running_ticks=12) as standin:
+        launcher = _launcher(standin, {"queue": "team-a"}, timeout_seconds=3600)
+        outcome = launcher.run(_chief_and_workers(tmp_path, max_restarts=1))
+    assert [reason for _, _, reason in standin.evicted] == ["Preempted"]
+    assert outcome.restarts == 1
+
+
+def _condition(type_: str, status: str, at: str, reason: str = ""):
+    return SimpleNamespace(type=type_, status=status, reason=reason,
+                           last_transition_time=datetime.fromisoformat(at),
+                           last_update_time=None)
+
+
+def _pod(uid: str, rtype: str, index: int, created: str | None, restarts: int = 0):
+    return SimpleNamespace(
+        metadata=SimpleNamespace(
+            uid=uid, labels={"training.kubeflow.org/replica-type": rtype,
+                             "training.kubeflow.org/replica-index": str(index)},
+            creation_timestamp=datetime.fromisoformat(created) if created else None),
+        status=SimpleNamespace(container_statuses=[SimpleNamespace(restart_count=restarts)]))
+
+
+def test_pods_are_counted_in_the_generation_they_were_created_in():
+    """RestartCount's cases the stand-ins do not reach: a poll that lists a terminating pod of
+    the previous admission beside the job's resume, one that missed a whole suspend/resume
+    cycle, and a read of the job made before the operator recorded the resume."""
+    created = _condition("Created", "True", "2025-01-01T00:00:00Z")
+    resumed_1 = _condition("Suspended", "False", "2025-01-01T00:00:10Z", "TFJobResumed")
+    suspended = _condition("Suspended", "True", "2025-01-01T00:05:00Z", "TFJobSuspended")
+    resumed_2 = _condition("Suspended", "False", "2025-01-01T00:07:00Z", "TFJobResumed")
+    resumed_3 = _condition("Suspended", "False", "2025-01-01T00:20:00Z", "TFJobResumed")
+    first = [_pod("a0", "worker", 0, "2025-01-01T00:00:11Z"),
+             _pod("a1", "worker", 1, "2025-01-01T00:00:11Z")]
+    second = [_pod("b0", "worker", 0, "2025-01-01T00:07:01Z"),
+              _pod("b1", "worker", 1, "2025-01-01T00:07:01Z")]
+    count = RestartCount()
+    assert count.update([created, resumed_1], first) == 0
+    # Read before the operator recorded the resume (Suspended still True), new pods listed.
+    assert count.update([created, suspended], second) == 0
+    # The resume recorded; a terminating pod of the first admission still listed.
+    assert count.update([created, resumed_2], [first[0], *second]) == 0
+    # A whole cycle missed between two polls: the third admission's pods only.
+    third = [_pod("c0", "worker", 0, "2025-01-01T00:20:00Z"),
+             _pod("c1", "worker", 1, "2025-01-01T00:20:01Z")]
+    assert count.update([created, resumed_3], third) == 0
+    # Within an admission a new UID is a restart, and so is a container restart.
+    assert count.update([created, resumed_3],
+                        [_pod("c0b", "worker", 0, "2025-01-01T00:21:00Z"), third[1]]) == 1
+    assert count.update([created, resumed_3],
+                        [_pod("c0b", "worker", 0, "2025-01-01T00:21:00Z", restarts=1),
+                         third[1]]) == 2
+
+
+def test_without_creation_timestamps_pods_go_in_the_latest_generation():
+    count = RestartCount()
+    resumed = _condition("Suspended", "False", "2025-01-01T00:07:00Z", "TFJobResumed")
+    assert count.update([], [_pod("a0", "worker", 0, None)]) == 0
+    assert count.update([resumed], [_pod("b0", "worker", 0, None)]) == 0
+    assert count.update([resumed], [_pod("b0x", "worker", 0, None)]) == 1
+
+
+def test_a_pending_volcano_gang_counts_against_the_run_deadline_not_the_start_deadline(
+        tmp_path):
+    """Issue 29 item 9: what start_deadline_minutes counts, as its help now says. Only Kueue's
+    suspension is a queue to the launcher; a TFJob whose Volcano PodGroup stays Pending (the
+    operator makes no pod meanwhile: kubeflow/trainer v1.9.2 pkg/controller.v1/common/job.go
+    lines 322-326) is running as far as it can tell, so a 1-minute start deadline never fires
+    and the 10-minute run deadline does."""
+    from fmnist_kfp.kubernetes.runner import DeadlineExceeded
+    from fmnist_kfp.settings.scheduling import SchedulingSettings
+    from tests.standins.kubernetes import KubernetesStandIn
+
+    with KubernetesStandIn(gang_scheduler="volcano", gang_placed_after_ticks=10**6) as standin:
+        launcher = _launcher(standin, {"gang": "volcano", "start_deadline_minutes": 1},
+                             timeout_seconds=600)
+        with pytest.raises(DeadlineExceeded) as failure:
+            launcher.run(_spec(tmp_path))
+        # Deleted at the deadline, never past Created: the gang was never placed.
+        assert [c["type"] for c in standin.job(NAME)["status"]["conditions"]] == ["Created"]
+    assert not isinstance(failure.value, StartDeadlineExceeded)
+    assert "did not finish within the step's 600 s" in str(failure.value)
+    assert not any(state.startswith("queued") for state in _states(launcher))
+    [setting] = SchedulingSettings.__dataclass_fields__["start_deadline_minutes"] \
+        .metadata.values()
+    text = setting.help
+    assert "pods unscheduled)" not in text  # no longer claimed as counted
+    assert "Only Kueue's suspension counts" in text and "Volcano" in text

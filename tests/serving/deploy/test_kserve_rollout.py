@@ -27,6 +27,7 @@ from fmnist_kfp.kubernetes.inference_service import (
     CANARY_ANNOTATIONS,
     TAG_ROUTING_ANNOTATION,
     KServeSettings,
+    candidate_name,
 )
 from fmnist_kfp.serving.deploy import kserve_api
 from fmnist_kfp.serving.deploy.kserve_deployer import (
@@ -45,21 +46,28 @@ NEW = "pvc://fmnist-data/models/run-2"
 ADDRESS = f"http://{NAME}.{NS}.svc.cluster.local"
 CANARY_URL = f"http://latest-{NAME}-predictor.{NS}.svc.cluster.local"
 RAW_ADDRESS = f"http://{NAME}-predictor.{NS}.svc.cluster.local"
-CANDIDATE_ADDRESS = f"http://{NAME}-canary-predictor.{NS}.svc.cluster.local"
+# Standard mode: the new model's own candidate (issue 29: one per model, no shared name).
+CANDIDATE = candidate_name(NAME, NEW)
+CANDIDATE_ADDRESS = f"http://{CANDIDATE}-predictor.{NS}.svc.cluster.local"
 RESULT_KEYS = {"action", "blessing", "url", "external_url", "canary_url", "verification",
                "namespace", "name", "mode", "runtime", "storage_uri", "service_account",
                "canary_traffic_percent", "reason"}
 
 
 class Verifier:
-    """Scores whichever model answers the URL: ``accuracy[uri]`` (default: ``default``)."""
+    """Scores the model answering the URL: ``accuracy[uri]`` (default: ``default``), and, as
+    the real verifier (``serving/deploy/verification.py``: the served answers must be the
+    deploying step's own model's, ``compare``/``agreement``), fails whenever the model answering
+    is not ``own``, the model being deployed (:func:`deploy` sets it per call unless given)."""
 
     def __init__(self, standin: KServeStandIn, accuracy: dict | None = None,
-                 default: float = 0.91, raises: dict | None = None):
+                 default: float = 0.91, raises: dict | None = None, own: str | None = None):
         self.standin = standin
         self.accuracy = accuracy or {}
         self.default = default
         self.raises = raises or {}
+        self.own = own
+        self.own_given = own is not None
         self.calls: list[tuple[str, str, str | None]] = []
 
     def __call__(self, url: str, model_name: str) -> dict:
@@ -71,6 +79,10 @@ class Verifier:
             return {"ok": False, "error": who, "requests": 1, "failures": 1}
         if who != model_name:
             return {"ok": False, "error": f"model {model_name} not found", "failures": 1}
+        if self.own is not None and uri != self.own:  # another model's answers
+            return {"ok": False, "accuracy": self.accuracy.get(uri, self.default),
+                    "requests": 200, "failures": 0, "agreement": 0.0,
+                    "error": f"answers differ: {uri} answers, not {self.own}"}
         return {"ok": True, "accuracy": self.accuracy.get(uri, self.default), "requests": 200,
                 "failures": 0}
 
@@ -112,9 +124,12 @@ def settings(**overrides) -> KServeSettings:
 
 def deploy(standin, uri, accuracy, verify=None, tolerance=0.005, logs=None,
            needs_credentials=False, **overrides):
+    verify = verify or Verifier(standin, default=accuracy)
+    if isinstance(verify, Verifier) and not verify.own_given:
+        verify.own = uri  # the model this call deploys
     return deploy_with_kserve(
         settings(**overrides), storage_uri=uri, test_accuracy=accuracy, tolerance=tolerance,
-        verify=verify or Verifier(standin, default=accuracy), client=standin.kserve_client(NS),
+        verify=verify, client=standin.kserve_client(NS),
         needs_credentials=needs_credentials, poll_seconds=0.005,
         log=(logs.append if logs is not None else lambda line: None),
     )
@@ -675,16 +690,16 @@ def test_standard_mode_verifies_a_candidate_before_touching_the_main_service(raw
     result = deploy(raw, NEW, 0.95, verifier)
     assert result["action"] == "promoted"
     assert result["canary_url"] == CANDIDATE_ADDRESS
-    assert verifier.calls == [(CANDIDATE_ADDRESS, f"{NAME}-canary", NEW),
+    assert verifier.calls == [(CANDIDATE_ADDRESS, CANDIDATE, NEW),
                               (RAW_ADDRESS, NAME, NEW)]
     (candidate,) = [body for method, body in raw.isvc_writes() if method == "POST"]
-    assert candidate["metadata"]["name"] == f"{NAME}-canary"
+    assert candidate["metadata"]["name"] == CANDIDATE
     assert candidate["spec"]["predictor"]["model"]["storageUri"] == NEW
     assert candidate["spec"]["predictor"]["model"]["readinessProbe"]["httpGet"]["path"] == \
-        f"/v2/models/{NAME}-canary/ready"
+        f"/v2/models/{CANDIDATE}/ready"
     (main,) = puts(raw)
     assert main["spec"]["predictor"]["model"]["storageUri"] == NEW
-    assert ("InferenceService", NS, f"{NAME}-canary") not in raw.objects  # cleaned up
+    assert ("InferenceService", NS, CANDIDATE) not in raw.objects  # cleaned up
     assert raw.answering(RAW_ADDRESS)[0] == NEW
     assert model_annotations(raw.isvc()) == {ANNOTATION_TEST_ACCURACY: "0.950000",
                                              ANNOTATION_MODEL_URI: NEW}
@@ -720,7 +735,7 @@ def test_a_failed_candidate_leaves_the_main_service_untouched_and_says_so(raw):
     assert result["verification"]["accuracy"] == 0.40 and not result["verification"]["passed"]
     assert result["canary_url"] == CANDIDATE_ADDRESS
     assert not puts(raw) and result["url"] == RAW_ADDRESS
-    assert ("InferenceService", NS, f"{NAME}-canary") not in raw.objects
+    assert ("InferenceService", NS, CANDIDATE) not in raw.objects
     assert raw.answering(RAW_ADDRESS)[0] == OLD
 
 
@@ -729,11 +744,11 @@ def test_a_rejected_candidate_that_cannot_be_deleted_fails_the_step_and_says_how
     the candidate fails, the step says so (and how to delete it) instead of returning a
     quiet ``candidate_failed``."""
     serve_old_model(raw, 0.90)
-    raw.faults.append(Fault("DELETE", f"inferenceservices/{NAME}-canary", status=500,
+    raw.faults.append(Fault("DELETE", f"inferenceservices/{CANDIDATE}", status=500,
                             times=99))
     with pytest.raises(KServeRolloutError, match="deleting the candidate failed.*kubectl "
                                                  f"delete inferenceservice -n {NS} "
-                                                 f"{NAME}-canary") as error:
+                                                 f"{CANDIDATE}") as error:
         deploy(raw, NEW, 0.95, Verifier(raw, {NEW: 0.40, OLD: 0.90}))
     assert error.value.result["action"] == "candidate_failed"
     assert "was not changed" in str(error.value)
@@ -745,7 +760,7 @@ def test_a_candidate_that_never_gets_ready_is_deleted(raw):
     raw.ready_for = lambda isvc: isvc["metadata"]["name"] == NAME
     with pytest.raises(KServeRolloutError, match="did not come up.*is gone.*was not changed"):
         deploy(raw, NEW, 0.95, ready_timeout_seconds=0.3)
-    assert ("InferenceService", NS, f"{NAME}-canary") not in raw.objects
+    assert ("InferenceService", NS, CANDIDATE) not in raw.objects
     assert not puts(raw) and raw.answering(RAW_ADDRESS)[0] == OLD
 
 
@@ -763,7 +778,7 @@ def test_a_main_rollout_that_does_not_finish_writes_the_previous_model_back(raw)
                                              ANNOTATION_MODEL_URI: OLD}
     assert raw.answering(RAW_ADDRESS)[0] == OLD
     assert OLD in error.value.result["reason"]
-    assert ("InferenceService", NS, f"{NAME}-canary") not in raw.objects
+    assert ("InferenceService", NS, CANDIDATE) not in raw.objects
 
 
 def test_sigterm_during_the_candidate_deletes_it_and_leaves_the_main_service(raw):
@@ -777,18 +792,26 @@ def test_sigterm_during_the_candidate_deletes_it_and_leaves_the_main_service(raw
         deploy(raw, NEW, 0.95, Verifier(raw, raises={CANDIDATE_ADDRESS: terminated}))
     assert error.value.code == 143
     assert not puts(raw)
-    assert ("InferenceService", NS, f"{NAME}-canary") not in raw.objects
+    assert ("InferenceService", NS, CANDIDATE) not in raw.objects
 
 
 def test_a_candidate_left_by_an_interrupted_run_is_replaced(raw):
+    """Issue 29: the leftover carries KServe's finalizer, so its delete leaves it terminating
+    for a while (kserve v0.15.2 ``inferenceservice/controller.go`` L162-195) and a create of
+    its name meanwhile is a 409; the rollout waits until it is gone (before: the 409 made the
+    runner re-attach to the object being deleted, and the step failed with JobVanished)."""
     serve_old_model(raw, 0.90)
     raw.put({"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
-             "metadata": {"name": f"{NAME}-canary", "namespace": NS},
+             "metadata": {"name": CANDIDATE, "namespace": NS,
+                          "finalizers": [KServeStandIn.FINALIZER]},
              "spec": {"predictor": {"model": {"modelFormat": {"name": "tensorflow"},
                                               "storageUri": "pvc://fmnist-data/stale"}}}})
     logs = []
     assert deploy(raw, NEW, 0.95, logs=logs)["action"] == "promoted"
     assert any("left by an earlier rollout" in line for line in logs)
+    assert any(f"{CANDIDATE} is gone" in line for line in logs)
+    assert raw.answering(RAW_ADDRESS)[0] == NEW
+    assert ("InferenceService", NS, CANDIDATE) not in raw.objects
 
 
 def test_a_service_that_never_rolled_out_is_replaced_without_a_canary(standin):
@@ -862,14 +885,86 @@ def test_an_auth_or_gone_answer_reading_the_candidates_deployment_leaves_it(raw,
     is classified as the InferenceService's read is. The candidate is not deleted, and the
     message does not claim it was."""
     serve_old_model(raw)
-    _fault_after_write(raw, f"{NAME}-canary", Fault(
-        "GET", f"deployments/{NAME}-canary-predictor", status=status))
+    _fault_after_write(raw, CANDIDATE, Fault(
+        "GET", f"deployments/{CANDIDATE}-predictor", status=status))
     with pytest.raises(kserve_api.RolloutLeftAsIs) as error:
         deploy(raw, NEW, 0.95)
-    assert ("InferenceService", NS, f"{NAME}-canary") in raw.objects  # not deleted
+    assert ("InferenceService", NS, CANDIDATE) in raw.objects  # not deleted
     assert not puts(raw)  # the main InferenceService untouched
     message = str(error.value)
-    assert message.startswith(f"the candidate InferenceService {NS}/{NAME}-canary of {NEW} was "
+    assert message.startswith(f"the candidate InferenceService {NS}/{CANDIDATE} of {NEW} was "
                               "left as it is (reading InferenceService")
     assert f"HTTP {status} " in message and "was deleted" not in message
     assert f"InferenceService {NS}/{NAME} was not changed and still serves {OLD}" in message
+
+
+# -- issue 29: creates that race ----------------------------------------------------------------
+
+
+def test_an_inference_service_created_meanwhile_is_not_taken_for_ours(standin, monkeypatch):
+    """Issue 29 item 2: another step creates the InferenceService between this one's read
+    (absent) and its create. The 409 must end this step with CreatedMeanwhile, not make the
+    runner re-attach to the other one's service (before: ``_already_exists`` found the 409 in
+    the chain ``from None`` leaves in ``__context__``, re-attached, and verified the other
+    model)."""
+    from fmnist_kfp.kubernetes.inference_service import build_inference_service, to_manifest
+    from fmnist_kfp.serving.deploy.kserve_api import CreatedMeanwhile
+
+    other = to_manifest(build_inference_service(settings(), storage_uri=OLD,
+                                                annotations={ANNOTATION_MODEL_URI: OLD}))
+    real_create = kserve_api.KServeApi.create
+
+    def create(api, body):
+        if ("InferenceService", NS, NAME) not in standin.objects:
+            standin.put(other)  # the other step's create lands first
+        return real_create(api, body)
+
+    monkeypatch.setattr(kserve_api.KServeApi, "create", create)
+    with pytest.raises(CreatedMeanwhile, match="created by someone else meanwhile"):
+        deploy(standin, NEW, 0.95)
+    assert not puts(standin)
+    assert model_annotations(standin.isvc()) == {ANNOTATION_MODEL_URI: OLD}
+
+
+def test_a_serving_runtime_created_meanwhile_is_read_and_used(standin, monkeypatch):
+    """Issue 29 item 2: two steps find no ServingRuntime and both create it; the second
+    create's 409 AlreadyExists means it exists: it is read and the rollout goes on (before:
+    a hard error)."""
+    real_create = kserve_api.KServeApi.create_runtime
+
+    def create_runtime(api, body):
+        standin.put(body)  # the other step's create lands first
+        return real_create(api, body)
+
+    monkeypatch.setattr(kserve_api.KServeApi, "create_runtime", create_runtime)
+    logs: list[str] = []
+    result = deploy(standin, OLD, 0.91, logs=logs)
+    assert result["action"] == "created"
+    assert any("created meanwhile by another step" in line for line in logs)
+
+
+def test_the_standin_keeps_a_deleted_inference_service_terminating_until_kserve_finalizes_it(
+        standin):
+    """The stand-in's deletion rule (tests/standins/kserve.py, cited there): KServe adds its
+    finalizer on the first reconcile; a delete then only sets deletionTimestamp, the object
+    stays readable, a create of its name is 409 AlreadyExists, and it goes once the
+    controller has removed the finalizer."""
+    from fmnist_kfp.serving.deploy.kserve_api import Conflict
+
+    deploy(standin, OLD, 0.90)
+    isvc = standin.isvc()
+    assert KServeStandIn.FINALIZER in isvc["metadata"]["finalizers"]
+    client = standin.kserve_client(NS)
+    api = kserve_api.KServeApi(client.api_instance.api_client, NS)
+    api.delete(NAME)
+    terminating = api.get(NAME)
+    assert terminating["metadata"]["deletionTimestamp"]
+    body = {key: isvc[key] for key in ("apiVersion", "kind", "spec")}
+    body["metadata"] = {"name": NAME, "namespace": NS}
+    with pytest.raises(Conflict):
+        api.create(body)
+    for _ in range(standin.delete_lag + 1):
+        if api.get(NAME) is None:
+            break
+    assert api.get(NAME) is None
+    assert ("Deployment", NS, f"{NAME}-predictor") not in standin.objects
