@@ -536,8 +536,8 @@ def check_permissions(api_client, cluster: Cluster) -> list[Row]:
                 rows.append(Row(f"{verb} {resource}", None, f"cannot ask: {error}"))
                 continue
         allowed = bool(((answer or {}).get("status") or {}).get("allowed"))
-        name = f"{resource}/{subresource}" if subresource else resource
-        name = f"{name}.{group}" if group else name
+        name = f"{resource}.{group}" if group else resource  # kubectl's spelling:
+        name = f"{name}/{subresource}" if subresource else name  # jobs.batch/status
         rows.append(Row(f"{who} may {verb} {name}", allowed, why, "" if allowed else fix))
     return rows
 

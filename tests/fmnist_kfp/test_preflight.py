@@ -153,7 +153,7 @@ PIECES = {
         ("ConfigMap", NS, "katib-config")]["data"].update(
         {"katib-config.yaml": KATIB_CONFIG.replace("      - TFJob.v1.kubeflow.org\n", "")})),
     **{f"may-{verb}-{resource}{'-' + sub if sub else ''}": (
-        f"may {verb} {resource}{'/' + sub if sub else ''}",
+        f"may {verb} {resource}{'.' + group if group else ''}{'/' + sub if sub else ''}",
         (lambda v, g, r: lambda s, k: _drop_permission(s, v, g, r))(
             verb, group, f"{resource}/{sub}" if sub else resource))
        for verb, group, resource, sub, _ in PERMISSIONS},
