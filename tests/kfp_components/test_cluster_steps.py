@@ -220,7 +220,10 @@ def test_the_training_step_runs_a_tfjob_end_to_end(compiled, synthetic_dataset, 
         """, tmp_path)
         [(key, controller)] = standin.jobs.items()
         tfjob = standin.posts()[0]
-        pods = {pod.name: pod for pod in controller.pods.values()}
+        # Every pod created: with the default success policy worker 0's success ends the job
+        # and cleanPodPolicy Running deletes a worker still running (tfjob_controller.go
+        # v1.9.2 UpdateJobStatus; common/job.go DeletePodsAndServices).
+        pods = {pod.name: pod for pod in controller.pods_created}
     assert metadata["backend"] == "kubernetes" and metadata["job_name"] == key[1]
     assert metadata["replicas"] == 2 and metadata["restarts"] == 0
     assert (model_dir / "1" / "saved_model.pb").exists()  # copied back

@@ -218,6 +218,8 @@ class TFJobController:
         self.run_processes = run_processes
         self.mutate_pod = mutate_pod  # e.g. Katib's pod webhook (tests/standins/katib.py)
         self.pods: dict[str, Pod] = {}
+        # Every pod ever created, deleted ones too (a test reads what each was given).
+        self.pods_created: list[Pod] = []
         self.status: dict = {}
         self.created_seen = False
         # The operator's --gang-scheduler-name ("" off; "volcano"; any other: scheduler-plugins)
@@ -436,6 +438,7 @@ class TFJobController:
             pod = self.pods.get(name)
             if pod is None:
                 self.pods[name] = self._new_pod(rtype, index)
+                self.pods_created.append(self.pods[name])
                 continue
             code = 0xBEEF if pod.exit_code is None else pod.exit_code
             if pod.phase == "Failed":
