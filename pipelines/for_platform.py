@@ -12,6 +12,7 @@ pipeline is imported still takes effect.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 import warnings
@@ -69,10 +70,8 @@ class ForPlatform(base_component.BaseComponent):
 
     def _built_for(self, platform: Platform) -> base_component.BaseComponent:
         """Built for ``platform``'s claim and Secret, with the release images."""
-        return self._build(Platform(
-            image=RELEASE_IMAGE, gpu_image=RELEASE_GPU_IMAGE, pvc_name=platform.pvc_name,
-            credentials_secret=platform.credentials_secret,
-            credential_keys=platform.credential_keys))
+        return self._build(dataclasses.replace(platform, image=RELEASE_IMAGE,
+                                               gpu_image=RELEASE_GPU_IMAGE))
 
     @property
     def built(self) -> base_component.BaseComponent:

@@ -107,12 +107,12 @@ def derived_gpu_image(image: str) -> str:
     return image + GPU_TAG_SUFFIX
 
 
-def gpu_image(gpu_image: str | None = None, image: str | None = None) -> str:
-    """The image of the TFJob replicas and Katib trials that request GPUs: ``gpu_image`` if
+def gpu_image(explicit: str | None = None, image: str | None = None) -> str:
+    """The image of the TFJob replicas and Katib trials that request GPUs: ``explicit`` if
     given; else, when the component ``image`` is given, its GPU twin (an image given beside a
     stale ``$FMNIST_GPU_IMAGE`` must not mix builds); else ``$FMNIST_GPU_IMAGE``; else the GPU
     twin of :func:`component_image`."""
-    given, source = (gpu_image or "").strip(), "the GPU image "
+    given, source = (explicit or "").strip(), "the GPU image "
     if not given and not (image or "").strip():
         given, source = os.environ.get(GPU_IMAGE_ENV, "").strip(), f"{GPU_IMAGE_ENV}="
     if not given:
