@@ -14,6 +14,7 @@ from fmnist_kfp import __version__
 from fmnist_kfp.errors import DataSourceError, TrainingJobError, UserInputError
 from fmnist_kfp.extras import require
 from fmnist_kfp.settings.data import DataSettings
+from fmnist_kfp.settings.jobs import OPERATORS
 from fmnist_kfp.settings.pipeline import PipelineParameters
 from fmnist_kfp.settings.schema import add_flags, given_values
 from fmnist_kfp.settings.serving import DeploySettings
@@ -482,6 +483,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "\"priority_class\": \"fmnist-high\", \"gang\": \"volcano\"}': "
                           "also check the Kueue queue, priority classes and gang scheduler it "
                           "needs (docs/scheduling.md)")
+    pre.add_argument("--operator", default="auto", choices=OPERATORS,
+                     help="the run's kubernetes.operator: check what TFJobs (tfjob) or "
+                          "TrainJobs (trainjob) need; auto checks the one the train step "
+                          "would pick")
     pre.set_defaults(func=cmd_preflight)
 
     srv = commands.add_parser("serve", help="serve a model on this machine (foreground)")

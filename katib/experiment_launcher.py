@@ -19,7 +19,11 @@ remote-job runner (:mod:`fmnist_kfp.kubernetes.runner`), like the training step'
   passes, the failure names those trials;
 * a 401, 403 or 410 reading the Experiment or listing its trials leaves the Experiment running
   for a retried step to re-attach to (the runner's
-  :class:`~fmnist_kfp.kubernetes.runner.ReadRefused`).
+  :class:`~fmnist_kfp.kubernetes.runner.ReadRefused`);
+* the trials' job is a TFJob or a TrainJob, as the train step decides it from
+  ``kubernetes.operator`` and what the API server serves
+  (:func:`fmnist_kfp.kubernetes.training_operators.choose_operator`), printed; TrainJob trials
+  are not examined for stalls (the stall rules read a TFJob's conditions).
 
 Katib's conditions are cumulative, one per type, a re-set type moving to the end: the outcome
 is read from ``Failed=True`` then ``Succeeded=True``, not from the order.
@@ -56,7 +60,9 @@ from fmnist_kfp.kubernetes.runner import (
     RemoteJob,
     RemoteJobError,
     RemoteJobRunner,
+    is_transient,
 )
+from fmnist_kfp.kubernetes.trainjob import OVERRIDES
 from fmnist_kfp.tuning.experiment_settings import (
     API_VERSION,
     OBJECTIVE_TYPES,
@@ -134,6 +140,21 @@ class KatibApi:
         self.api.delete_namespaced_custom_object(GROUP, VERSION, namespace, EXPERIMENT_PLURAL,
                                                  name)
 
+    def training_operator(self, setting: str, timeout: float) -> tuple[str, str]:
+        """``(operator, shape)`` for the trials: ``tfjob`` or ``trainjob`` for the
+        ``kubernetes.operator`` ``setting`` on this cluster, and a TrainJob's pod-settings shape
+        (the train step's rule: :func:`~fmnist_kfp.kubernetes.training_operators.
+        choose_operator`, :func:`~fmnist_kfp.kubernetes.training_operators.trainjob_api`)."""
+        from fmnist_kfp.kubernetes.training_operators import (
+            ClusterDiscovery,
+            choose_operator,
+            trainjob_api,
+        )
+
+        discovery = ClusterDiscovery(self.api.api_client, request_timeout=timeout)
+        operator = choose_operator(setting, discovery)
+        return operator, trainjob_api(discovery) if operator == "trainjob" else OVERRIDES
+
     def get_tfjob(self, name: str, namespace: str, timeout: float) -> dict | None:
         """The TFJob called ``name`` as stored (a dict: only its status is read), None when the
         API server answers 404 (no such TFJob, or no TFJob CRD). Other errors raise."""
@@ -195,8 +216,12 @@ class KatibExperimentLauncher:
 
     def __init__(self, katib_client: KatibApi | None = None, poll_seconds: float = 15.0,
                  timeout_seconds: float = 0.0, out=None, request_timeout_seconds: float = 60.0,
-                 clock=None, sleep=None, stall_seconds: float = STALL_SECONDS):
+                 clock=None, sleep=None, stall_seconds: float = STALL_SECONDS,
+                 operator: str = "", shape: str = OVERRIDES):
+        """``operator`` (``tfjob`` or ``trainjob``) fixes the trials' job, with ``shape`` for
+        a TrainJob; empty: asked of the cluster when the search starts."""
         self._client = katib_client
+        self.operator, self.shape = operator, shape
         self.stall_seconds = stall_seconds
         self.out = out or sys.stdout
         # timeout 0: wait as long as the Experiment runs
@@ -213,17 +238,48 @@ class KatibExperimentLauncher:
     def _say(self, message: str) -> None:
         print(message, file=self.out, flush=True)
 
+    def _training_operator(self, settings: ExperimentSettings) -> tuple[str, str]:
+        """The trials' operator and TrainJob shape: as given, else asked of the cluster (its
+        transient errors retried, as the runner retries reads), and printed."""
+        setting = settings.kubernetes.operator
+        if self.operator:
+            operator, shape = self.operator, self.shape
+        else:
+            pause, most = self.runner.retry_seconds
+            while True:
+                try:
+                    operator, shape = self.client().training_operator(
+                        setting, self.request_timeout_seconds)
+                    break
+                except Exception as error:
+                    if not is_transient(error) or pause > most:
+                        raise
+                    self._say(f"asking which training operator the cluster serves: {error}; "
+                              f"retrying in {pause:.0f}s")
+                    self.runner.sleep(pause)
+                    pause *= 2
+        if operator == "trainjob":  # TFJob trials, as ever: nothing new to say
+            self._say(f"trials run as TrainJobs (Kubeflow Trainer v2, pod settings as {shape}); "
+                      f"kubernetes.operator is {setting}")
+        return operator, shape
+
     def run(self, settings: ExperimentSettings, search_space: SearchSpace,
             data_dir: str) -> TuningResult:
         experiment = build_experiment(settings, search_space, data_dir)  # validates first
+        operator, shape = self._training_operator(settings)
+        if operator != "tfjob":  # what a TrainJob cannot do is refused here, before the create
+            experiment = build_experiment(settings, search_space, data_dir, operator, shape)
         name, namespace = settings.name, settings.target_namespace
         client = self.client()
         timeout = self.request_timeout_seconds
         started = self.runner.clock()
+        # The stall rules read a trial's TFJob (fmnist_kfp.katib.stalls): TrainJob trials are
+        # not examined.
         stalls = StallWatch(namespace, clock=self.runner.clock, say=self._say,
                             read_tfjob=lambda trial: client.get_tfjob(trial, namespace=namespace,
                                                                       timeout=timeout),
-                            stall_seconds=self.stall_seconds)
+                            stall_seconds=self.stall_seconds if operator == "tfjob"
+                            else float("inf"))
 
         def read():
             """The Experiment, and its trials once it has finished (so that a transient error

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import pytest
 
-from fmnist_kfp.preflight import OPTIONAL_READS, PERMISSIONS
+from fmnist_kfp.preflight import OPTIONAL_READS, PERMISSIONS, permissions_for
+from fmnist_kfp.preflight.permissions import TRAINJOB_PERMISSIONS
 from tests.kubeflow_roles import kubeflow_profile
 from tests.setup_manifests import build
 from tests.standins.kserve import KServeStandIn
@@ -35,6 +36,23 @@ def train(tmp_path) -> None:
         with pytest.raises(TrainingJobError):
             t._launcher(standin).run(t._spec(tmp_path))
         assert standin.jobs == {}  # deleted
+
+
+def train_trainjob(tmp_path) -> None:
+    """The train step's TrainJob path (``kubernetes.operator`` trainjob): one that succeeds, one
+    whose node fails with a bug and is deleted."""
+    from fmnist_kfp.errors import TrainingJobError
+    from tests.fmnist_kfp.launcher import test_trainjob_launcher as t
+    from tests.standins.trainer_v2 import TrainerStandIn
+
+    t._finish(tmp_path)
+    with TrainerStandIn() as standin:
+        outcome = t._launcher(standin).run(t._spec(tmp_path))
+    assert outcome.result == {"model_type": "basic"}
+    with TrainerStandIn(scripts={"node-0": [2]}) as standin:
+        with pytest.raises(TrainingJobError):
+            t._launcher(standin).run(t._spec(tmp_path))
+        assert not standin.trainjobs  # deleted
 
 
 def tensorboard() -> None:
@@ -113,11 +131,14 @@ def serve_early(lag: int = 1) -> None:
         assert t._promote(standin, t.BETTER, "batchnorm")["action"] == "promoted"
 
 
-def every_flow(tmp_path, lag: int = 1) -> None:
-    """``lag``: the KServe controller's reconcile lag, in reads (tests/standins/kserve.py)."""
-    for name in ("train", "tune", "batch"):
+def every_flow(tmp_path, lag: int = 1, trainjob: bool = False) -> None:
+    """``lag``: the KServe controller's reconcile lag, in reads (tests/standins/kserve.py);
+    ``trainjob``: the train step's TrainJob path too."""
+    for name in ("train", "trainjob", "tune", "batch"):
         (tmp_path / name).mkdir(exist_ok=True)
     train(tmp_path / "train")
+    if trainjob:
+        train_trainjob(tmp_path / "trainjob")
     tensorboard()
     tune(tmp_path / "tune")
     batch_predict(tmp_path / "batch")
@@ -134,11 +155,30 @@ def recorded(tmp_path_factory) -> set:
     return {attributes[:4] for attributes in found}
 
 
+@pytest.fixture(scope="module")
+def recorded_trainjob(tmp_path_factory) -> set:
+    """What the train step's TrainJob path sent (the other steps send the same either way)."""
+    with recording() as found:
+        train_trainjob(tmp_path_factory.mktemp("trainjob"))
+    return {attributes[:4] for attributes in found}
+
+
 def test_the_recorded_api_calls_are_exactly_what_preflight_checks(recorded):
     checked = {(verb, group, resource, sub) for verb, group, resource, sub, _ in PERMISSIONS}
     needed = recorded - set(OPTIONAL_READS)
     assert needed == checked, (f"sent but not checked: {sorted(needed - checked)}; checked "
                                f"but never sent: {sorted(checked - needed)}")
+
+
+def test_the_trainjob_paths_calls_are_what_preflight_checks_for_it(recorded_trainjob):
+    """``permissions_for("trainjob")`` swaps the TFJob rows for the TrainJob's: what the
+    TrainJob flow sent, plus nothing of the TFJob's."""
+    checked = {(verb, group, resource, sub)
+               for verb, group, resource, sub, _ in TRAINJOB_PERMISSIONS}
+    needed = recorded_trainjob - set(OPTIONAL_READS)
+    assert needed == checked, (f"sent but not checked: {sorted(needed - checked)}; checked "
+                               f"but never sent: {sorted(checked - needed)}")
+    assert set(TRAINJOB_PERMISSIONS) <= set(permissions_for("trainjob"))
 
 
 def _allowed(standin, account: str, namespace: str, attributes) -> bool:
@@ -147,11 +187,11 @@ def _allowed(standin, account: str, namespace: str, attributes) -> bool:
                                 verb, group, f"{resource}/{sub}" if sub else resource, "")
 
 
-def test_the_standalone_role_grants_every_recorded_call(recorded):
+def test_the_standalone_role_grants_every_recorded_call(recorded, recorded_trainjob):
     with KServeStandIn(rbac=True) as standin:
         for obj in build("standalone-rbac"):
             standin.put(obj)
-        refused = sorted(a for a in recorded - set(OPTIONAL_READS)
+        refused = sorted(a for a in (recorded | recorded_trainjob) - set(OPTIONAL_READS)
                          if not _allowed(standin, "pipeline-runner", "kubeflow", a))
     assert not refused
 
@@ -176,5 +216,5 @@ SEEDS = (11, 22, 33)
 @pytest.mark.parametrize("seed", SEEDS)
 def test_every_flow_gets_through_the_fault_mode(seed, tmp_path):
     with faults(seed) as mode:
-        every_flow(tmp_path, lag=3)
+        every_flow(tmp_path, lag=3, trainjob=True)
     assert mode.injected  # faults were given

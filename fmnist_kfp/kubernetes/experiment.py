@@ -6,6 +6,15 @@ run launches, with ``${trialParameters.<name>}`` in place of every searched flag
 pods run the trainer under :mod:`fmnist_kfp.katib.trial_process`, so that a trainer killed by a
 signal stays retryable under ``restartPolicy: ExitCode`` inside Katib's metrics-collector wrapper
 (see there for the rules).
+
+With the ``trainjob`` operator (Kubeflow Trainer v2) each trial is instead the TrainJob of
+:func:`fmnist_kfp.kubernetes.trainjob.build_trainjob`, as the Kubeflow SDK 0.5's
+``OptimizerClient`` makes its trials TrainJobs (kubeflow 0.5.0 kubeflow/optimizer/backends/
+kubernetes/backend.py lines 117-153: ``trialSpec`` a TrainJob, ``primaryContainerName``
+``node``, the rest left to Katib's defaults), with Katib 0.19's defaults for TrainJob trials
+stated (:data:`TRAINJOB_PRIMARY_POD_LABELS`, :data:`TRAINJOB_SUCCESS_CONDITION`). Katib runs
+them only where its katib-config lists ``TrainJob.v1alpha1.trainer.kubeflow.org`` in
+``trialResources`` (``fmnist-kfp preflight`` checks it).
 """
 
 from __future__ import annotations
@@ -16,6 +25,8 @@ from dataclasses import replace
 from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.kubernetes.experiment_webhook import webhook_problems
 from fmnist_kfp.kubernetes.tfjob import CONTAINER_NAME
+from fmnist_kfp.kubernetes.trainjob import CONTAINER_NAME as TRAINJOB_CONTAINER
+from fmnist_kfp.kubernetes.trainjob import OVERRIDES
 from fmnist_kfp.tuning.experiment_settings import (
     API_VERSION,
     FAILURE_CONDITION,
@@ -35,45 +46,97 @@ TRIAL_PROCESS = ["python", "-m", "fmnist_kfp.katib.trial_process", "--"]
 # 191-194): an argument with a space or a shell metacharacter would be split or interpreted.
 _SHELL_SAFE = re.compile(r"[\w@%+=:,./-]*")
 _PLACEHOLDER = re.compile(r"\$\{trialParameters\.[^}]+\}")
+# Katib 0.19's defaults for a TrainJob trial (kubeflow/katib v0.19.0 pkg/apis/controller/
+# experiments/v1beta1/constants.go lines 38-50, applied by experiment_defaults.go lines 97-137):
+# the primary pod is node 0's (the pod of completion index 0 of the replicated job ``node``:
+# TF_CONFIG's worker 0, which does the chief's work and exports), and Trainer reports a
+# finished TrainJob as ``Complete`` (its JobSet's ``Completed``), a failed one as ``Failed``.
+TRAINJOB_PRIMARY_POD_LABELS = {"jobset.sigs.k8s.io/replicatedjob-name": "node",
+                               "batch.kubernetes.io/job-completion-index": "0"}
+TRAINJOB_SUCCESS_CONDITION = 'status.conditions.#(type=="Complete")#|#(status=="True")#'
+TRAINJOB_FAILURE_CONDITION = 'status.conditions.#(type=="Failed")#|#(status=="True")#'
+# Katib names a trial <experiment>-<8 random characters> (pkg/controller.v1beta1/experiment/
+# suggestionclient/suggestionclient.go line 177) and its job after the trial (manifest/
+# generator.go lines 102-104): the longest name a trial's TrainJob can have, for the pod-name
+# checks of trainjob_problems.
+TRIAL_NAME_SUFFIX = "-abcdefgh"
+# The trial template by the operator: (primary container, primary pod labels, success and
+# failure conditions).
+TRIAL_TEMPLATES = {
+    "tfjob": (CONTAINER_NAME, PRIMARY_POD_LABELS, SUCCESS_CONDITION, FAILURE_CONDITION),
+    "trainjob": (TRAINJOB_CONTAINER, TRAINJOB_PRIMARY_POD_LABELS, TRAINJOB_SUCCESS_CONDITION,
+                 TRAINJOB_FAILURE_CONDITION),
+}
 
 
-def _trial_spec(settings: ExperimentSettings, search_space: SearchSpace, data_dir: str) -> dict:
-    """The trial TFJob as a manifest, with placeholders for the searched flags' values."""
-    from fmnist_kfp.kubernetes.tfjob import build_tfjob, to_manifest
+def _trial_job_spec(settings: ExperimentSettings, data_dir: str, name: str):
+    """The training job every trial runs, its output under the trial's own directory."""
     from fmnist_kfp.training.training_job import TrainingJobSpec
 
     trial_dir = f"{settings.trials_root}/{placeholder(TRIAL_NAME_PARAMETER)}"
-    spec = TrainingJobSpec(
-        name=settings.name, config=settings.training_config(), data_dir=data_dir,
+    return TrainingJobSpec(
+        name=name, config=settings.training_config(), data_dir=data_dir,
         export_dir=f"{trial_dir}/1", work_dir=trial_dir, num_workers=settings.num_workers,
         use_chief=settings.use_chief, gpus_per_worker=settings.gpus_per_worker,
         strategy=settings.strategy, num_ps=settings.num_ps,
         max_restarts=settings.max_restarts,
     )
-    manifest = to_manifest(build_tfjob(spec, replace(settings.kubernetes,
-                                                     namespace=settings.target_namespace)))
-    # Katib names the TFJob after the trial and creates it in the experiment's namespace; its
-    # webhook refuses a template that sets either.
+
+
+def _trial_command(command: list[str], search_space: SearchSpace) -> list[str]:
+    """The trainer's command under the trial process, each searched flag's value a
+    placeholder; refused when Katib's wrapper would split or interpret an argument."""
+    command = TRIAL_PROCESS + list(command)
+    for name in search_space.names:
+        flag = "--" + name.replace("_", "-")
+        command[command.index(flag) + 1] = placeholder(name)
+    unsafe = [arg for arg in command if not _SHELL_SAFE.fullmatch(_PLACEHOLDER.sub("", arg))]
+    if unsafe:
+        raise UserInputError(
+            f"trial command arguments {unsafe} hold spaces or shell characters, which "
+            "Katib's metrics collector would split or interpret (it runs the command "
+            "as one unquoted sh -c string): use paths and values without them")
+    return command
+
+
+def _trial_metadata(manifest: dict, search_space: SearchSpace) -> None:
+    """Katib names the job after the trial and creates it in the experiment's namespace; its
+    webhook refuses a template that sets either. The model type's label follows the trial's."""
     metadata = manifest["metadata"]
     metadata.pop("name", None)
     metadata.pop("namespace", None)
     for name in search_space.names:
         if name == "model_type":
             metadata["labels"]["fmnist_kfp/model-type"] = placeholder(name)
+
+
+def _trial_spec(settings: ExperimentSettings, search_space: SearchSpace, data_dir: str) -> dict:
+    """The trial TFJob as a manifest, with placeholders for the searched flags' values."""
+    from fmnist_kfp.kubernetes.tfjob import build_tfjob, to_manifest
+
+    spec = _trial_job_spec(settings, data_dir, settings.name)
+    manifest = to_manifest(build_tfjob(spec, replace(settings.kubernetes,
+                                                     namespace=settings.target_namespace)))
+    _trial_metadata(manifest, search_space)
     for replica in manifest["spec"]["tfReplicaSpecs"].values():
         for container in replica["template"]["spec"]["containers"]:
-            command = TRIAL_PROCESS + container["command"]
-            for name in search_space.names:
-                flag = "--" + name.replace("_", "-")
-                command[command.index(flag) + 1] = placeholder(name)
-            unsafe = [arg for arg in command
-                      if not _SHELL_SAFE.fullmatch(_PLACEHOLDER.sub("", arg))]
-            if unsafe:
-                raise UserInputError(
-                    f"trial command arguments {unsafe} hold spaces or shell characters, which "
-                    "Katib's metrics collector would split or interpret (it runs the command "
-                    "as one unquoted sh -c string): use paths and values without them")
-            container["command"] = command
+            container["command"] = _trial_command(container["command"], search_space)
+    return manifest
+
+
+def _trainjob_trial_spec(settings: ExperimentSettings, search_space: SearchSpace,
+                         data_dir: str, shape: str) -> dict:
+    """The trial TrainJob as a manifest (pod settings in ``shape``: the TrainJob fields the
+    cluster's Trainer serves), with placeholders for the searched flags' values. What a
+    TrainJob cannot do raises :class:`UserInputError` before anything is created."""
+    from fmnist_kfp.kubernetes.trainjob import build_trainjob
+
+    spec = _trial_job_spec(settings, data_dir, settings.name + TRIAL_NAME_SUFFIX)
+    manifest = build_trainjob(spec, replace(settings.kubernetes,
+                                            namespace=settings.target_namespace), shape)
+    _trial_metadata(manifest, search_space)
+    trainer = manifest["spec"]["trainer"]
+    trainer["command"] = _trial_command(trainer["command"], search_space)
     return manifest
 
 
@@ -86,9 +149,13 @@ def max_failed_trial_count(settings: ExperimentSettings) -> int:
     return min(settings.max_failed_trial_count + 1, settings.max_trial_count)
 
 
-def build_experiment(settings: ExperimentSettings, search_space: SearchSpace, data_dir: str):
+def build_experiment(settings: ExperimentSettings, search_space: SearchSpace, data_dir: str,
+                     operator: str = "tfjob", shape: str = OVERRIDES):
     """The ``V1beta1Experiment`` that searches ``search_space`` with trials reading the dataset
-    at ``data_dir`` (a path on the PVC or an object-store URI)."""
+    at ``data_dir`` (a path on the PVC or an object-store URI). ``operator``: the trials' job,
+    ``tfjob`` or ``trainjob`` (:func:`fmnist_kfp.kubernetes.training_operators.choose_operator`
+    decides it at run time); ``shape``: a TrainJob's pod settings, as the cluster's Trainer
+    takes them (:func:`fmnist_kfp.kubernetes.training_operators.trainjob_api`)."""
     from kubeflow_katib_api.models import (
         IoK8sApimachineryPkgApisMetaV1ObjectMeta,
         V1beta1AlgorithmSetting,
@@ -114,6 +181,9 @@ def build_experiment(settings: ExperimentSettings, search_space: SearchSpace, da
     settings.validate(search_space)
     if not data_dir:
         raise UserInputError("data_dir is empty: give the ingested dataset's directory or URI")
+    if operator not in TRIAL_TEMPLATES:
+        raise UserInputError(f"the trials' operator must be one of {', '.join(TRIAL_TEMPLATES)}"
+                             f", got {operator!r}")
     metrics = [settings.objective_metric, *settings.additional_metrics]
     objective = V1beta1ObjectiveSpec(
         type=OBJECTIVE_TYPES[settings.objective_metric],
@@ -157,14 +227,17 @@ def build_experiment(settings: ExperimentSettings, search_space: SearchSpace, da
         for p in search_space.parameters
     ] + [V1beta1TrialParameterSpec(name=TRIAL_NAME_PARAMETER, reference="${trialSpec.Name}",
                                    description="the trial's name: its own output directory")]
+    container, pod_labels, success, failure = TRIAL_TEMPLATES[operator]
+    trial_spec = (_trainjob_trial_spec(settings, search_space, data_dir, shape)
+                  if operator == "trainjob" else _trial_spec(settings, search_space, data_dir))
     trial_template = V1beta1TrialTemplate(
-        primary_container_name=CONTAINER_NAME,
-        primary_pod_labels=dict(PRIMARY_POD_LABELS),
-        success_condition=SUCCESS_CONDITION,
-        failure_condition=FAILURE_CONDITION,
+        primary_container_name=container,
+        primary_pod_labels=dict(pod_labels),
+        success_condition=success,
+        failure_condition=failure,
         retain=settings.retain_trials or None,
         trial_parameters=trial_parameters,
-        trial_spec=_trial_spec(settings, search_space, data_dir),
+        trial_spec=trial_spec,
     )
     experiment = V1beta1Experiment(
         api_version=API_VERSION,

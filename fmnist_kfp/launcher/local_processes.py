@@ -8,6 +8,15 @@ operator's ``ExitCode`` restart policy decides), restarts the whole job (up to `
 worker's last log lines when the restarts run out, and never leaves a worker behind: on SIGTERM
 (a terminated run) it stops every worker — SIGTERM, then SIGKILL after a grace period — before
 it exits, and each worker dies with the launcher even if the launcher is SIGKILLed.
+
+With ``cluster_env="jobset"`` it starts the replicas as Kubeflow Trainer v2 would on the runtime
+``fmnist-tensorflow``: one process per node, named as the JobSet names the pods, each given the
+environment a node's pod has (:mod:`fmnist_kfp.training.jobset_cluster`'s contract:
+``JOB_COMPLETION_INDEX``, ``FMNIST_JOBSET_NAME``, ...) and no ``TF_CONFIG``, so that the trainer
+builds its own from them, as on the cluster; ``FMNIST_LOOPBACK_PORTS`` points the nodes at each
+other's loopback ports instead of their DNS names. Only what such a TrainJob can be runs there:
+every node a worker of ``MultiWorkerMirroredStrategy`` (:func:`~fmnist_kfp.training.
+jobset_cluster.cluster_problems` names what is refused, and why).
 """
 
 from __future__ import annotations
@@ -25,7 +34,8 @@ import time
 from collections.abc import Callable
 
 from fmnist_kfp.backends import sigterm_as_exit
-from fmnist_kfp.errors import TrainingJobError, TrainingJobStopped
+from fmnist_kfp.errors import TrainingJobError, TrainingJobStopped, UserInputError
+from fmnist_kfp.training import jobset_cluster
 from fmnist_kfp.training.trainer import read_result
 from fmnist_kfp.training.training_job import TrainingJobResult, TrainingJobSpec
 
@@ -40,6 +50,9 @@ _NOISE = re.compile(
 _STOP_GRACE_SECONDS = 10
 _EVALUATOR_GRACE_SECONDS = 60
 _PRINT_LOCK = threading.Lock()
+# How the replicas learn their cluster: the TFJob operator's TF_CONFIG, or Trainer v2's JobSet
+# environment (see the module docstring).
+CLUSTER_ENVS = ("tfjob", "jobset")
 
 
 def _retryable(code: int) -> bool:
@@ -73,6 +86,21 @@ def free_ports(count: int) -> list[int]:
     finally:
         for sock in sockets:
             sock.close()
+
+
+def jobset_env_for(job_name: str, ports: list[int], me: int) -> dict[str, str]:
+    """The environment of node ``me`` of a TrainJob ``job_name`` on the runtime
+    ``fmnist-tensorflow`` (manifests/trainer-runtime): what its labels, the runtime and the
+    TrainJob's trainer.env give the pod, and the loopback ports of every node."""
+    return {
+        jobset_cluster.COMPLETION_INDEX: str(me),
+        jobset_cluster.JOBSET_NAME: job_name,
+        jobset_cluster.REPLICATED_JOB: jobset_cluster.REPLICATED_JOB_NAME,
+        jobset_cluster.JOB_INDEX: "0",
+        jobset_cluster.TF_PORT: str(jobset_cluster.DEFAULT_TF_PORT),
+        jobset_cluster.NUM_NODES: str(len(ports)),
+        jobset_cluster.LOOPBACK_PORTS: ",".join(str(p) for p in ports),
+    }
 
 
 def tf_config_for(replicas: list[tuple[str, int]], ports: list[int], me: int) -> dict:
@@ -116,7 +144,11 @@ class LocalProcessLauncher:
     """Runs a training job as local processes; see the module docstring."""
 
     def __init__(self, out=None, cpu_count: int | None = None,
-                 on_line: LineCallback | None = None):
+                 on_line: LineCallback | None = None, cluster_env: str = "tfjob"):
+        if cluster_env not in CLUSTER_ENVS:
+            raise UserInputError(f"cluster_env must be one of {', '.join(CLUSTER_ENVS)}, got "
+                                 f"{cluster_env!r}")
+        self.cluster_env = cluster_env
         self.out = out or sys.stdout
         self.cpu_count = cpu_count or os.cpu_count() or 1
         # Sees every worker log line as it comes (the tuner's metrics collector).
@@ -152,7 +184,16 @@ class LocalProcessLauncher:
         for i, (task_type, index) in enumerate(replicas):
             env = dict(os.environ)
             env.pop("TF_CONFIG", None)
-            if len(replicas) > 1:
+            for variable in (*jobset_cluster.REQUIRED_VARIABLES, jobset_cluster.LOOPBACK_PORTS):
+                env.pop(variable, None)  # only what this launcher gives
+            name = f"{task_type}-{index}"
+            if self.cluster_env == "jobset":
+                # No TF_CONFIG, as on Trainer v2: the trainer builds it from this (also for
+                # one node, which then trains alone, as a one-node TrainJob's pod would).
+                env.update(jobset_env_for(spec.name, ports, i))
+                # The pod's hostname less the job's name, which the log prefix shows already.
+                name = jobset_cluster.node_hostname(spec.name, i).removeprefix(f"{spec.name}-")
+            elif len(replicas) > 1:
                 # As the training operator: TF_CONFIG only for a distributed job (a single
                 # replica gets none), so a one-worker job runs without a cluster — and without
                 # MultiWorkerMirroredStrategy's health-check thread, whose 30 s sleep stalled
@@ -177,8 +218,7 @@ class LocalProcessLauncher:
                 bufsize=1, preexec_fn=_die_with_parent,
             )
             with self._lock:
-                workers.append(_Worker(f"{task_type}-{index}", process, spec.name, self.out,
-                                       self.on_line))
+                workers.append(_Worker(name, process, spec.name, self.out, self.on_line))
         with self._lock:
             stopped = self._stop_reason
         if stopped:  # stop() came while the workers were starting
@@ -276,14 +316,21 @@ class LocalProcessLauncher:
 
     def run(self, spec: TrainingJobSpec) -> TrainingJobResult:
         spec.validate()
+        if self.cluster_env == "jobset":
+            problems = jobset_cluster.cluster_problems(spec.strategy, spec.use_chief,
+                                                       spec.evaluator)
+            if problems:
+                raise UserInputError("; ".join(problems))
         started = time.time()
         restarts = 0
         previous = sigterm_as_exit()
         try:
             while True:
+                kinds = ", ".join(f"{n} {kind}" for kind, n in spec.replica_counts().items())
+                if self.cluster_env == "jobset":
+                    kinds = f"{spec.replicas} node(s) with the JobSet environment, no TF_CONFIG"
                 print(
-                    f"[{spec.name}] starting {spec.replicas} process(es): "
-                    + ", ".join(f"{n} {kind}" for kind, n in spec.replica_counts().items())
+                    f"[{spec.name}] starting {spec.replicas} process(es): {kinds}"
                     + (f" (restart {restarts}/{spec.max_restarts})" if restarts else ""),
                     file=self.out, flush=True,
                 )

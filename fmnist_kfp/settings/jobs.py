@@ -15,6 +15,8 @@ BACKENDS = ("local", "kubernetes")
 RESTART_POLICIES = ("ExitCode", "OnFailure", "Never", "Always")
 CLEAN_POD_POLICIES = ("None", "Running", "All")
 STRATEGIES = ("multi_worker_mirrored", "parameter_server")
+# Which training operator runs a job (fmnist_kfp.kubernetes.training_operators decides auto).
+OPERATORS = ("auto", "tfjob", "trainjob")
 GPU_RESOURCE = "nvidia.com/gpu"
 
 
@@ -96,6 +98,13 @@ class KubernetesSettings(Settings):
 
     image: str = ""  # the step's image input, never a user key
     gpu_image: str = ""  # the step's gpu_image input (replicas that request GPUs)
+    operator: str = setting(
+        "auto", help="Which training operator runs the training jobs: `tfjob` (the Training "
+                     "Operator v1), `trainjob` (Kubeflow Trainer v2, with the "
+                     "`fmnist-tensorflow` runtime of `manifests/trainer-runtime`), or `auto`: "
+                     "TFJob where the cluster serves it, else TrainJob; decided when the step "
+                     "runs, and printed.",
+        rules=[one_of(OPERATORS, "operator")])
     namespace: str = setting(
         "", help="Namespace of the TFJobs; empty: the namespace the step runs in.",
         rules=[namespace_rule])

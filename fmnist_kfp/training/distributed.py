@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -20,7 +22,8 @@ MULTI_WORKER_MIRRORED = "multi_worker_mirrored"
 
 @dataclass(frozen=True)
 class ClusterRole:
-    """This process's place in the job, read from ``TF_CONFIG`` as the training operator sets it.
+    """This process's place in the job, read from ``TF_CONFIG`` as the training operator sets it
+    (or as :func:`tf_config_from_env` builds it on Trainer v2: every node a worker).
 
     The operator's cluster spec lists *every* replica type of the TFJob, the evaluator included
     (kubeflow/trainer v1.9.2 pkg/controller.v1/tensorflow/tensorflow.go ``genClusterSpec``,
@@ -72,11 +75,11 @@ class ClusterRole:
         return f"{self.task_type}-{self.task_index}"
 
     @classmethod
-    def from_env(cls) -> ClusterRole:
-        raw = os.environ.get("TF_CONFIG", "").strip()
-        if not raw:
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ClusterRole:
+        """The role ``TF_CONFIG`` gives (:func:`tf_config_from_env`); a lone worker without."""
+        config = tf_config_from_env(os.environ if env is None else env)
+        if config is None:
             return cls("worker", 0, 1)
-        config = json.loads(raw)
         cluster = config.get("cluster", {})
         task = config.get("task", {})
         num = len(cluster.get("chief", [])) + len(cluster.get("worker", []))
@@ -87,6 +90,32 @@ class ClusterRole:
         frozen = tuple(sorted((k, tuple(v)) for k, v in cluster.items()))
         return cls(task_type, int(task.get("index", 0)), max(num, 1), bool(cluster.get("chief")),
                    frozen)
+
+
+def tf_config_from_env(env: Mapping[str, str]) -> dict[str, Any] | None:
+    """This process's cluster: ``TF_CONFIG`` when set (the training operator's, or the local
+    launcher's), else the one built from a Trainer v2 JobSet pod's environment
+    (:func:`fmnist_kfp.training.jobset_cluster.tf_config_from_jobset`), else None (one worker,
+    no cluster)."""
+    raw = env.get("TF_CONFIG", "").strip()
+    if raw:
+        return json.loads(raw)
+    from fmnist_kfp.training.jobset_cluster import tf_config_from_jobset
+
+    return tf_config_from_jobset(env)
+
+
+def export_tf_config(env: MutableMapping[str, str]) -> dict[str, Any] | None:
+    """Sets ``TF_CONFIG`` in ``env`` (a process's ``os.environ``) from a Trainer v2 JobSet pod's
+    environment when the pod has none, so that TensorFlow, and everything below it that reads
+    ``TF_CONFIG``, sees the cluster a TFJob pod would; returns the config so built (None when
+    ``TF_CONFIG`` was set or there is no cluster)."""
+    if env.get("TF_CONFIG", "").strip():
+        return None
+    config = tf_config_from_env(env)
+    if config is not None:
+        env["TF_CONFIG"] = json.dumps(config)
+    return config
 
 
 def gpus_available() -> bool:

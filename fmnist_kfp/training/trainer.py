@@ -2,9 +2,10 @@
 
 Run as ``python -m fmnist_kfp.training.trainer --data-dir D --work-dir W --export-dir E
 [hyperparams]`` in each worker with the ``TF_CONFIG`` the Kubeflow training operator (or the local
-launcher) injects. Every worker trains; the chief alone exports the SavedModel, writes
-``result.json`` and the per-epoch history, and keeps the checkpoint that a restarted job resumes
-from.
+launcher) injects, or on Kubeflow Trainer v2, which sets none, with the one
+:mod:`fmnist_kfp.training.jobset_cluster` builds from the JobSet pod's environment. Every
+worker trains; the chief alone exports the SavedModel, writes ``result.json`` and the per-epoch
+history, and keeps the checkpoint that a restarted job resumes from.
 
 Each epoch prints one line, a UTC timestamp then ``key=value`` pairs
 (``2025-01-01T12:00:03.123456Z epoch=3 epochs=10 loss=... accuracy=... val_accuracy=...``):
@@ -311,6 +312,15 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     logging.getLogger("tensorflow").setLevel(logging.WARNING)  # per-step collective chatter
     args, config = parse_args(argv)
+    from fmnist_kfp.training.distributed import export_tf_config
+
+    # On Trainer v2 no one sets TF_CONFIG: built here from the JobSet pod's environment, before
+    # TensorFlow starts, so that everything from here on sees what a TFJob pod would.
+    built = export_tf_config(os.environ)
+    if built is not None:
+        task = built["task"]
+        print(f"TF_CONFIG from the JobSet environment: {task['type']} {task['index']} of "
+              f"{', '.join(built['cluster']['worker'])}", flush=True)
     train(config, args.data_dir, args.work_dir, args.export_dir, args.evaluate_test_split)
     return 0
 

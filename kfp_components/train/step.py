@@ -34,9 +34,12 @@ def job_name(model_type: str, model_dir: str) -> str:
 
 
 def training_backend(backend: str, settings: KubernetesSettings | None = None,
-                     make_launcher: Callable[[KubernetesSettings], Any] | None = None):
-    """The launcher of ``backend``: worker processes here, or a TFJob on the cluster with the
-    pods' ``settings`` (``make_launcher`` builds it from them; tests give it a client)."""
+                     make_launcher: Callable[..., Any] | None = None,
+                     operator: str = "tfjob", shape: str = ""):
+    """The launcher of ``backend``: worker processes here, or on the cluster a TFJob or a
+    TrainJob (``operator``, as :func:`choose_operator` chose it; ``shape`` the TrainJob's pod
+    settings) with the pods' ``settings``. ``make_launcher(settings, operator, shape)`` builds
+    it instead (tests give it a client)."""
 
     def local():
         from fmnist_kfp.launcher.local_processes import LocalProcessLauncher
@@ -44,11 +47,38 @@ def training_backend(backend: str, settings: KubernetesSettings | None = None,
         return LocalProcessLauncher()
 
     def kubernetes():
+        if make_launcher is not None:
+            return make_launcher(settings, operator, shape)
+        if operator == "trainjob":
+            from fmnist_kfp.launcher.trainjob_launcher import TrainJobLauncher
+
+            return TrainJobLauncher(settings, shape=shape)
         from fmnist_kfp.launcher.tfjob_launcher import TFJobLauncher
 
-        return (make_launcher or TFJobLauncher)(settings)
+        return TFJobLauncher(settings)
 
     return choose_backend("training", backend, local=local, kubernetes=kubernetes)
+
+
+def training_operator(settings: KubernetesSettings, discovery=None) -> tuple[str, str]:
+    """``(operator, shape)``: which operator runs the job on this cluster (its
+    ``kubernetes.operator`` setting, decided by what the API server serves) and, for a TrainJob,
+    the shape of its pod settings; printed. ``discovery`` asks the API server (default:
+    :class:`~fmnist_kfp.kubernetes.training_operators.ClusterDiscovery`)."""
+    from fmnist_kfp.kubernetes.training_operators import (
+        ClusterDiscovery,
+        choose_operator,
+        trainjob_api,
+    )
+
+    discovery = discovery if discovery is not None else ClusterDiscovery()
+    operator = choose_operator(settings.operator, discovery)
+    shape = trainjob_api(discovery) if operator == "trainjob" else ""
+    print(f"training operator: {operator}"
+          + (f" (Kubeflow Trainer v2, TrainJob pod settings as {shape})" if shape else
+             " (Training Operator v1)")
+          + f"; kubernetes.operator is {settings.operator}", flush=True)
+    return operator, shape
 
 
 def tensorboard_name(model_type: str, model_dir: str) -> str:
@@ -116,8 +146,9 @@ def train_step(
     launcher_options: dict[str, Any] | None = None,
     image: str = "",
     gpu_image: str = "",
-    make_launcher: Callable[[KubernetesSettings], Any] | None = None,
+    make_launcher: Callable[..., Any] | None = None,
     create_tensorboard=None,
+    discovery=None,
 ) -> tuple[dict[str, Any], dict[str, float]]:
     """Trains one model; returns the ``Model`` artifact metadata and the metrics to log.
 
@@ -126,7 +157,9 @@ def train_step(
     finished model is then copied into ``model_dir`` like the local backend's.
     ``launcher_options`` is the pipeline's ``kubernetes`` parameter, merged over the compiled
     platform's pod settings (:func:`~fmnist_kfp.settings.jobs.cluster_settings`); ``image`` and
-    ``gpu_image`` are what the TFJob's replicas run, without and with GPUs.
+    ``gpu_image`` are what the job's replicas run, without and with GPUs. Its ``operator``
+    (TFJob or TrainJob) is decided by what the cluster serves, asked through ``discovery``
+    (:func:`training_operator`), before anything is copied.
     """
     name = job_name(config.model_type, model_dir)
     job_data_dir, job_dir = data_dir, model_dir
@@ -156,17 +189,27 @@ def train_step(
         max_restarts=max_restarts,
     ).validate()
     tensorboard = {"logs": log_dir(model_dir), "profiled": config.profile_steps > 0}
+    operator, shape = "tfjob", ""
     if settings is not None:  # every problem found before the dataset is copied
-        from fmnist_kfp.kubernetes.tfjob import build_tfjob
+        from fmnist_kfp.kubernetes.trainjob import require_gpu_image
 
-        build_tfjob(spec, settings)
+        require_gpu_image(spec, settings)  # either operator's rule, before the cluster is asked
+        operator, shape = training_operator(settings, discovery)
+        if operator == "trainjob":
+            from fmnist_kfp.kubernetes.trainjob import build_trainjob
+
+            build_trainjob(spec, settings, shape)  # refuses what a TrainJob cannot do
+        else:
+            from fmnist_kfp.kubernetes.tfjob import build_tfjob
+
+            build_tfjob(spec, settings)
         job_data_dir = stage_dataset(data_dir, f"{shared}/datasets")
         make_shared_dirs(f"{shared}/jobs")  # group-writable: every job's pods make theirs
         spec.data_dir = job_data_dir
         # Before the job starts, so its progress can be watched.
         tensorboard.update(publish_tensorboard(tensorboard_name(config.model_type, model_dir),
                                                job_dir, settings, create_tensorboard))
-    outcome = training_backend(backend, settings, make_launcher).run(spec)
+    outcome = training_backend(backend, settings, make_launcher, operator, shape).run(spec)
     if job_dir != model_dir:
         copy_tree(job_dir, model_dir)
     result = outcome.result
@@ -189,6 +232,7 @@ def train_step(
         "job_seconds": outcome.wall_seconds,
         "restarts": outcome.restarts,
         "backend": backend,
+        **({"operator": operator} if settings is not None else {}),
         "job_name": name,
         "export_uri": f"{job_dir}/{SAVED_MODEL_VERSION}",
         "final_metrics": final,

@@ -46,7 +46,7 @@ def _refused(capsys, *argv: str) -> str:
      ["--experiment", "--cron", *PACKAGE_FLAGS, *PIPELINE_FLAGS]),
     (("upload",), [*ENDPOINT_FLAGS, *PACKAGE_FLAGS, "--name", "--version", "--description"],
      ["--experiment", *PIPELINE_FLAGS]),
-    (("preflight",), [*ENDPOINT_FLAGS, "--kubeconfig", "--context", "--scheduling"],
+    (("preflight",), [*ENDPOINT_FLAGS, "--kubeconfig", "--context", "--scheduling", "--operator"],
      ["--experiment", *PACKAGE_FLAGS, *PIPELINE_FLAGS]),
     (("compile",), ["--output-dir", "--image", "--gpu-image"],
      ["--package", *ENDPOINT_FLAGS, *PIPELINE_FLAGS]),

@@ -29,6 +29,7 @@ from fmnist_kfp.settings.training import TrainingConfig
 from tests import ROOT
 from tests.standins.katib import KatibStandIn
 from tests.standins.kubernetes import KubernetesStandIn
+from tests.standins.trainer_v2 import TrainerStandIn
 
 REPO = ROOT
 IMAGE = "registry.example/team/fmnist:9.9.9"
@@ -182,49 +183,76 @@ def test_the_batch_job_and_the_serving_runtime_run_the_compiled_image(compiled, 
     assert found == [IMAGE]
 
 
-@pytest.mark.slow
-def test_the_training_step_runs_a_tfjob_end_to_end(compiled, synthetic_dataset, tmp_path):
-    """train_step(backend="kubernetes") as the train executor runs it: the user's kubernetes
-    settings (namespace, cpu, no claim) merged over the compiled claim; the dataset staged on
-    the claim; a TFJob of two workers in the compiled image, each pod with the TF_CONFIG the
-    operator injects; the export copied back into the step's Model artifact."""
+_TRAIN_SCRIPT = """
+    import json
+    import fmnist_kfp.settings.platform as platform
+    platform.MOUNT_PATH = {volume!r}  # where the claim is mounted on this machine
+    from fmnist_kfp.kubernetes.training_operators import ClusterDiscovery
+    from fmnist_kfp.launcher.tfjob_launcher import TFJobLauncher
+    from fmnist_kfp.launcher.trainjob_launcher import TrainJobLauncher
+    from fmnist_kfp.settings.training import TrainingConfig
+    from fmnist_kfp.kfp_components.train.step import train_step
+    from tests.standins.trainer_v2 import TrainerStandIn
+
+    class Remote(TrainerStandIn):
+        def __init__(self):
+            pass
+        url = {url!r}
+
+    def make_launcher(settings, operator, shape):
+        if operator == "trainjob":
+            return TrainJobLauncher(settings, api_client=Remote().api_client(), shape=shape,
+                                    poll_seconds=0.2, timeout_seconds={timeout})
+        return TFJobLauncher(settings, training_client=Remote().training_client(),
+                             poll_seconds=0.2, timeout_seconds={timeout})
+
+    config = TrainingConfig(model_type="basic", epochs=2, train_examples=512,
+                            batch_size=64, filters=8)
+    metadata, metrics = train_step(
+        config=config, data_dir={data!r}, model_dir={model!r},
+        backend="kubernetes", num_workers=2, max_restarts=1,
+        launcher_options={{"namespace": "kubeflow", "cpu": "1", "memory": "2Gi",
+                           "operator": {operator!r}}},
+        image={image!r}, gpu_image={gpu_image!r}, make_launcher=make_launcher,
+        discovery=ClusterDiscovery(Remote().api_client()))
+    print(json.dumps(metadata))
+"""
+
+
+def _train_on(standin, compiled, synthetic_dataset, tmp_path, operator: str) -> tuple:
+    """The train executor's train_step against ``standin`` with kubernetes.operator
+    ``operator``: its metadata, the model directory and the shared volume."""
     volume, model_dir = tmp_path / "volume", tmp_path / "artifacts" / "model"
     volume.mkdir()
     inputs = compiled["exec-train-model"]["constants"]
-    with KubernetesStandIn(run_processes=True, work_dir=tmp_path / "pods") as standin:
-        metadata = _run_step(compiled, "exec-train-model", f"""
-            import json
-            import fmnist_kfp.settings.platform as platform
-            platform.MOUNT_PATH = {str(volume)!r}  # where the claim is mounted on this machine
-            from fmnist_kfp.launcher.tfjob_launcher import TFJobLauncher
-            from fmnist_kfp.settings.training import TrainingConfig
-            from fmnist_kfp.kfp_components.train.step import train_step
-            from tests.standins.kubernetes import KubernetesStandIn
+    metadata = _run_step(compiled, "exec-train-model", _TRAIN_SCRIPT.format(
+        volume=str(volume), url=standin.url, timeout=STEP_SECONDS - 60,
+        data=str(synthetic_dataset), model=str(model_dir), operator=operator,
+        image=inputs["image"], gpu_image=inputs["gpu_image"]), tmp_path)
+    return metadata, model_dir, volume
 
-            class Remote(KubernetesStandIn):
-                def __init__(self):
-                    pass
-                url = {standin.url!r}
 
-            config = TrainingConfig(model_type="basic", epochs=2, train_examples=512,
-                                    batch_size=64, filters=8)
-            metadata, metrics = train_step(
-                config=config, data_dir={str(synthetic_dataset)!r}, model_dir={str(model_dir)!r},
-                backend="kubernetes", num_workers=2, max_restarts=1,
-                launcher_options={{"namespace": "kubeflow", "cpu": "1", "memory": "2Gi"}},
-                image={inputs["image"]!r}, gpu_image={inputs["gpu_image"]!r},
-                make_launcher=lambda settings: TFJobLauncher(
-                    settings, training_client=Remote().training_client(), poll_seconds=0.2,
-                    timeout_seconds={STEP_SECONDS - 60}))
-            print(json.dumps(metadata))
-        """, tmp_path)
+@pytest.mark.slow
+def test_the_training_step_runs_a_tfjob_end_to_end(compiled, synthetic_dataset, tmp_path):
+    """train_step(backend="kubernetes") as the train executor runs it, on a cluster serving
+    both TFJob and TrainJob with kubernetes.operator auto: a TFJob (the Training Operator v1
+    comes first). The user's kubernetes settings (namespace, cpu, no claim) merged over the
+    compiled claim; the dataset staged on the claim; a TFJob of two workers in the compiled
+    image, each pod with the TF_CONFIG the operator injects; the export copied back into the
+    step's Model artifact."""
+    with TrainerStandIn(tfjob_operator=True, trainer=True, run_processes=True,
+                        work_dir=tmp_path / "pods") as standin:
+        metadata, model_dir, volume = _train_on(standin, compiled, synthetic_dataset,
+                                                tmp_path, "auto")
         [(key, controller)] = standin.jobs.items()
         tfjob = standin.posts()[0]
         # Every pod created: with the default success policy worker 0's success ends the job
         # and cleanPodPolicy Running deletes a worker still running (tfjob_controller.go
         # v1.9.2 UpdateJobStatus; common/job.go DeletePodsAndServices).
         pods = {pod.name: pod for pod in controller.pods_created}
+    assert standin.trainjobs == {} and standin.deleted_trainjobs == {}
     assert metadata["backend"] == "kubernetes" and metadata["job_name"] == key[1]
+    assert metadata["operator"] == "tfjob"
     assert metadata["replicas"] == 2 and metadata["restarts"] == 0
     assert (model_dir / "1" / "saved_model.pb").exists()  # copied back
     assert json.loads((model_dir / "result.json").read_text())["epochs"] == 2
@@ -247,6 +275,37 @@ def test_the_training_step_runs_a_tfjob_end_to_end(compiled, synthetic_dataset, 
                for c in configs.values())
     log = pods[f"{key[1]}-worker-0"].log()
     assert "epoch=2 epochs=2" in log and "Z epoch=1 epochs=2" in log  # timestamped lines
+
+
+@pytest.mark.slow
+def test_the_training_step_runs_a_trainjob_end_to_end(compiled, synthetic_dataset, tmp_path):
+    """The same step with kubernetes.operator trainjob on a cluster with Trainer v2 and no
+    TFJob CRD (Kubeflow 26.03 as it ships): a TrainJob on the runtime fmnist-tensorflow,
+    whose two nodes build their TF_CONFIG from the JobSet's names and their completion index
+    (fmnist_kfp.training.jobset_cluster, addressing loopback here) and really train."""
+    with TrainerStandIn(tfjob_operator=False, trainer=True, run_processes=True,
+                        work_dir=tmp_path / "pods") as standin:
+        metadata, model_dir, volume = _train_on(standin, compiled, synthetic_dataset,
+                                                tmp_path, "trainjob")
+        [((_, name), controller)] = standin.trainjobs.items()
+        [trainjob] = standin.posts()
+        pods = list(controller.pods_created)
+    assert standin.jobs == {}  # no TFJob, none could be made
+    assert metadata["operator"] == "trainjob" and metadata["job_name"] == name
+    assert metadata["replicas"] == 2 and metadata["restarts"] == 0
+    assert (model_dir / "1" / "saved_model.pb").exists()
+    assert json.loads((model_dir / "result.json").read_text())["epochs"] == 2
+    assert trainjob["spec"]["trainer"]["image"] == IMAGE
+    assert trainjob["spec"]["trainer"]["numNodes"] == 2
+    [override] = trainjob["spec"]["podTemplateOverrides"]  # Trainer 2.1's shape
+    assert override["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] == \
+        compiled["exec-train-model"]["env"]["FMNIST_PVC_NAME"]
+    assert sorted(p.hostname for p in pods) == [f"{name}-node-0-0", f"{name}-node-0-1"]
+    logs = {p.env["JOB_COMPLETION_INDEX"]: p.log() for p in pods}
+    for index in ("0", "1"):
+        assert f"TF_CONFIG from the JobSet environment: worker {index} of 127.0.0.1:" in \
+            logs[index], logs[index][-2000:]
+    assert "epoch=2 epochs=2" in logs["0"]
 
 
 @pytest.mark.slow
@@ -355,6 +414,19 @@ class _Recorded(Exception):
     pass
 
 
+class TFJobsServed:
+    """A cluster's API discovery where the Training Operator v1 serves TFJobs."""
+
+    def serves(self, group_version, plural):
+        return (group_version, plural) == ("kubeflow.org/v1", "tfjobs")
+
+    def runtime_exists(self, name):
+        return False
+
+    def trainjob_fields(self):
+        return None
+
+
 def test_user_settings_are_merged_over_the_compiled_claim(on_the_cluster, synthetic_dataset,
                                                           tmp_path):
     """At 1cd2394 the pipeline's kubernetes parameter replaced the compiled {"pvc_name": ...}:
@@ -364,7 +436,9 @@ def test_user_settings_are_merged_over_the_compiled_claim(on_the_cluster, synthe
 
     made = {}
 
-    def make_launcher(settings):
+    def make_launcher(settings, operator, shape):
+        assert (operator, shape) == ("tfjob", "")
+
         class Launcher:
             def run(self, spec):
                 made["tfjob"] = to_manifest(build_tfjob(spec, settings))
@@ -375,7 +449,7 @@ def test_user_settings_are_merged_over_the_compiled_claim(on_the_cluster, synthe
         train_step(config=TrainingConfig(model_type="basic"), data_dir=str(synthetic_dataset),
                    model_dir=str(tmp_path / "model"), backend="kubernetes",
                    launcher_options={"namespace": "team-a", "cpu": "4"}, image=IMAGE,
-                   make_launcher=make_launcher)
+                   make_launcher=make_launcher, discovery=TFJobsServed())
     pod = made["tfjob"]["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]
     assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == "fmnist-data"
     assert pod["containers"][0]["volumeMounts"][0]["mountPath"] == str(on_the_cluster)
@@ -447,3 +521,40 @@ def test_a_step_given_no_image_creates_nothing_and_names_its_input(on_the_cluste
                        backend="kubernetes", gpus_per_worker=1, image=IMAGE)
     assert standin.calls == [] and katib.calls == []
     assert list(on_the_cluster.iterdir()) == []  # nothing staged
+
+
+def test_what_a_trainjob_cannot_do_is_refused_before_anything(on_the_cluster,
+                                                              synthetic_dataset, tmp_path,
+                                                              capsys):
+    """operator trainjob (or auto without TFJobs) with an evaluator: refused with the reason
+    after the cluster was asked which operator it has, before anything is staged or
+    created."""
+    from fmnist_kfp.kfp_components.train.step import train_step
+    from fmnist_kfp.kubernetes.training_operators import ClusterDiscovery
+
+    with TrainerStandIn() as standin:
+        with pytest.raises(UserInputError, match="cannot run as a TrainJob.*evaluator needs a "
+                                                 "replica apart from training"):
+            train_step(config=TrainingConfig(model_type="basic"),
+                       data_dir=str(synthetic_dataset), model_dir=str(tmp_path / "model"),
+                       backend="kubernetes", evaluator=True, image=IMAGE,
+                       launcher_options={"operator": "auto"},
+                       discovery=ClusterDiscovery(standin.api_client()))
+    assert "training operator: trainjob" in capsys.readouterr().out
+    assert [method for method, *_ in standin.calls] == ["GET"] * len(standin.calls)
+    assert list(on_the_cluster.iterdir()) == []  # nothing staged
+
+
+def test_a_cluster_without_either_operator_is_refused_naming_both(on_the_cluster,
+                                                                  synthetic_dataset, tmp_path):
+    from fmnist_kfp.kfp_components.train.step import train_step
+    from fmnist_kfp.kubernetes.training_operators import ClusterDiscovery
+
+    with TrainerStandIn(trainer=False, tfjob_operator=False) as standin:
+        with pytest.raises(UserInputError, match="serves neither.*manifests/trainer-runtime.*"
+                                                 "Training Operator v1"):
+            train_step(config=TrainingConfig(model_type="basic"),
+                       data_dir=str(synthetic_dataset), model_dir=str(tmp_path / "model"),
+                       backend="kubernetes", image=IMAGE,
+                       discovery=ClusterDiscovery(standin.api_client()))
+    assert list(on_the_cluster.iterdir()) == []

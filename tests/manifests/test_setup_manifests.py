@@ -255,6 +255,9 @@ KFP_OBJECT_STORES = {
     "Kubeflow 1.11.0": {"services": {"seaweedfs.kubeflow": {8333: 8333},
                                      "minio-service.kubeflow": {9000: 8333}},
                         "profile_ports": {8333}},
+    # KFP's SeaweedFS manifests are unchanged from 26.03 (kubeflow/manifests master 009c88084).
+    "Kubeflow 26.03.1": {"services": {"seaweedfs.kubeflow": {8333: 8333, 9000: 8333}},
+                         "profile_ports": {8333}},
     "Kubeflow 26.03": {"services": {"seaweedfs.kubeflow": {8333: 8333, 9000: 8333}},
                        "profile_ports": {8333}},
 }
@@ -293,7 +296,7 @@ def test_every_kubeflow_release_the_docs_support_has_its_object_store_checked():
         cells = [cell.strip() for cell in line.strip().strip("|").split(" | ")]
         if cells[0][9:10].isdigit() and cells[2].startswith("the whole pipeline"):
             supported.append(cells[0])
-    assert supported == ["Kubeflow 26.03", "Kubeflow 1.11.0"]
+    assert supported == ["Kubeflow 26.03.1", "Kubeflow 26.03", "Kubeflow 1.11.0"]
     assert set(supported) == set(KFP_OBJECT_STORES)
 
 

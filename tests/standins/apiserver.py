@@ -24,8 +24,11 @@ The rules it enforces, each from upstream source:
 * API discovery: ``GET /apis/<group>/<version>`` lists the resources served there (an
   ``APIResourceList``, each with its scope), 404 when the group/version is not served
   (kubernetes/apiserver ``pkg/endpoints/discovery``). Kueue, Volcano and scheduler-plugins are
-  add-ons, served only once a test installs them (:meth:`ApiServerStandIn.install`); a
-  PriorityClass (``scheduling.k8s.io/v1``) is always served, as by every API server.
+  add-ons, served only once a test installs them (:meth:`ApiServerStandIn.install`), and so
+  are Kubeflow Trainer v2 and its JobSet (``trainer``); the Training Operator v1's TFJobs are
+  served until a test uninstalls them (:meth:`ApiServerStandIn.uninstall`: a Kubeflow 26.03
+  cluster has none); a PriorityClass (``scheduling.k8s.io/v1``) is always served, as by every
+  API server. ``/openapi/v3`` publishes Trainer's TrainJob schema where Trainer is installed.
 * A server-side dry run (``?dryRun=All`` on a create) answers what a create would store and
   stores nothing: the request passes through mutating admission (``mutate``) and validation
   (``admit``) as a create does, then the storage skips the write, answering 409 when the
@@ -95,6 +98,11 @@ CORE = {
     ("rbac.authorization.k8s.io", "v1", "roles"): "Role",
     ("rbac.authorization.k8s.io", "v1", "rolebindings"): "RoleBinding",
     ("kubeflow.org", "v1", "tfjobs"): "TFJob",
+    # Kubeflow Trainer v2 and the JobSet it installs (add-on "trainer": tests/standins/
+    # trainer_v2.py runs them; here they are stored as written).
+    ("trainer.kubeflow.org", "v1alpha1", "trainjobs"): "TrainJob",
+    ("trainer.kubeflow.org", "v1alpha1", "trainingruntimes"): "TrainingRuntime",
+    ("jobset.x-k8s.io", "v1alpha2", "jobsets"): "JobSet",
     ("kubeflow.org", "v1beta1", "experiments"): "Experiment",
     ("kubeflow.org", "v1beta1", "trials"): "Trial",
     # Add-ons (ADD_ONS: served once installed): Kueue v0.19.2 serves v1beta1 (deprecated) and
@@ -119,13 +127,21 @@ CLUSTER_SCOPED = {
     ("kueue.x-k8s.io", "v1beta1", "workloadpriorityclasses"): "WorkloadPriorityClass",
     ("kueue.x-k8s.io", "v1beta2", "workloadpriorityclasses"): "WorkloadPriorityClass",
     ("scheduling.volcano.sh", "v1beta1", "queues"): "Queue",
+    ("trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes"): "ClusterTrainingRuntime",
 }
 # What a cluster serves only once the add-on is installed, by the groups each brings.
 ADD_ONS = {
     "kueue": {key for key in {**CORE, **CLUSTER_SCOPED} if key[0] == "kueue.x-k8s.io"},
     "volcano": {key for key in {**CORE, **CLUSTER_SCOPED} if key[0] == "scheduling.volcano.sh"},
     "scheduler-plugins": {("scheduling.x-k8s.io", "v1alpha1", "podgroups")},
+    "trainer": {key for key in {**CORE, **CLUSTER_SCOPED}
+                if key[0] in ("trainer.kubeflow.org", "jobset.x-k8s.io")},
+    "training-operator": {("kubeflow.org", "v1", "tfjobs")},
 }
+# Add-ons every stand-in has until a test uninstalls them (:meth:`ApiServerStandIn.uninstall`):
+# the Training Operator v1, which the stand-ins served before Trainer v2 (Kubeflow 26.03 ships
+# none: a test of such a cluster uninstalls it).
+DEFAULT_ADD_ONS = ("training-operator",)
 # Custom resources: their status is a subresource, so the main resource cannot write it.
 WITH_STATUS_SUBRESOURCE = {"InferenceService", "Deployment"}
 _PATH = re.compile(
@@ -189,7 +205,9 @@ class ApiServerStandIn(LoopbackServer):
 
     def __init__(self, *, allowed: set | None = None, forbidden_namespaces: set | None = None,
                  rbac: bool = False):
-        self.served = (set(CORE) | set(CLUSTER_SCOPED)) - set().union(*ADD_ONS.values())
+        self.served = (set(CORE) | set(CLUSTER_SCOPED)) - set().union(
+            *(keys for name, keys in ADD_ONS.items() if name not in DEFAULT_ADD_ONS))
+        self.trainer_version = "v2.1.0"  # whose TrainJob schema /openapi/v3 publishes
         # Mutating admission (webhooks): each ``(kind, body)`` may change the body in place,
         # on every create, dry run or not.
         self.mutators: list = []
@@ -283,6 +301,31 @@ class ApiServerStandIn(LoopbackServer):
         for name in add_ons:
             self.served |= ADD_ONS[name]
 
+    def uninstall(self, *add_ons: str) -> None:
+        """Stops serving the APIs of ``add_ons``, as deleting their CRDs does (a Kubeflow
+        26.03 cluster: ``uninstall("training-operator")``)."""
+        for name in add_ons:
+            self.served -= ADD_ONS[name]
+
+    def _openapi(self, path: str) -> dict | None:
+        """``/openapi/v3`` (readable by every authenticated user: ``system:discovery``): the
+        index, and Trainer's group with the TrainJob schema of ``trainer_version``'s CRD (the
+        API server publishes each CRD's schema under its group-version-kind)."""
+        from tests.standins.trainer_v2 import _served_schema
+
+        trainer = ("trainer.kubeflow.org", "v1alpha1", "trainjobs") in self.served
+        group = "apis/trainer.kubeflow.org/v1alpha1"
+        if path.split("?")[0] == "/openapi/v3":
+            return {"paths": {group: {"serverRelativeURL": f"/openapi/v3/{group}?hash=0"}}
+                    if trainer else {}}
+        if path.split("?")[0] == f"/openapi/v3/{group}" and trainer:
+            schema = {**_served_schema(self.trainer_version), "x-kubernetes-group-version-kind":
+                      [{"group": "trainer.kubeflow.org", "version": "v1alpha1",
+                        "kind": "TrainJob"}]}
+            return {"openapi": "3.0.0", "components": {"schemas": {
+                "ai.kubeflow.trainer.v1alpha1.TrainJob": schema}}}
+        return None
+
     def resource(self, group: str, version: str, plural: str) -> Resource | None:
         key = (group, version, plural)
         if key not in self.served:
@@ -294,6 +337,9 @@ class ApiServerStandIn(LoopbackServer):
     def dispatch(self, method: str, path: str, body) -> tuple[int, dict | None]:
         if path.startswith("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"):
             return self._access_review(body)
+        if path.startswith("/openapi/v3") and method == "GET":
+            document = self._openapi(path)
+            return (200, document) if document is not None else (404, None)
         discovery = re.match(r"^/apis/([^/]+)/([^/?]+)/?(?:\?|$)", path)
         if discovery and method == "GET":
             resources = [{"name": plural, "singularName": "", "namespaced": key in CORE,

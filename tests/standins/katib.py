@@ -31,6 +31,23 @@ said).
 * A trial's TFJob is named after the trial (pkg/controller.v1beta1/experiment/manifest/
   generator.go lines 102-104) and is readable at the TFJob endpoint (404 ``NotFound`` when
   absent, as for any missing object).
+* **TrainJob trials** (Katib 0.19 runs them: pkg/apis/controller/experiments/v1beta1/
+  constants.go lines 38-59): a trial whose template is a TrainJob runs through the Trainer v2
+  and JobSet stand-in's controllers (:class:`tests.standins.trainer_v2.TrainJobController`,
+  with our runtime ``fmnist-tensorflow``); Katib's pod webhook wraps the pod its
+  ``primaryPodLabels`` select (for a TrainJob, node 0's: Indexed Jobs label each pod with its
+  ``batch.kubernetes.io/job-completion-index``); the trial is judged by the template's own
+  ``failureCondition`` then ``successCondition`` (job_util.go lines 68-114, gjson on the job;
+  the stand-in reads the ``status.conditions.#(type=="X")#|#(status=="True")#`` form, which is
+  Katib's defaults' and ours): a TrainJob reports ``Complete``, never ``Succeeded``, so a
+  template waiting for ``Succeeded`` leaves its trials Running, as Katib would.
+* **Discovery**, for the launcher's choice of the trials' operator (the train step's rule):
+  ``GET /apis/kubeflow.org/v1`` lists ``tfjobs`` when the Training Operator v1 is installed
+  (``tfjob_operator``), ``GET /apis/trainer.kubeflow.org/v1alpha1`` lists Trainer v2's kinds
+  when it is (``trainer``), a ClusterTrainingRuntime is readable by name (``runtimes``); a group
+  not served is a bare 404 (kubernetes/apiserver ``pkg/endpoints/discovery``). No
+  ``/openapi/v3``: the TrainJob shape is Trainer 2.1's (tests/standins/trainer_v2.py models
+  2.2).
 * ``watches_tfjobs=False`` is katib-controller started before the TFJob CRD existed: its trial
   controller skipped the TFJob watch (pkg/controller.v1beta1/trial/trial_controller.go lines
   103-127), so a trial is reconciled when it is created (its TFJob created, the trial marked
@@ -50,7 +67,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from tests.standins.kubernetes import Clock, FaultyServer, admission, selects, status_body
-from tests.standins.loopback import recording_handler, reply_json
+from tests.standins.loopback import recording_handler, reply_bytes, reply_json
 from tests.standins.tfjob_operator import ROLE_LABEL, Kubelet, Pod, TFJobController, is_true
 
 API_VERSION = "kubeflow.org/v1beta1"
@@ -62,6 +79,13 @@ _EXPERIMENTS = re.compile(r"^/apis/kubeflow\.org/([^/]+)/namespaces/([^/]+)/expe
                           r"(?:/([^/?]+))?")
 _TRIALS = re.compile(r"^/apis/kubeflow\.org/([^/]+)/namespaces/([^/]+)/trials(?:\?|$)")
 _TFJOBS = re.compile(r"^/apis/kubeflow\.org/([^/]+)/namespaces/([^/]+)/tfjobs/([^/?]+)$")
+_TRAINER = "trainer.kubeflow.org/v1alpha1"
+_TRAINJOBS = re.compile(r"^/apis/trainer\.kubeflow\.org/v1alpha1/namespaces/([^/]+)/trainjobs/"
+                        r"([^/?]+)$")
+_RUNTIMES = re.compile(r"^/apis/trainer\.kubeflow\.org/v1alpha1/clustertrainingruntimes/"
+                       r"([^/?]+)$")
+# gjson of the form Katib's default conditions have (experiments/v1beta1/constants.go 26-42).
+_CONDITION = re.compile(r'status\.conditions\.#\(type=="(\w+)"\)#\|#\(status=="True"\)#')
 # Katib's condition reasons and messages (pkg/controller.v1beta1/experiment/util/status_util.go
 # lines 35-41 and 195-233; experiment_controller.go line 234).
 _REASONS = {
@@ -298,8 +322,10 @@ class ExperimentRun:
     """Katib's controllers for one Experiment, ticked on each read of it."""
 
     def __init__(self, experiment: dict, kubelet: Kubelet, clock, work_dir: Path, *,
-                 run_processes: bool = True, watches_tfjobs: bool = True):
+                 run_processes: bool = True, watches_tfjobs: bool = True,
+                 runtimes: dict | None = None):
         self.experiment = experiment
+        self.runtimes = runtimes or {}  # the ClusterTrainingRuntimes, for TrainJob trials
         self.kubelet = kubelet
         self.clock = clock
         self.work_dir = work_dir
@@ -383,9 +409,12 @@ class ExperimentRun:
                 pod.env["KATIB_TRIAL_NAME"] = name
                 pod.metrics_dir = log_dir
 
-        self.jobs[name] = TFJobController(job, self.kubelet, self.clock,
-                                          run_processes=self.run_processes,
-                                          mutate_pod=katib_pod_webhook)
+        if job["kind"] == "TrainJob":
+            self.jobs[name] = TrainJobTrial(job, self, lambda pod: katib_pod_webhook(None, pod))
+        else:
+            self.jobs[name] = TFJobController(job, self.kubelet, self.clock,
+                                              run_processes=self.run_processes,
+                                              mutate_pod=katib_pod_webhook)
         conditions = set_condition([], "Created", "True", "TrialCreated", "Trial is created")
         self.trials[name] = {
             "apiVersion": API_VERSION, "kind": "Trial",
@@ -436,7 +465,10 @@ class ExperimentRun:
             return
         status = trial["status"]
         conditions = job.status.get("conditions", [])
-        failed = next((c for c in conditions if c["type"] == "Failed"
+        template = self.spec["trialTemplate"]
+        failure, success = (_condition_type(template[key])
+                            for key in ("failureCondition", "successCondition"))
+        failed = next((c for c in conditions if c["type"] == failure
                        and c["status"] == "True"), None)
         if failed is not None:
             status["conditions"] = finish(status["conditions"], "Failed",
@@ -444,7 +476,7 @@ class ExperimentRun:
                                           f"Trial has failed. Job message: {failed['message']}")
             status["completionTime"] = self.clock()
             return
-        if is_true(conditions, "Succeeded"):
+        if is_true(conditions, success):
             status["observation"] = {"metrics": observation(self._collected(job),
                                                             self.metrics)}
             objective = status["observation"]["metrics"][0]
@@ -553,6 +585,61 @@ class ExperimentRun:
             job.delete()
 
 
+def _condition_type(gjson: str) -> str:
+    """The condition type a trial template's success or failure condition asks for."""
+    found = _CONDITION.fullmatch(gjson)
+    if found is None:
+        raise AssertionError(f"the Katib stand-in reads no condition {gjson!r}")
+    return found[1]
+
+
+class _TrainerHost:
+    """What :class:`tests.standins.trainer_v2.TrainJobController` asks of its cluster: the
+    kubelet, the clock, whether pods run real processes (else each exits 0 after a few
+    ticks), and the ClusterTrainingRuntimes."""
+
+    def __init__(self, run: ExperimentRun, runtimes: dict):
+        self.kubelet, self.clock = run.kubelet, run.clock
+        self.run_processes = run.run_processes
+        self.scripts: dict = {}
+        self.runtimes = runtimes
+
+
+class TrainJobTrial:
+    """A trial's TrainJob on the Trainer v2 stand-in, with Katib's pod webhook applied to each
+    pod as it is created (before the kubelet starts it)."""
+
+    def __init__(self, job: dict, run: ExperimentRun, mutate_pod):
+        from tests.standins.trainer_v2 import TrainJobController
+
+        job["spec"].setdefault("suspend", False)
+        job["metadata"].setdefault("uid", f"uid-{job['metadata']['name']}")
+        self.controller = TrainJobController(_TrainerHost(run, run.runtimes), job)
+        self.mutate_pod = mutate_pod
+        self.seen = 0
+
+    @property
+    def status(self) -> dict:
+        return self.controller.status
+
+    @property
+    def pods(self) -> dict:
+        return self.controller.pods
+
+    def tick(self) -> None:
+        self.controller.tick()
+        created = self.controller.pods_created
+        for pod in created[self.seen:]:
+            self.mutate_pod(pod)
+        self.seen = len(created)
+
+    def manifest(self) -> dict:
+        return self.controller.manifest()
+
+    def delete(self) -> None:
+        self.controller.delete()
+
+
 def _suggest_value(parameter: dict, index: int) -> str:
     """Points spread over the feasible space: the middle, then the quarters, ..."""
     space = parameter["feasibleSpace"]
@@ -583,8 +670,20 @@ class KatibStandIn(FaultyServer):
     def __init__(self, states: list[dict] | None = None, trials: list[dict] | None = None, *,
                  run: bool = False, namespaces: tuple[str, ...] = ("team-a", "kubeflow"),
                  work_dir: Path | None = None, tfjobs: dict[str, dict] | None = None,
-                 run_processes: bool = True, watches_tfjobs: bool = True):
+                 run_processes: bool = True, watches_tfjobs: bool = True,
+                 tfjob_operator: bool = True, trainer: bool = False,
+                 runtimes: dict | None = None):
+        """``tfjob_operator``, ``trainer``: which training operators the cluster serves;
+        ``runtimes``: its ClusterTrainingRuntimes by name (default with ``trainer``: ours, from
+        manifests/trainer-runtime)."""
         self._init_faults()
+        self.tfjob_operator, self.trainer = tfjob_operator, trainer
+        if runtimes is None and trainer:
+            from tests.standins.trainer_v2 import load_runtime
+
+            runtime = load_runtime()
+            runtimes = {runtime["metadata"]["name"]: runtime}
+        self.runtimes = dict(runtimes or {})
         self.experiments: dict[tuple[str, str], dict] = {}  # (namespace, name) -> what we sent
         self.states = states or [state("Succeeded")]
         self.trials = trials or []
@@ -601,6 +700,7 @@ class KatibStandIn(FaultyServer):
         self.work_dir = work_dir
         self.kubelet = Kubelet(work_dir / "pods")
         self.runs: dict[tuple[str, str], ExperimentRun] = {}
+        self.started: list[ExperimentRun] = []  # every run, deleted ones too
         self._reads = 0
         self._serve(recording_handler(self))
 
@@ -638,7 +738,9 @@ class KatibStandIn(FaultyServer):
                 self.runs[key] = ExperimentRun(body, self.kubelet, self.clock,
                                                self.work_dir / "trials",
                                                run_processes=self.run_processes,
-                                               watches_tfjobs=self.watches_tfjobs)
+                                               watches_tfjobs=self.watches_tfjobs,
+                                               runtimes=self.runtimes)
+                self.started.append(self.runs[key])
         reply_json(handler, body, 201)
         return None
 
@@ -657,8 +759,54 @@ class KatibStandIn(FaultyServer):
                     "fieldsV1": {"f:metadata": {"f:labels": {".": {}}}, "f:spec": fields},
                     "manager": "OpenAPI-Generator", "operation": "Update", "time": now}]}
 
+    def _discovery(self, handler, path: str) -> bool:
+        """API discovery and the runtimes (the module docstring); True when it answered."""
+        lists = {}
+        if self.tfjob_operator:
+            lists["/apis/kubeflow.org/v1"] = ("kubeflow.org/v1", [("tfjobs", "TFJob", True)])
+        if self.trainer:
+            lists[f"/apis/{_TRAINER}"] = (_TRAINER, [
+                ("trainjobs", "TrainJob", True), ("trainingruntimes", "TrainingRuntime", True),
+                ("clustertrainingruntimes", "ClusterTrainingRuntime", False)])
+        lists["/apis/kubeflow.org/v1beta1"] = ("kubeflow.org/v1beta1", [
+            ("experiments", "Experiment", True), ("trials", "Trial", True)])
+        if path in lists:
+            group_version, resources = lists[path]
+            reply_json(handler, {"kind": "APIResourceList", "apiVersion": "v1",
+                                 "groupVersion": group_version, "resources": [
+                                     {"name": name, "kind": kind, "namespaced": namespaced,
+                                      "singularName": "", "verbs": ["get", "list", "create"]}
+                                     for name, kind, namespaced in resources]})
+            return True
+        if re.fullmatch(r"/apis/[^/]+/[^/]+/?", path) or path.startswith("/openapi/"):
+            reply_bytes(handler, b"404 page not found\n", 404, "text/plain; charset=utf-8")
+            return True
+        if (match := _RUNTIMES.match(path)) and self.trainer:
+            runtime = self.runtimes.get(match[1])
+            if runtime is None:
+                reply_json(handler, status_body(
+                    404, "NotFound", f'clustertrainingruntimes.trainer.kubeflow.org "{match[1]}" '
+                    "not found"), 404)
+            else:
+                reply_json(handler, copy.deepcopy(runtime))
+            return True
+        if (match := _TRAINJOBS.match(path)) and self.trainer:
+            job = next((run.jobs[match[2]].manifest() for (ns, _), run in list(self.runs.items())
+                        if ns == match[1] and isinstance(run.jobs.get(match[2]), TrainJobTrial)),
+                       None)
+            if job is None:
+                reply_json(handler, status_body(
+                    404, "NotFound", f'trainjobs.trainer.kubeflow.org "{match[2]}" not found'),
+                    404)
+            else:
+                reply_json(handler, job)
+            return True
+        return False
+
     def on_get(self, handler) -> None:
         path = urlsplit(handler.path).path
+        if self._discovery(handler, path):
+            return None
         if (match := _EXPERIMENTS.match(path)) and match[3]:
             if self._fault(handler, "GET", "experiments"):
                 return None

@@ -447,3 +447,177 @@ def test_every_trial_pod_runs_as_the_image_user_with_fs_group_0_on_the_shared_vo
         assert replica["template"]["spec"]["securityContext"] == {
             "runAsUser": 1000, "runAsGroup": 0, "fsGroup": 0,
             "fsGroupChangePolicy": "OnRootMismatch"}
+
+
+# -- trials as TrainJobs (kubernetes.operator trainjob: Kubeflow Trainer v2) --------------------
+# Katib 0.19's defaults for a TrainJob trial, as kubeflow/katib v0.19.0 pkg/apis/controller/
+# experiments/v1beta1/constants.go lines 39, 42 and 50 spell them (the Kubeflow SDK 0.5's
+# OptimizerClient leaves them to these defaults: kubeflow 0.5.0 kubeflow/optimizer/backends/
+# kubernetes/backend.py lines 117-153, primaryContainerName "node" only).
+KATIB_TRAINJOB_SUCCESS = 'status.conditions.#(type=="Complete")#|#(status=="True")#'
+KATIB_TRAINJOB_FAILURE = 'status.conditions.#(type=="Failed")#|#(status=="True")#'
+KATIB_TRAINJOB_PRIMARY = {"jobset.sigs.k8s.io/replicatedjob-name": "node",
+                          "batch.kubernetes.io/job-completion-index": "0"}
+TRAINJOB_CRDS = {"podTemplateOverrides": "trainer-v2/trainjob.trainer.kubeflow.org_v1alpha1.yaml",
+                 "runtimePatches": "trainer-v2.2.0/trainjob.trainer.kubeflow.org_v1alpha1.yaml"}
+
+
+def _trainjob_manifest(settings: ExperimentSettings, shape: str = "podTemplateOverrides",
+                       space: SearchSpace | None = None) -> dict:
+    space = space or SearchSpace.default(settings.algorithm, settings.model_type)
+    return to_manifest(build_experiment(settings, space, DATA_DIR, "trainjob", shape))
+
+
+@pytest.mark.parametrize(("shape", "gpus", "early_stopping"),
+                         list(itertools.product(TRAINJOB_CRDS, [0, 1], [False, True])))
+def test_trainjob_trials_pass_katib_its_webhook_and_the_trainjob_crd(shape, gpus,
+                                                                     early_stopping):
+    """The Experiment against Katib's types, its CRD (../shared/crds) and its webhook's rules,
+    its trial TrainJob against the
+    TrainJob CRD of the Trainer whose shape it takes (v2.1.0: ../shared/crds/trainer-v2;
+    v2.2.0: tests/crds/trainer-v2.2.0), strictly; the template as Katib 0.19 defaults a
+    TrainJob's."""
+    settings = _settings(num_workers=2, gpus_per_worker=gpus, early_stopping=EarlyStopping(
+        min_trials_required=3, start_step=4) if early_stopping else None)
+    manifest = _trainjob_manifest(settings, shape)
+    validate_katib(manifest)
+    validate_strict(manifest, "experiment.kubeflow.org_v1beta1.yaml", "v1beta1")
+    assert webhook_problems(manifest) == []
+    template = manifest["spec"]["trialTemplate"]
+    trial = template["trialSpec"]
+    validate_strict(trial, TRAINJOB_CRDS[shape], "v1alpha1")
+    assert (trial["apiVersion"], trial["kind"]) == ("trainer.kubeflow.org/v1alpha1", "TrainJob")
+    assert "name" not in trial["metadata"] and "namespace" not in trial["metadata"]
+    assert shape in trial["spec"]
+    assert trial["spec"]["runtimeRef"]["name"] == "fmnist-tensorflow"
+    assert template["primaryContainerName"] == "node"
+    assert template["primaryPodLabels"] == KATIB_TRAINJOB_PRIMARY
+    assert template["successCondition"] == KATIB_TRAINJOB_SUCCESS
+    assert template["failureCondition"] == KATIB_TRAINJOB_FAILURE
+    trainer = trial["spec"]["trainer"]
+    assert trainer["numNodes"] == 2
+    assert trainer["image"] == (GPU_IMAGE if gpus else IMAGE)
+    command = trainer["command"]
+    assert command[:4] == ["python", "-m", "fmnist_kfp.katib.trial_process", "--"]
+    for name in SearchSpace.default(settings.algorithm, settings.model_type).names:
+        assert _flag(command, "--" + name.replace("_", "-")) == "${trialParameters." + name + "}"
+    assert "${trialParameters.trialName}" in _flag(command, "--work-dir")
+    assert "--evaluate-test-split" not in command
+
+
+@pytest.mark.parametrize(("overrides", "words"), [
+    ({"use_chief": True}, "use_chief"),
+    ({"strategy": "parameter_server", "num_ps": 1, "num_workers": 2}, "parameter_server"),
+    ({"name": "fmnist-tune-" + "x" * 28}, "too long for a TrainJob"),
+])
+def test_what_a_trainjob_trial_cannot_do_is_refused_before_anything(overrides, words):
+    """trainjob_problems' refusals reach the Experiment too; a trial's TrainJob is named
+    <experiment>-<8 characters> (Katib v0.19.0 suggestionclient.go line 177), which the
+    pod-name check counts."""
+    with pytest.raises(UserInputError, match=words):
+        _trainjob_manifest(_settings(**overrides))
+    _manifest(_settings(**overrides))  # the same settings make TFJob trials
+
+
+def test_an_unknown_trial_operator_is_refused():
+    with pytest.raises(UserInputError, match="tfjob, trainjob"):
+        build_experiment(_settings(), SearchSpace.default("tpe", "dropout"), DATA_DIR, "jax")
+
+
+def _trainjob_launcher(standin, out, **kwargs):
+    from fmnist_kfp.katib.experiment_launcher import KatibExperimentLauncher
+    from tests.standins.katib import katib_client_for
+
+    return KatibExperimentLauncher(katib_client_for(standin.url), poll_seconds=0.01,
+                                   timeout_seconds=300, out=out, request_timeout_seconds=5,
+                                   **kwargs)
+
+
+def test_on_a_cluster_with_only_trainer_v2_the_trials_are_trainjobs_run_to_their_end(tmp_path):
+    """kubernetes.operator auto on a stand-in 26.03 (Trainer v2, no TFJob CRD): the launcher
+    picks TrainJobs as the train step does, the Katib stand-in runs each trial's TrainJob
+    through the Trainer v2 / JobSet stand-in, wraps node 0's pod only, and judges each trial by
+    Complete (scripted pods print no metrics: every trial ends MetricsUnavailable, not stuck
+    Running), so the search fails with Katib's reason."""
+    import io
+
+    from fmnist_kfp.errors import TuningError
+    from tests.standins.katib import KatibStandIn
+
+    out = io.StringIO()
+    settings = _settings(num_workers=2, max_trial_count=2, parallel_trial_count=2,
+                         max_failed_trial_count=1, output_dir=str(tmp_path / "trials"))
+    with KatibStandIn(run=True, run_processes=False, tfjob_operator=False, trainer=True,
+                      work_dir=tmp_path / "katib") as standin:
+        with pytest.raises(TuningError, match="ExperimentFailed"):
+            _trainjob_launcher(standin, out).run(settings, SearchSpace.default("tpe", "dropout"),
+                                                 DATA_DIR)
+        assert not standin.runs  # the failed Experiment deleted, its trials with it
+        [run] = standin.started
+        trials = dict(run.trials)
+        jobs = dict(run.jobs)
+    assert "trials run as TrainJobs (Kubeflow Trainer v2, pod settings as podTemplateOverrides)" \
+        in out.getvalue()
+    assert len(trials) == 2
+    for name, trial in trials.items():
+        conditions = [(c["type"], c["status"]) for c in trial["status"]["conditions"]]
+        assert conditions[-1] == ("MetricsUnavailable", "True"), conditions
+        controller = jobs[name].controller
+        assert controller.job["kind"] == "TrainJob"
+        assert ("Complete", "True") in [(c["type"], c["status"])
+                                        for c in controller.status["conditions"]]
+        wrapped = [pod for pod in controller.pods_created if pod.metrics_dir is not None]
+        assert [pod.index for pod in wrapped] == [0]  # node 0's pod, Katib's primary pod
+        assert {pod.env["KATIB_TRIAL_NAME"] for pod in wrapped} == {name}
+
+
+def test_a_template_waiting_for_succeeded_leaves_trainjob_trials_running(tmp_path):
+    """The stand-in is as unkind as Katib: a TrainJob never says Succeeded, so a TFJob's
+    success condition on a TrainJob trial leaves it Running after its TrainJob completed."""
+    from tests.standins.katib import ExperimentRun, KatibStandIn
+    from tests.standins.kubernetes import Clock
+
+    manifest = _trainjob_manifest(_settings(max_trial_count=1, parallel_trial_count=1,
+                                                    max_failed_trial_count=0))
+    manifest["spec"]["trialTemplate"]["successCondition"] = (
+        'status.conditions.#(type=="Succeeded")#|#(status=="True")#')
+    manifest["metadata"]["namespace"] = "team-a"
+    with KatibStandIn(trainer=True, work_dir=tmp_path) as standin:
+        run = ExperimentRun(manifest, standin.kubelet, Clock(), tmp_path / "trials",
+                            run_processes=False, runtimes=standin.runtimes)
+        for _ in range(12):
+            run.tick()
+    [(name, trial)] = run.trials.items()
+    assert ("Complete", "True") in [(c["type"], c["status"])
+                                    for c in run.jobs[name].status["conditions"]]
+    assert trial["status"]["conditions"][-1]["type"] == "Running"
+
+
+@pytest.mark.slow
+def test_an_experiment_of_trainjob_trials_runs_to_a_result(synthetic_dataset, tmp_path):
+    """Real trials: each TrainJob's node runs the trainer under Katib's wrapper with the env
+    the runtime gives it (tests/standins/trainer_v2.py), the StdOut collector reads node 0's
+    epoch lines, and the search returns its best trial."""
+    import io
+
+    from fmnist_kfp.settings.training import TrainingConfig
+    from tests.standins.katib import KatibStandIn
+
+    out = io.StringIO()
+    kubernetes = KubernetesSettings(image=IMAGE, namespace="team-a", pvc_name="fmnist-pvc",
+                                    mount_path=str(tmp_path / "volume"))
+    settings = _settings(kubernetes=kubernetes, model_type="basic", max_trial_count=2,
+                         parallel_trial_count=1, max_failed_trial_count=1, algorithm="random",
+                         base_config=TrainingConfig(model_type="basic", filters=8, epochs=1,
+                                                    train_examples=256),
+                         output_dir=str(tmp_path / "trials"))
+    with KatibStandIn(run=True, tfjob_operator=False, trainer=True,
+                      work_dir=tmp_path / "katib") as standin:
+        result = _trainjob_launcher(standin, out).run(
+            settings, SearchSpace.default("random", "basic"), str(synthetic_dataset))
+        [run] = standin.runs.values()
+        trials = dict(run.trials)
+    assert len(trials) == 2 and result.best_trial in trials
+    assert 0.0 < result.best_objective <= 1.0
+    for trial in trials.values():
+        assert trial["status"]["conditions"][-1]["type"] == "Succeeded", trial["status"]

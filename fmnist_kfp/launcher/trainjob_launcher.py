@@ -1,0 +1,254 @@
+"""The Kubernetes backend on Kubeflow Trainer v2: each training job is a TrainJob on the runtime
+``fmnist-tensorflow``, run by the remote-job runner (:mod:`fmnist_kfp.kubernetes.runner`:
+create or re-attach by the job's stable name, SIGTERM guard before the create call, transient
+API errors retried, cleanup on SIGTERM, deadline or failure), as the TFJob launcher does.
+
+What is particular to TrainJobs (kubeflow/trainer v2.1.0; v2.2.0 the same unless said):
+
+* **Terminal state.** Trainer copies its JobSet's ``Completed`` condition to the TrainJob as
+  ``Complete`` and ``Failed`` as ``Failed``, reason and message kept (JobSet v0.10.1 reasons
+  ``AllJobsCompleted``, ``FailJobSetFailurePolicyAction``, ``ReachedMaxRestarts``, ...), and
+  sets ``Suspended`` True/False as the TrainJob is suspended and resumed
+  (pkg/controller/trainjob_controller.go lines 96-143 and 187-222;
+  pkg/runtime/framework/plugins/jobset/jobset.go lines 309-338). Trainer 2.2 also fails a job
+  past ``activeDeadlineSeconds`` (reason ``DeadlineExceeded``). ``Failed=True`` fails the step,
+  ``Complete=True`` ends it.
+* **Restarts** are the JobSet's: a failed Job (any node lost: the runtime's ``backoffLimit: 0``)
+  makes the JobSet delete all its Jobs and create them anew under the next
+  ``jobset.sigs.k8s.io/restart-attempt``, up to the runtime's ``failurePolicy.maxRestarts``
+  (jobset v0.10.1 pkg/controllers/failure_policy.go lines 181-240,
+  jobset_controller.go lines 275-315 and 765-797). The launcher reads that label on the pods
+  (the JobSet itself is not in Kubeflow's ``kubeflow-edit`` role) and fails, and deletes, a job
+  that restarted more than ``max_restarts`` times: the runtime's ceiling is no budget of ours.
+* **Suspension is no restart.** Kueue suspends a TrainJob until admitted (and again when it
+  preempts or evicts it); Trainer suspends the JobSet, which suspends its Jobs, whose pods
+  Kubernetes deletes; resumed, the same Jobs start new pods under the same restart attempt
+  (jobset_controller.go lines 391-512). While the TrainJob is suspended the step shows
+  ``queued: <Kueue's reason>`` (:mod:`fmnist_kfp.kubernetes.workload`) and the wait counts
+  against ``scheduling.start_deadline_minutes``.
+* **Logs** of node 0 (completion index 0, of the latest restart attempt): new lines printed on
+  each poll; a failed read is skipped.
+* **A failed job is deleted** after its reason is reported; so is a job whose step is
+  terminated or runs past its deadline. Deleting the TrainJob deletes its JobSet, Jobs and
+  pods (owner references; Trainer puts no finalizer on a TrainJob).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from fmnist_kfp.errors import TrainingJobError
+from fmnist_kfp.kubernetes.runner import (
+    FAILED,
+    JobStatus,
+    RemoteJob,
+    RemoteJobError,
+    RemoteJobRunner,
+)
+from fmnist_kfp.kubernetes.trainjob import (
+    CONTAINER_NAME,
+    GROUP,
+    JOBSET_NAME_LABEL,
+    KIND,
+    OVERRIDES,
+    PLURAL,
+    RESTART_ATTEMPT_LABEL,
+    VERSION,
+    build_trainjob,
+)
+from fmnist_kfp.kubernetes.workload import queued_status
+from fmnist_kfp.settings.jobs import KubernetesSettings
+from fmnist_kfp.training.trainer import read_result
+from fmnist_kfp.training.training_job import TrainingJobResult, TrainingJobSpec
+
+# Kubernetes' Indexed Job puts the completion index on each pod as an annotation (always) and a
+# label (1.28 and later): kubernetes pkg/controller/job/indexed_job_utils.go.
+COMPLETION_INDEX_KEY = "batch.kubernetes.io/job-completion-index"
+
+
+def _true(conditions, kind: str) -> dict | None:
+    return next((c for c in conditions if c.get("type") == kind and c.get("status") == "True"),
+                None)
+
+
+def restart_attempt(pod) -> int:
+    """The JobSet restart attempt a pod belongs to (0 for the first run)."""
+    labels = pod.metadata.labels or {}
+    try:
+        return int(labels.get(RESTART_ATTEMPT_LABEL, "0"))
+    except ValueError:
+        return 0
+
+
+def completion_index(pod) -> int | None:
+    """The pod's completion index in its Indexed Job, or None."""
+    for source in (pod.metadata.annotations or {}, pod.metadata.labels or {}):
+        if COMPLETION_INDEX_KEY in source:
+            try:
+                return int(source[COMPLETION_INDEX_KEY])
+            except ValueError:
+                return None
+    return None
+
+
+class TrainJobLauncher:
+    """Runs a training job as a TrainJob; see the module docstring. ``settings``: the pods'
+    (:func:`fmnist_kfp.settings.jobs.cluster_settings`); ``shape``: the pod settings' shape the
+    cluster serves (:func:`fmnist_kfp.kubernetes.training_operators.trainjob_api`);
+    ``api_client``: a ``kubernetes`` ``ApiClient`` (default: in-cluster, else the kubeconfig).
+    ``clock`` and ``sleep`` go to the :class:`RemoteJobRunner`; ``request_timeout_seconds``
+    bounds each API call."""
+
+    def __init__(
+        self,
+        settings: KubernetesSettings,
+        api_client=None,
+        shape: str = OVERRIDES,
+        poll_seconds: float = 10.0,
+        timeout_seconds: float = 0.0,
+        out=None,
+        request_timeout_seconds: float = 60.0,
+        clock=None,
+        sleep=None,
+    ):
+        self.settings = settings.validate()
+        self._api_client = api_client
+        self.shape = shape
+        self.out = out or sys.stdout
+        # The step's own deadline: the job's, plus time for pods to be scheduled and cleaned
+        # (Trainer 2.1 has no deadline of its own: this one is it).
+        deadline = self.settings.active_deadline_seconds
+        timeout = timeout_seconds or (deadline + 600 if deadline else 0)
+        injected = {k: v for k, v in (("clock", clock), ("sleep", sleep)) if v is not None}
+        self.runner = RemoteJobRunner(poll_seconds=poll_seconds, timeout_seconds=timeout,
+                                      start_timeout_seconds=self.settings.scheduling_settings
+                                      .start_deadline_seconds,
+                                      log=self._say, **injected)
+        self.request_timeout_seconds = request_timeout_seconds
+
+    @property
+    def namespace(self) -> str:
+        return self.settings.target_namespace
+
+    @property
+    def api_client(self):
+        if self._api_client is None:
+            from kubernetes import client, config
+
+            try:
+                config.load_incluster_config()
+            except config.ConfigException:
+                config.load_kube_config()
+            self._api_client = client.ApiClient()
+        return self._api_client
+
+    @property
+    def custom_api(self):
+        from kubernetes import client
+
+        return client.CustomObjectsApi(self.api_client)
+
+    @property
+    def core_api(self):
+        from kubernetes import client
+
+        return client.CoreV1Api(self.api_client)
+
+    def _say(self, message: str) -> None:
+        print(message, file=self.out, flush=True)
+
+    def run(self, spec: TrainingJobSpec) -> TrainingJobResult:
+        manifest = build_trainjob(spec, self.settings, self.shape)  # refuses before creating
+        started = self.runner.clock()
+        watch = _Watch(self, spec)
+        job = RemoteJob(
+            kind=KIND, namespace=self.namespace, name=spec.name,
+            create=lambda: self.custom_api.create_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, PLURAL, manifest,
+                _request_timeout=self.request_timeout_seconds),
+            read=watch.read, status=watch.status, cleanup=watch.cleanup,
+            describe_created=f"{spec.num_workers} node(s) on runtime "
+                             f"{manifest['spec']['runtimeRef']['name']}, at most "
+                             f"{spec.max_restarts} restarts")
+        try:
+            self.runner.run(job)
+        except RemoteJobError as error:
+            raise TrainingJobError(str(error)) from error
+        return TrainingJobResult(read_result(spec.work_dir),
+                                 round(self.runner.clock() - started, 2), watch.restarts)
+
+
+class _Watch:
+    """Reads one TrainJob with its pods, judges it, prints node 0's new log lines."""
+
+    def __init__(self, launcher: TrainJobLauncher, spec: TrainingJobSpec):
+        self.launcher = launcher
+        self.spec = spec
+        self.restarts = 0
+        self.printed: dict[str, int] = {}  # pod UID -> log lines printed
+
+    def read(self):
+        launcher, timeout = self.launcher, self.launcher.request_timeout_seconds
+        job = launcher.custom_api.get_namespaced_custom_object(
+            GROUP, VERSION, launcher.namespace, PLURAL, self.spec.name,
+            _request_timeout=timeout)
+        pods = launcher.core_api.list_namespaced_pod(
+            launcher.namespace, label_selector=f"{JOBSET_NAME_LABEL}={self.spec.name}",
+            _request_timeout=timeout).items
+        return job, pods
+
+    def status(self, snapshot) -> JobStatus:
+        job, pods = snapshot
+        self._print_node0_log(pods)
+        conditions = (job.get("status") or {}).get("conditions") or []
+        failed, complete = _true(conditions, "Failed"), _true(conditions, "Complete")
+        if (job.get("spec") or {}).get("suspend") and not (failed or complete):
+            launcher = self.launcher
+            return queued_status(launcher.custom_api, launcher.namespace, job["metadata"],
+                                 launcher.request_timeout_seconds)
+        # Pods of every attempt seen: a restart deletes the previous attempt's Jobs and pods.
+        self.restarts = max([self.restarts] + [restart_attempt(p) for p in pods])
+        state = (failed or complete or {}).get("type") or (
+            f"Running ({len([p for p in pods if p.status and p.status.phase == 'Running'])}"
+            f"/{self.spec.num_workers} nodes)" if pods else "Pending (no pods yet)")
+        progress = state + (f", {self.restarts} restart(s)" if self.restarts else "")
+        if failed is not None:
+            return JobStatus(done=True, failed=True, progress=progress,
+                             reason=f"{failed.get('reason')}: {failed.get('message')}")
+        if complete is not None:
+            return JobStatus(done=True, progress=progress)
+        if self.restarts > self.spec.max_restarts:
+            return JobStatus(done=True, failed=True, progress=progress,
+                             reason=f"{self.restarts} restarts of its JobSet, more than "
+                                    f"max_restarts={self.spec.max_restarts}")
+        return JobStatus(progress=progress)
+
+    def _print_node0_log(self, pods) -> None:
+        """New lines of node 0's ``node`` container (the latest attempt's pod); a failed
+        read is skipped."""
+        launcher = self.launcher
+        nodes = [p for p in pods if completion_index(p) == 0
+                 and p.status is not None and p.status.phase != "Pending"]
+        for pod in sorted(nodes, key=restart_attempt):
+            try:
+                text = launcher.core_api.read_namespaced_pod_log(
+                    pod.metadata.name, launcher.namespace, container=CONTAINER_NAME,
+                    _request_timeout=launcher.request_timeout_seconds)
+            except Exception:  # logs are a courtesy; the job's outcome is what counts
+                continue
+            lines = [line for line in (text or "").splitlines() if line.strip()]
+            done = self.printed.get(pod.metadata.uid, 0)
+            for line in lines[done:]:
+                launcher._say(f"[{pod.metadata.name}] {line}")
+            self.printed[pod.metadata.uid] = max(done, len(lines))
+
+    def cleanup(self, why: str) -> None:
+        launcher = self.launcher
+        where = f"TrainJob {launcher.namespace}/{self.spec.name}"
+        if why == FAILED:
+            launcher._say(f"deleting the failed {where} so that a retry of this step starts "
+                          "afresh")
+        launcher.custom_api.delete_namespaced_custom_object(
+            GROUP, VERSION, launcher.namespace, PLURAL, self.spec.name,
+            _request_timeout=launcher.request_timeout_seconds)
+        launcher._say(f"deleted {where}")

@@ -1,0 +1,267 @@
+"""TrainJob manifests from the kubeflow-trainer-api models, validated strictly against the real
+TrainJob CRDs: Trainer v2.1.0's (../shared/crds/trainer-v2, ``podTemplateOverrides``) and
+v2.2.0's (tests/crds/trainer-v2.2.0, ``runtimePatches``); what a TrainJob cannot express is
+refused before anything is built; and choosing the operator from API discovery."""
+
+from __future__ import annotations
+
+import itertools
+
+import jsonschema
+import pytest
+
+from fmnist_kfp.errors import UserInputError
+from fmnist_kfp.kubernetes.training_operators import (
+    ClusterDiscovery,
+    choose_operator,
+    spec_fields,
+    trainjob_api,
+)
+from fmnist_kfp.kubernetes.trainjob import (
+    OVERRIDES,
+    PATCHES,
+    build_trainjob,
+    pod_name,
+    trainjob_problems,
+)
+from fmnist_kfp.settings.jobs import KubernetesSettings
+from fmnist_kfp.settings.training import TrainingConfig
+from fmnist_kfp.training.training_job import TrainingJobSpec
+from tests.crd_schemas import validate_strict
+from tests.standins.trainer_v2 import CRDS, TrainerStandIn
+
+IMAGE = "ghcr.io/fmnist-kfp/fmnist-kfp:0.1.0"
+GPU_IMAGE = "ghcr.io/fmnist-kfp/fmnist-kfp:0.1.0-gpu"
+CRD_OF = {OVERRIDES: CRDS["v2.1.0"], PATCHES: CRDS["v2.2.0"]}
+
+
+def _spec(**overrides) -> TrainingJobSpec:
+    values = dict(name="fmnist-batchnorm-run-1", config=TrainingConfig(model_type="batchnorm"),
+                  data_dir="/mnt/fmnist/dataset", export_dir="/mnt/fmnist/models/bn/1",
+                  work_dir="/mnt/fmnist/models/bn", num_workers=2)
+    values.update(overrides)
+    return TrainingJobSpec(**values)
+
+
+def _settings(**overrides) -> KubernetesSettings:
+    return KubernetesSettings(**{"image": IMAGE, "gpu_image": GPU_IMAGE, "namespace": "team-a",
+                                 "pvc_name": "fmnist-pvc", **overrides})
+
+
+def _pod_settings(manifest: dict, shape: str) -> dict:
+    """The pod template settings, from either shape."""
+    if shape == OVERRIDES:
+        [override] = manifest["spec"]["podTemplateOverrides"]
+        assert override["targetJobs"] == [{"name": "node"}]
+        return override
+    [patch] = manifest["spec"]["runtimePatches"]
+    assert patch["manager"] == "fmnist-kfp.io/train-step"
+    [rjob] = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    assert rjob["name"] == "node"
+    return rjob["template"]["spec"]["template"]
+
+
+@pytest.mark.parametrize(("shape", "gpus", "account"),
+                         list(itertools.product((OVERRIDES, PATCHES), (0, 1), ("", "trainer"))))
+def test_every_trainjob_variant_passes_strict_crd_validation(shape, gpus, account):
+    manifest = build_trainjob(_spec(gpus_per_worker=gpus),
+                              _settings(service_account=account, active_deadline_seconds=7200),
+                              shape)
+    validate_strict(manifest, CRD_OF[shape], "v1alpha1")
+    assert (manifest["apiVersion"], manifest["kind"]) == ("trainer.kubeflow.org/v1alpha1",
+                                                          "TrainJob")
+    assert manifest["metadata"]["namespace"] == "team-a"
+    assert manifest["spec"]["runtimeRef"] == {"name": "fmnist-tensorflow", "kind":
+                                              "ClusterTrainingRuntime",
+                                              "apiGroup": "trainer.kubeflow.org"}
+    trainer = manifest["spec"]["trainer"]
+    assert trainer["numNodes"] == 2
+    assert trainer["image"] == (GPU_IMAGE if gpus else IMAGE)
+    assert trainer["command"][:3] == ["python", "-m", "fmnist_kfp.training.trainer"]
+    assert {e["name"]: e["value"] for e in trainer["env"]} == {
+        "TF_CPP_MIN_LOG_LEVEL": "2", "FMNIST_NUM_NODES": "2"}
+    limits = {"cpu": "2", "memory": "4Gi", **({"nvidia.com/gpu": "1"} if gpus else {})}
+    assert trainer["resourcesPerNode"] == {"limits": limits, "requests": limits}
+    pod = _pod_settings(manifest, shape)
+    assert pod["metadata"]["labels"] == {"sidecar.istio.io/inject": "false"}
+    spec = pod["spec"]
+    assert spec["volumes"] == [{"name": "fmnist-data",
+                                "persistentVolumeClaim": {"claimName": "fmnist-pvc"}}]
+    assert spec["containers"] == [{"name": "node", "volumeMounts": [
+        {"name": "fmnist-data", "mountPath": "/mnt/fmnist"}]}]
+    assert spec.get("serviceAccountName") == (account or None)
+    if gpus:
+        assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+        assert spec["tolerations"][0]["key"] == "nvidia.com/gpu"
+    else:
+        assert "nodeSelector" not in spec and "tolerations" not in spec
+    if shape == PATCHES:  # 2.2 takes the security context and the deadline
+        assert spec["securityContext"]["runAsUser"] == 1000
+        assert manifest["spec"]["activeDeadlineSeconds"] == 7200
+        assert "podTemplateOverrides" not in manifest["spec"]
+    else:  # 2.1 has neither: the runtime and the launcher keep them
+        assert "securityContext" not in spec
+        assert "activeDeadlineSeconds" not in manifest["spec"]
+        assert "runtimePatches" not in manifest["spec"]
+
+
+@pytest.mark.parametrize("shape", [OVERRIDES, PATCHES])
+def test_each_shape_is_unknown_to_the_other_release(shape):
+    """Why the shape is chosen by what the cluster serves: each release's CRD lacks the
+    other's field (an API server prunes it, silently)."""
+    manifest = build_trainjob(_spec(), _settings(), shape)
+    other = CRD_OF[PATCHES if shape == OVERRIDES else OVERRIDES]
+    with pytest.raises(jsonschema.ValidationError, match=shape):
+        validate_strict(manifest, other, "v1alpha1")
+
+
+def test_kueues_labels_reach_the_trainjob():
+    manifest = build_trainjob(_spec(), _settings(scheduling={"queue": "team-a",
+                                                             "priority_class": "high"}), PATCHES)
+    labels = manifest["metadata"]["labels"]
+    assert labels["kueue.x-k8s.io/queue-name"] == "team-a"
+    assert labels["kueue.x-k8s.io/priority-class"] == "high"
+    assert "suspend" not in manifest["spec"]  # Kueue's webhook suspends it, not us
+
+
+@pytest.mark.parametrize(("spec", "settings", "shape", "problem"), [
+    ({"strategy": "parameter_server", "num_ps": 1}, {}, OVERRIDES, "parameter_server"),
+    ({"evaluator": True}, {}, OVERRIDES, "evaluator"),
+    ({"use_chief": True}, {}, OVERRIDES, "use_chief"),
+    ({}, {"scheduling": {"gang": "volcano"}}, PATCHES, "gang"),
+    ({}, {"scheduling": {"priority_class": "high"}}, PATCHES, "priorityClassName"),
+    ({}, {"scheduling": {"queue": "team-a"}}, OVERRIDES, "spec.runtimePatches"),
+    ({}, {"object_store_secret": "s3"}, PATCHES, "envFrom"),
+    ({}, {"restart_policy": "OnFailure"}, PATCHES, "restart_policy OnFailure"),
+    ({}, {"clean_pod_policy": "All"}, PATCHES, "clean_pod_policy All"),
+    ({}, {"ttl_seconds_after_finished": 60}, PATCHES, "ttl_seconds_after_finished 60"),
+    ({"name": "f" + "x" * 50, "num_workers": 10}, {}, PATCHES, "too long"),
+])
+def test_what_a_trainjob_cannot_express_is_refused_with_its_reason(spec, settings, shape,
+                                                                   problem):
+    job, pods = _spec(**spec), _settings(**settings)
+    problems = trainjob_problems(job, pods, shape)
+    assert len(problems) == 1 and problem in problems[0], problems
+    with pytest.raises(UserInputError, match="cannot run as a TrainJob"):
+        build_trainjob(job, pods, shape)
+
+
+def test_the_name_rule_is_jobsets_pod_name_with_its_suffix():
+    """jobset v0.10.1 pkg/webhooks/jobset_webhook.go lines 230-243: <js>-node-0-<last>-abcde
+    must fit 63 characters."""
+    fits = "f" + "x" * (63 - len("-node-0-9-abcde") - 1)
+    assert pod_name(fits, 9) == f"{fits}-node-0-9"
+    assert trainjob_problems(_spec(name=fits, num_workers=10), _settings()) == []
+    assert trainjob_problems(_spec(name=fits + "y", num_workers=10), _settings())
+
+
+def test_a_gpu_job_without_a_gpu_image_is_refused_naming_the_input():
+    with pytest.raises(UserInputError, match="asks for 2 GPU.*give the step's gpu_image input"):
+        build_trainjob(_spec(gpus_per_worker=2), _settings(gpu_image=""))
+
+
+# ---------------------------------------------------------------------------------------------
+# The operator, from what the API server serves
+
+
+class Static:
+    """A :class:`~fmnist_kfp.kubernetes.training_operators.Discovery` with fixed answers."""
+
+    def __init__(self, tfjobs=False, trainjobs=False, runtime=True, fields=None):
+        self.answers = {("kubeflow.org/v1", "tfjobs"): tfjobs,
+                        ("trainer.kubeflow.org/v1alpha1", "trainjobs"): trainjobs}
+        self.runtime, self.fields = runtime, fields
+
+    def serves(self, group_version, plural):
+        return self.answers[(group_version, plural)]
+
+    def runtime_exists(self, name):
+        assert name == "fmnist-tensorflow"
+        return self.runtime
+
+    def trainjob_fields(self):
+        return self.fields
+
+
+@pytest.mark.parametrize(("setting", "cluster", "chosen"), [
+    ("auto", Static(tfjobs=True, trainjobs=True), "tfjob"),
+    ("auto", Static(tfjobs=True), "tfjob"),
+    ("auto", Static(trainjobs=True), "trainjob"),
+    ("auto", Static(trainjobs=True, runtime=None), "trainjob"),  # unreadable: the webhook says
+    ("tfjob", Static(tfjobs=True, trainjobs=True), "tfjob"),
+    ("trainjob", Static(tfjobs=True, trainjobs=True), "trainjob"),
+])
+def test_the_operator_is_chosen_by_what_the_cluster_serves(setting, cluster, chosen):
+    assert choose_operator(setting, cluster) == chosen
+
+
+@pytest.mark.parametrize(("setting", "cluster", "message"), [
+    ("auto", Static(), "serves neither kubeflow.org/v1 tfjobs .* nor trainer.kubeflow.org/"
+                       "v1alpha1 trainjobs.*kubectl apply -k manifests/trainer-runtime.*"
+                       "Training Operator v1"),
+    ("auto", Static(trainjobs=True, runtime=False), "ClusterTrainingRuntime fmnist-tensorflow "
+                                                    "is not.*kubectl apply -k manifests/"
+                                                    "trainer-runtime"),
+    ("tfjob", Static(trainjobs=True), "does not serve kubeflow.org/v1 tfjobs"),
+    ("trainjob", Static(tfjobs=True), "serves neither trainer.kubeflow.org"),
+    ("trainjob", Static(trainjobs=True, runtime=False), "kubectl apply -k manifests/"),
+    ("legacy", Static(tfjobs=True), "must be one of auto, tfjob, trainjob"),
+])
+def test_no_usable_operator_is_an_error_naming_the_install(setting, cluster, message):
+    with pytest.raises(UserInputError, match=message):
+        choose_operator(setting, cluster)
+
+
+@pytest.mark.parametrize(("version", "shape"), [("v2.1.0", OVERRIDES), ("v2.2.0", PATCHES)])
+def test_discovery_through_the_api_server(version, shape):
+    """ClusterDiscovery against the stand-in: groups served, the runtime, and the TrainJob
+    schema published at /openapi/v3."""
+    with TrainerStandIn(trainer_version=version) as standin:
+        discovery = ClusterDiscovery(standin.api_client())
+        assert discovery.serves("trainer.kubeflow.org/v1alpha1", "trainjobs")
+        assert not discovery.serves("kubeflow.org/v1", "tfjobs")
+        assert discovery.runtime_exists("fmnist-tensorflow") is True
+        assert discovery.runtime_exists("other") is False
+        assert trainjob_api(discovery) == shape
+        assert choose_operator("auto", discovery) == "trainjob"
+    with TrainerStandIn(trainer=False, tfjob_operator=True, runtime_readable=False) as standin:
+        discovery = ClusterDiscovery(standin.api_client())
+        assert choose_operator("auto", discovery) == "tfjob"
+        assert discovery.trainjob_fields() is None
+    with TrainerStandIn(runtime_readable=False) as standin:
+        assert ClusterDiscovery(standin.api_client()).runtime_exists("fmnist-tensorflow") is None
+
+
+def test_spec_fields_follow_a_reference():
+    document = {"components": {"schemas": {
+        "Spec": {"properties": {"runtimePatches": {}}},
+        "TrainJob": {"x-kubernetes-group-version-kind": [
+            {"group": "trainer.kubeflow.org", "version": "v1alpha1", "kind": "TrainJob"}],
+            "properties": {"spec": {"allOf": [{"$ref": "#/components/schemas/Spec"}]}}}}}}
+    assert spec_fields(document, "trainer.kubeflow.org", "v1alpha1", "TrainJob") == {
+        "runtimePatches"}
+    assert spec_fields({}, "trainer.kubeflow.org", "v1alpha1", "TrainJob") is None
+
+
+def test_the_api_server_stand_in_can_be_a_cluster_without_tfjobs():
+    """The generic API server stand-in (preflight's): Kubeflow 26.03 as it ships, Trainer v2
+    in and no Training Operator v1; the runtime applied or not."""
+    from tests.standins.apiserver import ApiServerStandIn
+    from tests.standins.trainer_v2 import load_runtime
+
+    with ApiServerStandIn() as standin:
+        discovery = ClusterDiscovery(standin.api_client())
+        assert choose_operator("auto", discovery) == "tfjob"  # the stand-ins' default
+        assert discovery.trainjob_fields() is None  # no Trainer: nothing published
+        standin.uninstall("training-operator")
+        standin.install("trainer")
+        with pytest.raises(UserInputError, match="kubectl apply -k manifests/trainer-runtime"):
+            choose_operator("auto", discovery)
+        standin.put(load_runtime())
+        assert choose_operator("auto", discovery) == "trainjob"
+        assert trainjob_api(discovery) == OVERRIDES
+        standin.trainer_version = "v2.2.0"
+        assert trainjob_api(discovery) == PATCHES
+        standin.uninstall("trainer")
+        with pytest.raises(UserInputError, match="serves neither"):
+            choose_operator("auto", discovery)
