@@ -23,7 +23,7 @@ upstream: docs/upstream.md#kserve, #kubeflow-manifests
 
 from __future__ import annotations
 
-from fmnist_kfp.serving.deploy.kserve_api import KServeApi
+from fmnist_kfp.serving.deploy.kserve_api import KServeApi, retrying
 
 KFP_STORE_SCHEME = "minio://"
 ACCESS_KEY = "AWS_ACCESS_KEY_ID"
@@ -64,7 +64,7 @@ def credential_problems(api: KServeApi, service_account: str, log) -> list[str]:
     if not service_account:
         return [f"the model is in KFP's object store, but no ServiceAccount was given for "
                 f"KServe to read it with (serving.service_account); {SETUP}"]
-    account = api.get_service_account(service_account)
+    account = retrying(api.get_service_account, service_account)
     if account is None:
         return [f"ServiceAccount {service_account!r} does not exist in {where}; KServe's "
                 f"storage initializer needs it to read the model from KFP's object store; "
@@ -76,7 +76,7 @@ def credential_problems(api: KServeApi, service_account: str, log) -> list[str]:
     problems: list[str] = []
     for name in names:
         try:
-            secret = api.get_secret(name)
+            secret = retrying(api.get_secret, name)
         except Exception as error:  # e.g. 403: the step may not read Secrets; KServe may
             log(f"[kserve] cannot read Secret {name} to check it ({error}); assuming it holds "
                 "the object store's credentials")

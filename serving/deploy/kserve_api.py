@@ -48,6 +48,23 @@ class TransientApiError(KServeRolloutError):
     """The API server did not answer this time (5xx, 429, a timeout, a dropped connection)."""
 
 
+def retrying(read, *args, attempts: int = 5, pause_seconds: float = 1.0):
+    """``read(*args)``, asked again (after ``pause_seconds`` × the attempt) while the API server
+    answers transiently (:class:`TransientApiError`): for the reads before a rollout has
+    anything to wait on (the InferenceService, KServe's configuration, the credentials), where
+    one 503 or 429 would otherwise fail the step or be taken for an answer."""
+    import time
+
+    for attempt in range(1, attempts + 1):
+        try:
+            return read(*args)
+        except TransientApiError:
+            if attempt == attempts:
+                raise
+            time.sleep(pause_seconds * attempt)
+    return None
+
+
 class CreatedMeanwhile(KServeRolloutError):
     """Creating the InferenceService found it already there: someone else created it."""
 

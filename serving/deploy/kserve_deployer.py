@@ -40,7 +40,7 @@ from fmnist_kfp.serving.deploy.kserve_api import (
     KServeApi,
     KServeRolloutError,
     ReadinessTimeout,
-    TransientApiError,
+    retrying,
 )
 from fmnist_kfp.serving.deploy.rollout_base import Log, Rollout, Verify
 from fmnist_kfp.serving.deploy.rollout_serverless import ServerlessRollout
@@ -96,7 +96,7 @@ def prepare_rollout(settings: KServeSettings, *, storage_uri: str, test_accuracy
 
         client = KServeClient()
     api = KServeApi(client.api_instance.api_client, settings.target_namespace)
-    current = _retrying_get(api, settings.name)
+    current = retrying(api.get, settings.name)
     mode = detect_mode(api, current, settings.deployment_mode, log)
     problems = scale_problems(settings, mode)
     if needs_credentials:
@@ -112,25 +112,12 @@ def prepare_rollout(settings: KServeSettings, *, storage_uri: str, test_accuracy
     return rollout, current
 
 
-def _retrying_get(api: KServeApi, name: str, attempts: int = 5) -> dict | None:
-    import time
-
-    for attempt in range(1, attempts + 1):
-        try:
-            return api.get(name)
-        except TransientApiError:
-            if attempt == attempts:
-                raise
-            time.sleep(attempt)
-    return None
-
-
 def cluster_default_mode(api: KServeApi, log: Log) -> str | None:
     """``defaultDeploymentMode`` from KServe's inferenceservice-config, when readable (a
     profile's default-editor may not read the ``kubeflow`` namespace)."""
     for namespace in KSERVE_CONFIG_NAMESPACES:
         try:
-            config = api.get_config_map(KSERVE_CONFIGMAP, namespace)
+            config = retrying(api.get_config_map, KSERVE_CONFIGMAP, namespace)
         except KServeRolloutError as error:
             log(f"[kserve] cannot read {namespace}/{KSERVE_CONFIGMAP} ({error})")
             continue

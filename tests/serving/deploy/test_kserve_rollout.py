@@ -968,3 +968,33 @@ def test_the_standin_keeps_a_deleted_inference_service_terminating_until_kserve_
             break
     assert api.get(NAME) is None
     assert ("Deployment", NS, f"{NAME}-predictor") not in standin.objects
+
+
+@pytest.mark.parametrize("mode", ["Serverless", "RawDeployment"])
+def test_the_reads_before_a_rollout_get_through_a_transient_answer(mode, monkeypatch):
+    """The InferenceService, KServe's configuration and the credentials are read before there
+    is anything to wait on: a 503 or 429 on one of them is asked again, not a failed step (the
+    fault mode's seed 33 found the ServiceAccount read failing the deploy step) nor taken for an
+    answer (an unreadable inferenceservice-config read as "no default mode")."""
+    from tests.setup_manifests import build
+
+    first_answers: dict[str, int] = {}
+    reads = ("get", "get_config_map", "get_service_account", "get_secret")
+    for name in reads:
+        original = getattr(kserve_api.KServeApi, name)
+
+        def flaky(self, *args, _name=name, _original=original, **kwargs):
+            first_answers[_name] = first_answers.get(_name, 0) + 1
+            if first_answers[_name] == 1:  # each one's first read: before the rollout
+                raise kserve_api.TransientApiError(f"could not {_name}: HTTP 503 (injected)")
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(kserve_api.KServeApi, name, flaky)
+    monkeypatch.setattr("time.sleep", lambda seconds: None)
+    with KServeStandIn(default_mode=mode) as standin:
+        for obj in build("serving-credentials", namespace=NS):
+            standin.put(obj)
+        result = deploy(standin, OLD, 0.90, needs_credentials=True,
+                        service_account="fmnist-serving")
+    assert result["action"] == "created", result
+    assert all(first_answers[name] >= 2 for name in reads), first_answers
