@@ -103,13 +103,12 @@ class KatibApi:
     for a permanent error (KatibClient's deserializer failing was the same)."""
 
     def __init__(self, api_client=None):
-        from kubernetes import client, config
+        from kubernetes import client
+
+        from fmnist_kfp.kubernetes.runner import load_cluster_config
 
         if api_client is None:  # in a step's pod, its ServiceAccount; else the kube-config
-            try:
-                config.load_incluster_config()
-            except config.ConfigException:
-                config.load_kube_config()
+            load_cluster_config()
         self.api = client.CustomObjectsApi(api_client)
 
     def create_experiment(self, experiment, namespace: str) -> None:

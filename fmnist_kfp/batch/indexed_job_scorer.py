@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.kubernetes.job import build_indexed_job, job_state, to_manifest
-from fmnist_kfp.kubernetes.runner import JobStatus, RemoteJob, RemoteJobRunner
+from fmnist_kfp.kubernetes.runner import JobStatus, RemoteJob, RemoteJobRunner, load_cluster_config
 from fmnist_kfp.kubernetes.storage import copy_tree, make_shared_dirs, publish_copy, stage_dataset
 from fmnist_kfp.kubernetes.workload import queued_status
 from fmnist_kfp.scoring.scoring_job import ScoringJobSpec, merge_shards
@@ -48,20 +48,14 @@ class IndexedJobScorer:
                 f"both mount: compile the pipeline with {PVC_ENV}=<claim>, or set pvc_name in "
                 "the kubernetes parameter")
         self._api = batch_api
-        deadline = self.settings.active_deadline_seconds
-        self.runner = runner or RemoteJobRunner(
-            poll_seconds=poll_seconds, timeout_seconds=deadline + 600 if deadline else 0.0,
-            start_timeout_seconds=self.settings.scheduling_settings.start_deadline_seconds)
+        self.runner = runner or RemoteJobRunner.for_job(self.settings, poll_seconds=poll_seconds)
 
     @property
     def api(self):
         if self._api is None:
-            from kubernetes import client, config
+            from kubernetes import client
 
-            try:
-                config.load_incluster_config()
-            except config.ConfigException:
-                config.load_kube_config()
+            load_cluster_config()
             self._api = client.BatchV1Api()
         return self._api
 

@@ -277,12 +277,34 @@ class _SigtermGuard:
 # The runner
 
 
+def load_cluster_config() -> None:
+    """Points the ``kubernetes`` client at the step's cluster: the pod's ServiceAccount (in a
+    pipeline pod), else the kubeconfig (a laptop)."""
+    from kubernetes import config
+
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+
+
 class RemoteJobRunner:
     """Creates (or re-attaches to) a :class:`RemoteJob` and waits for it; see the module
     docstring. ``timeout_seconds`` 0 waits as long as the job runs. Time the job spends
     queued (:attr:`JobStatus.queued`) does not count against ``timeout_seconds`` but against
     ``start_timeout_seconds`` (0: no limit), summed over every time it is queued (a preempted
     job is queued again)."""
+
+    @classmethod
+    def for_job(cls, settings, *, timeout_seconds: float = 0.0, **options) -> RemoteJobRunner:
+        """A runner for a job of ``settings`` (:class:`fmnist_kfp.settings.jobs.KubernetesSettings`
+        or alike): unless ``timeout_seconds`` is given, the step's own deadline is the job's
+        ``active_deadline_seconds`` plus ten minutes for its pods to be scheduled and cleaned
+        up (none without one); the start deadline is its scheduling's."""
+        deadline = settings.active_deadline_seconds
+        return cls(timeout_seconds=timeout_seconds or (deadline + 600 if deadline else 0.0),
+                   start_timeout_seconds=settings.scheduling_settings.start_deadline_seconds,
+                   **options)
 
     def __init__(self, *, poll_seconds: float = 10.0, timeout_seconds: float = 0.0,
                  start_timeout_seconds: float = 0.0,

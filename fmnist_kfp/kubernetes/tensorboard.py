@@ -74,15 +74,17 @@ def ensure_tensorboard(manifest: dict[str, Any], custom_api=None, runner=None) -
     """Creates the ``Tensorboard`` or re-attaches to the one a previous try of the step made
     (the runner's create-or-reattach: a 409 means it is there), and returns without waiting:
     the resource outlives the step and is never cleaned up by it."""
-    from fmnist_kfp.kubernetes.runner import JobStatus, RemoteJob, RemoteJobRunner
+    from fmnist_kfp.kubernetes.runner import (
+        JobStatus,
+        RemoteJob,
+        RemoteJobRunner,
+        load_cluster_config,
+    )
 
     if custom_api is None:
-        from kubernetes import client, config
+        from kubernetes import client
 
-        try:
-            config.load_incluster_config()
-        except config.ConfigException:
-            config.load_kube_config()
+        load_cluster_config()
         custom_api = client.CustomObjectsApi()
     namespace, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
     return (runner or RemoteJobRunner()).run(RemoteJob(

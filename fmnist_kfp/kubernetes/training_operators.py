@@ -74,12 +74,11 @@ class ClusterDiscovery:
     @property
     def api_client(self):
         if self._api_client is None:
-            from kubernetes import client, config
+            from kubernetes import client
 
-            try:
-                config.load_incluster_config()
-            except config.ConfigException:
-                config.load_kube_config()
+            from fmnist_kfp.kubernetes.runner import load_cluster_config
+
+            load_cluster_config()
             self._api_client = client.ApiClient()
         return self._api_client
 

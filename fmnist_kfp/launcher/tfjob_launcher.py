@@ -189,14 +189,10 @@ class TFJobLauncher:
         self.settings = settings.validate()
         self._client = training_client
         self.out = out or sys.stdout
-        # The step's own deadline: the job's, plus time for pods to be scheduled and cleaned.
-        deadline = self.settings.active_deadline_seconds
-        timeout = timeout_seconds or (deadline + 600 if deadline else 0)
         injected = {k: v for k, v in (("clock", clock), ("sleep", sleep)) if v is not None}
-        self.runner = RemoteJobRunner(poll_seconds=poll_seconds, timeout_seconds=timeout,
-                                      start_timeout_seconds=self.settings.scheduling_settings
-                                      .start_deadline_seconds,
-                                      log=self._say, **injected)
+        self.runner = RemoteJobRunner.for_job(self.settings, timeout_seconds=timeout_seconds,
+                                              poll_seconds=poll_seconds, log=self._say,
+                                              **injected)
         self.request_timeout_seconds = request_timeout_seconds
 
     @property

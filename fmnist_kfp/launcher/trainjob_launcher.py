@@ -115,15 +115,11 @@ class TrainJobLauncher:
         self._api_client = api_client
         self.shape = shape
         self.out = out or sys.stdout
-        # The step's own deadline: the job's, plus time for pods to be scheduled and cleaned
-        # (Trainer 2.1 has no deadline of its own: this one is it).
-        deadline = self.settings.active_deadline_seconds
-        timeout = timeout_seconds or (deadline + 600 if deadline else 0)
+        # (Trainer 2.1 has no deadline of its own: the runner's is it.)
         injected = {k: v for k, v in (("clock", clock), ("sleep", sleep)) if v is not None}
-        self.runner = RemoteJobRunner(poll_seconds=poll_seconds, timeout_seconds=timeout,
-                                      start_timeout_seconds=self.settings.scheduling_settings
-                                      .start_deadline_seconds,
-                                      log=self._say, **injected)
+        self.runner = RemoteJobRunner.for_job(self.settings, timeout_seconds=timeout_seconds,
+                                              poll_seconds=poll_seconds, log=self._say,
+                                              **injected)
         self.request_timeout_seconds = request_timeout_seconds
 
     @property
@@ -133,12 +129,11 @@ class TrainJobLauncher:
     @property
     def api_client(self):
         if self._api_client is None:
-            from kubernetes import client, config
+            from kubernetes import client
 
-            try:
-                config.load_incluster_config()
-            except config.ConfigException:
-                config.load_kube_config()
+            from fmnist_kfp.kubernetes.runner import load_cluster_config
+
+            load_cluster_config()
             self._api_client = client.ApiClient()
         return self._api_client
 
