@@ -80,8 +80,11 @@ def _run_step(compiled: dict, executor: str, script: str, tmp_path: Path) -> dic
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _images(tfjob: dict) -> set[str]:
-    return {c["image"] for replica in tfjob["spec"]["tfReplicaSpecs"].values()
+def _images(job: dict) -> set[str]:
+    """The images a TFJob's replicas or a TrainJob's nodes run."""
+    if job["kind"] == "TrainJob":
+        return {job["spec"]["trainer"]["image"]}
+    return {c["image"] for replica in job["spec"]["tfReplicaSpecs"].values()
             for c in replica["template"]["spec"]["containers"]}
 
 
@@ -309,16 +312,21 @@ def test_the_training_step_runs_a_trainjob_end_to_end(compiled, synthetic_datase
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("operator", ["tfjob", "trainjob"])
 def test_the_tuning_step_runs_a_katib_experiment_end_to_end(compiled, synthetic_dataset,
-                                                             tmp_path):
+                                                             tmp_path, operator):
     """tune_step(backend="kubernetes") as the tune executor runs it: an Experiment whose trials
     are TFJobs in the compiled image, run here under Katib's metrics-collector wrapper (with
     early stopping: the || branch) and collected from their timestamped epoch lines; the best
-    trial's values come back typed."""
+    trial's values come back typed. With kubernetes.operator trainjob, on a cluster with
+    Trainer v2 and no TFJob CRD (Kubeflow 26.03 as it ships), the trials are TrainJobs whose
+    node 0 Katib wraps."""
     volume = tmp_path / "volume"
     volume.mkdir()
     inputs = compiled["exec-tune-hyperparameters"]["constants"]
-    with KatibStandIn(run=True, namespaces=("kubeflow",), work_dir=tmp_path / "katib") as standin:
+    cluster = {"tfjob": {}, "trainjob": {"tfjob_operator": False, "trainer": True}}[operator]
+    with KatibStandIn(run=True, namespaces=("kubeflow",), work_dir=tmp_path / "katib",
+                      **cluster) as standin:
         found = _run_step(compiled, "exec-tune-hyperparameters", f"""
             import json
             import fmnist_kfp.settings.platform as platform
@@ -335,7 +343,7 @@ def test_the_tuning_step_runs_a_katib_experiment_end_to_end(compiled, synthetic_
                 model_type="basic", base=TrainingConfig(model_type="basic", filters=8),
                 tuning=tuning, data_dir={str(synthetic_dataset)!r},
                 output_dir={str(tmp_path / "artifacts" / "search")!r}, backend="kubernetes",
-                kubernetes={{"namespace": "kubeflow"}},
+                kubernetes={{"namespace": "kubeflow", "operator": {operator!r}}},
                 image={inputs["image"]!r}, gpu_image={inputs["gpu_image"]!r},
                 launcher=KatibExperimentLauncher(
                     katib_client_for({standin.url!r}), poll_seconds=0.2,
@@ -346,6 +354,7 @@ def test_the_tuning_step_runs_a_katib_experiment_end_to_end(compiled, synthetic_
         [run] = standin.runs.values()
         trials = dict(run.trials)
     trial_spec = experiment["spec"]["trialTemplate"]["trialSpec"]
+    assert trial_spec["kind"] == {"tfjob": "TFJob", "trainjob": "TrainJob"}[operator]
     assert _images(trial_spec) == {IMAGE}
     assert "earlyStopping" in experiment["spec"]
     assert len(trials) == 2 and found["best_trial"] in trials
