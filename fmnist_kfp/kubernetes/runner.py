@@ -288,6 +288,14 @@ def load_cluster_config() -> None:
         config.load_kube_config()
 
 
+def default_api_client():
+    """A ``kubernetes`` ``ApiClient`` for the step's cluster (:func:`load_cluster_config`)."""
+    from kubernetes import client
+
+    load_cluster_config()
+    return client.ApiClient()
+
+
 class RemoteJobRunner:
     """Creates (or re-attaches to) a :class:`RemoteJob` and waits for it; see the module
     docstring. ``timeout_seconds`` 0 waits as long as the job runs. Time the job spends

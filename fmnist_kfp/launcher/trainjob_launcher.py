@@ -129,12 +129,9 @@ class TrainJobLauncher:
     @property
     def api_client(self):
         if self._api_client is None:
-            from kubernetes import client
+            from fmnist_kfp.kubernetes.runner import default_api_client
 
-            from fmnist_kfp.kubernetes.runner import load_cluster_config
-
-            load_cluster_config()
-            self._api_client = client.ApiClient()
+            self._api_client = default_api_client()
         return self._api_client
 
     @property
