@@ -46,7 +46,8 @@ PERMISSIONS = (
 # TrainJob and reads node 0's pod, as it does the TFJob's chief.
 TRAINJOB_PERMISSIONS = (
     ("create", "trainer.kubeflow.org", "trainjobs", "", "train: create the TrainJob"),
-    ("get", "trainer.kubeflow.org", "trainjobs", "", "train: follow the TrainJob"),
+    ("get", "trainer.kubeflow.org", "trainjobs", "", "train: follow the TrainJob; tune: "
+                                                     "examine a stalled trial's"),
     ("delete", "trainer.kubeflow.org", "trainjobs", "", "train: delete it on SIGTERM or "
                                                         "failure"),
     ("list", "", "pods", "", "train: find node 0's pod"),
