@@ -4,11 +4,13 @@ and they get through the stand-ins' fault mode (``tests.standins.loopback.FaultM
 transient 409/429/5xx, reads that time out) with three seeds.
 
 Each flow drives a step's cluster code as the step runs it, with the stand-ins' helpers of the
-step's own tests: train (the TFJob launcher: a job that succeeds, one that fails and is deleted;
-its Tensorboard), tune (the Katib launcher: an Experiment that succeeds, one past the step's
-deadline, deleted), deploy in both modes (a first model created, a better one promoted: through a
-canary in Serverless, a candidate InferenceService in Standard), serve_early (two promotions),
-batch-predict (an Indexed Job that fails and is deleted). Outcomes only are asserted: under
+step's own tests, in the pipeline's order, on the cluster ``kubernetes.operator`` names
+(:data:`CLUSTERS`): tune (the Katib launcher, trials of the operator it chooses: an Experiment
+that succeeds, one past the step's deadline, deleted), train (the operator chosen as the step
+chooses it, then its launcher: a job that succeeds, one that fails and is deleted; its
+Tensorboard), batch-predict (an Indexed Job that fails and is deleted), deploy in both modes (a
+first model created, a better one promoted: through a canary in Serverless, a candidate
+InferenceService in Standard), serve_early (two promotions). Outcomes only are asserted: under
 faults the logs legitimately differ."""
 
 from __future__ import annotations
@@ -22,37 +24,43 @@ from tests.setup_manifests import build
 from tests.standins.kserve import KServeStandIn
 from tests.standins.loopback import faults, recording
 
+# The clusters the flows run on, by ``kubernetes.operator``: the Training Operator v1 alone
+# (Kubeflow 1.11 with it installed), Trainer v2 and no TFJob CRD (Kubeflow 26.03 as it ships),
+# both (``auto`` then picks the TFJob); and the job each must make.
+CLUSTERS = {"tfjob": {"tfjob_operator": True, "trainer": False},
+            "trainjob": {"tfjob_operator": False, "trainer": True},
+            "auto": {"tfjob_operator": True, "trainer": True}}
+CHOSEN = {"tfjob": "tfjob", "trainjob": "trainjob", "auto": "tfjob"}
+OPERATORS = tuple(CLUSTERS)
 
-def train(tmp_path) -> None:
+
+def train(tmp_path, operator: str = "tfjob") -> None:
+    """The train step's cluster path on the cluster ``operator`` names: the operator chosen as
+    the step chooses it (:func:`training_operator`, from what the API server serves), then a
+    job that succeeds and one whose first worker fails with a bug, deleted."""
     from fmnist_kfp.errors import TrainingJobError
-    from tests.fmnist_kfp.launcher import test_kubernetes_launcher as t
-    from tests.standins.kubernetes import KubernetesStandIn
-
-    t._finish(tmp_path)
-    with KubernetesStandIn() as standin:
-        outcome = t._launcher(standin).run(t._spec(tmp_path))
-    assert outcome.result == {"model_type": "basic"}
-    with KubernetesStandIn(scripts={"worker-0": [2]}) as standin:
-        with pytest.raises(TrainingJobError):
-            t._launcher(standin).run(t._spec(tmp_path))
-        assert standin.jobs == {}  # deleted
-
-
-def train_trainjob(tmp_path) -> None:
-    """The train step's TrainJob path (``kubernetes.operator`` trainjob): one that succeeds, one
-    whose node fails with a bug and is deleted."""
-    from fmnist_kfp.errors import TrainingJobError
-    from tests.fmnist_kfp.launcher import test_trainjob_launcher as t
+    from fmnist_kfp.kfp_components.train.step import training_operator
+    from fmnist_kfp.kubernetes.training_operators import ClusterDiscovery
+    from fmnist_kfp.settings.jobs import KubernetesSettings
+    from tests.fmnist_kfp.launcher import test_kubernetes_launcher as tfjob
+    from tests.fmnist_kfp.launcher import test_trainjob_launcher as trainjob
     from tests.standins.trainer_v2 import TrainerStandIn
 
-    t._finish(tmp_path)
-    with TrainerStandIn() as standin:
-        outcome = t._launcher(standin).run(t._spec(tmp_path))
-    assert outcome.result == {"model_type": "basic"}
-    with TrainerStandIn(scripts={"node-0": [2]}) as standin:
-        with pytest.raises(TrainingJobError):
-            t._launcher(standin).run(t._spec(tmp_path))
-        assert not standin.trainjobs  # deleted
+    tfjob._finish(tmp_path)
+    settings = KubernetesSettings(namespace="kubeflow", operator=operator)
+    for failing in (False, True):
+        first = {"worker-0": [2], "node-0": [2]} if failing else {}
+        with TrainerStandIn(scripts=first, **CLUSTERS[operator]) as standin:
+            chosen, shape = training_operator(settings, ClusterDiscovery(standin.api_client()))
+            assert chosen == CHOSEN[operator]
+            launcher = (trainjob._launcher(standin, shape=shape) if chosen == "trainjob" else
+                        tfjob._launcher(standin))
+            if not failing:
+                assert launcher.run(tfjob._spec(tmp_path)).result == {"model_type": "basic"}
+                continue
+            with pytest.raises(TrainingJobError):
+                launcher.run(tfjob._spec(tmp_path))
+            assert standin.jobs == {} and not standin.trainjobs  # deleted
 
 
 def tensorboard() -> None:
@@ -69,16 +77,29 @@ def tensorboard() -> None:
         assert ("kubeflow", "fmnist-tb-basic-0123456789") in standin.tensorboards
 
 
-def tune(tmp_path) -> None:
+def tune(tmp_path, operator: str = "tfjob") -> None:
+    """The tune step's Katib path on the cluster ``operator`` names: trials of the job the
+    launcher chooses as the train step does; an Experiment that succeeds, one past the step's
+    deadline, deleted."""
+    from dataclasses import replace
+
     from tests.katib import test_katib_launcher as t
     from tests.standins.katib import KatibStandIn, state
 
-    with KatibStandIn(t.PROGRESS, [t.FIRST, t.BEST, t.STOPPED, t.BROKEN]) as standin:
-        result = t._launcher(standin).run(t._settings(tmp_path / "a"), t._space(), t.DATA_DIR)
+    def settings(directory):
+        found = t._settings(directory)
+        return replace(found, kubernetes=replace(found.kubernetes, operator=operator))
+
+    with KatibStandIn(t.PROGRESS, [t.FIRST, t.BEST, t.STOPPED, t.BROKEN],
+                      **CLUSTERS[operator]) as standin:
+        result = t._launcher(standin).run(settings(tmp_path / "a"), t._space(), t.DATA_DIR)
+        [experiment] = standin.posts()
     assert result is not None
-    with KatibStandIn([state("Running", running=3)]) as standin:
+    kind = experiment["spec"]["trialTemplate"]["trialSpec"]["kind"]
+    assert kind == {"tfjob": "TFJob", "trainjob": "TrainJob"}[CHOSEN[operator]]
+    with KatibStandIn([state("Running", running=3)], **CLUSTERS[operator]) as standin:
         with pytest.raises(TimeoutError):
-            t._launcher(standin, timeout_seconds=100).run(t._settings(tmp_path / "b"),
+            t._launcher(standin, timeout_seconds=100).run(settings(tmp_path / "b"),
                                                           t._space(), t.DATA_DIR)
         assert standin.experiments == {}
 
@@ -131,16 +152,15 @@ def serve_early(lag: int = 1) -> None:
         assert t._promote(standin, t.BETTER, "batchnorm")["action"] == "promoted"
 
 
-def every_flow(tmp_path, lag: int = 1, trainjob: bool = False) -> None:
-    """``lag``: the KServe controller's reconcile lag, in reads (tests/standins/kserve.py);
-    ``trainjob``: the train step's TrainJob path too."""
-    for name in ("train", "trainjob", "tune", "batch"):
+def every_flow(tmp_path, lag: int = 1, operator: str = "tfjob") -> None:
+    """Every step's cluster flow, in the pipeline's order. ``lag``: the KServe controller's
+    reconcile lag, in reads (tests/standins/kserve.py); ``operator``: the train and tune steps'
+    ``kubernetes.operator`` and the cluster it runs on (:data:`CLUSTERS`)."""
+    for name in ("train", "tune", "batch"):
         (tmp_path / name).mkdir(exist_ok=True)
-    train(tmp_path / "train")
-    if trainjob:
-        train_trainjob(tmp_path / "trainjob")
+    tune(tmp_path / "tune", operator)
+    train(tmp_path / "train", operator)
     tensorboard()
-    tune(tmp_path / "tune")
     batch_predict(tmp_path / "batch")
     deploy("Serverless", lag)
     deploy("RawDeployment", lag)
@@ -157,9 +177,10 @@ def recorded(tmp_path_factory) -> set:
 
 @pytest.fixture(scope="module")
 def recorded_trainjob(tmp_path_factory) -> set:
-    """What the train step's TrainJob path sent (the other steps send the same either way)."""
+    """What the flows sent on a cluster with Trainer v2 and no TFJob CRD, with
+    ``kubernetes.operator`` trainjob."""
     with recording() as found:
-        train_trainjob(tmp_path_factory.mktemp("trainjob"))
+        every_flow(tmp_path_factory.mktemp("flows-trainjob"), operator="trainjob")
     return {attributes[:4] for attributes in found}
 
 
@@ -171,13 +192,15 @@ def test_the_recorded_api_calls_are_exactly_what_preflight_checks(recorded):
 
 
 def test_the_trainjob_paths_calls_are_what_preflight_checks_for_it(recorded_trainjob):
-    """``permissions_for("trainjob")`` swaps the TFJob rows for the TrainJob's: what the
-    TrainJob flow sent, plus nothing of the TFJob's."""
+    """On a cluster with Trainer v2 and no TFJob CRD, ``permissions_for("trainjob")`` (what
+    ``preflight --operator trainjob`` checks) is what the flows sent there: the TrainJob's
+    rows in place of the TFJob's, the other steps' unchanged."""
     checked = {(verb, group, resource, sub)
-               for verb, group, resource, sub, _ in TRAINJOB_PERMISSIONS}
+               for verb, group, resource, sub, _ in permissions_for("trainjob")}
     needed = recorded_trainjob - set(OPTIONAL_READS)
     assert needed == checked, (f"sent but not checked: {sorted(needed - checked)}; checked "
                                f"but never sent: {sorted(checked - needed)}")
+    assert not {a for a in recorded_trainjob if a[2] == "tfjobs"}  # none could be made
     assert set(TRAINJOB_PERMISSIONS) <= set(permissions_for("trainjob"))
 
 
@@ -196,13 +219,22 @@ def test_the_standalone_role_grants_every_recorded_call(recorded, recorded_train
     assert not refused
 
 
-@pytest.mark.parametrize("kubeflow", ["v1.11.0", "26.03"])
-def test_kubeflows_roles_grant_every_recorded_call(recorded, kubeflow):
+@pytest.mark.parametrize(("kubeflow", "operator"), [
+    (kubeflow, operator) for kubeflow in ("v1.11.0", "26.03")
+    for operator in ("tfjob", "trainjob")])
+def test_kubeflows_roles_grant_every_recorded_call(recorded, recorded_trainjob, kubeflow,
+                                                   operator):
     """A profile's default-editor, bound to kubeflow-edit (tests/kubeflow_roles: the roles the
-    support matrix's Kubeflow releases aggregate into it)."""
+    support matrix's Kubeflow releases aggregate into it), may make every call the flows make
+    on the cluster ``operator`` names. "tfjob": the TFJob flows' calls (``recorded``) on the
+    tag's example install with the Training Operator v1 installed from the same tag, as
+    docs/first-run.md step 1 does (its overlay's kubeflow-training-edit added). "trainjob":
+    the TrainJob flows' calls (``recorded_trainjob``) on the example install as it ships
+    (Trainer v2's kubeflow-trainer-edit; no Training Operator)."""
+    calls = {"tfjob": recorded, "trainjob": recorded_trainjob}[operator]
     with KServeStandIn(rbac=True) as standin:
-        kubeflow_profile(standin, "team-a", kubeflow)
-        refused = sorted(a for a in recorded - set(OPTIONAL_READS)
+        kubeflow_profile(standin, "team-a", kubeflow, training_operator=operator == "tfjob")
+        refused = sorted(a for a in calls - set(OPTIONAL_READS)
                          if not _allowed(standin, "default-editor", "team-a", a))
     assert not refused
 
@@ -213,8 +245,10 @@ SEEDS = (11, 22, 33)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", SEEDS)
-def test_every_flow_gets_through_the_fault_mode(seed, tmp_path):
+@pytest.mark.parametrize(("seed", "operator"), list(zip(SEEDS, OPERATORS, strict=True)))
+def test_every_flow_gets_through_the_fault_mode(seed, operator, tmp_path):
+    """Each seed on another cluster: the Training Operator v1's, Trainer v2's with no TFJob
+    CRD (``kubernetes.operator`` trainjob), and one with both (``auto``: TFJobs)."""
     with faults(seed) as mode:
-        every_flow(tmp_path, lag=3, trainjob=True)
+        every_flow(tmp_path, lag=3, operator=operator)
     assert mode.injected  # faults were given

@@ -32,7 +32,9 @@ It follows google-cloud-pipeline-components' ``job_remote_runner``:
   is cleaned up so that a retried step starts afresh instead of re-attaching to the failure.
 * **Cleanup** is the caller's hook, told why: ``"terminated"``, ``"deadline"``, ``"failed"`` or
   ``"error"`` (an unexpected exception while waiting). A TFJob or an Experiment is deleted; a
-  KServe rollout rolls back.
+  KServe rollout rolls back. A transient answer to it is retried three times within 7 s (a
+  job left behind keeps its pods, and GPUs, busy); another error is logged, and the step
+  reports the error that started the cleanup.
 
 The clock and the sleep are injectable, so tests drive the poll loop without real waiting.
 
@@ -361,11 +363,31 @@ class RemoteJobRunner:
             return None
         return signal.signal(signal.SIGTERM, guard)
 
+    # A transient answer to a cleanup (a 5xx, a 429, a dropped connection) is retried, briefly:
+    # after SIGTERM the pod has only its grace period (30 s by default) left. The hooks delete
+    # or roll back, which is safe to repeat; a 404 on a repeat says the earlier try went
+    # through and only its answer was lost.
+    CLEANUP_RETRY_SECONDS = (1.0, 2.0, 4.0)
+
     def _cleanup(self, job: RemoteJob, why: str) -> None:
-        try:
-            job.cleanup(why)
-        except Exception as error:  # the original error is what the step reports
-            self.log(f"could not clean up {job.where} ({why}): {api_message(error)}")
+        retries = iter(self.CLEANUP_RETRY_SECONDS)
+        repeated = False
+        while True:
+            try:
+                job.cleanup(why)
+                return
+            except Exception as error:  # the original error is what the step reports
+                if repeated and api_status(error) == 404:
+                    self.log(f"{job.where} is gone: the cleanup's earlier try went through")
+                    return
+                delay = next(retries, None) if is_transient(error) else None
+                if delay is None:
+                    self.log(f"could not clean up {job.where} ({why}): {api_message(error)}")
+                    return
+                self.log(f"cleaning up {job.where} failed transiently ({api_message(error)}); "
+                         f"retrying in {delay:g} s")
+                self.sleep(delay)
+                repeated = True
 
     def _create(self, job: RemoteJob, guard: _SigtermGuard, started: float) -> None:
         if job.create is None:

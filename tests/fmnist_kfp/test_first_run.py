@@ -23,7 +23,7 @@ from fmnist_kfp.cli import main as cli_main
 from tests import ROOT
 from tests.first_run_doc import Block, blocks, contains_in_order, matches
 from tests.fmnist_kfp.test_preflight import KATIB_CONFIG, katib_controller_pod
-from tests.kubeflow_roles import kubeflow_profile
+from tests.kubeflow_roles import kubeflow_profile, training_operator_roles
 from tests.setup_manifests import build
 from tests.standins.kfp import KfpStandIn
 from tests.standins.kserve import KServeStandIn
@@ -39,7 +39,8 @@ TRAINING_OPERATOR = ("github.com/kubeflow/manifests/applications/training-operat
 
 class FreshKubeflow:
     """The stand-ins as a stock Kubeflow ``tag`` after its example install, and what each
-    command of the page does to them."""
+    command of the page does to them: its step 1 serves TFJobs and stores the Training Operator
+    overlay's CRD and roles (``tests/kubeflow_roles/training-operator-<tag>.yaml``)."""
 
     def __init__(self, standin: KServeStandIn, kfp: KfpStandIn, tag: str, monkeypatch):
         self.standin, self.kfp, self.tag, self.monkeypatch = standin, kfp, tag, monkeypatch
@@ -65,6 +66,10 @@ class FreshKubeflow:
                               "metadata": {"name": "tfjobs.kubeflow.org"}})
             key = ("CustomResourceDefinition", "", "tfjobs.kubeflow.org")
             self.standin.objects[key]["metadata"]["creationTimestamp"] = LATER
+            # The overlay's kubeflow-training-roles.yaml (its kustomization.yaml L4-6):
+            # kubeflow-training-edit, aggregated into the profile's kubeflow-edit.
+            for role in training_operator_roles(self.tag):
+                self.standin.put(role)
             return 0, ""
         if argv == ["kubectl", "rollout", "restart", "deployment/katib-controller", "-n",
                     "kubeflow"]:

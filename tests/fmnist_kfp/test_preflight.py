@@ -203,20 +203,38 @@ def test_multi_user_checks_the_profiles_default_editor(cluster, capsys):
     assert "kubeflow-edit" in output  # the fix for multi-user names Kubeflow's role
 
 
-@pytest.mark.parametrize("kubeflow", ["v1.11.0", "26.03"])
-def test_on_multi_user_kubeflow_the_profiles_roles_grant_every_permission(kubeflow, monkeypatch,
-                                                                          tmp_path, capsys):
+# (Kubeflow tag, the run's training operator). "tfjob": the tag's example install with the
+# Training Operator v1 installed on top from the same tag, as docs/first-run.md step 1 does
+# (its overlay's roles with it; Trainer v2 still served, so ``auto`` picks TFJobs). "trainjob":
+# the example install as it ships (Trainer v2, no TFJob CRD; ``auto`` picks TrainJobs), with
+# manifests/trainer-runtime applied, as the page's TrainJob section does.
+PROFILES = [(kubeflow, operator) for kubeflow in ("v1.11.0", "26.03")
+            for operator in ("tfjob", "trainjob")]
+
+
+@pytest.mark.parametrize(("kubeflow", "operator"), PROFILES)
+def test_on_multi_user_kubeflow_the_profiles_roles_grant_every_permission(
+        kubeflow, operator, monkeypatch, tmp_path, capsys):
     """The README says multi-user Kubeflow needs no RBAC step: the profile controller binds the
     profile's ``default-editor`` to ``kubeflow-edit`` (kubeflow/kubeflow v1.10.0
     components/profile-controller/controllers/profile_controller.go L209-213, 592-632; Kubeflow
     1.11 and 26.03 run that controller), which aggregates the roles each component installs.
     With those roles as kubeflow/manifests ships them (tests/kubeflow_roles/, extracted at the
-    tag) and no Role of ours, every permission the steps use is granted."""
+    tag: the example install's, plus the Training Operator overlay's where it is installed) and
+    no Role of ours, every permission of the path ``operator`` (:data:`PROFILES`) is granted:
+    the TFJob path's once the Training Operator is installed, the TrainJob path's on the stock
+    install (kubeflow-trainer-edit)."""
+    from fmnist_kfp.preflight import permissions_for
+
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.delenv("FMNIST_CREDENTIALS_SECRET", raising=False)
     monkeypatch.delenv("FMNIST_PVC_NAME", raising=False)
     with KServeStandIn(rbac=True) as standin, KfpStandIn() as kfp:
-        kubeflow_profile(standin, "team-a", kubeflow)
+        kubeflow_profile(standin, "team-a", kubeflow, training_operator=operator == "tfjob")
+        install_trainer_v2(standin, monkeypatch)  # the example install's Trainer v2
+        if operator == "trainjob":
+            standin.uninstall("training-operator")  # no TFJob CRD
+            apply_runtime(standin)
         for base in ("pvc", "serving-credentials", "serving-access"):
             for obj in build(base, namespace="team-a"):
                 standin.put(obj)
@@ -227,12 +245,15 @@ def test_on_multi_user_kubeflow_the_profiles_roles_grant_every_permission(kubefl
         output = capsys.readouterr().out
         assert code == 0, output
         assert set(standin.impersonated) == {"system:serviceaccount:team-a:default-editor"}
+        assert len(standin.impersonated) == len(permissions_for(operator))
+        assert {"tfjob": "may create tfjobs.kubeflow.org",
+                "trainjob": "may create trainjobs.trainer.kubeflow.org"}[operator] in output
         # Without the aggregation (kubeflow-edit's own rules are empty) nothing is granted.
         edit = standin.objects[("ClusterRole", "", "kubeflow-edit")]
         del edit["aggregationRule"]
         assert cli_main(["preflight", "--host", kfp.url, "--namespace", "team-a",
                          "--kubeconfig", str(standin.kubeconfig("team-a"))]) == 1
-        assert len(missing_lines(capsys.readouterr().out)) == len(PERMISSIONS)
+        assert len(missing_lines(capsys.readouterr().out)) == len(permissions_for(operator))
 
 
 def _rows(output: str, check: str) -> list[str]:
@@ -952,28 +973,12 @@ def test_the_trainjob_permissions_stand_in_for_the_tfjob_ones_only():
     assert permissions_for("tfjob") == PERMISSIONS == permissions_for("auto")
 
 
-# Trainer's roles as Kubeflow 26.03 installs them (kubeflow/manifests 26.03 applications/trainer/
-# upstream/overlays/kubeflow-platform/kubeflow-trainer-roles.yaml lines 13-50: kubeflow-trainer-
-# edit, aggregated into kubeflow-edit), which tests/kubeflow_roles does not extract yet.
-KUBEFLOW_TRAINER_EDIT = {
-    "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-    "metadata": {"name": "kubeflow-trainer-edit", "labels": {
-        "rbac.authorization.kubeflow.org/aggregate-to-kubeflow-edit": "true",
-        "rbac.authorization.kubeflow.org/aggregate-to-kubeflow-trainer-admin": "true"}},
-    "rules": [
-        {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainingruntimes"],
-         "verbs": ["get", "list", "watch"]},
-        {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"],
-         "verbs": ["create", "patch", "get", "list", "watch", "delete"]},
-        {"apiGroups": [""], "resources": ["pods", "pods/log", "events"],
-         "verbs": ["get", "list", "watch"]}]}
-
-
 def test_the_first_run_pages_trainjob_path_runs_as_written(monkeypatch, tmp_path, capsys):
     """docs/first-run.md's TrainJob block on a stand-in stock 26.03 (tests/fmnist_kfp/
     test_first_run.py's, with Trainer v2 served as its example install serves it, the TrainJob
-    CRD installed with Katib): the page's step 2 and 3 setup, then the block's commands, each
-    printing what the page shows."""
+    CRD installed with Katib, and its kubeflow-trainer-edit aggregated into kubeflow-edit as
+    tests/kubeflow_roles/26.03.yaml holds it): the page's step 2 and 3 setup, then the block's
+    commands, each printing what the page shows."""
     from tests.first_run_doc import blocks, matches
     from tests.fmnist_kfp import test_first_run as page
 
@@ -983,7 +988,6 @@ def test_the_first_run_pages_trainjob_path_runs_as_written(monkeypatch, tmp_path
     with KServeStandIn(rbac=True) as standin, KfpStandIn(multi_user=True) as kfp:
         kubeflow = page.FreshKubeflow(standin, kfp, "26.03", monkeypatch)
         install_trainer_v2(standin, monkeypatch, crd_created="2026-01-05T09:59:30Z")
-        standin.put(KUBEFLOW_TRAINER_EDIT)
         setup = [command for block in blocks() if block.kind == "step"
                  for command in block.commands if command.argv[0] == "kubectl"
                  and "training-operator" not in command.line and "rollout" not in command.line]

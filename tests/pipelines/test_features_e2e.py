@@ -1,45 +1,23 @@
-"""A real local run (the real Fashion-MNIST, a few thousand training images) and what it must
-show: batch prediction of the 10,000 test images with the selection's test accuracy exactly,
-the lineage chain from the served model back to the dataset, and TensorBoard serving the
-training logs."""
+"""The real local run (tests/pipelines/conftest.py: the real Fashion-MNIST, a few thousand
+training images) and what it must show: batch prediction of the 10,000 test images with the
+selection's test accuracy exactly, the lineage chain from the served model back to the
+dataset, and TensorBoard serving the training logs."""
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 from fmnist_kfp.cli import main as cli_main
 from fmnist_kfp.lineage import content_digest
-from fmnist_kfp.settings.pipeline import PipelineParameters
 from tests.fmnist_kfp.kubernetes.test_tensorboard import served_scalar_tags
-
-
-@pytest.fixture(scope="module")
-def real_run(real_data_dir, tmp_path_factory):
-    """One local run on the real data: two CNNs, one epoch on 3,000 images."""
-    from fmnist_kfp.local_run import run_local
-    from fmnist_kfp.serving.deploy.local_deployer import stop_server
-
-    root = tmp_path_factory.mktemp("real-run")
-    os.environ["FMNIST_SERVING_STATE_DIR"] = str(root / "serving")
-    parameters = PipelineParameters(
-        data_source=str(real_data_dir), train_examples=3000, epochs=1, batch_size=64,
-        model_types=["basic", "dropout"], prediction_images=200, verification_images=100,
-        batch_prediction_workers=2)
-    try:
-        summary = run_local(parameters, pipeline_root=str(root / "runs"))
-        yield root / "runs", summary
-    finally:
-        stop_server(parameters.model_name)
-        os.environ.pop("FMNIST_SERVING_STATE_DIR", None)
 
 
 @pytest.mark.slow
 def test_batch_prediction_of_the_test_split_matches_the_selection_exactly(real_run):
-    _, summary = real_run
+    summary = real_run.summary
     batch = summary["batch_prediction"]
     assert batch["rows"] == batch["predicted"] == batch["labelled"] == 10_000
     assert batch["errors"] == 0 and batch["workers"] == 2
@@ -54,7 +32,7 @@ def test_batch_prediction_of_the_test_split_matches_the_selection_exactly(real_r
 @pytest.mark.slow
 def test_the_lineage_names_the_dataset_the_training_the_selection_and_the_served_model(
         real_run, capsys):
-    root, summary = real_run
+    root, summary = real_run.root, real_run.summary
     nodes = summary["lineage"]
     tasks = [node.get("task") for node in nodes]
     assert tasks[:4] == ["deploy-model", "select-best-model", "ingest-fashion-mnist",
@@ -84,9 +62,8 @@ def test_the_lineage_names_the_dataset_the_training_the_selection_and_the_served
 
 @pytest.mark.slow
 def test_fmnist_kfp_tensorboard_serves_the_runs_training_logs(real_run):
-    root, summary = real_run
-    assert set(summary["tensorboard"]) == {"basic", "dropout"}
-    summary_path = root / "summary.json"
+    summary, summary_path = real_run.summary, real_run.summary_path
+    assert set(summary["tensorboard"]) == {"basic", "dropout", "batchnorm"}
     assert json.loads(summary_path.read_text())["tensorboard"] == summary["tensorboard"]
     tags = served_scalar_tags(["--summary", str(summary_path)])
     assert "epoch_loss" in tags["basic/train"] and "epoch_accuracy" in tags["dropout/train"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -16,6 +17,7 @@ from fmnist_kfp.local_run import run_local
 from fmnist_kfp.pipelines.compile import COMPILED_DIR, compile_all
 from fmnist_kfp.settings.pipeline import PipelineParameters
 from tests import ROOT
+from tests.pipelines.conftest import NOON
 
 
 def test_compiled_yaml_matches_a_fresh_compile(tmp_path):
@@ -220,8 +222,6 @@ def data_parameters(tmp_path_factory) -> dict:
             "train_examples": 1000, "validation_examples": 200}
 
 
-# Noon of one 24-hour window: far from both of its edges.
-_NOON = 86400 * 20_000 + 12 * 3600
 
 
 @pytest.fixture
@@ -234,7 +234,7 @@ def clock(monkeypatch):
     def set_clock(seconds: float) -> None:
         monkeypatch.setenv(CLOCK_ENV, str(seconds))
 
-    set_clock(_NOON)
+    set_clock(NOON)
     return set_clock
 
 
@@ -249,14 +249,10 @@ def serving_state(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_local_pipeline_runs_end_to_end_then_from_cache(data_parameters, tmp_path,
-                                                        serving_state, clock):
-    parameters = PipelineParameters(epochs=1, num_workers=1, batch_size=64,
-                                    prediction_images=300, **data_parameters)
-    summary_path = tmp_path / "out" / "summary.json"
-    first = run_local(parameters, pipeline_root=str(tmp_path / "runs"),
-                      summary_path=str(summary_path))
-
+def test_local_pipeline_runs_end_to_end_then_from_cache(real_run, clock, tmp_path):
+    """The shared real run (tests/pipelines/conftest.py), then again six hours later from the
+    cache, then in the next freshness window."""
+    parameters, first, summary_path = real_run.parameters, real_run.summary, real_run.summary_path
     assert json.loads(summary_path.read_text())["best_model_type"] == first["best_model_type"]
     assert set(first["models"]) == {"basic", "dropout", "batchnorm"}
     # Chosen on the validation split; only the chosen model has a test accuracy.
@@ -302,8 +298,9 @@ def test_local_pipeline_runs_end_to_end_then_from_cache(data_parameters, tmp_pat
 
     # Six hours later, inside the same 24-hour window, every step but the never-cached ones
     # comes from cache.
-    clock(_NOON + 6 * 3600)
-    second = run_local(parameters, pipeline_root=str(tmp_path / "runs"))
+    clock(NOON + 6 * 3600)
+    again = {"pipeline_root": str(real_run.root), "summary_path": str(tmp_path / "summary.json")}
+    second = run_local(parameters, **again)
     assert second["all_steps_cached"], second["steps"]
     assert second["deployment"]["action"] == "unchanged"
     assert second["deployment"]["url"] == deployment["url"]
@@ -313,10 +310,11 @@ def test_local_pipeline_runs_end_to_end_then_from_cache(data_parameters, tmp_pat
     assert second["best_model_path"] == first["best_model_path"]
     assert second["best_test_accuracy"] == first["best_test_accuracy"]
 
-    # The same parameters (freshness still 24h) one minute into the next window: the cache
+    # One minute into the next window, the ingest step's inputs the same (freshness still 24h;
+    # one model type, which only the later steps take, to spare two trainings): its cache
     # entry has expired, so ingestion runs again, and what depends on its data with it.
-    clock(_NOON + 12 * 3600 + 60)
-    third = run_local(parameters, pipeline_root=str(tmp_path / "runs"))
+    clock(NOON + 12 * 3600 + 60)
+    third = run_local(replace(parameters, model_types=["basic"]), **again)
     assert parameters.freshness == "24h"
     assert "ingest-fashion-mnist" not in third["cache_hits"]
     assert "ingest-fashion-mnist" in [s["step"] for s in third["steps"]]

@@ -145,7 +145,7 @@ class FaultMode:
     """Seeded, repeatable faults for every API stand-in, as a busy API server behind a flaky
     network gives them: latency on every call (up to ``latency`` s); now and then (``rate``) a
     transient answer — 429 TooManyRequests with Retry-After (kubernetes/apiserver v0.33.9
-    ``pkg/server/filters/maxinflight.go``, priority and fairness), 500, 503, 504 — a write
+    ``pkg/server/filters/maxinflight.go``, priority and fairness), 500, 503, 504 — an update
     answered 409 Conflict as if another writer got there first (optimistic concurrency: the
     caller must re-read; ``tests/standins/apiserver.py``), or a read whose answer never comes
     (the connection held ``hold`` s, then closed: a timed-out read or watch). Never two faults
@@ -175,7 +175,12 @@ class FaultMode:
                     request_attributes(method, path) is None:
                 self._last_faulted.discard(key)
                 pick = None
-            elif pick == "conflict" and method not in ("PUT", "PATCH", "POST"):
+            elif pick == "conflict" and method not in ("PUT", "PATCH"):
+                # Only an update can lose an optimistic-concurrency race: a create's one 409
+                # is AlreadyExists, for a name that exists (kubernetes/apiserver v0.33.9
+                # pkg/storage/etcd3/store.go Create, lines 249-300: NewKeyExistsError), which
+                # the stand-ins' stores answer themselves; pkg/registry/generic/registry/
+                # store.go line 733: the update's NewConflict.
                 pick = 503
             elif pick == "timeout" and method != "GET":
                 pick = 504

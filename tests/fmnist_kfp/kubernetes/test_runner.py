@@ -400,6 +400,61 @@ def test_error_classification():
 # What the step's log and error say, word for word: users read them to know what happened.
 
 
+def _cleanup_answers(*answers):
+    """A cleanup hook that plays back ``answers`` (an exception raises, None succeeds) and
+    counts its calls."""
+    calls = []
+
+    def cleanup(why):
+        calls.append(why)
+        answer = answers[min(len(calls), len(answers)) - 1]
+        if answer is not None:
+            raise answer
+
+    return cleanup, calls
+
+
+def test_a_transient_answer_to_the_cleanup_is_retried_before_the_job_is_left_behind():
+    """Before: one 504 on the Experiment's DELETE past the deadline left it running with its
+    trials (the stand-ins' fault mode, seed 11)."""
+    clock, lines = Clock(), []
+    job = Script(["Running"]).job()
+    job.cleanup, calls = _cleanup_answers(_api_error(504), None)
+    with pytest.raises(DeadlineExceeded):
+        _runner(clock, lines, timeout_seconds=12).run(job)
+    assert calls == [DEADLINE, DEADLINE]
+    assert lines[-1] == ("cleaning up TFJob team-a/job failed transiently (HTTP 504); "
+                         "retrying in 1 s")
+
+
+def test_a_lost_answer_to_a_delete_that_went_through_is_not_an_error():
+    clock, lines = Clock(), []
+    job = Script(["Failed"]).job()
+    job.cleanup, calls = _cleanup_answers(_api_error(503), _api_error(404))
+    with pytest.raises(JobFailed):
+        _runner(clock, lines).run(job)
+    assert len(calls) == 2
+    assert lines[-1] == "TFJob team-a/job is gone: the cleanup's earlier try went through"
+
+
+def test_the_cleanups_retries_are_few_and_short_and_a_404_at_first_is_reported():
+    """After SIGTERM the pod has its grace period (30 s by default) for the cleanup."""
+    clock, lines = Clock(), []
+    job = Script(["Failed"]).job()
+    job.cleanup, calls = _cleanup_answers(_api_error(500))
+    start = clock.now
+    with pytest.raises(JobFailed):
+        _runner(clock, lines).run(job)
+    assert len(calls) == 4 and clock.now - start == 1 + 2 + 4
+    assert lines[-1].startswith("could not clean up TFJob team-a/job (failed): HTTP 500")
+    # A 404 on the first try is no lost answer: someone else deleted it; said as it is.
+    job = Script(["Failed"]).job()
+    job.cleanup, calls = _cleanup_answers(_api_error(404), None)
+    with pytest.raises(JobFailed):
+        _runner(Clock(), lines).run(job)
+    assert calls == [FAILED] and lines[-1].startswith("could not clean up TFJob team-a/job")
+
+
 def test_every_line_the_runner_prints_and_every_error_it_raises():
     clock, lines = Clock(), []
     busy = _api_error(503, "etcd is busy")

@@ -18,8 +18,10 @@ def real_test_set(real_data_dir):
 
 @pytest.fixture(scope="session")
 def trained_model(real_data_dir, tmp_path_factory) -> Path:
-    """The batch-norm CNN, 3 epochs on the real training set (about 45 s on 2 cores, ~91%
-    test accuracy), exported as training exports it."""
+    """The batch-norm CNN, 1 epoch on the real training set (about 70 s on 2 cores, 90.5% on
+    the first 1,000 test images), exported as training exports it. The tests that use it
+    compare what is served with what the model itself answers; an absolute bar only says that
+    it learned."""
     import tf_keras as keras
 
     from fmnist_kfp.dataset.sources import load
@@ -30,7 +32,7 @@ def trained_model(real_data_dir, tmp_path_factory) -> Path:
     train = load(str(real_data_dir)).splits["train"]
     keras.utils.set_random_seed(0)
     model = build_model(TrainingConfig(model_type="batchnorm"))
-    epochs, batch_size = 3, 128
+    epochs, batch_size = 1, 256
     steps = epochs * -(-len(train.images) // batch_size)
     model.compile(optimizer=keras.optimizers.Adam(
         keras.optimizers.schedules.CosineDecay(3e-3, steps)),

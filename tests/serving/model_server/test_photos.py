@@ -129,7 +129,7 @@ def test_pixels_scaled_to_unit_are_read_as_a_unit_image(real_test_set):
     assert from_unit_scale(binary) is binary  # only 0s and 1s: as sent
 
 
-# With the trained model (about 91% test accuracy after 3 epochs)
+# With the trained model (about 90% test accuracy after 1 epoch)
 
 
 @pytest.fixture(scope="module")

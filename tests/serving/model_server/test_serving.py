@@ -713,24 +713,30 @@ def client_accuracy(mode: str, address: str, data: str) -> dict:
     return {"names": [image_input["name"], pixel_input["name"], class_output],
             **{f"accuracy_{key}": float(np.mean(np.asarray(classes) == labels))
                for key, classes in predicted.items()},
+            "pixels": predicted["pixels"],
             "agree": predicted["image"] == predicted["pixels"],
             "agree_unit": predicted["unit"] == predicted["pixels"]}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["http-json", "http-binary", "grpc"])
-def test_stock_v2_clients_classify_real_test_images(trained_server, real_test_set, mode,
-                                                    tmp_path):
+def test_stock_v2_clients_classify_real_test_images(trained_server, trained_model,
+                                                    real_test_set, mode, tmp_path):
     """tritonclient over HTTP (JSON: no Content-Type, BYTES as base64; binary extension: raw
-    PNG bytes) and gRPC: at least 90% of 1,000 real test images right through each input,
-    names discovered from the metadata."""
+    PNG bytes) and gRPC: 1,000 real test images through each input get the class the
+    SavedModel itself gives them (the model gets about 90% right), names discovered from the
+    metadata."""
+    import tensorflow as tf
+
     images, labels = real_test_set
     data = tmp_path / "test-set.npz"
     np.savez(data, images=images, labels=labels)
     address = trained_server.grpc if mode == "grpc" else trained_server.url.split("://")[1]
     result = in_client_process("client_accuracy", mode=mode, address=address, data=str(data))
     assert result["names"] == ["image_bytes", "pixels", "class_index"]
-    assert result["accuracy_image"] >= 0.90, result
-    assert result["accuracy_pixels"] >= 0.90, result
+    signature = tf.saved_model.load(str(trained_model / "1")).signatures["serving_pixels"]
+    own = signature(pixels=tf.constant(images, tf.float32))["class_index"].numpy().tolist()
+    assert result["pixels"] == own
+    assert result["accuracy_image"] == result["accuracy_pixels"] >= 0.85, result
     assert result["agree"], result
     assert result["agree_unit"], result  # before issue 22: HTTP 200 and about 10% right
