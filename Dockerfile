@@ -71,6 +71,7 @@ ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     TF_CPP_MIN_LOG_LEVEL=2 \
+    TF_USE_LEGACY_KERAS=1 \
     FMNIST_IMAGE_VERSION="${VERSION}" \
     FMNIST_IMAGE_REVISION="${REVISION}"
 RUN python -m pip uninstall --yes --quiet pip setuptools wheel \

@@ -16,6 +16,7 @@ from fmnist_kfp.extras import require
 from fmnist_kfp.settings.data import DataSettings
 from fmnist_kfp.settings.jobs import OPERATORS
 from fmnist_kfp.settings.pipeline import PipelineParameters
+from fmnist_kfp.settings.platform import use_tensorflow_env
 from fmnist_kfp.settings.schema import add_flags, given_values
 from fmnist_kfp.settings.serving import DeploySettings
 
@@ -550,6 +551,7 @@ def _our_warnings_as_lines(show):
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    use_tensorflow_env()  # for the steps, trainers and servers it starts, before any imports TF
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     with warnings.catch_warnings():
         warnings.showwarning = _our_warnings_as_lines(warnings.showwarning)

@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from fmnist_kfp.settings.platform import use_tensorflow_env
+
 IN_CI = os.environ.get("CI") == "true"
+
+# As `fmnist-kfp` sets it for what it starts (fmnist_kfp.settings.platform.TENSORFLOW_ENV): the
+# tests' own TensorFlow imports and the processes they start run as the product's do.
+use_tensorflow_env()
+
 # The training extra installs TensorFlow Datasets on Python 3.11+ only (pyproject.toml).
 needs_tfds = pytest.mark.skipif(sys.version_info < (3, 11),
                                 reason="no tensorflow-datasets on Python 3.10 (pyproject.toml)")

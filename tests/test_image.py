@@ -129,6 +129,17 @@ def test_the_runtime_is_slim_non_root_and_labelled():
     assert list(stages)[-1] == "cpu"
 
 
+def test_the_image_starts_tensorflow_as_the_cli_does():
+    """Every pod's processes get fmnist_kfp.settings.platform.TENSORFLOW_ENV from the image, as
+    what `fmnist-kfp` starts gets it from the CLI."""
+    from fmnist_kfp.settings.platform import TENSORFLOW_ENV
+
+    text = DOCKERFILE.read_text()
+    env = re.search(r"^ENV PATH=.*?(?=^\S)", text, re.M | re.S)[0]
+    for name, value in TENSORFLOW_ENV.items():
+        assert re.search(rf"\b{name}={value}\b", env), name
+
+
 @pytest.mark.parametrize("extra", ["all", "gpu"])
 def test_the_extras_the_image_installs_are_the_packages(extra):
     """`uv export --extra <x>` fails on an extra pyproject.toml does not define: the targets

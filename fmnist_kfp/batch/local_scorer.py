@@ -14,6 +14,7 @@ import time
 
 from fmnist_kfp.backends import sigterm_as_exit
 from fmnist_kfp.scoring.scoring_job import BatchPredictionError, ScoringJobSpec, merge_shards
+from fmnist_kfp.settings.platform import tensorflow_env
 
 _TAIL_LINES = 20
 
@@ -29,8 +30,7 @@ class LocalBatchScorer:
     def run(self, spec: ScoringJobSpec) -> dict:
         spec.validate()
         threads = max(1, self.cpu_count // spec.num_shards)
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),
-               "TF_NUM_INTRAOP_THREADS": str(threads),
+        env = {**os.environ, **tensorflow_env(), "TF_NUM_INTRAOP_THREADS": str(threads),
                "TF_NUM_INTEROP_THREADS": str(min(2, threads)), "CUDA_VISIBLE_DEVICES": ""}
         print(f"[{spec.name}] scoring {spec.num_shards} shard(s) in local processes",
               file=self.out, flush=True)

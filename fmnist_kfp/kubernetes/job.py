@@ -25,6 +25,7 @@ from fmnist_kfp.kubernetes.storage import pod_security_context
 from fmnist_kfp.scoring.scoring_job import ScoringJobSpec
 from fmnist_kfp.settings.jobs import KubernetesSettings
 from fmnist_kfp.settings.names import is_dns_1035_label
+from fmnist_kfp.settings.platform import TENSORFLOW_ENV
 
 CONTAINER_NAME = "scorer"
 MAX_NAME_LENGTH = 56  # <name>-<index> is the pods' hostname: a 63-character DNS label
@@ -42,7 +43,7 @@ def build_indexed_job(spec: ScoringJobSpec, settings: KubernetesSettings):
         raise UserInputError(f"job name {spec.name!r} must be a DNS-1035 label of at most "
                              f"{MAX_NAME_LENGTH} characters (its pods are <name>-<index>)")
     limits = {"cpu": settings.cpu, "memory": settings.memory}
-    env = [client.V1EnvVar(name="TF_CPP_MIN_LOG_LEVEL", value="2")]
+    env = [client.V1EnvVar(name=name, value=value) for name, value in TENSORFLOW_ENV.items()]
     env_from = None
     if settings.object_store_secret:
         env_from = [client.V1EnvFromSource(

@@ -16,6 +16,7 @@ from __future__ import annotations
 from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.kubernetes.storage import pod_security_context
 from fmnist_kfp.settings.jobs import GPU_RESOURCE, KubernetesSettings
+from fmnist_kfp.settings.platform import TENSORFLOW_ENV
 from fmnist_kfp.settings.scheduling import SchedulingSettings
 from fmnist_kfp.training.training_job import TrainingJobSpec
 
@@ -92,7 +93,7 @@ def build_tfjob(spec: TrainingJobSpec, settings: KubernetesSettings):
     limits = {"cpu": settings.cpu, "memory": settings.memory}
     if spec.gpus_per_worker:
         limits[GPU_RESOURCE] = str(spec.gpus_per_worker)
-    env = [client.V1EnvVar(name="TF_CPP_MIN_LOG_LEVEL", value="2")]
+    env = [client.V1EnvVar(name=name, value=value) for name, value in TENSORFLOW_ENV.items()]
     env_from = None
     if settings.object_store_secret:
         env_from = [

@@ -42,6 +42,7 @@ from typing import Any
 from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.kubernetes.storage import pod_security_context
 from fmnist_kfp.settings.jobs import GPU_RESOURCE, KubernetesSettings
+from fmnist_kfp.settings.platform import TENSORFLOW_ENV
 from fmnist_kfp.training.jobset_cluster import NUM_NODES, cluster_problems, node_hostname
 from fmnist_kfp.training.training_job import TrainingJobSpec
 
@@ -220,7 +221,8 @@ def build_trainjob(spec: TrainingJobSpec, settings: KubernetesSettings,
         limits[GPU_RESOURCE] = str(spec.gpus_per_worker)
     quantities = {name: models.IoK8sApimachineryPkgApiResourceQuantity(value)
                   for name, value in limits.items()}
-    env = [models.IoK8sApiCoreV1EnvVar(name="TF_CPP_MIN_LOG_LEVEL", value="2"),
+    env = [*(models.IoK8sApiCoreV1EnvVar(name=name, value=value)
+             for name, value in TENSORFLOW_ENV.items()),
            # The node count again for TF_CONFIG (numNodes itself never reaches the pods).
            models.IoK8sApiCoreV1EnvVar(name=NUM_NODES_ENV, value=str(spec.num_workers))]
     trainer = models.TrainerV1alpha1Trainer(

@@ -35,6 +35,7 @@ from collections.abc import Callable
 
 from fmnist_kfp.backends import sigterm_as_exit
 from fmnist_kfp.errors import TrainingJobError, TrainingJobStopped, UserInputError
+from fmnist_kfp.settings.platform import tensorflow_env
 from fmnist_kfp.training import jobset_cluster
 from fmnist_kfp.training.trainer import read_result
 from fmnist_kfp.training.training_job import TrainingJobResult, TrainingJobSpec
@@ -201,7 +202,7 @@ class LocalProcessLauncher:
                 env["TF_CONFIG"] = json.dumps(tf_config_for(replicas, ports, i))
             env.update(
                 PYTHONUNBUFFERED="1",
-                TF_CPP_MIN_LOG_LEVEL=env.get("TF_CPP_MIN_LOG_LEVEL", "2"),
+                **tensorflow_env(env),
                 # Share the cores instead of every worker assuming it owns them all.
                 TF_NUM_INTRAOP_THREADS=str(threads),
                 TF_NUM_INTEROP_THREADS=str(min(2, threads)),

@@ -26,6 +26,7 @@ import numpy as np
 
 from fmnist_kfp.scoring.image_reader import BadInput, pixels_from_raw, read_image
 from fmnist_kfp.scoring.inputs import Item, list_source, shard_items
+from fmnist_kfp.settings.platform import use_tensorflow_env
 
 COMPLETION_INDEX_ENV = "JOB_COMPLETION_INDEX"  # set by Kubernetes in Indexed Job pods
 SHARDS_DIR = "shards"
@@ -160,7 +161,7 @@ def score_shard(*, model_dir: str, source: str, data_dir: str, output_dir: str, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    use_tensorflow_env()
     parser = argparse.ArgumentParser(prog="python -m fmnist_kfp.scoring.worker",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--model-dir", required=True)

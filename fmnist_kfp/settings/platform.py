@@ -23,6 +23,7 @@ the image from the environment.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from fmnist_kfp import __version__
@@ -43,6 +44,26 @@ MOUNT_PATH = "/mnt/fmnist"
 # fmnist_kfp.kubernetes.storage), so group 0 is the one group every writer of the volume shares.
 IMAGE_UID = 1000
 IMAGE_GID = 0
+
+
+# What every process that imports TensorFlow starts with, set before the import: tf.keras is
+# tf_keras (the Keras 2 every model here is built with), so TensorFlow does not import Keras 3
+# as well (about 1.5 s of each process's start on 2 cores); TensorFlow's C++ INFO and WARNING
+# lines (oneDNN, CPU features) off. The image sets them (Dockerfile ENV, tests/test_image.py);
+# a value already in the environment wins.
+TENSORFLOW_ENV = {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+def tensorflow_env(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """:data:`TENSORFLOW_ENV`, each value overridden by ``environ``'s."""
+    return {name: environ.get(name, value) for name, value in TENSORFLOW_ENV.items()}
+
+
+def use_tensorflow_env() -> None:
+    """Sets :data:`TENSORFLOW_ENV` in this process's environment where unset: call it before
+    TensorFlow is imported; child processes inherit it."""
+    for name, value in TENSORFLOW_ENV.items():
+        os.environ.setdefault(name, value)
 
 
 RELEASE_IMAGE = f"{DEFAULT_IMAGE_REPOSITORY}:{__version__}"

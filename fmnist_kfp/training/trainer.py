@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fmnist_kfp.errors import UserInputError
+from fmnist_kfp.settings.platform import use_tensorflow_env
 from fmnist_kfp.settings.schema import add_flags, given_values
 from fmnist_kfp.settings.training import TrainingConfig
 
@@ -309,7 +310,7 @@ def train(
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    use_tensorflow_env()
     logging.getLogger("tensorflow").setLevel(logging.WARNING)  # per-step collective chatter
     args, config = parse_args(argv)
     from fmnist_kfp.training.distributed import export_tf_config

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from fmnist_kfp.settings.platform import TENSORFLOW_ENV
 from tests import ROOT
 from tests.fixtures import offline_prefix
 from tests.standins.loopback import reply_json
@@ -253,7 +254,7 @@ def run_cli(argv: list[str], tmp_path: Path, *, offline: bool = False):
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(REPO), "HOME": str(home),
            "TMPDIR": str(tmp_path), "TFDS_DATA_DIR": str(tmp_path / "tfds"),
            "KUBECONFIG": str(tmp_path / "no-kubeconfig"),
-           "FMNIST_SERVING_STATE_DIR": str(tmp_path / "serving"), "TF_CPP_MIN_LOG_LEVEL": "2"}
+           "FMNIST_SERVING_STATE_DIR": str(tmp_path / "serving"), **TENSORFLOW_ENV}
     prefix = offline_prefix(tmp_path, env) if offline else []
     started = time.monotonic()
     done = subprocess.run([*prefix, sys.executable, "-m", "fmnist_kfp.cli", *argv],

@@ -19,6 +19,7 @@ import pytest
 
 from fmnist_kfp.dataset import sources
 from fmnist_kfp.errors import DataSourceError
+from fmnist_kfp.settings.platform import TENSORFLOW_ENV
 from tests import ROOT
 from tests.conftest import needs_tfds
 
@@ -48,7 +49,7 @@ def test_tfds_prepares_fashion_mnist_offline_from_the_official_files(real_data_d
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(REPO),
            "HOME": "/nonexistent", "TMPDIR": str(tmp_path),
            "FASHION_MNIST_DIR": str(real_data_dir), "TFDS_DATA_DIR": str(data_dir),
-           "TF_CPP_MIN_LOG_LEVEL": "2"}
+           **TENSORFLOW_ENV}
     from tests.fixtures import offline_prefix
 
     command = offline_prefix(tmp_path, env) + [sys.executable, "-c", script]
@@ -93,7 +94,7 @@ def test_an_offline_machine_fails_in_seconds_naming_the_data_directory(tmp_path)
     """)
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(REPO), "HOME": str(tmp_path),
            "TMPDIR": str(tmp_path), "TFDS_DATA_DIR": str(tmp_path / "tfds"),
-           "TF_CPP_MIN_LOG_LEVEL": "2"}
+           **TENSORFLOW_ENV}
     from tests.fixtures import offline_prefix
 
     command = offline_prefix(tmp_path, env) + [sys.executable, "-c", script]

@@ -131,7 +131,8 @@ def test_the_whole_manifest_of_a_gpu_job_with_a_chief():
             "containers": [{
                 "name": "tensorflow", "image": GPU_IMAGE,
                 "command": spec.trainer_command(python="python"),
-                "env": [{"name": "TF_CPP_MIN_LOG_LEVEL", "value": "2"}],
+                "env": [{"name": "TF_USE_LEGACY_KERAS", "value": "1"},
+                        {"name": "TF_CPP_MIN_LOG_LEVEL", "value": "2"}],
                 "envFrom": [{"secretRef": {"name": "s3-keys"}}],
                 "resources": {"limits": resources, "requests": resources},
                 "volumeMounts": [{"mountPath": "/mnt/fmnist", "name": "fmnist-data"}],

@@ -79,7 +79,7 @@ def test_every_trainjob_variant_passes_strict_crd_validation(shape, gpus, accoun
     assert trainer["image"] == (GPU_IMAGE if gpus else IMAGE)
     assert trainer["command"][:3] == ["python", "-m", "fmnist_kfp.training.trainer"]
     assert {e["name"]: e["value"] for e in trainer["env"]} == {
-        "TF_CPP_MIN_LOG_LEVEL": "2", "FMNIST_NUM_NODES": "2"}
+        "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2", "FMNIST_NUM_NODES": "2"}
     limits = {"cpu": "2", "memory": "4Gi", **({"nvidia.com/gpu": "1"} if gpus else {})}
     assert trainer["resourcesPerNode"] == {"limits": limits, "requests": limits}
     pod = _pod_settings(manifest, shape)
