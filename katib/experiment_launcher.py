@@ -41,11 +41,13 @@ import sys
 from dataclasses import asdict
 
 from fmnist_kfp.errors import TuningError
+from fmnist_kfp.katib.parameter_budget import over_budget, trial_parameter_count
 from fmnist_kfp.katib.results import (
     EARLY_STOPPED,
     FAILED,
     KILLED,
     METRICS_UNAVAILABLE,
+    OVER_PARAMETER_BUDGET,
     SUCCEEDED,
     TrialRecord,
     TuningResult,
@@ -358,6 +360,12 @@ class KatibExperimentLauncher:
             raise TuningError(f"Katib Experiment {namespace}/{name} succeeded without an optimal "
                               f"trial reporting {settings.objective_metric}")
         trials = [self._trial(settings, trial) for trial in trials or []]
+        if any(t.name == optimal.best_trial_name and t.status == OVER_PARAMETER_BUDGET
+               for t in trials):
+            raise TuningError(
+                f"Katib Experiment {namespace}/{name}: every trial was over tuning."
+                f"max_parameters={settings.max_parameters:,} (none trained): raise it, or "
+                "search smaller models")
         return TuningResult(
             experiment=name,
             backend="kubernetes",
@@ -381,13 +389,22 @@ class KatibExperimentLauncher:
         elapsed = 0.0
         if status and status.start_time and status.completion_time:
             elapsed = (status.completion_time - status.start_time).total_seconds()
+        parameters = typed_assignments(
+            _assignments(trial.spec.parameter_assignments if trial.spec else None))
+        count = trial_parameter_count(settings, parameters)
+        state = _state(status, _TRIAL_STATES)
+        objective = metrics.pop(settings.objective_metric, None)
+        if over_budget(settings, count) and state == SUCCEEDED:
+            # Its trainer refused it and reported 0 for Katib's suggestions to learn from;
+            # it was never trained, so it has no objective of its own.
+            state, objective = OVER_PARAMETER_BUDGET, None
         return TrialRecord(
             name=name,
-            parameters=typed_assignments(
-                _assignments(trial.spec.parameter_assignments if trial.spec else None)),
-            status=_state(status, _TRIAL_STATES),
-            objective=metrics.pop(settings.objective_metric, None),
+            parameters=parameters,
+            status=state,
+            objective=objective,
             metrics=metrics,
             epochs=_epochs_run(f"{settings.trials_root}/{name}"),
             seconds=elapsed,
+            parameter_count=count,
         )

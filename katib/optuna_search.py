@@ -33,10 +33,12 @@ from typing import Any
 
 from fmnist_kfp.backends import sigterm_as_exit
 from fmnist_kfp.errors import TrainingJobError, TrainingJobStopped, TuningError, UserInputError
+from fmnist_kfp.katib.parameter_budget import over_budget, trial_parameter_count
 from fmnist_kfp.katib.results import (
     EARLY_STOPPED,
     FAILED,
     METRICS_UNAVAILABLE,
+    OVER_PARAMETER_BUDGET,
     SUCCEEDED,
     TrialRecord,
     TuningResult,
@@ -278,6 +280,12 @@ class LocalTuner:
                    threads: int) -> TrialRecord:
         name = f"{settings.name}-{trial.number:03d}"
         parameters = dict(trial.params)
+        count = trial_parameter_count(settings, parameters)
+        if over_budget(settings, count):  # pruned before any trainer starts
+            why = f"{count:,} parameters, over max_parameters={settings.max_parameters:,}"
+            return TrialRecord(name=name, parameters=parameters, status=OVER_PARAMETER_BUDGET,
+                               metrics={"error": why},  # type: ignore[dict-item]
+                               parameter_count=count)
         work_dir = os.path.join(self.work_dir, name)
         spec = TrainingJobSpec(
             name=name, config=replace(settings.training_config(), **parameters),
@@ -315,7 +323,7 @@ class LocalTuner:
             metrics["error"] = error  # type: ignore[assignment]
         return TrialRecord(name=name, parameters=parameters, status=status,
                            objective=objective, metrics=metrics, epochs=len(reports),
-                           seconds=round(time.time() - started, 1))
+                           seconds=round(time.time() - started, 1), parameter_count=count)
 
     @staticmethod
     def _tell(study, trial, record: TrialRecord) -> None:
@@ -323,7 +331,9 @@ class LocalTuner:
 
         if record.status == SUCCEEDED:
             study.tell(trial, record.objective)
-        elif record.status == EARLY_STOPPED:
+        elif record.status in (EARLY_STOPPED, OVER_PARAMETER_BUDGET):
+            # Optuna's TPE ranks a pruned trial below every completed one: the search learns
+            # the region is worse (a failed trial it would ignore).
             study.tell(trial, state=TrialState.PRUNED)
         else:
             study.tell(trial, state=TrialState.FAIL)
@@ -357,7 +367,8 @@ class LocalTuner:
                   running: int) -> None:
         record = records[-1]
         counts = {s: sum(1 for r in records if r.status == s)
-                  for s in (SUCCEEDED, EARLY_STOPPED, FAILED, METRICS_UNAVAILABLE)}
+                  for s in (SUCCEEDED, EARLY_STOPPED, FAILED, METRICS_UNAVAILABLE,
+                            OVER_PARAMETER_BUDGET)}
         best = _best(settings, records)
         objective = "" if record.objective is None else \
             f" {settings.objective_metric}={record.objective:.4f}"
@@ -374,8 +385,12 @@ class LocalTuner:
                 records: list[TrialRecord], seconds: float) -> TuningResult:
         best = _best(settings, records)
         if best is None:
-            raise TuningError(f"search {settings.name}: no trial reported "
-                              f"{settings.objective_metric}; see the trials' logs above")
+            over = sum(1 for r in records if r.status == OVER_PARAMETER_BUDGET)
+            raise TuningError(
+                f"search {settings.name}: no trial reported {settings.objective_metric}"
+                + (f" ({over} of {len(records)} were over tuning.max_parameters="
+                   f"{settings.max_parameters:,}: raise it, or search smaller models)"
+                   if over else "; see the trials' logs above"))
         return TuningResult(
             experiment=settings.name, backend="local", algorithm=settings.algorithm,
             objective_metric=settings.objective_metric,

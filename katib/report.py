@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import html
 
-from fmnist_kfp.katib.results import EARLY_STOPPED, FAILED, SUCCEEDED, TuningResult
+from fmnist_kfp.katib.results import (
+    EARLY_STOPPED,
+    FAILED,
+    OVER_PARAMETER_BUDGET,
+    SUCCEEDED,
+    TuningResult,
+)
 from fmnist_kfp.selection.report import png_base64
 
 _COLOURS = {SUCCEEDED: "tab:blue", EARLY_STOPPED: "tab:orange", FAILED: "tab:red"}
@@ -52,19 +58,23 @@ def _cell(value) -> str:
 def render_html(result: TuningResult) -> str:
     names = list(result.best_parameters)
     header = "".join(f"<th>{html.escape(n)}</th>" for n in
-                     ["trial", *names, result.objective_metric, "status", "epochs", "seconds"])
+                     ["trial", *names, "parameters", result.objective_metric, "status",
+                      "epochs", "seconds"])
     rows = []
     for trial in result.trials:
         best = trial.name == result.best_trial
         objective = "" if trial.objective is None else f"{trial.objective:.4f}"
         cells = [("★ " if best else "") + trial.name,
                  *[trial.parameters.get(n, "") for n in names],
+                 f"{trial.parameter_count:,}" if trial.parameter_count else "",
                  objective, trial.status, trial.epochs, trial.seconds]
         rows.append("<tr{}>{}</tr>".format(' class="best"' if best else "",
                                           "".join(f"<td>{_cell(c)}</td>" for c in cells)))
-    counts = ", ".join(f"{n} {s}" for s in (SUCCEEDED, EARLY_STOPPED, FAILED)
+    counts = ", ".join(f"{n} {s}" for s in (SUCCEEDED, EARLY_STOPPED, FAILED,
+                                             OVER_PARAMETER_BUDGET)
                        if (n := result.count(s)))
     best_values = ", ".join(f"{k} = {_cell(v)}" for k, v in result.best_parameters.items())
+    size = f" ({result.best_parameter_count:,} parameters)" if result.best_parameter_count else ""
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>Hyperparameter search {html.escape(result.experiment)}
 </title><style>
@@ -78,7 +88,7 @@ tr.best {{ background: #e8f5e9; font-weight: bold; }}
 {len(result.trials)} trials ({counts}), {result.total_epochs} epochs in all,
 {result.seconds:.0f} s{", median stopping" if result.early_stopping else ""}.</p>
 <p><b>Best:</b> {html.escape(result.best_trial)} with {html.escape(result.objective_metric)} =
-{result.best_objective:.4f}: {best_values}.</p>
+{result.best_objective:.4f}: {best_values}{size}.</p>
 <img src="data:image/png;base64,{objective_plot_png(result)}" alt="objective per trial">
 <h2>Trials</h2>
 <table><tr>{header}</tr>

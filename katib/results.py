@@ -18,7 +18,10 @@ FAILED = "Failed"
 EARLY_STOPPED = "EarlyStopped"
 METRICS_UNAVAILABLE = "MetricsUnavailable"
 KILLED = "Killed"
-FINISHED_STATES = (SUCCEEDED, FAILED, EARLY_STOPPED, METRICS_UNAVAILABLE, KILLED)
+# Ours, not Katib's: a configuration over tuning.max_parameters, never trained.
+OVER_PARAMETER_BUDGET = "OverParameterBudget"
+FINISHED_STATES = (SUCCEEDED, FAILED, EARLY_STOPPED, METRICS_UNAVAILABLE, KILLED,
+                   OVER_PARAMETER_BUDGET)
 
 
 def typed_assignments(assignments: dict[str, Any]) -> dict[str, Any]:
@@ -40,6 +43,7 @@ class TrialRecord:
     metrics: dict[str, float] = field(default_factory=dict)  # other reported metrics, latest
     epochs: int = 0  # epochs reported (fewer than asked when stopped early)
     seconds: float = 0.0
+    parameter_count: int = 0  # the model's, as its configuration builds it
 
 
 @dataclass
@@ -66,6 +70,11 @@ class TuningResult:
     def total_epochs(self) -> int:
         return sum(t.epochs for t in self.trials)
 
+    @property
+    def best_parameter_count(self) -> int:
+        """The best trial's model size (what the final training builds, but for its epochs)."""
+        return next((t.parameter_count for t in self.trials if t.name == self.best_trial), 0)
+
     def training_config(self, **overrides: Any) -> TrainingConfig:
         """The trainer's configuration with the best values: the base configuration, the
         best trial's assignments, then ``overrides`` (for example the final run's epochs)."""
@@ -75,6 +84,7 @@ class TuningResult:
     def as_dict(self) -> dict[str, Any]:
         values = asdict(self)
         values["total_epochs"] = self.total_epochs
+        values["best_parameter_count"] = self.best_parameter_count
         values["trial_counts"] = {s: self.count(s) for s in FINISHED_STATES if self.count(s)}
         return values
 

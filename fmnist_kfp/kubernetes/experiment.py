@@ -71,7 +71,7 @@ TRIAL_TEMPLATES = {
 
 def _trial_job_spec(settings: ExperimentSettings, data_dir: str, name: str):
     """The training job every trial runs, its output under the trial's own directory."""
-    from fmnist_kfp.training.training_job import TrainingJobSpec
+    from fmnist_kfp.training.training_job import MAX_PARAMETERS_FLAG, TrainingJobSpec
 
     trial_dir = f"{settings.trials_root}/{placeholder(TRIAL_NAME_PARAMETER)}"
     return TrainingJobSpec(
@@ -80,6 +80,10 @@ def _trial_job_spec(settings: ExperimentSettings, data_dir: str, name: str):
         use_chief=settings.use_chief, gpus_per_worker=settings.gpus_per_worker,
         strategy=settings.strategy, num_ps=settings.num_ps,
         max_restarts=settings.max_restarts,
+        # The trainer refuses a configuration over the budget before it trains
+        # (katib/parameter_budget.py).
+        trainer_args=[MAX_PARAMETERS_FLAG, str(settings.max_parameters)]
+        if settings.max_parameters else [],
     )
 
 

@@ -37,6 +37,13 @@ class TuningSettings(Settings):
     objective_goal: float | None = setting(
         None, help="Stop once a trial's validation accuracy reaches it.")
     random_state: int | None = setting(None, help="Seed of the search algorithm.")
+    max_parameters: int = setting(
+        100_000, help="A configuration with more parameters than this is never trained: "
+                      "pruned before it starts here, refused by the Katib trial before it "
+                      "trains (reported with objective 0, which the search learns from), and "
+                      "marked OverParameterBudget (0: no budget). The default models keep "
+                      "under 100k.",
+        rules=[not_negative])
     trial_minutes: int = setting(
         60, help="Kubeflow: minutes a trial may take, for the step's deadline: one per round "
                  "of parallel_trials (ceil(max_trials / parallel_trials) rounds) plus 10; past "

@@ -22,6 +22,34 @@ from fmnist_kfp.settings.training import TrainingConfig
 _BN_MOMENTUM = 0.9
 
 
+def _convolutions(config: TrainingConfig) -> list[tuple[int, str, bool]]:
+    """``(filters, padding, max-pooled after)`` of each 3×3 convolution, in order."""
+    convolutions = [(config.filters, "valid", True), (2 * config.filters, "valid", True),
+                    (2 * config.filters, "valid", False)]
+    if config.stem_filters:
+        convolutions.insert(0, (config.stem_filters, "same", False))
+    return convolutions
+
+
+def parameter_count(config: TrainingConfig) -> int:
+    """What ``build_model(config).count_params()`` says (batch norm's moving statistics
+    included), from the architecture alone: no TensorFlow, so a search can refuse a
+    configuration over its budget before any trainer starts."""
+    batchnorm = config.model_type == "batchnorm"
+    size, channels, count = IMAGE_SIZE, 1, 0
+
+    def layer(inputs: int, units: int) -> int:
+        # Without batch norm a bias per unit; with it, beta and gamma and the two statistics.
+        return inputs * units + (4 * units if batchnorm else units)
+
+    for filters, padding, pool in _convolutions(config):
+        count += layer(3 * 3 * channels, filters)
+        channels, size = filters, size - (2 if padding == "valid" else 0)
+        size //= 2 if pool else 1
+    count += layer(size * size * channels, config.dense_units)
+    return count + config.dense_units * NUM_CLASSES + NUM_CLASSES
+
+
 def build_model(config: TrainingConfig):
     import tf_keras as keras
     from tf_keras import layers
@@ -32,11 +60,7 @@ def build_model(config: TrainingConfig):
         keras.Input((IMAGE_SIZE, IMAGE_SIZE, 1), name="pixels"),
         layers.Rescaling(1.0 / 255),
     ]
-    convolutions = [(config.filters, "valid", True), (2 * config.filters, "valid", True),
-                    (2 * config.filters, "valid", False)]
-    if config.stem_filters:
-        convolutions.insert(0, (config.stem_filters, "same", False))
-    for filters, padding, pool in convolutions:
+    for filters, padding, pool in _convolutions(config):
         # A bias before batch norm is redundant: BN's beta does its job.
         stack.append(layers.Conv2D(filters, 3, padding=padding, use_bias=not batchnorm))
         if batchnorm:

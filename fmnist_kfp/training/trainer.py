@@ -29,6 +29,7 @@ from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.settings.platform import use_tensorflow_env
 from fmnist_kfp.settings.schema import add_flags, given_values
 from fmnist_kfp.settings.training import TrainingConfig
+from fmnist_kfp.training.training_job import MAX_PARAMETERS_FLAG
 
 log = logging.getLogger("fmnist.trainer")
 
@@ -74,6 +75,11 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Train
              "test_loss/test_accuracy (time-to-accuracy benchmarks only: tuning and selection "
              "choose on the validation split and never see these)",
     )
+    parser.add_argument(
+        MAX_PARAMETERS_FLAG, type=int, default=0, metavar="N",
+        help="a search's parameter budget (0: none): a configuration whose model has more "
+             "parameters is not trained; it reports val_accuracy=0 and exits 0, so that the "
+             "search learns from it (Katib's suggestions read only succeeded trials)")
     add_flags(parser, TrainingConfig, title="training configuration")
     args = parser.parse_args(argv)
     try:
@@ -308,11 +314,28 @@ def train(
     return result
 
 
+def over_parameter_budget(config: TrainingConfig, budget: int) -> bool:
+    """Whether ``config``'s model has more parameters than ``budget``; if so, says so, and
+    reports the objective 0 as an epoch line for Katib's collector, before TensorFlow starts."""
+    from fmnist_kfp.training.models import parameter_count
+
+    count = parameter_count(config)
+    if count <= budget:
+        return False
+    print(f"not training: {config.model_type} with these hyperparameters has {count:,} "
+          f"parameters, over the search's budget of {budget:,} (tuning.max_parameters)",
+          flush=True)
+    print(epoch_line({"epoch": 0, "val_accuracy": 0.0}, config.epochs, time.time()), flush=True)
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     use_tensorflow_env()
     logging.getLogger("tensorflow").setLevel(logging.WARNING)  # per-step collective chatter
     args, config = parse_args(argv)
+    if args.max_parameters and over_parameter_budget(config, args.max_parameters):
+        return 0
     from fmnist_kfp.training.distributed import export_tf_config
 
     # On Trainer v2 no one sets TF_CONFIG: built here from the JobSet pod's environment, before

@@ -13,6 +13,8 @@ from fmnist_kfp.settings.names import is_dns_1035_label
 from fmnist_kfp.settings.training import TrainingConfig
 
 TRAINER_MODULE = "fmnist_kfp.training.trainer"
+# The trainer's flag for a search's parameter budget (a Katib trial's; katib/parameter_budget.py).
+MAX_PARAMETERS_FLAG = "--max-parameters"
 
 
 @dataclass

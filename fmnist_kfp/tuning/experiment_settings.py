@@ -113,6 +113,8 @@ class ExperimentSettings:
     output_dir: str = ""  # trials write under <output_dir>/<name>/<trial>; default: the PVC's
     retain_trials: bool = False  # keep finished trials' TFJobs (and pods) for debugging
     trial_minutes: int = _TUNING.trial_minutes  # a trial's share of the step's deadline
+    # A configuration with more parameters is never trained (katib/parameter_budget.py); 0: none.
+    max_parameters: int = _TUNING.max_parameters
 
     @classmethod
     def from_tuning(cls, name: str, model_type: str, base: TrainingConfig,
@@ -134,6 +136,7 @@ class ExperimentSettings:
             base_config=replace(base, epochs=tuning.epochs,
                                 train_examples=tuning.train_examples),
             trial_minutes=tuning.trial_minutes,
+            max_parameters=tuning.max_parameters,
             **cluster,
         )
 
@@ -211,6 +214,9 @@ class ExperimentSettings:
                             f"{', '.join(RESUME_POLICIES)}")
         if self.num_workers < 1:
             problems.append(f"num_workers must be at least 1, got {self.num_workers}")
+        if self.max_parameters < 0:
+            problems.append(f"max_parameters must be 0 (no budget) or more, got "
+                            f"{self.max_parameters}")
         problems += strategy_problems(self.strategy, self.num_workers, self.num_ps)
         problems += [f"base configuration: {p}" for p in self.training_config().problems()]
         if search_space is not None:

@@ -54,11 +54,15 @@ def tuning_problems(tuning: dict[str, Any], model_type: str, base: TrainingConfi
                                               strategy=strategy, num_ps=num_ps)
     except UserInputError as error:
         return [str(error)]
+    from fmnist_kfp.katib.parameter_budget import budget_problems
+
     if backend == "local":
         from fmnist_kfp.katib.optuna_search import local_problems
 
-        return local_problems(settings, space)
-    return settings.search_problems(space)
+        problems = local_problems(settings, space)
+    else:
+        problems = settings.search_problems(space)
+    return problems + (budget_problems(settings, space) if not problems else [])
 
 
 def tune_step(*, model_type: str, base: TrainingConfig, tuning: dict[str, Any], data_dir: str,

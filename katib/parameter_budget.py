@@ -1,0 +1,58 @@
+"""The search's parameter budget (``tuning.max_parameters``), the same for both backends.
+
+A configuration whose model has more parameters than the budget is never trained. Locally the
+Optuna search prunes it before a trainer starts. On Katib the trial's trainer refuses it before
+TensorFlow starts, and reports the objective ``0`` with an exit code of 0. Katib v0.19's
+suggestion services learn only from Succeeded and EarlyStopped trials
+(kubeflow/katib v0.19.0 ``pkg/suggestion/v1beta1/internal/trial.py`` lines 41-47); a failed
+trial would teach the search nothing. Either way the trial is recorded as
+:data:`~fmnist_kfp.katib.results.OVER_PARAMETER_BUDGET`, with its size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from fmnist_kfp.settings.training import TrainingConfig
+from fmnist_kfp.training.models import parameter_count
+from fmnist_kfp.tuning.experiment_settings import ExperimentSettings
+from fmnist_kfp.tuning.search_space import SearchSpace
+
+# The TrainingConfig fields a model's size depends on (model_type: batch norm adds statistics).
+SIZE_FIELDS = ("filters", "stem_filters", "dense_units", "model_type")
+
+
+def trial_parameter_count(settings: ExperimentSettings, parameters: dict[str, Any]) -> int:
+    """The parameters of the model a trial with these (typed) assignments builds."""
+    known = TrainingConfig.specs()
+    return parameter_count(replace(settings.training_config(),
+                                   **{k: v for k, v in parameters.items() if k in known}))
+
+
+def over_budget(settings: ExperimentSettings, count: int) -> bool:
+    return bool(settings.max_parameters) and count > settings.max_parameters
+
+
+def budget_problems(settings: ExperimentSettings, search_space: SearchSpace) -> list[str]:
+    """A search whose every configuration is over the budget, refused before any trial: its
+    smallest model (each size field searched at its least) is already over."""
+    if not settings.max_parameters:
+        return []
+    smallest: dict[str, Any] = {}
+    for name in SIZE_FIELDS:
+        parameter = search_space.get(name)
+        if parameter is None:
+            continue
+        if parameter.type == "categorical":
+            candidates = [TrainingConfig.typed(name, v) for v in parameter.values]
+            smallest[name] = min(candidates, key=lambda v, n=name: parameter_count(
+                replace(settings.training_config(), **{n: v})))
+        else:
+            smallest[name] = int(parameter.low)
+    count = trial_parameter_count(settings, smallest)
+    if not over_budget(settings, count):
+        return []
+    return [f"every configuration of the search is over tuning.max_parameters="
+            f"{settings.max_parameters:,} (its smallest model has {count:,} parameters): "
+            "raise max_parameters, or search smaller filters, stem_filters or dense_units"]
