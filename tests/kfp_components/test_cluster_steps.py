@@ -9,7 +9,8 @@ backend/src/v2/driver/driver.go lines 250-254 copy it into the pod), with the
 stand-ins. Their "operator" runs the
 TFJob's pods as processes here, with the TF_CONFIG the training operator injects, on the shared
 directory that stands for the claim, so staging the dataset, training, exporting and copying the
-model back all really happen. Every wait is bounded.
+model back all really happen. Every wait is bounded. One test chains tune, train, select, deploy
+and predict, each step's outputs the next one's inputs, as the pipeline wires them.
 """
 
 from __future__ import annotations
@@ -209,124 +210,56 @@ _TRAIN_SCRIPT = """
         return TFJobLauncher(settings, training_client=Remote().training_client(),
                              poll_seconds=0.2, timeout_seconds={timeout})
 
-    config = TrainingConfig(model_type="basic", epochs=2, train_examples=512,
-                            batch_size=64, filters=8)
+    config = {config}
     metadata, metrics = train_step(
         config=config, data_dir={data!r}, model_dir={model!r},
         backend="kubernetes", num_workers=2, max_restarts=1,
-        launcher_options={{"namespace": "kubeflow", "cpu": "1", "memory": "2Gi",
-                           "operator": {operator!r}}},
+        launcher_options={kubernetes!r},
         image={image!r}, gpu_image={gpu_image!r}, make_launcher=make_launcher,
         discovery=ClusterDiscovery(Remote().api_client()))
     print(json.dumps(metadata))
 """
 
 
-def _train_on(standin, compiled, synthetic_dataset, tmp_path, operator: str) -> tuple:
+# What _TRAIN_SCRIPT trains, as source: two epochs of the basic CNN on 512 examples.
+_TRAIN_CONFIG = ('TrainingConfig(model_type="basic", epochs=2, train_examples=512, '
+                 'batch_size=64, filters=8)')
+# The kubernetes parameter _TRAIN_SCRIPT's step gets (with "operator" added).
+_KUBERNETES = {"namespace": "kubeflow", "cpu": "1", "memory": "2Gi"}
+
+
+def _train_on(standin, compiled, synthetic_dataset, tmp_path, operator: str,
+              config: str = _TRAIN_CONFIG) -> tuple:
     """The train executor's train_step against ``standin`` with kubernetes.operator
-    ``operator``: its metadata, the model directory and the shared volume."""
+    ``operator``: its metadata, the model directory and the shared volume (the claim,
+    ``tmp_path/volume``, made here unless an earlier step made it). ``config``: the
+    TrainingConfig it trains, as source."""
     volume, model_dir = tmp_path / "volume", tmp_path / "artifacts" / "model"
-    volume.mkdir()
+    volume.mkdir(exist_ok=True)
     inputs = compiled["exec-train-model"]["constants"]
     metadata = _run_step(compiled, "exec-train-model", _TRAIN_SCRIPT.format(
         volume=str(volume), url=standin.url, timeout=STEP_SECONDS - 60,
-        data=str(synthetic_dataset), model=str(model_dir), operator=operator,
-        image=inputs["image"], gpu_image=inputs["gpu_image"]), tmp_path)
+        data=str(synthetic_dataset), model=str(model_dir),
+        kubernetes={**_KUBERNETES, "operator": operator}, image=inputs["image"],
+        gpu_image=inputs["gpu_image"], config=config), tmp_path)
     return metadata, model_dir, volume
 
 
 @pytest.mark.slow
-def test_the_training_step_runs_a_tfjob_end_to_end(compiled, synthetic_dataset, tmp_path):
-    """train_step(backend="kubernetes") as the train executor runs it, on a cluster serving
-    both TFJob and TrainJob with kubernetes.operator auto: a TFJob (the Training Operator v1
-    comes first). The user's kubernetes settings (namespace, cpu, no claim) merged over the
-    compiled claim; the dataset staged on the claim; a TFJob of two workers in the compiled
-    image, each pod with the TF_CONFIG the operator injects; the export copied back into the
-    step's Model artifact."""
-    with TrainerStandIn(tfjob_operator=True, trainer=True, run_processes=True,
-                        work_dir=tmp_path / "pods") as standin:
-        metadata, model_dir, volume = _train_on(standin, compiled, synthetic_dataset,
-                                                tmp_path, "auto")
-        [(key, controller)] = standin.jobs.items()
-        tfjob = standin.posts()[0]
-        # Every pod created: with the default success policy worker 0's success ends the job
-        # and cleanPodPolicy Running deletes a worker still running (tfjob_controller.go
-        # v1.9.2 UpdateJobStatus; common/job.go DeletePodsAndServices).
-        pods = {pod.name: pod for pod in controller.pods_created}
-    assert standin.trainjobs == {} and standin.deleted_trainjobs == {}
-    assert metadata["backend"] == "kubernetes" and metadata["job_name"] == key[1]
-    assert metadata["operator"] == "tfjob"
-    assert metadata["replicas"] == 2 and metadata["restarts"] == 0
-    assert (model_dir / "1" / "saved_model.pb").exists()  # copied back
-    assert json.loads((model_dir / "result.json").read_text())["epochs"] == 2
-    [staged] = list((volume / "datasets").iterdir())
-    assert (staged / "metadata.json").exists()
-    # The image, the claim the step mounts (the compiled FMNIST_PVC_NAME) and the user's cpu.
-    assert _images(tfjob) == {IMAGE}
-    worker = tfjob["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]
-    assert worker["volumes"][0]["persistentVolumeClaim"]["claimName"] == \
-        compiled["exec-train-model"]["env"]["FMNIST_PVC_NAME"]
-    assert worker["containers"][0]["volumeMounts"][0]["mountPath"] == str(volume)
-    assert worker["containers"][0]["resources"]["limits"]["cpu"] == "1"
-    assert tfjob["spec"]["runPolicy"]["backoffLimit"] == 2  # max_restarts 1
-    # TF_CONFIG as the operator injects it (tensorflow.go v1.9.2 lines 136-184).
-    configs = {name: json.loads(pod.env["TF_CONFIG"]) for name, pod in pods.items()}
-    assert {name: c["task"] for name, c in configs.items()} == {
-        f"{key[1]}-worker-0": {"type": "worker", "index": 0},
-        f"{key[1]}-worker-1": {"type": "worker", "index": 1}}
-    assert all(len(c["cluster"]["worker"]) == 2 and c["environment"] == "cloud"
-               for c in configs.values())
-    log = pods[f"{key[1]}-worker-0"].log()
-    assert "epoch=2 epochs=2" in log and "Z epoch=1 epochs=2" in log  # timestamped lines
-
-
-@pytest.mark.slow
-def test_the_training_step_runs_a_trainjob_end_to_end(compiled, synthetic_dataset, tmp_path):
-    """The same step with kubernetes.operator trainjob on a cluster with Trainer v2 and no
-    TFJob CRD (Kubeflow 26.03 as it ships): a TrainJob on the runtime fmnist-tensorflow,
-    whose two nodes build their TF_CONFIG from the JobSet's names and their completion index
-    (fmnist_kfp.training.jobset_cluster, addressing loopback here) and really train."""
-    with TrainerStandIn(tfjob_operator=False, trainer=True, run_processes=True,
-                        work_dir=tmp_path / "pods") as standin:
-        metadata, model_dir, volume = _train_on(standin, compiled, synthetic_dataset,
-                                                tmp_path, "trainjob")
-        [((_, name), controller)] = standin.trainjobs.items()
-        [trainjob] = standin.posts()
-        pods = list(controller.pods_created)
-    assert standin.jobs == {}  # no TFJob, none could be made
-    assert metadata["operator"] == "trainjob" and metadata["job_name"] == name
-    assert metadata["replicas"] == 2 and metadata["restarts"] == 0
-    assert (model_dir / "1" / "saved_model.pb").exists()
-    assert json.loads((model_dir / "result.json").read_text())["epochs"] == 2
-    assert trainjob["spec"]["trainer"]["image"] == IMAGE
-    assert trainjob["spec"]["trainer"]["numNodes"] == 2
-    [override] = trainjob["spec"]["podTemplateOverrides"]  # Trainer 2.1's shape
-    assert override["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] == \
-        compiled["exec-train-model"]["env"]["FMNIST_PVC_NAME"]
-    assert sorted(p.hostname for p in pods) == [f"{name}-node-0-0", f"{name}-node-0-1"]
-    logs = {p.env["JOB_COMPLETION_INDEX"]: p.log() for p in pods}
-    for index in ("0", "1"):
-        assert f"TF_CONFIG from the JobSet environment: worker {index} of 127.0.0.1:" in \
-            logs[index], logs[index][-2000:]
-    assert "epoch=2 epochs=2" in logs["0"]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("operator", ["tfjob", "trainjob"])
 def test_the_tuning_step_runs_a_katib_experiment_end_to_end(compiled, synthetic_dataset,
-                                                             tmp_path, operator):
-    """tune_step(backend="kubernetes") as the tune executor runs it: an Experiment whose trials
-    are TFJobs in the compiled image, run here under Katib's metrics-collector wrapper (with
-    early stopping: the || branch) and collected from their timestamped epoch lines; the best
-    trial's values come back typed. With kubernetes.operator trainjob, on a cluster with
-    Trainer v2 and no TFJob CRD (Kubeflow 26.03 as it ships), the trials are TrainJobs whose
-    node 0 Katib wraps."""
+                                                             tmp_path):
+    """tune_step(backend="kubernetes") as the tune executor runs it, kubernetes.operator tfjob
+    on a cluster with the Training Operator v1 only: an Experiment whose trials are TFJobs in
+    the compiled image, run here under Katib's metrics-collector wrapper (with early stopping:
+    the || branch) and collected from their timestamped epoch lines; the best trial's values
+    come back typed. (TrainJob trials, and auto on a cluster with both: the chained test
+    below.)"""
+    operator = "tfjob"
     volume = tmp_path / "volume"
     volume.mkdir()
     inputs = compiled["exec-tune-hyperparameters"]["constants"]
-    cluster = {"tfjob": {}, "trainjob": {"tfjob_operator": False, "trainer": True}}[operator]
-    with KatibStandIn(run=True, namespaces=("kubeflow",), work_dir=tmp_path / "katib",
-                      **cluster) as standin:
+    with KatibStandIn(run=True, namespaces=("kubeflow",), work_dir=tmp_path / "katib") \
+            as standin:
         found = _run_step(compiled, "exec-tune-hyperparameters", f"""
             import json
             import fmnist_kfp.settings.platform as platform
@@ -354,7 +287,7 @@ def test_the_tuning_step_runs_a_katib_experiment_end_to_end(compiled, synthetic_
         [run] = standin.runs.values()
         trials = dict(run.trials)
     trial_spec = experiment["spec"]["trialTemplate"]["trialSpec"]
-    assert trial_spec["kind"] == {"tfjob": "TFJob", "trainjob": "TrainJob"}[operator]
+    assert trial_spec["kind"] == "TFJob"
     assert _images(trial_spec) == {IMAGE}
     assert "earlyStopping" in experiment["spec"]
     assert len(trials) == 2 and found["best_trial"] in trials
@@ -372,6 +305,269 @@ def test_the_tuning_step_runs_a_katib_experiment_end_to_end(compiled, synthetic_
         "latest"]))
     assert found["best_trial"] == best["metadata"]["name"]
     assert isinstance(found["best_parameters"]["batch_size"], int)  # typed as the trainer's
+
+
+# The clusters of the chain: kubernetes.operator, the operators the cluster serves, and what
+# the jobs then are.
+CHAINED_CLUSTERS = {
+    "trainjob": ({"tfjob_operator": False, "trainer": True}, "trainjob", "TrainJob"),
+    "auto": ({"tfjob_operator": True, "trainer": True}, "tfjob", "TFJob"),
+}
+# The select step's best_model as KFP stores it (Input[Model].uri in the deploy pod).
+BEST_MODEL_URI = ("minio://mlpipeline/v2/artifacts/fashion-mnist-training/run-chain/"
+                  "select-best-model/task-select/best_model")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("operator", list(CHAINED_CLUSTERS))
+def test_the_pipeline_runs_chained_on_the_operator_the_cluster_serves(
+        compiled, synthetic_dataset, tmp_path, monkeypatch, operator):
+    """tune -> train -> select -> deploy -> predict chained as fashion_mnist_pipeline wires
+    them: each step as its executor runs it (its compiled environment, its task's image
+    inputs), one step's outputs the next one's inputs (the tune step's hyperparameters, the
+    Model artifacts, the deploy step's url). With kubernetes.operator ``trainjob`` on a Kubeflow
+    with Trainer v2 and no TFJob CRD (26.03 as it ships) the trials and the training job are
+    TrainJobs; with ``auto`` on one serving both, TFJobs (the Training Operator v1 first).
+
+    The cluster is the API stand-ins, separate servers, one per API group a step calls: Katib
+    with Trainer v2 (and the TFJob operator for ``auto``) for tune, Trainer v2 (and the TFJob
+    operator) for train, KServe (with its cluster network and a real model server) for deploy
+    and predict. What is under test is the hand-off of artifacts and the operator chosen on
+    each cluster, not one API server's state shared between steps. The claim
+    (``tmp_path/volume``) is shared by tune and train, which mount it; select, deploy and
+    predict mount none, so it is gone before they run. The pipeline's one ``kubernetes``
+    parameter goes to tune and train alike; the trials run one worker (the tune step's
+    default) to stay cheap, the training job two."""
+    cluster, chosen, kind = CHAINED_CLUSTERS[operator]
+    kubernetes = {**_KUBERNETES, "operator": operator}
+    volume, artifacts = tmp_path / "volume", tmp_path / "artifacts"
+    volume.mkdir()
+
+    # tune: a Katib Experiment of two trials; its output is the hyperparameters train takes.
+    inputs = compiled["exec-tune-hyperparameters"]["constants"]
+    with KatibStandIn(run=True, namespaces=("kubeflow",), work_dir=tmp_path / "katib",
+                      **cluster) as katib:
+        tuned = _run_step(compiled, "exec-tune-hyperparameters", f"""
+            import json
+            from dataclasses import asdict
+            import fmnist_kfp.settings.platform as platform
+            platform.MOUNT_PATH = {str(volume)!r}
+            from fmnist_kfp.katib.experiment_launcher import KatibExperimentLauncher
+            from fmnist_kfp.kfp_components.tune.step import tune_step, tuning_outputs
+            from fmnist_kfp.settings.training import Hyperparameters, TrainingConfig
+            from tests.standins.katib import katib_client_for
+
+            # The tune component's body: the pipeline's values, the search, its output.
+            given = Hyperparameters(learning_rate=4e-3, batch_size=64, filters=8,
+                                    dropout_rate=0.5)
+            tuning = {{"algorithm": "random", "max_trials": 2, "parallel_trials": 1,
+                       "epochs": 2, "train_examples": 256,
+                       "early_stopping": True, "min_trials_required": 1, "start_step": 1}}
+            result = tune_step(
+                model_type="basic",
+                base=TrainingConfig(model_type="basic", precision="auto"
+                                    ).with_hyperparameters(given),
+                tuning=tuning, data_dir={str(synthetic_dataset)!r},
+                output_dir={str(artifacts / "search")!r}, backend="kubernetes",
+                kubernetes={kubernetes!r}, num_workers=1,
+                image={inputs["image"]!r}, gpu_image={inputs["gpu_image"]!r},
+                launcher=KatibExperimentLauncher(
+                    katib_client_for({katib.url!r}), poll_seconds=0.2,
+                    timeout_seconds={STEP_SECONDS - 60}))
+            outputs = tuning_outputs(result, given)
+            print(json.dumps({{"result": outputs.result,
+                              "hyperparameters": asdict(outputs.hyperparameters)}}))
+        """, tmp_path)
+        [experiment] = katib.posts()
+        [run] = katib.runs.values()
+        trials = dict(run.trials)
+    trial_spec = experiment["spec"]["trialTemplate"]["trialSpec"]
+    assert trial_spec["kind"] == kind and _images(trial_spec) == {IMAGE}
+    assert "earlyStopping" in experiment["spec"]
+    assert len(trials) == 2 and tuned["result"]["best_trial"] in trials
+    for name, trial in trials.items():
+        conditions = [(c["type"], c["status"]) for c in trial["status"]["conditions"]]
+        assert conditions[-1] == ("Succeeded", "True"), (name, conditions)
+        history = [json.loads(line) for line in
+                   (volume / "katib" / experiment["metadata"]["name"] / name /
+                    "history.jsonl").read_text().splitlines()]
+        [objective] = [m for m in trial["status"]["observation"]["metrics"]
+                       if m["name"] == "val_accuracy"]
+        assert objective["latest"] == f"{history[-1]['val_accuracy']:.4f}"  # the last epoch
+    best = max(trials.values(), key=lambda t: float(t["status"]["observation"]["metrics"][0][
+        "latest"]))
+    assert tuned["result"]["best_trial"] == best["metadata"]["name"]
+    hyperparameters = tuned["hyperparameters"]
+    searched = tuned["result"]["best_parameters"]
+    assert isinstance(searched["batch_size"], int)  # typed as the trainer's
+    assert {k: hyperparameters[k] for k in searched} == searched  # the best trial's values
+    assert {a["name"]: a["value"] for a in best["spec"]["parameterAssignments"]} == \
+        {k: str(v) for k, v in searched.items()}
+
+    # train: the train component's config from the tune step's output, on the same claim. KFP
+    # hands a dict parameter on as a protobuf Struct, whose numbers are doubles (64 -> 64.0).
+    from google.protobuf import json_format, struct_pb2
+
+    passed = struct_pb2.Struct()
+    passed.update(hyperparameters)
+    passed = json_format.MessageToDict(passed)
+    config = ('TrainingConfig(model_type="basic", epochs=2, precision="auto", '
+              f'train_examples=512, profile_steps=0).with_hyperparameters({passed!r})')
+    with TrainerStandIn(run_processes=True, work_dir=tmp_path / "pods", **cluster) as trainer:
+        metadata, model_dir, _ = _train_on(trainer, compiled, synthetic_dataset, tmp_path,
+                                           operator, config)
+        [job] = trainer.posts()
+        if chosen == "trainjob":
+            [((_, job_name), controller)] = trainer.trainjobs.items()
+            other = trainer.jobs
+        else:
+            [((_, job_name), controller)] = trainer.jobs.items()
+            other = trainer.trainjobs
+        pods = list(controller.pods_created)
+    assert other == {} and trainer.deleted_trainjobs == {}  # none of the other operator
+    assert job["kind"] == kind and _images(job) == {IMAGE}
+    assert metadata["backend"] == "kubernetes" and metadata["operator"] == chosen
+    assert metadata["job_name"] == job_name
+    assert metadata["replicas"] == 2 and metadata["restarts"] == 0
+    trained = json.loads((model_dir / "result.json").read_text())
+    assert trained["epochs"] == 2 and (model_dir / "1" / "saved_model.pb").exists()
+    # The tune -> train hand-off: what the pods trained with is the search's best.
+    assert {k: trained["hyperparameters"][k] for k in hyperparameters} == hyperparameters
+    assert isinstance(trained["hyperparameters"]["batch_size"], int)
+    assert metadata["hyperparameters"] == trained["hyperparameters"]
+    claim = compiled["exec-train-model"]["env"]["FMNIST_PVC_NAME"]
+    if chosen == "trainjob":
+        assert job["spec"]["trainer"]["numNodes"] == 2
+        [override] = job["spec"]["podTemplateOverrides"]  # Trainer 2.1's shape
+        volumes = override["spec"]["volumes"]
+        assert sorted(p.hostname for p in pods) == [f"{job_name}-node-0-0",
+                                                    f"{job_name}-node-0-1"]
+        logs = {p.env["JOB_COMPLETION_INDEX"]: p.log() for p in pods}
+        for index in ("0", "1"):
+            assert f"TF_CONFIG from the JobSet environment: worker {index} of 127.0.0.1:" in \
+                logs[index], logs[index][-2000:]
+    else:
+        worker = job["spec"]["tfReplicaSpecs"]["Worker"]
+        assert worker["replicas"] == 2
+        assert job["spec"]["runPolicy"]["backoffLimit"] == 2  # max_restarts 1
+        volumes = worker["template"]["spec"]["volumes"]
+        container = worker["template"]["spec"]["containers"][0]
+        assert container["volumeMounts"][0]["mountPath"] == str(volume)
+        assert container["resources"]["limits"]["cpu"] == "1"  # the user's kubernetes
+        # TF_CONFIG as the operator injects it (tensorflow.go v1.9.2 lines 136-184).
+        configs = {p.name: json.loads(p.env["TF_CONFIG"]) for p in pods}
+        assert {name: c["task"] for name, c in configs.items()} == {
+            f"{job_name}-worker-{i}": {"type": "worker", "index": i} for i in (0, 1)}
+        assert all(len(c["cluster"]["worker"]) == 2 and c["environment"] == "cloud"
+                   for c in configs.values())
+        logs = {str(configs[p.name]["task"]["index"]): p.log() for p in pods}
+        assert "Z epoch=1 epochs=2" in logs["0"]  # timestamped lines
+    assert volumes[0]["persistentVolumeClaim"]["claimName"] == claim
+    assert "epoch=2 epochs=2" in logs["0"], logs["0"][-2000:]
+    # One staged dataset: the tune step staged it on the claim, the train step reused it.
+    [staged] = list((volume / "datasets").iterdir())
+    assert (staged / "metadata.json").exists()
+
+    # select, deploy and predict mount no claim.
+    volume.rename(tmp_path / "claim-unmounted")
+
+    # select: the train step's Model artifact the only candidate (one model type); no cluster
+    # call (its pod cannot even import the Kubernetes client here).
+    best_dir = artifacts / "best_model"
+    selected = _run_step(compiled, "exec-select-best-model", f"""
+        import json
+        import sys
+        sys.modules["kubernetes"] = None
+        sys.modules["kserve"] = None
+        from fmnist_kfp.kfp_components.select.step import select_step
+
+        candidates = json.loads({json.dumps([[str(model_dir), metadata]])!r})
+        outputs = select_step({str(synthetic_dataset)!r}, [tuple(c) for c in candidates],
+                              {str(best_dir)!r})
+        print(json.dumps({{"model_type": outputs.best_model_type, "source": outputs.source_dir,
+                          "metadata": outputs.metadata}}))
+    """, tmp_path)
+    assert selected["model_type"] == "basic" and selected["source"] == str(model_dir)
+    chosen_metadata = selected["metadata"]
+    assert chosen_metadata["job_name"] == job_name and chosen_metadata["operator"] == chosen
+    assert chosen_metadata["hyperparameters"] == trained["hyperparameters"]
+    assert (best_dir / "1" / "saved_model.pb").read_bytes() == \
+        (model_dir / "1" / "saved_model.pb").read_bytes()  # the trained model, copied
+    assert 0.0 <= chosen_metadata["test_accuracy"] <= 1.0
+
+    # deploy: the selected model's artifact URI to an InferenceService, KServe's storage
+    # initializer fetching from KFP's store what select wrote (a real model server on it),
+    # verified with real test images through the cluster's network; then predict at its url.
+    from fmnist_kfp.serving.deploy.local_deployer import start_server, stop_process
+    from tests.setup_manifests import build
+    from tests.standins.kserve import KServeStandIn
+
+    monkeypatch.setenv("FMNIST_SERVING_STATE_DIR", str(tmp_path / "servers"))
+    storage_uri = BEST_MODEL_URI.replace("minio://", "s3://")
+    store = {storage_uri: str(best_dir)}  # the object store, as KServe reads it
+    servers, asked = {}, []
+
+    def serve(isvc_name: str, uri: str) -> str:
+        asked.append(uri)
+        if (isvc_name, uri) not in servers:
+            servers[isvc_name, uri] = start_server(isvc_name, store[uri])
+        return servers[isvc_name, uri].url
+
+    try:
+        with KServeStandIn(default_mode="Serverless", ready_after=0) as kserve, \
+                kserve.network() as network:
+            kserve.istio, kserve.backend = True, serve
+            for base in ("serving-credentials", "serving-access"):  # as the README sets up
+                for obj in build(base, namespace="kubeflow"):
+                    kserve.put(obj)
+            # The pod's network: cluster-local hosts through the stand-in's routing; the
+            # API server (on loopback) directly.
+            proxy_env = (f"import os\nos.environ.update(HTTP_PROXY={network.url!r}, "
+                         "NO_PROXY='127.0.0.1,localhost')\n")
+            image = compiled["exec-deploy-model"]["constants"]["image"]
+            decision = _run_step(compiled, "exec-deploy-model", proxy_env + f"""
+import json
+from fmnist_kfp.kfp_components.deploy.step import deploy
+from tests.standins.kserve import KServeStandIn
+
+class Remote(KServeStandIn):
+    def __init__(self):
+        self._kubeconfig_dir = None
+    url = {kserve.url!r}
+
+decision = deploy(model_dir={str(best_dir)!r}, model_uri={BEST_MODEL_URI!r},
+                  test_accuracy={float(chosen_metadata["test_accuracy"])!r},
+                  data_dir={str(synthetic_dataset)!r}, backend="kubernetes",
+                  model_name="fashion-mnist", tolerance=0.005, verification_images=16,
+                  serving={{"namespace": "kubeflow"}}, image={image!r},
+                  kserve_client=Remote().kserve_client("kubeflow"))
+print(json.dumps(decision))
+""", tmp_path)
+            predicted = _run_step(compiled, "exec-predict-with-served-model", proxy_env + f"""
+import json
+from fmnist_kfp.kfp_components.deploy.step import SERVES_CANDIDATE
+from fmnist_kfp.kfp_components.predict.step import predict_step
+
+# The deploy step's outputs: url, and serves_model (its action one that serves this model).
+print(json.dumps(predict_step(model_dir={str(best_dir)!r}, data_dir={str(synthetic_dataset)!r},
+                              url={decision["url"]!r}, model_name="fashion-mnist",
+                              sample_size=16,
+                              serves_model={decision["action"]!r} in SERVES_CANDIDATE)))
+""", tmp_path)
+            predictor = kserve.isvc()["spec"]["predictor"]
+            [(_, runtime)] = kserve.runtime_writes()
+    finally:
+        for server in servers.values():
+            stop_process(server.pid)
+    assert decision["action"] == "created" and decision["backend"] == "kubernetes"
+    assert decision["verification"]["ok"], decision["verification"]
+    assert decision["url"].endswith(".svc.cluster.local")
+    # The deploy step served the selected model: its artifact's URI, and nothing else asked.
+    assert decision["storage_uri"] == storage_uri
+    assert predictor["model"]["storageUri"] == storage_uri and set(asked) == {storage_uri}
+    assert [c["image"] for c in runtime["spec"]["containers"]] == [image] == [IMAGE]
+    assert predicted["failures"] == 0 and predicted["unexplained_disagreements"] == 0
+    assert predicted["images"] == 16
 
 
 def test_the_trial_tfjobs_get_the_runs_workers_and_gpus(synthetic_dataset, tmp_path,
