@@ -252,3 +252,25 @@ def test_every_flow_gets_through_the_fault_mode(seed, operator, tmp_path):
     with faults(seed) as mode:
         every_flow(tmp_path, lag=3, operator=operator)
     assert mode.injected  # faults were given
+
+
+def test_the_api_server_stand_in_refuses_a_body_of_another_kind_or_version():
+    """As the API server's decoder does (kubernetes/apiserver v0.33.9
+    pkg/endpoints/handlers/create.go lines 127-147, update.go lines 114-134): a write whose
+    body names another version or kind than its URL is a 400, never stored."""
+    import httpx
+
+    with KServeStandIn() as standin:
+        url = f"{standin.url}/api/v1/namespaces/kubeflow/configmaps"
+        good = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}}
+        assert httpx.post(url, json=good).status_code == 201
+        wrong = [({"kind": "configmap"}, 'no kind "configmap" is registered for version "v1"'),
+                 ({"apiVersion": "V1"}, "the API version in the data (V1) does not match the "
+                                        "expected API version (v1)")]
+        for change, message in wrong:
+            answer = httpx.post(url, json={**good, **change, "metadata": {"name": "b"}})
+            assert (answer.status_code, answer.json()["message"]) == (400, message)
+            stored = httpx.get(f"{url}/a").json()
+            answer = httpx.put(f"{url}/a", json={**stored, **change})
+            assert (answer.status_code, answer.json()["message"]) == (400, message)
+        assert httpx.get(f"{url}/b").status_code == 404

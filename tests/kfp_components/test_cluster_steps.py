@@ -245,6 +245,25 @@ def _train_on(standin, compiled, synthetic_dataset, tmp_path, operator: str,
     return metadata, model_dir, volume
 
 
+def _best_of_succeeded_trials(experiment: dict, trials: dict, volume: Path) -> dict:
+    """Checks the Experiment ran with early stopping and its two trials succeeded, each
+    objective the last epoch of its history on the claim (``latest``: the lines carry their
+    times); returns the trial with the highest."""
+    assert "earlyStopping" in experiment["spec"]
+    assert len(trials) == 2
+    for name, trial in trials.items():
+        conditions = [(c["type"], c["status"]) for c in trial["status"]["conditions"]]
+        assert conditions[-1] == ("Succeeded", "True"), (name, conditions)
+        history = [json.loads(line) for line in
+                   (volume / "katib" / experiment["metadata"]["name"] / name /
+                    "history.jsonl").read_text().splitlines()]
+        [objective] = [m for m in trial["status"]["observation"]["metrics"]
+                       if m["name"] == "val_accuracy"]
+        assert objective["latest"] == f"{history[-1]['val_accuracy']:.4f}"
+    return max(trials.values(), key=lambda t: float(t["status"]["observation"]["metrics"][0][
+        "latest"]))
+
+
 @pytest.mark.slow
 def test_the_tuning_step_runs_a_katib_experiment_end_to_end(compiled, synthetic_dataset,
                                                              tmp_path):
@@ -289,20 +308,7 @@ def test_the_tuning_step_runs_a_katib_experiment_end_to_end(compiled, synthetic_
     trial_spec = experiment["spec"]["trialTemplate"]["trialSpec"]
     assert trial_spec["kind"] == "TFJob"
     assert _images(trial_spec) == {IMAGE}
-    assert "earlyStopping" in experiment["spec"]
-    assert len(trials) == 2 and found["best_trial"] in trials
-    for name, trial in trials.items():
-        conditions = [(c["type"], c["status"]) for c in trial["status"]["conditions"]]
-        assert conditions[-1] == ("Succeeded", "True"), (name, conditions)
-        history = [json.loads(line) for line in
-                   (volume / "katib" / experiment["metadata"]["name"] / name /
-                    "history.jsonl").read_text().splitlines()]
-        [objective] = [m for m in trial["status"]["observation"]["metrics"]
-                       if m["name"] == "val_accuracy"]
-        # latest is the last epoch: the lines carry their times.
-        assert objective["latest"] == f"{history[-1]['val_accuracy']:.4f}"
-    best = max(trials.values(), key=lambda t: float(t["status"]["observation"]["metrics"][0][
-        "latest"]))
+    best = _best_of_succeeded_trials(experiment, trials, volume)
     assert found["best_trial"] == best["metadata"]["name"]
     assert isinstance(found["best_parameters"]["batch_size"], int)  # typed as the trainer's
 
@@ -383,19 +389,7 @@ def test_the_pipeline_runs_chained_on_the_operator_the_cluster_serves(
         trials = dict(run.trials)
     trial_spec = experiment["spec"]["trialTemplate"]["trialSpec"]
     assert trial_spec["kind"] == kind and _images(trial_spec) == {IMAGE}
-    assert "earlyStopping" in experiment["spec"]
-    assert len(trials) == 2 and tuned["result"]["best_trial"] in trials
-    for name, trial in trials.items():
-        conditions = [(c["type"], c["status"]) for c in trial["status"]["conditions"]]
-        assert conditions[-1] == ("Succeeded", "True"), (name, conditions)
-        history = [json.loads(line) for line in
-                   (volume / "katib" / experiment["metadata"]["name"] / name /
-                    "history.jsonl").read_text().splitlines()]
-        [objective] = [m for m in trial["status"]["observation"]["metrics"]
-                       if m["name"] == "val_accuracy"]
-        assert objective["latest"] == f"{history[-1]['val_accuracy']:.4f}"  # the last epoch
-    best = max(trials.values(), key=lambda t: float(t["status"]["observation"]["metrics"][0][
-        "latest"]))
+    best = _best_of_succeeded_trials(experiment, trials, volume)
     assert tuned["result"]["best_trial"] == best["metadata"]["name"]
     hyperparameters = tuned["hyperparameters"]
     searched = tuned["result"]["best_parameters"]

@@ -410,10 +410,30 @@ class ApiServerStandIn(LoopbackServer):
         self._version += 1
         return str(self._version)
 
+    @staticmethod
+    def undecodable(resource: Resource, body: dict) -> tuple[int, dict] | None:
+        """A body of another version or kind than the URL's resource is refused with 400, as
+        the API server's decoder refuses it (kubernetes/apiserver v0.33.9
+        pkg/endpoints/handlers/create.go lines 127-147, update.go lines 114-134: the version
+        checked against the URL's; a kind the scheme does not know for it fails the decode).
+        Either left out defaults to the URL's."""
+        api_version, kind = body.get("apiVersion"), body.get("kind")
+        if api_version and api_version != resource.api_version:
+            return 400, status_reply(400, "BadRequest", f"the API version in the data "
+                                     f"({api_version}) does not match the expected API version "
+                                     f"({resource.api_version})")
+        if kind and kind != resource.kind:
+            return 400, status_reply(400, "BadRequest", f'no kind "{kind}" is registered for '
+                                     f'version "{resource.api_version}"')
+        return None
+
     def create(self, resource: Resource, namespace: str, body: dict, dry_run: bool = False):
         """A create; ``dry_run``: everything a create does but the write (the module's
         docstring)."""
         body = prune_nulls(copy.deepcopy(body or {}))
+        refused = self.undecodable(resource, body)
+        if refused:
+            return refused
         name = (body.get("metadata") or {}).get("name", "")
         key = (resource.kind, namespace, name)
         self.mutate(resource.kind, body, None)
@@ -439,6 +459,9 @@ class ApiServerStandIn(LoopbackServer):
 
     def update(self, resource: Resource, key: tuple, body: dict):
         body = prune_nulls(copy.deepcopy(body or {}))
+        refused = self.undecodable(resource, body)
+        if refused:
+            return refused
         existing = self.objects[key]
         name = key[2]
         version = (body.get("metadata") or {}).get("resourceVersion")

@@ -220,6 +220,12 @@ def test_a_better_model_overtaking_a_cold_start_supersedes_it():
         check_writes(standin)
         assert not errors and set(results) == {"better", "worse"}, (errors, logs)
         assert results["worse"]["action"] == "superseded", logs["worse"]
+        # What the step's outputs carry: why, and no URL, blessing or verification of its own.
+        superseded = results["worse"]
+        assert superseded == {"action": "superseded", "reason": superseded["reason"], "url": "",
+                              "storage_uri": WORSE, "blessing": {}, "verification": {}}
+        assert "batchnorm claim (validation accuracy 0.931200) replaced this one" in \
+            superseded["reason"], superseded
         assert results["better"]["action"] == "created", logs["better"]
         assert _served(standin) == BETTER and _claim(standin)[CLAIM_MODEL_URI] == BETTER
         assert standin.answering(f"http://fashion-mnist.{NS}.svc.cluster.local")[0] == BETTER
