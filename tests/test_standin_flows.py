@@ -22,7 +22,7 @@ from fmnist_kfp.preflight.permissions import TRAINJOB_PERMISSIONS
 from tests.kubeflow_roles import kubeflow_profile
 from tests.setup_manifests import build
 from tests.standins.kserve import KServeStandIn
-from tests.standins.loopback import faults, recording
+from tests.standins.loopback import FaultMode, faults, recording
 
 # The clusters the flows run on, by ``kubernetes.operator``: the Training Operator v1 alone
 # (Kubeflow 1.11 with it installed), Trainer v2 and no TFJob CRD (Kubeflow 26.03 as it ships),
@@ -274,3 +274,16 @@ def test_the_api_server_stand_in_refuses_a_body_of_another_kind_or_version():
             answer = httpx.put(f"{url}/a", json={**stored, **change})
             assert (answer.status_code, answer.json()["message"]) == (400, message)
         assert httpx.get(f"{url}/b").status_code == 404
+
+
+def test_the_fault_mode_answers_409_conflict_to_updates_only():
+    """An update can lose an optimistic-concurrency race (kubernetes/apiserver v0.33.9
+    pkg/registry/generic/registry/store.go line 733, NewConflict); a create's only 409 is
+    AlreadyExists for a name that exists (pkg/storage/etcd3/store.go lines 249-300), which the
+    stores answer themselves, so the fault mode never makes one up."""
+    path = "/api/v1/namespaces/kubeflow/configmaps/fmnist-claim"
+    picks = {method: [FaultMode(seed, rate=1.0, latency=0).decide(method, path)
+                      for seed in range(60)] for method in ("POST", "PUT", "GET")}
+    assert "conflict" in picks["PUT"]
+    assert "conflict" not in picks["POST"] and "conflict" not in picks["GET"]
+    assert all(pick is not None for pick in picks["POST"])  # still faulted: another answer

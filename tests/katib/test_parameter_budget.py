@@ -56,7 +56,8 @@ def test_a_search_whose_every_model_is_too_big_is_refused_before_any_trial():
 def test_the_trainer_refuses_a_model_over_the_budget_before_tensorflow_starts(tmp_path):
     """What a Katib trial's trainer does: no training, the objective 0 in a line Katib's
     StdOut collector parses (with its timestamp), exit code 0 so that the trial succeeds and
-    the suggestion service sees it (failed trials never reach it)."""
+    the suggestion service sees it: failed trials never reach it (kubeflow/katib v0.19.0
+    pkg/suggestion/v1beta1/internal/trial.py lines 41-47)."""
     script = ("import sys\nfrom fmnist_kfp.training.trainer import main\n"
               "code = main(sys.argv[1:])\n"
               "assert 'tensorflow' not in sys.modules, 'TensorFlow was imported'\n"
