@@ -44,8 +44,11 @@ run: setup
 serve: setup
 	$(PY) -m fmnist_kfp.cli serve $(SERVE_ARGS)
 
+# Two worker processes: most tests wait on processes, servers and stand-ins, so two share the
+# two cores CI has; tests/conftest.py says what runs together. PYTEST_WORKERS= runs in one.
+PYTEST_WORKERS ?= -n 2 --dist loadgroup --no-loadscope-reorder
 test: setup layers
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 # The import-linter contracts (pyproject.toml), read from the built wheel: grimp reads packages
 # from their files, and only the wheel has pipelines/, serving/, … inside fmnist_kfp/.

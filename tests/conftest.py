@@ -21,6 +21,21 @@ needs_tfds = pytest.mark.skipif(sys.version_info < (3, 11),
                                 reason="no tensorflow-datasets on Python 3.10 (pyproject.toml)")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def serving_state_of_the_session(tmp_path_factory):
+    """Local model servers a test starts without choosing a state directory live in the
+    session's own (one per test worker), never in the user's ``~/.cache``."""
+    name = "FMNIST_SERVING_STATE_DIR"  # fmnist_kfp.serving.deploy.local_deployer.STATE_DIR_ENV
+    if os.environ.get(name):
+        yield
+        return
+    os.environ[name] = str(tmp_path_factory.mktemp("serving-state"))
+    try:
+        yield
+    finally:
+        os.environ.pop(name, None)
+
+
 @pytest.fixture(scope="session")
 def synthetic_idx(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     """A directory with the four IDX files (2,000 train / 500 test) and their sha256."""
@@ -71,3 +86,48 @@ def export_untrained_model(directory: Path, seed: int) -> Path:
 def exported_model(tmp_path_factory) -> Path:
     """An exported CNN (untrained weights: for tests about serving, not accuracy)."""
     return export_untrained_model(tmp_path_factory.mktemp("model"), seed=7)
+
+
+# `make test` runs the suite in two worker processes (pytest-xdist, --dist loadgroup). A unit of
+# work goes whole to one worker: by default a test module (its module fixtures built once);
+# the tests of a costly shared fixture together (built once, not once per worker); and each
+# slow test of EACH_SLOW_TEST_ALONE on its own, since they share nothing costly and one module
+# of them would keep a worker busy for many minutes. The heaviest units start first, so that
+# neither worker is left with a long one at the end.
+SHARED_FIXTURES = ("real_run", "trained_model", "wheel")
+EACH_SLOW_TEST_ALONE = frozenset({
+    "tests/pipelines/test_pipeline.py",
+    "tests/fmnist_kfp/launcher/test_parameter_server.py",
+    "tests/kfp_components/test_cluster_steps.py",
+    "tests/serving/deploy/test_kserve_end_to_end.py",
+    "tests/serving/deploy/test_local_deploy.py",
+})
+SLOW_TEST_WEIGHT = 60  # a slow test against a quick one, roughly, in seconds
+
+
+def work_unit(item: pytest.Item) -> str:
+    """The group of ``item`` when the suite runs in several workers (see above)."""
+    shared = next((name for name in SHARED_FIXTURES if name in item.fixturenames), None)
+    module = item.nodeid.split("::")[0]
+    if shared:
+        return shared
+    if module in EACH_SLOW_TEST_ALONE and item.get_closest_marker("slow"):
+        return f"{module}::{item.name}".replace("@", "_")  # "@" ends xdist's group suffix
+    return module
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("dist", "no") == "no":
+        return
+    units: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        unit = work_unit(item)
+        item.add_marker(pytest.mark.xdist_group(unit))
+        units.setdefault(unit, []).append(item)
+
+    def weight(unit: list[pytest.Item]) -> int:
+        return sum(SLOW_TEST_WEIGHT if i.get_closest_marker("slow") else 1 for i in unit)
+
+    items[:] = [item for unit in sorted(units.values(), key=weight, reverse=True)
+                for item in unit]

@@ -76,17 +76,55 @@ def _die_with_parent() -> None:
         pass
 
 
+# Ports handed to processes that bind them later come from below Linux's ephemeral range
+# (32768-60999 by default), which the kernel gives to outgoing connections and to binds of
+# port 0: an HTTP client's connection could otherwise take a chosen port before its server
+# binds it. Each chosen port is reserved for PORT_RESERVATION_SECONDS by a file, written under
+# a lock, so two launchers of one user (two runs, two test workers) never choose the same port
+# in the seconds before theirs bind.
+PORT_RANGE = (20000, 32768)
+PORT_RESERVATION_SECONDS = 600
+PORT_RESERVATIONS_DIR = "fmnist-kfp-ports"
+
+
 def free_ports(count: int) -> list[int]:
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
+    """``count`` loopback ports, free now and reserved against every other caller on this
+    machine for :data:`PORT_RESERVATION_SECONDS` (see :data:`PORT_RANGE`)."""
+    import fcntl
+    import random
+    import tempfile
+
+    directory = os.path.join(tempfile.gettempdir(), f"{PORT_RESERVATIONS_DIR}-{os.getuid()}")
+    os.makedirs(directory, exist_ok=True)
+    chosen: list[int] = []
+    with open(os.path.join(directory, "lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one chooser at a time: check-then-reserve is atomic
+        now = time.time()
+        for port in random.Random().sample(range(*PORT_RANGE), PORT_RANGE[1] - PORT_RANGE[0]):
+            if len(chosen) == count:
+                break
+            reservation = os.path.join(directory, str(port))
+            try:
+                if now - os.stat(reservation).st_mtime < PORT_RESERVATION_SECONDS:
+                    continue
+            except FileNotFoundError:
+                pass
+            if _bindable(port):
+                with open(reservation, "w"):
+                    pass  # (re)written: its mtime starts the reservation
+                chosen.append(port)
+    if len(chosen) < count:
+        raise OSError(f"no {count} free loopback ports in {PORT_RANGE[0]}-{PORT_RANGE[1] - 1}")
+    return chosen
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
 
 
 def jobset_env_for(job_name: str, ports: list[int], me: int) -> dict[str, str]:

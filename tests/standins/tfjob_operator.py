@@ -195,11 +195,10 @@ def stop(process: subprocess.Popen) -> None:
 
 
 def _free_port() -> int:
-    import socket
+    """A port a pod's process binds later: chosen as the local launcher chooses them."""
+    from fmnist_kfp.launcher.local_processes import free_ports
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_ports(1)[0]
 
 
 class TFJobController:
