@@ -101,7 +101,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         _refuse(args, "only for runs on this machine (--local); a run on Kubeflow keeps its "
                       "artifacts in the pipeline root of its KFP deployment", "pipeline_root",
-                "summary", "no_cache")
+                "summary", "no_cache", "verbose")
         outcome = submit_run(_endpoint(args), _cluster_arguments(args), package=args.package,
                              image=args.image, gpu_image=args.gpu_image,
                              experiment=args.experiment or DEFAULT_EXPERIMENT,
@@ -120,6 +120,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         pipeline_root=args.pipeline_root or LOCAL_ROOT,
         summary_path=args.summary,
         enable_caching=not args.no_cache,
+        verbose=args.verbose,
     )
     cached = ", ".join(summary["cache_hits"]) or "none"
     print(
@@ -137,6 +138,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             _serving_line(summary["deployment"]),
             _batch_line(summary["batch_prediction"]),
             f"Summary: {summary['summary_path']}",
+            f"Log:     {summary['log_path']}",
             f"Took {summary['total_seconds']:.1f} s; steps from cache: {cached}",
         ])
     )
@@ -421,6 +423,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="where to write summary.json; report.html and report.md go beside "
                             "it (default: in the pipeline root)")
     local.add_argument("--no-cache", action="store_true", help="run every step again")
+    local.add_argument("--verbose", action="store_true",
+                       help="show every step's output here too (it always goes to the run's "
+                            "log file, in <pipeline root>/logs/)")
     _add_pipeline_parameters(run, local=True)
     run.set_defaults(func=cmd_run)
 

@@ -10,18 +10,18 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import shutil
 import tempfile
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from fmnist_kfp import errors
 from fmnist_kfp.dataset.sources import resolve_source
 from fmnist_kfp.kfp_components import STEP_ERRORS_ENV
+from fmnist_kfp.run_console import RunConsole, plain
 from fmnist_kfp.settings.pipeline import PipelineParameters
 from fmnist_kfp.settings.training import Hyperparameters
 from fmnist_kfp.validation import validate_parameters, writable_directory
@@ -29,40 +29,6 @@ from fmnist_kfp.validation import validate_parameters, writable_directory
 DEFAULT_PIPELINE_ROOT = "runs/local"
 # Steps that read the clock or change or measure the live server run every time.
 NEVER_CACHED = ("freshness-window", "deploy-model", "predict-with-served-model")
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_STARTED = re.compile(r"^Executing task '?([\w.-]+)'?")
-_FINISHED = re.compile(r"^Task '?([\w.-]+)'? finished with status (\w+)")
-_CACHE_HIT = re.compile(r"^Task '?([\w.-]+)'? cache hit")
-
-
-@dataclass
-class StepRecorder(logging.Filter):
-    """Watches ``kfp.local``'s log records for step starts, ends and cache hits."""
-
-    steps: list[dict[str, Any]] = field(default_factory=list)
-    _open: dict[str, dict[str, Any]] = field(default_factory=dict)
-    origin: float = field(default_factory=time.time)  # "ended_seconds" count from here
-
-    def __post_init__(self):
-        super().__init__()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = _ANSI.sub("", str(record.getMessage())).strip()
-        if match := _CACHE_HIT.match(message):
-            self.steps.append({"step": match[1], "seconds": 0.0, "cache_hit": True,
-                               "status": "SUCCESS"})
-        elif match := _STARTED.match(message):
-            step = {"step": match[1], "cache_hit": False, "started": record.created}
-            self._open[match[1]] = step
-            self.steps.append(step)
-        elif (match := _FINISHED.match(message)) and match[1] in self._open:
-            step = self._open.pop(match[1])
-            step["seconds"] = round(record.created - step.pop("started"), 2)
-            step["ended_seconds"] = round(record.created - self.origin, 2)
-            step["status"] = match[2]
-        return True
-
-
 def _hyperparameters(values: dict[str, Any]) -> dict[str, Any]:
     """The tunable hyperparameters, typed again (artifact metadata carries numbers as floats)."""
     names = Hyperparameters.names()
@@ -156,26 +122,42 @@ def _serving_history(model_name: str, since: float) -> list[dict[str, Any]]:
             for entry in entries if entry["at"] >= since]
 
 
-def _add_serving_history(markdown_path: str, html_path: str,
-                         served: list[dict[str, Any]]) -> None:
-    """serve_early: the local reports end with when each model started serving (the KFP
-    report artifact is written by selection, before the last of these is known)."""
-    header = ["seconds into the run", "model", "how", "validation accuracy", "action"]
-    rows = [[f"{e['seconds_into_run']:.1f}", e["model_type"] or "the selected model",
-             "served early" if e["how"] == "serve_early" else "final deployment",
-             "" if e["validation_accuracy"] is None else f"{e['validation_accuracy']:.4f}",
-             e["action"]] for e in served]
+def _append_table(markdown_path: str, html_path: str, title: str, header: list[str],
+                  rows: list[list[str]]) -> None:
+    """Ends the local copies of the report with a section the KFP report artifact cannot
+    hold: it is written by selection, before the later steps ran."""
     with open(markdown_path, "a") as handle:
-        handle.write("\n## When each model started serving\n\n| " + " | ".join(header)
+        handle.write(f"\n## {title}\n\n| " + " | ".join(header)
                      + " |\n|" + "---|" * len(header) + "\n"
                      + "".join("| " + " | ".join(row) + " |\n" for row in rows))
-    table = ("<h2>When each model started serving</h2><table><tr>"
+    table = (f"<h2>{title}</h2><table><tr>"
              + "".join(f"<th>{h}</th>" for h in header) + "</tr>"
              + "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
              + "</table>")
     html = Path(html_path).read_text()
     Path(html_path).write_text(html.replace("</body>", table + "</body>", 1)
                                if "</body>" in html else html + table)
+
+
+def _add_serving_history(markdown_path: str, html_path: str,
+                         served: list[dict[str, Any]]) -> None:
+    """serve_early: when each model started serving."""
+    _append_table(markdown_path, html_path, "When each model started serving",
+                  ["seconds into the run", "model", "how", "validation accuracy", "action"],
+                  [[f"{e['seconds_into_run']:.1f}", e["model_type"] or "the selected model",
+                    "served early" if e["how"] == "serve_early" else "final deployment",
+                    "" if e["validation_accuracy"] is None
+                    else f"{e['validation_accuracy']:.4f}", e["action"]] for e in served])
+
+
+def _add_step_times(markdown_path: str, html_path: str, steps: list[dict[str, Any]],
+                    total_seconds: float) -> None:
+    """Where the run's time went: each step's wall time and its share of the run."""
+    rows = [[s["step"], "cached" if s["cache_hit"] else s["status"].lower(),
+             f"{s['seconds']:.1f}", f"{100 * s['share']:.1f}%"] for s in steps]
+    rows.append(["the run", "", f"{total_seconds:.1f}", "100.0%"])
+    _append_table(markdown_path, html_path, "Where the time went",
+                  ["step", "", "seconds", "share of the run"], rows)
 
 
 def _batch_summary(predictions) -> dict[str, Any]:
@@ -188,8 +170,7 @@ def _batch_summary(predictions) -> dict[str, Any]:
     return {**summary, "path": predictions.path}
 
 
-def _step_failure(failure: RuntimeError, errors_path: str,
-                  recorder: StepRecorder) -> Exception:
+def _step_failure(failure: RuntimeError, errors_path: str, console: RunConsole) -> Exception:
     """What ends a failed run: the error a step stopped with, when it was one of
     :mod:`fmnist_kfp.errors` (recorded in ``errors_path``: see
     :func:`kfp_components.report_errors_briefly`), naming the step; else kfp.local's own
@@ -201,8 +182,8 @@ def _step_failure(failure: RuntimeError, errors_path: str,
         records = []
     kind = getattr(errors, records[0]["error"], None) if records else None
     if not (isinstance(kind, type) and issubclass(kind, Exception)):
-        return RuntimeError(_ANSI.sub("", str(failure)) + " Its log above says why.")
-    failed = [step["step"] for step in recorder.steps if step.get("status") == "FAILURE"]
+        return RuntimeError(plain(str(failure)) + f" Its log says why: {console.log_path}")
+    failed = [step["step"] for step in console.steps if step.get("status") == "FAILURE"]
     where = f"the {failed[0]} step failed: " if failed else ""
     return kind(where + records[0]["message"])
 
@@ -213,9 +194,13 @@ def run_local(
     pipeline_root: str = DEFAULT_PIPELINE_ROOT,
     summary_path: str | None = None,
     enable_caching: bool = True,
+    verbose: bool = False,
 ) -> dict[str, Any]:
     """Validates the parameters, runs the pipeline locally, returns and writes the summary
-    (beside it, the reports as ``report.html`` and ``report.md``)."""
+    (beside it, the reports as ``report.html`` and ``report.md``). The terminal shows a line
+    per step and the progress of training and tuning; everything the steps print goes to a
+    log file in ``<pipeline_root>/logs/`` (:mod:`fmnist_kfp.run_console`), and with
+    ``verbose`` to the terminal too."""
     validate_parameters(parameters)
     if parameters.backend == "local" and (parameters.kubernetes or {}).get("scheduling"):
         # Accepted, so one parameter set serves both; nothing here queues or gangs processes.
@@ -239,24 +224,24 @@ def run_local(
         raise_on_error=True,
     )
     started = time.time()
-    recorder = StepRecorder(origin=started)
-    root = logging.getLogger()
-    root.addFilter(recorder)
     warnings.filterwarnings("ignore", message=".*non-Python base image.*")
     warnings.filterwarnings("ignore", message=".*have no effect in the current local runner.*")
+    root = logging.getLogger()
     previous_level = root.level
     root.setLevel(logging.INFO)  # kfp.local's step events are INFO records
     handle, errors_path = tempfile.mkstemp(prefix="fmnist-step-errors-", suffix=".jsonl")
     os.close(handle)
     previous_errors = os.environ.get(STEP_ERRORS_ENV)
     os.environ[STEP_ERRORS_ENV] = errors_path  # the steps inherit it
+    console = RunConsole(os.path.join(pipeline_root, "logs", time.strftime(
+        "run-%Y%m%d-%H%M%S.log", time.gmtime(started))), verbose=verbose, origin=started)
     try:
-        # One model at a time: each training job gets every core of this machine.
-        outputs = make_pipeline(parallelism=1)(**_arguments(parameters))
+        with console:
+            # One model at a time: each training job gets every core of this machine.
+            outputs = make_pipeline(parallelism=1)(**_arguments(parameters))
     except RuntimeError as failure:  # kfp.local: a step failed
-        raise _step_failure(failure, errors_path, recorder) from None
+        raise _step_failure(failure, errors_path, console) from None
     finally:
-        root.removeFilter(recorder)
         root.setLevel(previous_level)
         if previous_errors is None:
             os.environ.pop(STEP_ERRORS_ENV, None)
@@ -288,10 +273,11 @@ def run_local(
         "report_artifact_path": outputs.outputs["report"].path,
         "report_markdown_artifact_path": outputs.outputs["report_markdown"].path,
         "total_seconds": total,
-        "steps": recorder.steps,
-        "cache_hits": sorted({s["step"] for s in recorder.steps if s["cache_hit"]}),
+        "log_path": console.log_path,
+        "steps": console.steps_with_shares(total),
+        "cache_hits": sorted({s["step"] for s in console.steps if s["cache_hit"]}),
         "all_steps_cached": all(
-            s["cache_hit"] for s in recorder.steps if s["step"] not in NEVER_CACHED
+            s["cache_hit"] for s in console.steps if s["step"] not in NEVER_CACHED
         ),
         "parameters": {k: v for k, v in parameters.arguments().items() if k != "data_source"},
         # The served model back to the dataset: steps, digests, hyperparameters
@@ -314,6 +300,7 @@ def run_local(
     summary["report_markdown_path"] = copies["report.md"]
     if any(entry["how"] == "serve_early" for entry in served):
         _add_serving_history(copies["report.md"], copies["report.html"], served)
+    _add_step_times(copies["report.md"], copies["report.html"], summary["steps"], total)
     summary["tuning_reports"] = {model_type: copies[f"tuning-{model_type}.html"]
                                  for model_type in tuning}
     with open(summary_path, "w") as handle:

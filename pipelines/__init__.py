@@ -20,7 +20,9 @@
   the CLI applies, over the compiled pipeline's defaults; only the given ones are sent.
 - ``PipelineParameters``: every parameter, named, typed, documented and validated (the local
   defaults; ``PipelineParameters(...).changed()`` are the values that differ from them).
-- The components, by function name, and ``COMPONENTS`` (folder → component).
+- The components, by function name: in your own ``@dsl.pipeline`` each task takes the images
+  chosen when it is made (``$FMNIST_COMPONENT_IMAGE``/``$FMNIST_GPU_IMAGE`` as set then, else
+  the release's); ``COMPONENTS`` (folder → component) holds them as built, with the release's.
 - ``PIPELINE_NAME``: the compiled pipeline's ``pipelineInfo.name``, constant across releases.
 
 Attributes are imported on first use, so importing ``fmnist_kfp.pipelines.arguments`` (as the CLI's
@@ -48,7 +50,18 @@ _WHERE = {
 __all__ = list(_WHERE)
 
 
+_COMPONENT_FUNCTIONS = frozenset(FOLDERS.values())
+_for_platform: dict[str, object] = {}
+
+
 def __getattr__(name: str):
+    if name in _COMPONENT_FUNCTIONS:
+        if name not in _for_platform:
+            from fmnist_kfp.pipelines.for_platform import ForPlatform
+
+            component = getattr(importlib.import_module(_WHERE[name]), name)
+            _for_platform[name] = ForPlatform(lambda _chosen: component)
+        return _for_platform[name]
     if name in _WHERE:
         return getattr(importlib.import_module(_WHERE[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -104,7 +104,24 @@ class ForPlatform(base_component.BaseComponent):
         return self.built.execute(**kwargs)
 
     def __call__(self, *args, **kwargs):
-        return self.built(*args, **kwargs)
+        # A task in a user's own pipeline copies its component's spec now, and KFP's compiler
+        # never asks this object again: so the task takes the images chosen at this moment.
+        return self._for_task(self.platform())(*args, **kwargs)
+
+    def _for_task(self, platform: Platform) -> base_component.BaseComponent:
+        if note := unpublished_image_note(platform.image):
+            _say_once(note)
+        if (platform.image, platform.gpu_image) == (RELEASE_IMAGE, RELEASE_GPU_IMAGE):
+            return self._built_for(platform)
+        tasks = self.__dict__.setdefault("_tasks", {})
+        if platform not in tasks:  # the spec KFP writes for this platform, loaded back
+            import yaml
+            from kfp import components
+
+            spec = _replace_images(json_format.MessageToDict(
+                self._built_for(platform).pipeline_spec), platform)
+            tasks[platform] = components.load_component_from_text(yaml.safe_dump(spec))
+        return tasks[platform]
 
     def __getattr__(self, name: str):
         if name.startswith("_"):

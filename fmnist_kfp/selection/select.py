@@ -56,10 +56,12 @@ def select_best(data_dir: str, model_dirs: list[str], best_model_dir: str,
     if not model_dirs:
         raise UserInputError("no candidate models to select from")
     images, labels = load_arrays(data_dir, "validation")
-    candidates = []
+    candidates, predictors = [], {}
     for model_dir in model_dirs:
         result = read_result(model_dir)
-        predictions = predict_classes(os.path.join(model_dir, SAVED_MODEL_VERSION), images)
+        # Each model is loaded once: the chosen one scores the test split with it too.
+        predictors[model_dir] = load_pixels_predictor(os.path.join(model_dir, SAVED_MODEL_VERSION))
+        predictions = predict_with(predictors[model_dir], images)[1]
         evaluation = evaluate_predictions(labels, predictions)
         candidates.append(
             {
@@ -84,7 +86,7 @@ def select_best(data_dir: str, model_dirs: list[str], best_model_dir: str,
     )[1]
     # The one read of the test split: the chosen model's report.
     test_images, test_labels = load_arrays(data_dir, "test")
-    chosen = load_pixels_predictor(os.path.join(best["model_dir"], SAVED_MODEL_VERSION))
+    chosen = predictors[best["model_dir"]]
     test = evaluate_predictions(test_labels, predict_with(chosen, test_images)[1])
     best.update({"test_accuracy": round(test.accuracy, 4),
                  **{k: v for k, v in asdict(test).items() if k != "accuracy"}})

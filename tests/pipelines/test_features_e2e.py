@@ -6,6 +6,7 @@ dataset, and TensorBoard serving the training logs."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -67,3 +68,41 @@ def test_fmnist_kfp_tensorboard_serves_the_runs_training_logs(real_run):
     assert json.loads(summary_path.read_text())["tensorboard"] == summary["tensorboard"]
     tags = served_scalar_tags(["--summary", str(summary_path)])
     assert "epoch_loss" in tags["basic/train"] and "epoch_accuracy" in tags["dropout/train"]
+
+
+# A cold `make run` prints at most this many lines without --verbose (issue 31): a line as each
+# step starts and ends, the summary; everything else is in the run's log file.
+TERMINAL_LINES = 60
+
+
+@pytest.mark.slow
+def test_the_terminal_shows_each_step_and_the_log_file_holds_everything_else(real_run):
+    """What `fmnist-kfp run --local` printed (output not a terminal: no live progress) against
+    the log file it names, and where the time went in the summary and the local report."""
+    terminal = real_run.terminal
+    lines = terminal.splitlines()
+    assert len(lines) <= TERMINAL_LINES, terminal
+    summary = real_run.summary
+    log_path = Path(summary["log_path"])
+    assert f"Log: {log_path} " in terminal and f"Log:     {log_path}" in terminal
+    # One line as each step starts and one as it ends, with its seconds; the training steps
+    # name their model and its last epoch's validation accuracy.
+    for step in summary["steps"]:
+        assert sum(line.split()[:2] == [step["step"], "started"] for line in lines) >= 1
+    trained = [line for line in lines if line.lstrip().startswith("train-model (")]
+    assert sorted(line.split()[1] for line in trained) == ["(basic)", "(batchnorm)", "(dropout)"]
+    assert all(re.search(r" \d+\.\d s  validation accuracy 0\.\d{4}$", line) for line in trained)
+    # None of kfp.local's executor input/output, TensorFlow's start-up or a trainer's epochs.
+    for noise in ("executor_input", "Executor", "cuda", "oneDNN", "epoch=", "Streamed logs"):
+        assert noise not in terminal, noise
+    log = log_path.read_text()
+    assert "Got executor_input" in log and "Wrote executor output file" in log
+    assert log.count(" epoch=1 epochs=1 ") >= 3  # each model's epoch line
+    # Where the time went: every step's seconds and share, in the summary and the report.
+    shares = [step["share"] for step in summary["steps"]]
+    assert all(0 <= share <= 1 for share in shares) and 0.5 < sum(shares) <= 1.0
+    report = Path(summary["report_markdown_path"]).read_text()
+    section = report.split("## Where the time went")[1]
+    assert section.count("| train-model |") == 3
+    assert f"| the run |  | {summary['total_seconds']:.1f} | 100.0% |" in section
+    assert "Where the time went" in Path(summary["report_path"]).read_text()

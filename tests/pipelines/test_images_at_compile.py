@@ -125,3 +125,41 @@ def test_the_readme_states_the_release_status_the_code_knows():
     else:
         assert "no release is tagged yet" in status and "--image" in status
         assert RELEASE_IMAGE in status.replace("\n", " ")
+
+
+def test_our_components_in_a_users_pipeline_take_the_image_set_after_import(tmp_path,
+                                                                             monkeypatch):
+    """``from fmnist_kfp.pipelines import train_model`` in a user's own ``@dsl.pipeline``: each
+    task takes the images chosen when it is made (the variable, set after the import and
+    before the pipeline is defined), the
+    GPU image included; without the variable, the release's. The user's own component keeps
+    its image."""
+    from kfp import components, dsl
+
+    from fmnist_kfp.pipelines import ingest_fashion_mnist, train_model
+
+    count = components.load_component_from_text(
+        "name: count\nimplementation:\n  container:\n    image: python:3.12\n"
+        "    command: [python, -c, 'print(1)']\n")
+
+    def users_pipeline():  # KFP builds the graph, the tasks with it, when this is decorated
+        @dsl.pipeline(name="users-pipeline")
+        def pipeline():
+            data = ingest_fashion_mnist()
+            train_model(dataset=data.outputs["dataset"], model_type="basic", epochs=1)
+            count()
+        return pipeline
+
+    monkeypatch.delenv(GPU_IMAGE_ENV, raising=False)
+    monkeypatch.setenv(IMAGE_ENV, USER_IMAGE)
+    path = tmp_path / "user.yaml"
+    compiler.Compiler().compile(users_pipeline(), str(path))
+    assert _references(path) == {"release": 0, "user": 4, "user gpu": 1}  # with train's gpu_image
+    assert _executor_images(path) == {USER_IMAGE, "python:3.12"}
+
+    monkeypatch.delenv(IMAGE_ENV)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnpublishedImageWarning)
+        compiler.Compiler().compile(users_pipeline(), str(path))
+    assert _references(path)["user"] == 0
+    assert _executor_images(path) == {RELEASE_IMAGE, "python:3.12"}
