@@ -46,7 +46,7 @@ serve: setup
 
 # Two worker processes: most tests wait on processes, servers and stand-ins, so two share the
 # two cores CI has; tests/conftest.py says what runs together. PYTEST_WORKERS= runs in one.
-PYTEST_WORKERS ?= -n 2 --dist loadgroup --no-loadscope-reorder
+PYTEST_WORKERS ?= -n 2 --no-loadscope-reorder
 test: setup layers
 	$(PY) -m pytest $(PYTEST_WORKERS) $(PYTEST_ARGS)
 

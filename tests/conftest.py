@@ -88,12 +88,14 @@ def exported_model(tmp_path_factory) -> Path:
     return export_untrained_model(tmp_path_factory.mktemp("model"), seed=7)
 
 
-# `make test` runs the suite in two worker processes (pytest-xdist, --dist loadgroup). A unit of
-# work goes whole to one worker: by default a test module (its module fixtures built once);
-# the tests of a costly shared fixture together (built once, not once per worker); and each
-# slow test of EACH_SLOW_TEST_ALONE on its own, since they share nothing costly and one module
-# of them would keep a worker busy for many minutes. The heaviest units start first, so that
-# neither worker is left with a long one at the end.
+# `make test` runs the suite in two worker processes (pytest-xdist). A unit of work goes whole
+# to one worker: by default a test module (its module fixtures built once); the tests of a
+# costly shared fixture together (built once, not once per worker); and each slow test of
+# EACH_SLOW_TEST_ALONE on its own, since they share nothing costly and one module of them would
+# keep a worker busy for many minutes. The heaviest units start first, so that neither worker
+# is left with a long one at the end. (xdist's own loadgroup marks a test's group by editing its
+# node id, which pytest 9 no longer reads: so each worker writes its units to a file that the
+# scheduler below reads.)
 SHARED_FIXTURES = ("real_run", "trained_model", "wheel")
 EACH_SLOW_TEST_ALONE = frozenset({
     "tests/pipelines/test_pipeline.py",
@@ -103,31 +105,76 @@ EACH_SLOW_TEST_ALONE = frozenset({
     "tests/serving/deploy/test_local_deploy.py",
 })
 SLOW_TEST_WEIGHT = 60  # a slow test against a quick one, roughly, in seconds
+WORK_UNITS_ENV = "FMNIST_TEST_WORK_UNITS"  # the file the workers write their units to
 
 
 def work_unit(item: pytest.Item) -> str:
-    """The group of ``item`` when the suite runs in several workers (see above)."""
+    """The unit of work of ``item`` when the suite runs in several workers (see above)."""
     shared = next((name for name in SHARED_FIXTURES if name in item.fixturenames), None)
     module = item.nodeid.split("::")[0]
     if shared:
         return shared
     if module in EACH_SLOW_TEST_ALONE and item.get_closest_marker("slow"):
-        return f"{module}::{item.name}".replace("@", "_")  # "@" ends xdist's group suffix
+        return item.nodeid
     return module
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_configure(config: pytest.Config) -> None:
+    if config.pluginmanager.has_plugin("xdist") and not hasattr(config, "workerinput") \
+            and config.getoption("numprocesses", None):
+        import tempfile
+
+        handle, path = tempfile.mkstemp(prefix="fmnist-test-units-", suffix=".json")
+        os.close(handle)
+        os.environ[WORK_UNITS_ENV] = path  # the workers, started after this, inherit it
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.getoption("dist", "no") == "no":
+    if not hasattr(config, "workerinput"):  # only in an xdist worker
         return
     units: dict[str, list[pytest.Item]] = {}
     for item in items:
-        unit = work_unit(item)
-        item.add_marker(pytest.mark.xdist_group(unit))
-        units.setdefault(unit, []).append(item)
+        units.setdefault(work_unit(item), []).append(item)
 
     def weight(unit: list[pytest.Item]) -> int:
         return sum(SLOW_TEST_WEIGHT if i.get_closest_marker("slow") else 1 for i in unit)
 
     items[:] = [item for unit in sorted(units.values(), key=weight, reverse=True)
                 for item in unit]
+    import json
+
+    worker_file = f"{os.environ[WORK_UNITS_ENV]}.{config.workerinput['workerid']}"
+    with open(worker_file + ".part", "w") as handle:
+        json.dump({item.nodeid: unit for unit, its in units.items() for item in its}, handle)
+    os.replace(worker_file + ".part", worker_file)  # whole, or not there
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    path = os.environ.get(WORK_UNITS_ENV)
+    if path and not hasattr(config, "workerinput"):
+        import glob
+
+        for leftover in [path, *glob.glob(path + ".*")]:
+            os.remove(leftover)
+
+
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: without xdist, the suite runs in one process
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class WorkUnitScheduling(LoadScopeScheduling):
+        """xdist's scope scheduling, a scope being a work unit of ``work_unit``."""
+
+        units: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.units is None:  # every worker has collected (and written) by now
+                import glob
+                import json
+
+                [first, *_] = sorted(glob.glob(os.environ[WORK_UNITS_ENV] + ".gw*"))
+                with open(first) as handle:
+                    self.units = json.load(handle)
+            return self.units[nodeid]
+
+    return WorkUnitScheduling(config, log)

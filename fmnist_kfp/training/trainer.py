@@ -43,11 +43,18 @@ EVALUATOR_WAIT_SECONDS = 600
 def read_result(work_dir: str) -> dict[str, Any]:
     """What the chief reported: ``result.json`` in a job's work directory (a local path, a
     mount, or a bucket URI)."""
+    path = f"{work_dir}/{RESULT_FILE}"
+    missing = UserInputError(f"{work_dir} is not a trained model directory (no {RESULT_FILE})")
+    if "://" not in work_dir:  # a file: no TensorFlow import (seconds of a step's time) for it
+        try:
+            with open(path) as handle:
+                return json.load(handle)
+        except FileNotFoundError:
+            raise missing from None
     import tensorflow as tf
 
-    path = f"{work_dir}/{RESULT_FILE}"
     if not tf.io.gfile.exists(path):
-        raise UserInputError(f"{work_dir} is not a trained model directory (no {RESULT_FILE})")
+        raise missing
     with tf.io.gfile.GFile(path) as handle:
         return json.load(handle)
 
