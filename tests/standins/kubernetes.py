@@ -314,12 +314,15 @@ class KubernetesStandIn(FaultyServer):
                 return None
             if match[1] != SERVED_VERSION:
                 return reply_json(handler, status_body(404, "NotFound"), 404)
-            controller = self.jobs.get((match[2], match[3]))
-            if controller is None:
-                return reply_json(handler, status_body(
-                    404, "NotFound", f'tfjobs.kubeflow.org "{match[3]}" not found'), 404)
-            reply_json(handler, controller.manifest())
-            controller.tick()  # the controller acts after the read: status lags
+            # One request at a time reads and reconciles: a controller is single-threaded, as
+            # the operator's is (a work queue), however many clients poll at once.
+            with self.lock:
+                controller = self.jobs.get((match[2], match[3]))
+                if controller is None:
+                    return reply_json(handler, status_body(
+                        404, "NotFound", f'tfjobs.kubeflow.org "{match[3]}" not found'), 404)
+                reply_json(handler, controller.manifest())
+                controller.tick()  # the controller acts after the read: status lags
             return None
         if (match := _PODS.match(path)) and match[3]:
             if self._fault(handler, "GET", "log"):
