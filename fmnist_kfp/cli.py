@@ -389,6 +389,10 @@ def cmd_tensorboard(args: argparse.Namespace) -> int:
     _check_listen(args.host, args.port)
     from tensorboard import program
 
+    from fmnist_kfp.training.quiet_start import import_tensorflow_quietly
+
+    import_tensorflow_quietly()  # TensorBoard imports it: without its lines about a missing GPU
+
     board = program.TensorBoard()
     board.configure(argv=["tensorboard", *spec, "--host", args.host, "--port", str(args.port)])
     print(f"TensorBoard on http://{args.host}:{args.port}/ over {' '.join(spec[1:])}",

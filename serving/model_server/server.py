@@ -23,12 +23,14 @@ import os
 import sys
 import threading
 import time
+import warnings
 
 from kserve.logging import logger
 
 from fmnist_kfp.serving.model_server.kserve_internals import LoopbackModelServer
 from fmnist_kfp.serving.model_server.protocol import DEFAULT_UNCERTAIN_MARGIN
 from fmnist_kfp.serving.model_server.request_gate import DEFAULT_MAX_BODY_BYTES
+from fmnist_kfp.training.quiet_start import import_tensorflow_quietly
 
 DEFAULT_MODEL_NAME = "fashion-mnist"
 DEFAULT_GRPC_PORT = 8081
@@ -135,6 +137,10 @@ def serve(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     args, _ = build_parser().parse_known_args(argv)
+    # The server's own log, not TensorFlow's start-up lines about a GPU this machine lacks, nor
+    # a deprecation inside KServe's FastAPI app that no user of it can act on.
+    import_tensorflow_quietly()
+    warnings.filterwarnings("ignore", message="ORJSONResponse is deprecated")
     serve(args)
 
 

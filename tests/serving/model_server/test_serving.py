@@ -596,12 +596,14 @@ def test_make_serve_serves_the_latest_selected_model(exported_model, tmp_path, i
     summary = tmp_path / "summary.json"
     summary.write_text(json.dumps({"best_model_path": str(exported_model)}))
     port_file = tmp_path / "ports.json"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "fmnist_kfp.cli", "serve", "--summary", str(summary),
-         "--port", "0", "--", "--grpc_port=0", f"--port_file={port_file}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-    )
+    terminal = tmp_path / "terminal.txt"
+    with open(terminal, "wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "fmnist_kfp.cli", "serve", "--summary", str(summary),
+             "--port", "0", "--", "--grpc_port=0", f"--port_file={port_file}"],
+            stdout=out, stderr=subprocess.STDOUT,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        )
     try:
         alive = lambda: process.poll() is None  # noqa: E731
         url = f"http://127.0.0.1:{read_port_file(port_file, 180, alive)['http_port']}"
@@ -610,6 +612,13 @@ def test_make_serve_serves_the_latest_selected_model(exported_model, tmp_path, i
     finally:
         process.terminate()
         process.wait(timeout=60)
+    # What the person who typed it reads: no TensorFlow start-up lines about a GPU this
+    # machine does not have (fmnist_kfp.training.quiet_start).
+    shown = terminal.read_text(errors="replace")
+    assert f"serving {exported_model} as {NAME}" in shown
+    if not os.path.exists("/dev/nvidiactl"):
+        for noise in ("absl::InitializeLog", "cuda drivers", "cuInit", "cpu_feature_guard"):
+            assert noise not in shown, shown
 
 
 def test_serve_without_a_selected_model_says_what_to_do(tmp_path, capsys):
