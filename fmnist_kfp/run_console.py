@@ -85,6 +85,10 @@ class _Lines(io.TextIOBase):
     def isatty(self) -> bool:
         return False
 
+    @property
+    def encoding(self) -> str:  # what code that encodes for sys.stdout asks
+        return "utf-8"
+
 
 class RunConsole(logging.Filter):
     """The terminal and the log file of one local run (see the module docstring). Use as a

@@ -125,3 +125,12 @@ def test_a_search_shows_trials_done_and_the_best(tmp_path):
     [line] = [line for line in shown.splitlines() if "tune-hyperparameters" in line
               and "started" not in line]
     assert line.endswith("2/4 trials, best 0.6100") and "validation accuracy" not in line
+
+
+def test_code_that_asks_the_streams_encoding_gets_one(tmp_path):
+    seen = []
+    terminal = io.StringIO()
+    with RunConsole(str(tmp_path / "run.log"), terminal=terminal):
+        seen.append(sys.stdout.encoding)
+        print("é".encode(sys.stdout.encoding).decode(sys.stdout.encoding))
+    assert seen == ["utf-8"] and "é" in (tmp_path / "run.log").read_text(encoding="utf-8")
