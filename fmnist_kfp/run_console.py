@@ -56,6 +56,7 @@ class _Step:
     lines: collections.deque = field(
         default_factory=lambda: collections.deque(maxlen=FAILURE_TAIL_LINES))
     epochs_seen: set = field(default_factory=set)
+    record: dict = field(default_factory=dict)  # its entry in RunConsole.steps
     last_metrics: dict = field(default_factory=dict)
     trials: str = ""
 
@@ -168,14 +169,14 @@ class RunConsole(logging.Filter):
             self._log.write(line + "\n")
             if self.verbose:
                 self._console.print(line, markup=False)
-            plain = _ANSI.sub("", line).strip()
-            if _WARNING.match(plain) and not self.verbose:
-                self._console.print(plain, markup=False)
+            text = plain(line).strip()
+            if _WARNING.match(text) and not self.verbose:
+                self._console.print(text, markup=False)
             step = self._current
             if step is None:
                 return
-            step.lines.append(plain)
-            self._read_progress(step, plain)
+            step.lines.append(text)
+            self._read_progress(step, text)
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = plain(str(record.getMessage())).strip()
@@ -197,8 +198,9 @@ class RunConsole(logging.Filter):
     # --- steps ---------------------------------------------------------------------------------
     def _start(self, name: str, when: float) -> None:
         with self._lock:
-            self._current = self._steps[name] = _Step(name, started=when)
-            self.steps.append({"step": name, "cache_hit": False})
+            self._current = self._steps[name] = _Step(
+                name, started=when, record={"step": name, "cache_hit": False})
+            self.steps.append(self._current.record)
             if self._progress is None:
                 self.say(f"  {name:<28} started")
             else:
@@ -210,9 +212,8 @@ class RunConsole(logging.Filter):
             if step is None:
                 return
             seconds = round(when - step.started, 2)
-            record = next(r for r in reversed(self.steps) if r["step"] == name)
-            record.update(seconds=seconds, ended_seconds=round(when - self.origin, 2),
-                          status=status)
+            step.record.update(seconds=seconds, ended_seconds=round(when - self.origin, 2),
+                               status=status)
             label = f"{name} ({step.model})" if step.model else name
             detail = ""
             if step.last_metrics.get("val_accuracy"):

@@ -100,9 +100,14 @@ def free_ports(count: int) -> list[int]:
     with open(os.path.join(directory, "lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one chooser at a time: check-then-reserve is atomic
         now = time.time()
-        for port in random.Random().sample(range(*PORT_RANGE), PORT_RANGE[1] - PORT_RANGE[0]):
+        low, high = PORT_RANGE
+        # From a random place, so callers rarely meet; not the global generator, which a
+        # seeded caller may own.
+        start = random.SystemRandom().randrange(low, high)
+        for offset in range(high - low):
             if len(chosen) == count:
                 break
+            port = low + (start - low + offset) % (high - low)
             reservation = os.path.join(directory, str(port))
             try:
                 if now - os.stat(reservation).st_mtime < PORT_RESERVATION_SECONDS:

@@ -307,6 +307,22 @@ class KubernetesStandIn(FaultyServer):
                                gang_scheduler=self.gang_scheduler,
                                gang_placed_after_ticks=self.gang_placed_after_ticks)
 
+    def read_then_reconcile(self, handler, controllers: dict, key: tuple, what: str,
+                            before_tick=None) -> None:
+        """A GET of a job: its manifest as it is, then its controllers act once (status lags
+        the read). One request at a time: a controller is single-threaded, as the operators'
+        are (a work queue), however many clients poll at once."""
+        with self.lock:
+            controller = controllers.get(key)
+            if controller is None:
+                return reply_json(handler, status_body(404, "NotFound", f"{what} not found"),
+                                  404)
+            reply_json(handler, controller.manifest())
+            if before_tick is not None:
+                before_tick(controller)
+            controller.tick()
+        return None
+
     def on_get(self, handler) -> None:
         path = urlsplit(handler.path).path
         if match := _TFJOBS.match(path):
@@ -314,16 +330,8 @@ class KubernetesStandIn(FaultyServer):
                 return None
             if match[1] != SERVED_VERSION:
                 return reply_json(handler, status_body(404, "NotFound"), 404)
-            # One request at a time reads and reconciles: a controller is single-threaded, as
-            # the operator's is (a work queue), however many clients poll at once.
-            with self.lock:
-                controller = self.jobs.get((match[2], match[3]))
-                if controller is None:
-                    return reply_json(handler, status_body(
-                        404, "NotFound", f'tfjobs.kubeflow.org "{match[3]}" not found'), 404)
-                reply_json(handler, controller.manifest())
-                controller.tick()  # the controller acts after the read: status lags
-            return None
+            return self.read_then_reconcile(handler, self.jobs, (match[2], match[3]),
+                                            f'tfjobs.kubeflow.org "{match[3]}"')
         if (match := _PODS.match(path)) and match[3]:
             if self._fault(handler, "GET", "log"):
                 return None

@@ -757,17 +757,8 @@ class TrainerStandIn(KubernetesStandIn):
         if match := _TRAINJOBS.match(path):
             if self._fault(handler, "GET", "trainjobs"):
                 return None
-            # One request at a time reads and reconciles: the controllers are single-threaded,
-            # as upstream's are (a work queue per controller).
-            with self.lock:
-                controller = self.trainjobs.get((match[2], match[3]))
-                if controller is None:
-                    return reply_json(handler, status_body(
-                        404, "NotFound", f'trainjobs.{GROUP} "{match[3]}" not found'), 404)
-                reply_json(handler, controller.manifest())
-                self._kueue(controller)
-                controller.tick()  # the controllers act after the read: status lags
-            return None
+            return self.read_then_reconcile(handler, self.trainjobs, (match[2], match[3]),
+                                            f'trainjobs.{GROUP} "{match[3]}"', self._kueue)
         return super().on_get(handler)
 
     def on_delete(self, handler) -> None:
