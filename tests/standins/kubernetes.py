@@ -310,8 +310,9 @@ class KubernetesStandIn(FaultyServer):
     def read_then_reconcile(self, handler, controllers: dict, key: tuple, what: str,
                             before_tick=None) -> None:
         """A GET of a job: its manifest as it is, then its controllers act once (status lags
-        the read). One request at a time: a controller is single-threaded, as the operators'
-        are (a work queue), however many clients poll at once."""
+        the read). One request at a time, however many clients poll at once: the operators
+        reconcile from client-go's work queue, which never hands one key to two workers at once
+        ("Stingy", kubernetes/client-go v0.33.9 ``util/workqueue/queue.go``, the ``Type`` doc)."""
         with self.lock:
             controller = controllers.get(key)
             if controller is None:
