@@ -38,11 +38,31 @@ def ingested_dataset(data_source: str) -> Path:
     return data_dir
 
 
-def write_results(name: str, result: dict) -> Path:
-    """Prints ``result`` and writes it to ``bench/results/<name>.json``."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
+HEADLINE_LINES = 25
+
+
+def headline(result: dict, prefix: str = "", depth: int = 2) -> list[str]:
+    """``key: value`` of the figures at the top of ``result`` (and one level down): what a
+    person reads on the terminal; the JSON file holds the rest."""
+    lines = []
+    for key, value in result.items():
+        if isinstance(value, dict) and depth > 1:
+            lines += headline(value, f"{prefix}{key}.", depth - 1)
+        elif not isinstance(value, (dict, list)):
+            lines.append(f"{prefix}{key}: {value}")
+    return lines
+
+
+def write_results(name: str, result: dict, path: Path | None = None) -> Path:
+    """Writes ``result`` to ``path`` (default ``bench/results/<name>.json``) and prints its
+    headline figures."""
+    path = path or RESULTS / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2))
-    print(json.dumps(result, indent=2))
-    print(f"wrote {path}")
+    lines = headline(result)
+    for line in lines[:HEADLINE_LINES]:
+        print(f"  {line}")
+    more = f" ({len(lines) - HEADLINE_LINES} more figures there)" if len(lines) > \
+        HEADLINE_LINES else ""
+    print(f"wrote {path}{more}")
     return path

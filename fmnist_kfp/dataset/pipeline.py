@@ -12,7 +12,14 @@ import os
 import sys
 
 from fmnist_kfp.dataset.official import IMAGE_SIZE
-from fmnist_kfp.dataset.records import IMAGE_FEATURE, LABEL_FEATURE, read_metadata, verify_shards
+from fmnist_kfp.dataset.records import (
+    IMAGE_FEATURE,
+    LABEL_FEATURE,
+    is_local,
+    read_local_split,
+    read_metadata,
+    verify_shards,
+)
 
 _PARSE_BATCH = 1024
 # tf.data's autotuning is off (see _without_autotune): maps run this many calls at once, and
@@ -64,6 +71,10 @@ def examples(data_dir: str, split: str, *, take: int = 0):
 
     ``take`` keeps the first N (a smaller training set for quick runs); ``take=0`` means all.
     """
+    return _parsed(split_files(data_dir, split), take)
+
+
+def _parsed(files: list[str], take: int):
     import tensorflow as tf
 
     def parse(serialized):
@@ -78,7 +89,7 @@ def examples(data_dir: str, split: str, *, take: int = 0):
         images = tf.reshape(images, [-1, IMAGE_SIZE, IMAGE_SIZE])
         return images, tf.cast(features[LABEL_FEATURE], tf.int32)
 
-    dataset = tf.data.TFRecordDataset(split_files(data_dir, split))
+    dataset = tf.data.TFRecordDataset(files)
     if take:
         dataset = dataset.take(take)
     return (
@@ -143,8 +154,11 @@ def load_arrays(data_dir: str, split: str, *, take: int = 0):
     """The whole split as numpy arrays (for evaluation and in-memory benchmarks)."""
     import numpy as np
 
+    files = split_files(data_dir, split)
+    if all(is_local(path) for path in files):
+        return read_local_split(files, take)
     images, labels = [], []
-    for image_batch, label_batch in examples(data_dir, split, take=take).batch(8192):
+    for image_batch, label_batch in _parsed(files, take).batch(8192):
         images.append(image_batch.numpy())
         labels.append(label_batch.numpy())
     if not images:

@@ -18,6 +18,7 @@ from typing import Any
 from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.selection.evaluate import evaluate_predictions, predict_classes, predict_with
 from fmnist_kfp.selection.report import html_report, markdown_report
+from fmnist_kfp.selection.test_scores import store_probabilities
 from fmnist_kfp.training.trainer import read_result
 
 
@@ -87,12 +88,15 @@ def select_best(data_dir: str, model_dirs: list[str], best_model_dir: str,
     # The one read of the test split: the chosen model's report.
     test_images, test_labels = load_arrays(data_dir, "test")
     chosen = predictors[best["model_dir"]]
-    test = evaluate_predictions(test_labels, predict_with(chosen, test_images)[1])
+    test_probabilities, test_predictions = predict_with(chosen, test_images)
+    test = evaluate_predictions(test_labels, test_predictions)
     best.update({"test_accuracy": round(test.accuracy, 4),
                  **{k: v for k, v in asdict(test).items() if k != "accuracy"}})
     if os.path.exists(best_model_dir):
         shutil.rmtree(best_model_dir)
     shutil.copytree(best["model_dir"], best_model_dir)
+    # Deployment and prediction compare served answers with these, without TensorFlow.
+    store_probabilities(best_model_dir, test_images, test_probabilities)
     counts = {"num_validation": int(len(labels)), "num_test": int(len(test_labels))}
     from importlib.util import find_spec
 

@@ -8,7 +8,7 @@ from typing import Any
 from fmnist_kfp.serving.deploy.verification import (
     compare,
     describe,
-    in_process_probabilities,
+    model_probabilities,
     test_sample,
 )
 
@@ -37,7 +37,7 @@ def predict_step(*, model_dir: str, data_dir: str, url: str, model_name: str,
                  sample_size: int, serves_model: bool, log=print) -> dict[str, Any]:
     """Sends ``sample_size`` test images to ``url``; returns the metrics to record."""
     images, labels = test_sample(data_dir, sample_size)
-    expected = in_process_probabilities(model_dir, images)
+    expected = model_probabilities(model_dir, images, log=log)
     result = compare(url, model_name, images, labels, expected, log=log)
     log(f"served accuracy {result['accuracy']:.4f} on {result['images']} test images "
         f"(selection: {result['expected_accuracy']:.4f}), {result['failures']} failed requests")

@@ -100,6 +100,21 @@ def in_process_probabilities(model_dir: str, images: np.ndarray) -> np.ndarray:
     return predict(resolve_saved_model_dir(model_dir), images)[0]
 
 
+def model_probabilities(model_dir: str, images: np.ndarray, *, log=None) -> np.ndarray:
+    """The model's own probabilities ``[N, 10]`` for ``images``: those selection stored for
+    this very model and these very images (:mod:`fmnist_kfp.selection.test_scores`), else
+    :func:`in_process_probabilities`."""
+    from fmnist_kfp.selection.test_scores import stored_probabilities
+
+    stored = stored_probabilities(model_dir, images)
+    if stored is not None:
+        if log:
+            log(f"the model's own answers for the {len(images)} images: the test-split "
+                "probabilities selection stored for this model (same SavedModel digest)")
+        return stored
+    return in_process_probabilities(model_dir, images)
+
+
 def compare(url: str, model_name: str, images: np.ndarray, labels: np.ndarray,
             expected: np.ndarray, *, log=None) -> dict:
     """Sends the images to ``url`` and compares the answers with ``expected``, the in-process
@@ -142,7 +157,7 @@ def make_verifier(model_dir: str, model_name: str, images: np.ndarray, labels: n
 
     def verify(url: str, served_name: str | None = None) -> dict:
         if not expected:
-            expected.append(in_process_probabilities(model_dir, images))
+            expected.append(model_probabilities(model_dir, images, log=log))
         result = compare(url, served_name or model_name, images, labels, expected[0], log=log)
         if log:
             log(f"verified {url}: {result['requests']} requests, {result['failures']} failed, "

@@ -24,12 +24,14 @@ from __future__ import annotations
 import asyncio
 import socket
 from concurrent import futures
+from http import HTTPStatus
 
 from fastapi.responses import ORJSONResponse
 from grpc import aio
 from kserve import ModelServer
 from kserve import model_server as kserve_model_server
 from kserve.constants.constants import INFERENCE_CONTENT_LENGTH_HEADER
+from kserve.errors import InvalidInput
 from kserve.logging import logger
 from kserve.protocol.dataplane import DataPlane
 from kserve.protocol.grpc import grpc_predict_v2_pb2_grpc
@@ -40,7 +42,6 @@ from kserve.protocol.rest.multiprocess.server import RESTServerMultiProcess
 from kserve.protocol.rest.server import RESTServer
 from uvicorn.importer import import_from_string
 
-from fmnist_kfp.images import ImageTooLarge
 from fmnist_kfp.serving.model_server.ports import write_port_file
 from fmnist_kfp.serving.model_server.protocol import binary_infer_request
 from fmnist_kfp.serving.model_server.request_gate import DEFAULT_MAX_BODY_BYTES, RequestGate
@@ -116,18 +117,25 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def _image_too_large(request, error: ImageTooLarge):
-    return ORJSONResponse(status_code=413, content={"error": error.reason})
+async def _invalid_input(request, error: InvalidInput):
+    """KServe's answer to a request it cannot serve (``{"error": ...}``) with the status the
+    error names (413 for an image over the limits, 415 for a type the server does not decode,
+    else 400) and one line in the log: KServe's own handler logs the client's mistake with the
+    server's traceback."""
+    status = getattr(error, "status_code", HTTPStatus.BAD_REQUEST)
+    logger.warning("%s %s: %d %s", request.method, request.url.path, status, error.reason)
+    return ORJSONResponse(status_code=status, content={"error": error.reason})
 
 
 # No public hook: ModelServer builds its RESTServer inside start(), with no way to add ASGI
 # middleware or exception handlers, and binds 0.0.0.0 itself (kserve#4558).
 class GatedRESTServer(RESTServer):
-    """KServe's REST server with :class:`RequestGate` in front, 413 for images over the
-    limits, and without KServe's per-request timing middleware unless an access log is asked
-    for: it calls ``getrusage(RUSAGE_SELF)``, which walks every thread of the process, measured
-    as the largest single cost per request here. Worker processes unpickle it and build the
-    same application."""
+    """KServe's REST server with :class:`RequestGate` in front, a request's mistakes answered
+    with the status they name and logged in one line (:func:`_invalid_input`), and without
+    KServe's per-request timing middleware unless an access log is asked for: it calls
+    ``getrusage(RUSAGE_SELF)``, which walks every thread of the process, measured as the
+    largest single cost per request here. Worker processes unpickle it and build the same
+    application."""
 
     max_body_bytes = DEFAULT_MAX_BODY_BYTES
 
@@ -138,7 +146,7 @@ class GatedRESTServer(RESTServer):
             self._add_middlewares(app)
         self._register_endpoints(app)
         self._add_exception_handlers(app)
-        app.add_exception_handler(ImageTooLarge, _image_too_large)
+        app.add_exception_handler(InvalidInput, _invalid_input)
 
     async def serve_on(self, sock: socket.socket):
         self.create_application()

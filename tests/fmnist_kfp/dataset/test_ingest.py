@@ -42,6 +42,30 @@ def test_ingested_dataset_has_metadata_and_round_trips_the_pixels(synthetic_idx,
     np.testing.assert_array_equal(labels, expected_labels)
 
 
+def test_steps_read_a_local_split_without_tensorflow_exactly_as_tf_data_parses_it(
+        synthetic_dataset):
+    """Deploy and predict only need test images: they read the shards without importing
+    TensorFlow (seconds a step), and get what tf.data's parse gives, every split, ``take``
+    included."""
+    import subprocess
+    import sys
+
+    from fmnist_kfp.dataset.pipeline import examples
+
+    for split, take in (("train", 0), ("validation", 0), ("test", 0), ("test", 37)):
+        parsed = list(examples(str(synthetic_dataset), split, take=take).batch(10_000))
+        images, labels = load_arrays(str(synthetic_dataset), split, take=take)
+        np.testing.assert_array_equal(images, parsed[0][0].numpy())
+        np.testing.assert_array_equal(labels, parsed[0][1].numpy())
+        assert labels.dtype == parsed[0][1].numpy().dtype and images.dtype == np.uint8
+    probe = ("import sys; from fmnist_kfp.dataset.pipeline import load_arrays; "
+             f"images, _ = load_arrays({str(synthetic_dataset)!r}, 'test'); "
+             "print(len(images), 'tensorflow' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["500", "False"]
+
+
 def test_the_validation_split_is_the_last_tenth_of_each_class_in_file_order(synthetic_dataset):
     """Fixed and class-stratified: the same images on every ingestion, each class equally
     represented, none of them in the training split."""

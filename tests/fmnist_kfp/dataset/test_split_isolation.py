@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from fmnist_kfp.dataset.pipeline import SPLIT_READ_LOG_ENV
@@ -59,3 +60,13 @@ def test_tuning_training_and_selection_read_the_test_split_once_for_the_chosen_m
     assert "test_accuracy" in outputs.metadata
     assert all("test_accuracy" not in row for row in outputs.metadata["leaderboard"]
                if row["model_type"] != outputs.best_model_type)
+
+    # Deploy and predict hold the server to the chosen model's answers, which selection
+    # stored beside it: the model's own, for the test images.
+    from fmnist_kfp.selection.test_scores import stored_probabilities
+    from fmnist_kfp.serving.deploy.verification import in_process_probabilities, test_sample
+
+    images, _ = test_sample(data_dir, 50)
+    best = str(tmp_path / "best")
+    np.testing.assert_allclose(stored_probabilities(best, images),
+                               in_process_probabilities(best, images), atol=1e-5)

@@ -189,3 +189,41 @@ def test_a_wrong_model_fails_verification(served, sample, tmp_path, wrong, seed,
     assert not result["ok"], (wrong, result)  # ... by the wrong model
     # Even two untrained networks (near-uniform answers) are several tolerances apart.
     assert result["max_probability_difference"] > 5 * PROBABILITY_TOLERANCE
+
+
+def _with_stored(model_dir, tmp_path, images, probabilities):
+    """A copy of ``model_dir`` with ``probabilities`` stored beside it as selection does."""
+    import shutil
+
+    from fmnist_kfp.selection.test_scores import store_probabilities
+
+    copy = tmp_path / "selected"
+    shutil.copytree(model_dir, copy)
+    store_probabilities(str(copy), images, probabilities)
+    return copy
+
+
+def test_selections_stored_answers_are_what_the_served_model_is_held_to(
+        served, exported_model, sample, tmp_path):
+    """Deploy and predict read the model's answers from selection instead of loading the
+    model; the check is as strict: stored answers of the wrong classes fail it, and a model
+    that is not the one they were computed for is scored again."""
+    from fmnist_kfp.serving.deploy.verification import in_process_probabilities
+
+    images, labels = sample
+    own = in_process_probabilities(str(exported_model), images)
+    selected = _with_stored(exported_model, tmp_path, images, own)
+    lines: list[str] = []
+    result = make_verifier(str(selected), NAME, images, labels, log=lines.append)(served.url)
+    assert result["ok"] and any("selection stored" in line for line in lines)
+
+    wrong = _with_stored(exported_model, tmp_path / "wrong", images, np.roll(own, 1, axis=1))
+    result = make_verifier(str(wrong), NAME, images, labels)(served.url)
+    assert result["failures"] == 0 and not result["ok"]
+
+    # The same directory holding another SavedModel: the stored answers are not its own.
+    (wrong / "1" / "assets").mkdir(exist_ok=True)
+    (wrong / "1" / "assets" / "retrained").write_text("other bytes, other digest")
+    lines.clear()
+    result = make_verifier(str(wrong), NAME, images, labels, log=lines.append)(served.url)
+    assert result["ok"] and not any("selection stored" in line for line in lines)

@@ -609,13 +609,23 @@ def test_make_serve_serves_the_latest_selected_model(exported_model, tmp_path, i
         url = f"http://127.0.0.1:{read_port_file(port_file, 180, alive)['http_port']}"
         wait_until_ready(url, NAME, timeout=180, is_alive=alive)
         assert predict(url, v1_image_request(images[:2])).status_code == 200
+        # A client's mistakes: the status each names, and one line each on the terminal.
+        endpoint = f"{url}/v1/models/{NAME}:predict"
+        assert httpx.post(endpoint, content=b"not json").status_code == 400
+        heic = base64.b64encode(b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic"
+                                + bytes(64)).decode()
+        refused = httpx.post(endpoint, json={"instances": [{"image_bytes": {"b64": heic}}]})
+        assert refused.status_code == 415 and "HEIC" in refused.json()["error"]
     finally:
         process.terminate()
         process.wait(timeout=60)
     # What the person who typed it reads: no TensorFlow start-up lines about a GPU this
-    # machine does not have (fmnist_kfp.training.quiet_start).
+    # machine does not have (fmnist_kfp.training.quiet_start), no traceback for a bad request.
     shown = terminal.read_text(errors="replace")
     assert f"serving {exported_model} as {NAME}" in shown
+    assert "Traceback" not in shown, shown
+    assert f"POST /v1/models/{NAME}:predict: 400 " in shown
+    assert f"POST /v1/models/{NAME}:predict: 415 instance 0.image_bytes.b64: HEIC" in shown
     if not os.path.exists("/dev/nvidiactl"):
         for noise in ("absl::InitializeLog", "cuda drivers", "cuInit", "cpu_feature_guard"):
             assert noise not in shown, shown
