@@ -11,7 +11,7 @@ import sys
 import warnings
 
 from fmnist_kfp import __version__
-from fmnist_kfp.errors import DataSourceError, TrainingJobError, UserInputError
+from fmnist_kfp.errors import FmnistError, UserInputError
 from fmnist_kfp.extras import require
 from fmnist_kfp.settings.data import DataSettings
 from fmnist_kfp.settings.jobs import OPERATORS
@@ -570,9 +570,9 @@ def main(argv: list[str] | None = None) -> int:
 def _dispatch(args: argparse.Namespace) -> int:
     try:
         return args.func(args)
-    except (UserInputError, DataSourceError, TrainingJobError) as err:
+    except FmnistError as err:  # ours: the message says what to do
         print(f"error: {err}", file=sys.stderr)
-        return 2
+        return err.exit_code
     except RuntimeError as err:  # kfp.local reports a failed step this way
         print(f"error: {err}", file=sys.stderr)
         return 1

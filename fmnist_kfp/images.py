@@ -44,6 +44,7 @@ import numpy as np
 from kserve.errors import InvalidInput
 
 from fmnist_kfp.dataset.official import IMAGE_SIZE
+from fmnist_kfp.errors import FmnistError
 from fmnist_kfp.training.export import GRAY_WEIGHTS
 
 FORMATS = ("PNG", "JPEG", "GIF", "BMP", "WEBP", "AVIF")
@@ -82,7 +83,7 @@ class ImageLimits:
             )
 
 
-class ImageTooLarge(InvalidInput):
+class ImageTooLarge(FmnistError, InvalidInput):
     """An image whose declared size is over the limits: HTTP 413 (gRPC INVALID_ARGUMENT)."""
 
     status_code = 413
@@ -110,7 +111,7 @@ def _iso_brand(data: bytes) -> bytes:
     return data[8:12] if data[4:8] == b"ftyp" else b""
 
 
-class UnsupportedImageType(InvalidInput):
+class UnsupportedImageType(FmnistError, InvalidInput):
     """An image in a format the server does not decode: HTTP 415."""
 
     status_code = 415

@@ -18,8 +18,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from fmnist_kfp import errors
 from fmnist_kfp.dataset.sources import resolve_source
+from fmnist_kfp.errors import StepFailed
 from fmnist_kfp.kfp_components import STEP_ERRORS_ENV
 from fmnist_kfp.run_console import RunConsole, plain
 from fmnist_kfp.settings.pipeline import PipelineParameters
@@ -171,21 +171,22 @@ def _batch_summary(predictions) -> dict[str, Any]:
 
 
 def _step_failure(failure: RuntimeError, errors_path: str, console: RunConsole) -> Exception:
-    """What ends a failed run: the error a step stopped with, when it was one of
-    :mod:`fmnist_kfp.errors` (recorded in ``errors_path``: see
-    :func:`kfp_components.report_errors_briefly`), naming the step; else kfp.local's own
-    message (a bug: the step's traceback is in the log above)."""
+    """What ends a failed run: the error of ours a step stopped with (recorded in
+    ``errors_path``: see :func:`kfp_components.reports_errors_briefly`) as a
+    :class:`~fmnist_kfp.errors.StepFailed` naming the step, with the error's exit code; else
+    kfp.local's own message (a bug: the step's traceback is in the log)."""
     try:
         with open(errors_path) as handle:
             records = [json.loads(line) for line in handle if line.strip()]
     except (OSError, ValueError):
         records = []
-    kind = getattr(errors, records[0]["error"], None) if records else None
-    if not (isinstance(kind, type) and issubclass(kind, Exception)):
+    if not records:
         return RuntimeError(plain(str(failure)) + f" Its log says why: {console.log_path}")
     failed = [step["step"] for step in console.steps if step.get("status") == "FAILURE"]
     where = f"the {failed[0]} step failed: " if failed else ""
-    return kind(where + records[0]["message"])
+    record = records[0]
+    return StepFailed(where + record["message"], kind=record.get("error", ""),
+                      exit_code=int(record.get("exit_code", 1)))
 
 
 def run_local(

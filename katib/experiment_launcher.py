@@ -54,7 +54,8 @@ from fmnist_kfp.katib.results import (
     typed_assignments,
 )
 from fmnist_kfp.katib.stalls import STALL_SECONDS, StallWatch
-from fmnist_kfp.kubernetes.experiment import build_experiment, to_manifest
+from fmnist_kfp.kubernetes.experiment import build_experiment
+from fmnist_kfp.kubernetes.manifest import to_manifest
 from fmnist_kfp.kubernetes.runner import FAILED as FAILED_JOB
 from fmnist_kfp.kubernetes.runner import (
     DeadlineExceeded,

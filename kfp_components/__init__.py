@@ -9,12 +9,15 @@ Nothing is imported until it is used: a pipeline pod imports only its step (KFP'
 ``kfp.dsl`` cannot build components)."""
 
 import contextlib
+import functools
 import importlib
 import json
 import os
 import sys
 
-# Set by ``fmnist-kfp run --local`` to a file: see :func:`report_errors_briefly`.
+from fmnist_kfp.errors import FmnistError
+
+# Set by ``fmnist-kfp run --local`` to a file: see :func:`reports_errors_briefly`.
 STEP_ERRORS_ENV = "FMNIST_STEP_ERRORS"
 
 # Folder name → the component's function name.
@@ -45,38 +48,31 @@ def lazy_component(package: str, function: str):
     return __getattr__
 
 
-def report_errors_briefly() -> None:
-    """In a step that ``fmnist-kfp run --local`` runs (``$FMNIST_STEP_ERRORS`` names a file),
-    an error of :mod:`fmnist_kfp.errors` ends the step with ``error: <message>`` instead of a
-    traceback (its message says what to do) and is appended to that file, for the run to end
-    with it. Any other exception keeps its traceback: that is a bug. Without the variable (on
-    Kubeflow, in tests, in the Python API) nothing changes.
+def reports_errors_briefly(step):
+    """Decorates a step's entry point. Run by ``fmnist-kfp run --local``
+    (``$FMNIST_STEP_ERRORS`` names a file), the step ends on an error of ours
+    (:class:`fmnist_kfp.errors.FmnistError`, whose message says what to do) with
+    ``error: <message>`` and the error's exit code instead of a traceback, and the error is
+    appended to that file for the run to end with it. Any other exception keeps its traceback:
+    that is a bug. Without the variable (on Kubeflow, in tests, from the Python API) every error
+    propagates unchanged."""
 
-    A step's process imports this package before its step runs (the components import their
-    ``step`` modules), which is when this is called."""
-    path = os.environ.get(STEP_ERRORS_ENV, "")
-    if not path or getattr(sys.excepthook, "records_to", ""):
-        return
-    from fmnist_kfp import errors
+    @functools.wraps(step)
+    def run(*args, **kwargs):
+        try:
+            return step(*args, **kwargs)
+        except FmnistError as error:
+            path = os.environ.get(STEP_ERRORS_ENV, "")
+            if not path:
+                raise
+            print(f"error: {error}", file=sys.stderr, flush=True)
+            record = {"error": type(error).__name__, "message": str(error),
+                      "exit_code": error.exit_code}
+            with contextlib.suppress(OSError), open(path, "a") as handle:
+                handle.write(json.dumps(record) + "\n")
+            raise SystemExit(error.exit_code) from None
 
-    explained = tuple(value for value in vars(errors).values()
-                      if isinstance(value, type) and issubclass(value, Exception)
-                      and value.__module__ == errors.__name__)
-    previous = sys.excepthook
-
-    def hook(kind, error, trace):
-        if not issubclass(kind, explained):
-            previous(kind, error, trace)
-            return
-        print(f"error: {error}", file=sys.stderr, flush=True)
-        with contextlib.suppress(OSError), open(path, "a") as handle:
-            handle.write(json.dumps({"error": kind.__name__, "message": str(error)}) + "\n")
-
-    hook.records_to = path
-    sys.excepthook = hook
-
-
-report_errors_briefly()
+    return run
 
 
 def __getattr__(name: str):

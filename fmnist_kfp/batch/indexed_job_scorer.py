@@ -15,7 +15,8 @@ import time
 from dataclasses import replace
 
 from fmnist_kfp.errors import UserInputError
-from fmnist_kfp.kubernetes.job import build_indexed_job, job_state, to_manifest
+from fmnist_kfp.kubernetes.job import build_indexed_job, job_state
+from fmnist_kfp.kubernetes.manifest import to_manifest
 from fmnist_kfp.kubernetes.runner import JobStatus, RemoteJob, RemoteJobRunner, load_cluster_config
 from fmnist_kfp.kubernetes.storage import copy_tree, make_shared_dirs, publish_copy, stage_dataset
 from fmnist_kfp.kubernetes.workload import queued_status

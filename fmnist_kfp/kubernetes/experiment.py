@@ -24,6 +24,7 @@ from dataclasses import replace
 
 from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.kubernetes.experiment_webhook import webhook_problems
+from fmnist_kfp.kubernetes.manifest import to_manifest
 from fmnist_kfp.kubernetes.tfjob import CONTAINER_NAME
 from fmnist_kfp.kubernetes.trainjob import CONTAINER_NAME as TRAINJOB_CONTAINER
 from fmnist_kfp.kubernetes.trainjob import OVERRIDES
@@ -116,7 +117,7 @@ def _trial_metadata(manifest: dict, search_space: SearchSpace) -> None:
 
 def _trial_spec(settings: ExperimentSettings, search_space: SearchSpace, data_dir: str) -> dict:
     """The trial TFJob as a manifest, with placeholders for the searched flags' values."""
-    from fmnist_kfp.kubernetes.tfjob import build_tfjob, to_manifest
+    from fmnist_kfp.kubernetes.tfjob import build_tfjob
 
     spec = _trial_job_spec(settings, data_dir, settings.name)
     manifest = to_manifest(build_tfjob(spec, replace(settings.kubernetes,
@@ -273,7 +274,3 @@ def build_experiment(settings: ExperimentSettings, search_space: SearchSpace, da
     return experiment
 
 
-def to_manifest(experiment) -> dict:
-    """The JSON the API server receives: the model's own ``to_dict()`` (camelCase aliases,
-    no nulls; api/python_api/kubeflow_katib_api/models/v1beta1_experiment.py lines 60-87)."""
-    return experiment.to_dict()

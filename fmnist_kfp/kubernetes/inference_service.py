@@ -277,13 +277,6 @@ def build_inference_service(
     )
 
 
-def to_manifest(obj) -> dict:
-    """The JSON the API server receives (camelCase keys, no nulls)."""
-    from kubernetes.client import ApiClient
-
-    return ApiClient().sanitize_for_serialization(obj)
-
-
 # -- what our annotations say about a served InferenceService ---------------------------------
 
 

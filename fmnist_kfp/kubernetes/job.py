@@ -97,13 +97,6 @@ def build_indexed_job(spec: ScoringJobSpec, settings: KubernetesSettings):
     )
 
 
-def to_manifest(job) -> dict[str, Any]:
-    """The JSON the API server receives (camelCase keys, no nulls)."""
-    from kubernetes.client import ApiClient
-
-    return ApiClient().sanitize_for_serialization(job)
-
-
 def job_state(job: dict[str, Any]) -> tuple[bool, bool, str, str]:
     """``(done, failed, progress, reason)`` from a Job's status: finished when its ``Complete``
     or ``Failed`` condition is true (k8s.io/api v0.36.3 ``batch/v1/types.go``,

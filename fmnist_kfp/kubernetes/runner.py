@@ -62,6 +62,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from fmnist_kfp.errors import FmnistError
+
 TERMINATED = "terminated"  # SIGTERM: the run was terminated or the step pod deleted
 DEADLINE = "deadline"  # the step's own timeout passed
 FAILED = "failed"  # the job's controller says it failed (or the caller's budget ran out)
@@ -78,7 +80,7 @@ TRANSIENT_STATUSES = frozenset({408, 429})  # plus every 5xx
 LEFT_AS_IS_STATUSES = frozenset({401, 403, 410})
 
 
-class RemoteJobError(RuntimeError):
+class RemoteJobError(FmnistError, RuntimeError):
     """The remote job could not be run to success; the message names the job and why."""
 
 
@@ -116,7 +118,7 @@ class ReadRefused(JobLeftAsIs):
         self.status = status
 
 
-class DeadlineExceeded(TimeoutError):
+class DeadlineExceeded(FmnistError, TimeoutError):
     """The step's deadline passed; the job was cleaned up."""
 
 

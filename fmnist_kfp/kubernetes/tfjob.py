@@ -187,8 +187,3 @@ def build_tfjob(spec: TrainingJobSpec, settings: KubernetesSettings):
     )
 
 
-def to_manifest(tfjob) -> dict:
-    """The JSON the API server receives (camelCase keys, no nulls)."""
-    from kubernetes.client import ApiClient
-
-    return ApiClient().sanitize_for_serialization(tfjob)

@@ -13,12 +13,13 @@ import numpy as np
 from kserve.errors import InvalidInput
 
 from fmnist_kfp.dataset.official import IMAGE_SIZE
+from fmnist_kfp.errors import FmnistError
 from fmnist_kfp.images import ImageLimits, decode_image
 
 _LIMITS = ImageLimits()
 
 
-class BadInput(ValueError):
+class BadInput(FmnistError, ValueError):
     """One input cannot be scored; the message (the error row's) says why."""
 
 

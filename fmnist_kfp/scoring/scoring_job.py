@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from fmnist_kfp.errors import UserInputError
+from fmnist_kfp.errors import FmnistError, UserInputError
 from fmnist_kfp.settings.batch import MAX_BATCH_WORKERS
 from fmnist_kfp.settings.names import is_dns_1035_label
 
@@ -17,7 +17,7 @@ WORKER_MODULE = "fmnist_kfp.scoring.worker"
 SUMMARY_FILE = "summary.json"
 
 
-class BatchPredictionError(RuntimeError):
+class BatchPredictionError(FmnistError, RuntimeError):
     """A shard's worker failed (not a bad input: those are error rows)."""
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from fmnist_kfp.backends import choose_backend
+from fmnist_kfp.kfp_components import reports_errors_briefly
 from fmnist_kfp.kubernetes.names import stable_name
 from fmnist_kfp.scoring.inputs import list_source
 from fmnist_kfp.scoring.scoring_job import ScoringJobSpec
@@ -44,6 +45,7 @@ def scoring_backend(backend: str, options: dict[str, Any], image: str = ""):
     return choose_backend("batch prediction", backend, local=local, kubernetes=kubernetes)
 
 
+@reports_errors_briefly
 def batch_predict_step(*, model_dir: str, data_dir: str, output_dir: str, source: str = "",
                        workers: int = 2, backend: str = "local",
                        kubernetes: dict[str, Any] | None = None, image: str = "",

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from fmnist_kfp.backends import choose_backend
-from fmnist_kfp.errors import UserInputError
+from fmnist_kfp.errors import FmnistError, UserInputError
+from fmnist_kfp.kfp_components import reports_errors_briefly
 from fmnist_kfp.settings.jobs import BACKENDS
 from fmnist_kfp.settings.serving import (
     FMNIST_RUNTIME,
@@ -20,7 +21,7 @@ from fmnist_kfp.settings.serving import (
 SERVES_CANDIDATE = ("created", "promoted", "unchanged")
 
 
-class DeploymentError(RuntimeError):
+class DeploymentError(FmnistError, RuntimeError):
     """The new model could not be served; what still serves is in the message."""
 
 
@@ -92,6 +93,7 @@ def kserve_settings(model_name: str, settings: ServingSettings, model_uri: str, 
     return KServeSettings(name=model_name, **values).validate()
 
 
+@reports_errors_briefly
 def deploy(*, model_dir: str, model_uri: str, test_accuracy: float, data_dir: str,
            backend: str, model_name: str, tolerance: float, verification_images: int,
            serving: dict[str, Any], image: str = "", log=print,

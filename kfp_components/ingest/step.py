@@ -7,9 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from fmnist_kfp.dataset.ingest import ingest
+from fmnist_kfp.kfp_components import reports_errors_briefly
 from fmnist_kfp.settings.data import DataSettings
 
 
+@reports_errors_briefly
 def ingest_step(data_source: str, output_dir: str, *, freshness_window: str,
                 expected_sha256: dict[str, str] | None = None,
                 validation_examples: int = DataSettings().validation_examples) -> dict[str, Any]:

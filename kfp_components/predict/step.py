@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from fmnist_kfp.errors import FmnistError
+from fmnist_kfp.kfp_components import reports_errors_briefly
 from fmnist_kfp.serving.deploy.verification import (
     compare,
     describe,
@@ -13,7 +15,7 @@ from fmnist_kfp.serving.deploy.verification import (
 )
 
 
-class ServedModelMismatch(RuntimeError):
+class ServedModelMismatch(FmnistError, RuntimeError):
     """The server failed requests, or answered differently from the selected model."""
 
 
@@ -33,6 +35,7 @@ def judge(result: dict[str, Any], url: str, serves_model: bool) -> None:
         )
 
 
+@reports_errors_briefly
 def predict_step(*, model_dir: str, data_dir: str, url: str, model_name: str,
                  sample_size: int, serves_model: bool, log=print) -> dict[str, Any]:
     """Sends ``sample_size`` test images to ``url``; returns the metrics to record."""

@@ -12,6 +12,7 @@ from typing import Any
 
 from fmnist_kfp.backends import choose_backend
 from fmnist_kfp.errors import UserInputError
+from fmnist_kfp.kfp_components import reports_errors_briefly
 from fmnist_kfp.kfp_components.deploy.step import (
     from_kfp_store,
     kserve_settings,
@@ -21,6 +22,7 @@ from fmnist_kfp.kfp_components.deploy.step import (
 from fmnist_kfp.settings.serving import ServingSettings
 
 
+@reports_errors_briefly
 def promote(*, model_dir: str, model_uri: str, model_type: str, data_dir: str, backend: str,
             model_name: str, tolerance: float, verification_images: int,
             serving: dict[str, Any], image: str = "", log=print, kserve_client=None) -> dict:

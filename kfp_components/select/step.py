@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fmnist_kfp.dataset.official import CLASS_NAMES
+from fmnist_kfp.kfp_components import reports_errors_briefly
 from fmnist_kfp.selection.select import leaderboard, select_best
 
 
@@ -22,6 +23,7 @@ class SelectionOutputs:
     source_dir: str = ""  # the winning candidate's directory
 
 
+@reports_errors_briefly
 def select_step(data_dir: str, candidates: list[tuple[str, dict[str, Any]]],
                 best_model_dir: str) -> SelectionOutputs:
     """``candidates``: each model's directory and artifact metadata."""

@@ -18,6 +18,7 @@ from typing import Any
 
 from fmnist_kfp.backends import choose_backend
 from fmnist_kfp.errors import UserInputError
+from fmnist_kfp.kfp_components import reports_errors_briefly
 from fmnist_kfp.kubernetes.names import stable_name
 from fmnist_kfp.kubernetes.storage import copy_tree, make_shared_dirs, stage_dataset
 from fmnist_kfp.settings.jobs import KubernetesSettings, cluster_settings
@@ -130,6 +131,7 @@ def tensorboard_markdown(model_type: str, info: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+@reports_errors_briefly
 def train_step(
     *,
     config: TrainingConfig,

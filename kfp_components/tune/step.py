@@ -14,6 +14,7 @@ from typing import Any
 from fmnist_kfp.backends import choose_backend
 from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.katib.results import TuningResult
+from fmnist_kfp.kfp_components import reports_errors_briefly
 from fmnist_kfp.kubernetes.names import stable_name
 from fmnist_kfp.settings.jobs import cluster_settings
 from fmnist_kfp.settings.training import Hyperparameters, TrainingConfig
@@ -65,6 +66,7 @@ def tuning_problems(tuning: dict[str, Any], model_type: str, base: TrainingConfi
     return problems + (budget_problems(settings, space) if not problems else [])
 
 
+@reports_errors_briefly
 def tune_step(*, model_type: str, base: TrainingConfig, tuning: dict[str, Any], data_dir: str,
               output_dir: str, backend: str = "local", kubernetes: dict[str, Any] | None = None,
               num_workers: int = 1, gpus_per_worker: int = 0,

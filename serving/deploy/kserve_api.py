@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from fmnist_kfp.errors import FmnistError
+
 GROUP = "serving.kserve.io"
 ISVC_VERSION = "v1beta1"
 ISVC_PLURAL = "inferenceservices"
@@ -26,7 +28,7 @@ REQUEST_TIMEOUT_SECONDS = 30
 TRANSIENT_STATUSES = (429, 500, 502, 503, 504)
 
 
-class KServeRolloutError(RuntimeError):
+class KServeRolloutError(FmnistError, RuntimeError):
     """The deployment could not complete; ``result`` holds what was done (or None)."""
 
     def __init__(self, message: str, result: dict | None = None):
@@ -69,7 +71,7 @@ class CreatedMeanwhile(KServeRolloutError):
     """Creating the InferenceService found it already there: someone else created it."""
 
 
-class Conflict(Exception):
+class Conflict(FmnistError):
     """A PUT carried a stale resourceVersion, or a POST found the object already there."""
 
 

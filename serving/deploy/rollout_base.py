@@ -28,7 +28,6 @@ from fmnist_kfp.kubernetes.inference_service import (
     merged_metadata,
     model_uri_of,
     served_accuracy,
-    to_manifest,
 )
 from fmnist_kfp.kubernetes.inference_service_status import (
     DeploymentMode,
@@ -36,6 +35,7 @@ from fmnist_kfp.kubernetes.inference_service_status import (
     cluster_local_url,
     external_url,
 )
+from fmnist_kfp.kubernetes.manifest import to_manifest
 from fmnist_kfp.kubernetes.serving_runtime import build_serving_runtime
 from fmnist_kfp.serving.deploy.blessing import BlessingDecision, bless
 from fmnist_kfp.serving.deploy.kserve_api import (

@@ -18,7 +18,8 @@ import psutil
 import pytest
 
 from fmnist_kfp.errors import UserInputError
-from fmnist_kfp.kubernetes.experiment import build_experiment, to_manifest
+from fmnist_kfp.kubernetes.experiment import build_experiment
+from fmnist_kfp.kubernetes.manifest import to_manifest
 from fmnist_kfp.settings.jobs import KubernetesSettings
 from fmnist_kfp.tuning.experiment_settings import EarlyStopping, ExperimentSettings
 from fmnist_kfp.tuning.search_space import SearchSpace

@@ -114,12 +114,13 @@ def test_every_step_and_everything_it_creates_runs_the_compiled_image(compiled, 
     found = _run_step(compiled, "exec-train-model", f"""
         import json
         from dataclasses import replace
-        from fmnist_kfp.kubernetes.tfjob import build_tfjob, to_manifest
+        from fmnist_kfp.kubernetes.tfjob import build_tfjob
+        from fmnist_kfp.kubernetes.manifest import to_manifest
         from fmnist_kfp.settings.jobs import cluster_settings
         from fmnist_kfp.settings.training import TrainingConfig
         from fmnist_kfp.training.training_job import TrainingJobSpec
         from fmnist_kfp.kubernetes.experiment import build_experiment
-        from fmnist_kfp.kubernetes.experiment import to_manifest as experiment_manifest
+        from fmnist_kfp.kubernetes.manifest import to_manifest as experiment_manifest
         from fmnist_kfp.kfp_components.tune.step import experiment_settings
 
         def images(manifest):
@@ -162,7 +163,8 @@ def test_the_batch_job_and_the_serving_runtime_run_the_compiled_image(compiled, 
     batch = compiled["exec-batch-predict"]["constants"]["image"]
     found = _run_step(compiled, "exec-batch-predict", f"""
         import json
-        from fmnist_kfp.kubernetes.job import build_indexed_job, to_manifest
+        from fmnist_kfp.kubernetes.job import build_indexed_job
+        from fmnist_kfp.kubernetes.manifest import to_manifest
         from fmnist_kfp.scoring.scoring_job import ScoringJobSpec
         from fmnist_kfp.kfp_components.batch_predict.step import scoring_backend
 
@@ -631,7 +633,8 @@ def test_user_settings_are_merged_over_the_compiled_claim(on_the_cluster, synthe
     """At 1cd2394 the pipeline's kubernetes parameter replaced the compiled {"pvc_name": ...}:
     --kubernetes '{"namespace": ..., "cpu": ...}' made a TFJob without a volume."""
     from fmnist_kfp.kfp_components.train.step import train_step
-    from fmnist_kfp.kubernetes.tfjob import build_tfjob, to_manifest
+    from fmnist_kfp.kubernetes.manifest import to_manifest
+    from fmnist_kfp.kubernetes.tfjob import build_tfjob
 
     made = {}
 

@@ -14,7 +14,8 @@ import subprocess
 import pytest
 import yaml
 
-from fmnist_kfp.kubernetes.tfjob import build_tfjob, to_manifest
+from fmnist_kfp.kubernetes.manifest import to_manifest
+from fmnist_kfp.kubernetes.tfjob import build_tfjob
 from fmnist_kfp.settings.jobs import KubernetesSettings
 from fmnist_kfp.settings.scheduling import KUEUE_PRIORITY_LABEL, KUEUE_QUEUE_LABEL
 from fmnist_kfp.training.recipe import TrainingConfig

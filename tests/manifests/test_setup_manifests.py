@@ -18,8 +18,8 @@ import yaml
 from fmnist_kfp.kubernetes.inference_service import (
     KServeSettings,
     build_inference_service,
-    to_manifest,
 )
+from fmnist_kfp.kubernetes.manifest import to_manifest
 from fmnist_kfp.preflight import PERMISSIONS
 from fmnist_kfp.serving.deploy.credentials import credential_problems
 from fmnist_kfp.serving.deploy.kserve_api import KServeApi

@@ -15,7 +15,8 @@ import pytest
 from fmnist_kfp.batch.indexed_job_scorer import IndexedJobScorer
 from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.kfp_components.batch_predict.step import batch_predict_step, job_name
-from fmnist_kfp.kubernetes.job import build_indexed_job, job_state, to_manifest
+from fmnist_kfp.kubernetes.job import build_indexed_job, job_state
+from fmnist_kfp.kubernetes.manifest import to_manifest
 from fmnist_kfp.kubernetes.runner import JobFailed, RemoteJobRunner
 from fmnist_kfp.kubernetes.tensorboard import build_tensorboard, ensure_tensorboard
 from fmnist_kfp.scoring.scoring_job import ScoringJobSpec

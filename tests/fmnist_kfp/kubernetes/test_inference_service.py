@@ -17,9 +17,9 @@ from fmnist_kfp.kubernetes.inference_service import (
     build_inference_service,
     candidate_name,
     check_storage_uri,
-    to_manifest,
 )
 from fmnist_kfp.kubernetes.inference_service_status import SERVERLESS, STANDARD, DeploymentMode
+from fmnist_kfp.kubernetes.manifest import to_manifest
 from fmnist_kfp.kubernetes.serving_runtime import build_serving_runtime
 from tests.crd_schemas import validate_strict
 from tests.standins.kserve import ISVC_CRD, RUNTIME_CRD

@@ -13,8 +13,9 @@ import pytest
 
 import fmnist_kfp.training.trainer as trainer_module
 from fmnist_kfp.errors import UserInputError
-from fmnist_kfp.kubernetes.experiment import build_experiment, to_manifest
+from fmnist_kfp.kubernetes.experiment import build_experiment
 from fmnist_kfp.kubernetes.experiment_webhook import webhook_problems
+from fmnist_kfp.kubernetes.manifest import to_manifest
 from fmnist_kfp.settings.jobs import KubernetesSettings
 from fmnist_kfp.tuning.experiment_settings import (
     METRICS_FILTER,

@@ -14,10 +14,9 @@ import pytest
 
 from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.kubernetes.experiment import build_experiment
-from fmnist_kfp.kubernetes.experiment import to_manifest as experiment_manifest
 from fmnist_kfp.kubernetes.job import build_indexed_job
-from fmnist_kfp.kubernetes.job import to_manifest as job_manifest
-from fmnist_kfp.kubernetes.tfjob import build_tfjob, to_manifest
+from fmnist_kfp.kubernetes.manifest import to_manifest
+from fmnist_kfp.kubernetes.tfjob import build_tfjob
 from fmnist_kfp.scoring.scoring_job import ScoringJobSpec
 from fmnist_kfp.settings.jobs import KubernetesSettings
 from fmnist_kfp.settings.training import TrainingConfig
@@ -147,7 +146,7 @@ def test_katib_trials_carry_the_scheduling_of_the_run(option):
     scheduling = OPTIONS[option]
     settings = ExperimentSettings(name="fmnist-tune", kubernetes=_settings(scheduling),
                                   model_type="dropout")
-    manifest = experiment_manifest(build_experiment(
+    manifest = to_manifest(build_experiment(
         settings, SearchSpace.default(settings.algorithm, "dropout"), "/mnt/fmnist/dataset"))
     validate_strict(manifest, "experiment.kubeflow.org_v1beta1.yaml", "v1beta1")
     trial = manifest["spec"]["trialTemplate"]["trialSpec"]
@@ -165,7 +164,7 @@ def test_batch_jobs_carry_the_queue_and_priority(option):
     scheduling = OPTIONS[option]
     spec = ScoringJobSpec(name="fmnist-batch-x", model_dir="/m", data_dir="/d", output_dir="/o",
                           num_shards=3)
-    job = job_manifest(build_indexed_job(spec, _settings(scheduling)))
+    job = to_manifest(build_indexed_job(spec, _settings(scheduling)))
     template = job["spec"]["template"]
     assert template["spec"].get("priorityClassName") == scheduling.get("priority_class")
     labels = job["metadata"]["labels"]

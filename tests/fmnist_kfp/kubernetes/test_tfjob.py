@@ -9,7 +9,8 @@ import jsonschema
 import pytest
 
 from fmnist_kfp.errors import UserInputError
-from fmnist_kfp.kubernetes.tfjob import build_tfjob, to_manifest
+from fmnist_kfp.kubernetes.manifest import to_manifest
+from fmnist_kfp.kubernetes.tfjob import build_tfjob
 from fmnist_kfp.settings.jobs import KubernetesSettings
 from fmnist_kfp.settings.training import TrainingConfig
 from fmnist_kfp.training.training_job import TrainingJobSpec

@@ -21,7 +21,8 @@ from __future__ import annotations
 import pytest
 
 from fmnist_kfp.errors import UserInputError
-from fmnist_kfp.kubernetes.tfjob import build_tfjob, to_manifest
+from fmnist_kfp.kubernetes.manifest import to_manifest
+from fmnist_kfp.kubernetes.tfjob import build_tfjob
 from fmnist_kfp.settings.jobs import KubernetesSettings
 from fmnist_kfp.settings.training import TrainingConfig
 from fmnist_kfp.training.training_job import TrainingJobSpec
@@ -111,8 +112,8 @@ def test_a_katib_trial_template_gets_the_same_replicas():
     """The trial TFJob is the training step's, PS and Chief included; the Experiment passes the
     Katib schema and our copy of its webhook rules, the trial spec the TFJob CRD."""
     from fmnist_kfp.kubernetes.experiment import build_experiment
-    from fmnist_kfp.kubernetes.experiment import to_manifest as experiment_manifest
     from fmnist_kfp.kubernetes.experiment_webhook import webhook_problems
+    from fmnist_kfp.kubernetes.manifest import to_manifest as experiment_manifest
     from fmnist_kfp.tuning.experiment_settings import ExperimentSettings
     from fmnist_kfp.tuning.search_space import SearchSpace
     from tests.katib_schemas import validate_katib

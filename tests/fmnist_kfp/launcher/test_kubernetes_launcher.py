@@ -144,7 +144,8 @@ def test_a_retried_launcher_reattaches_instead_of_creating_a_second_job(tmp_path
     _finish(tmp_path)
     with KubernetesStandIn() as standin:
         launcher = _launcher(standin)
-        from fmnist_kfp.kubernetes.tfjob import build_tfjob, to_manifest
+        from fmnist_kfp.kubernetes.manifest import to_manifest
+        from fmnist_kfp.kubernetes.tfjob import build_tfjob
 
         standin.add_job({**to_manifest(build_tfjob(_spec(tmp_path), launcher.settings)),
                          "metadata": {"name": NAME, "namespace": "kubeflow"}})
@@ -351,7 +352,8 @@ def test_the_standin_answers_like_the_api_server():
     """The admission order and codes the stand-in enforces (tests/standins/kubernetes.py cites the
     upstream files): 404, 400, 422, then the webhook's 403, then 409. At 1cd2394 the stand-in
     took any of these; the job-name check used DNS-1123 where the webhook wants DNS-1035."""
-    from fmnist_kfp.kubernetes.tfjob import build_tfjob, to_manifest
+    from fmnist_kfp.kubernetes.manifest import to_manifest
+    from fmnist_kfp.kubernetes.tfjob import build_tfjob
 
     body = to_manifest(build_tfjob(
         TrainingJobSpec(name="ok", config=TrainingConfig(), data_dir="/d", export_dir="/e/1",

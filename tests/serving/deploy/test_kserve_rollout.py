@@ -907,7 +907,8 @@ def test_an_inference_service_created_meanwhile_is_not_taken_for_ours(standin, m
     runner re-attach to the other one's service (before: ``_already_exists`` found the 409 in
     the chain ``from None`` leaves in ``__context__``, re-attached, and verified the other
     model)."""
-    from fmnist_kfp.kubernetes.inference_service import build_inference_service, to_manifest
+    from fmnist_kfp.kubernetes.inference_service import build_inference_service
+    from fmnist_kfp.kubernetes.manifest import to_manifest
     from fmnist_kfp.serving.deploy.kserve_api import CreatedMeanwhile
 
     other = to_manifest(build_inference_service(settings(), storage_uri=OLD,
