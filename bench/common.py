@@ -27,7 +27,12 @@ def data_source_missing(args: argparse.Namespace) -> bool:
 
 
 def ingested_dataset(data_source: str) -> Path:
-    """The real dataset ingested once under bench/results/work, shared by the benchmarks."""
+    """The real dataset ingested once under bench/results/work, shared by the benchmarks.
+    TensorFlow is imported here, the first time a benchmark needs it, without its start-up
+    lines about a GPU the machine lacks."""
+    from fmnist_kfp.training.quiet_start import import_tensorflow_quietly
+
+    import_tensorflow_quietly()
     from fmnist_kfp.dataset.ingest import ingest
 
     data_dir = WORK / "dataset"

@@ -34,6 +34,10 @@ DIGEST_PREFIX = "sha256:"
 _CHUNK = 1 << 20
 POD_NAME_ENV = "KFP_POD_NAME"  # KFP's Argo compiler sets these two on every executor container
 POD_UID_ENV = "KFP_POD_UID"
+# Data an artifact carries about its content, derived from it (the test-split probabilities
+# selection keeps beside the chosen model): its content digest leaves this folder out, so the
+# selected copy of a model is still, by digest, the model training made.
+DERIVED_DIR = "derived"
 
 
 class ArtifactLike(Protocol):
@@ -54,14 +58,17 @@ def _file_sha256(path: str) -> str:
 
 def content_digest(path: str) -> str:
     """``sha256:<hex>`` of a file's bytes, or of a directory's files: for each file in sorted
-    order of its relative POSIX path, ``<path>\\0<sha256 of its bytes>\\n``. Empty directories
-    and file times do not count; "" when ``path`` does not exist."""
+    order of its relative POSIX path, ``<path>\\0<sha256 of its bytes>\\n``. Empty directories,
+    file times and the top-level :data:`DERIVED_DIR` do not count; "" when ``path`` does not
+    exist."""
     if os.path.isfile(path):
         return DIGEST_PREFIX + _file_sha256(path)
     if not os.path.isdir(path):
         return ""
     files = []
     for directory, subdirectories, names in os.walk(path):
+        if directory == path and DERIVED_DIR in subdirectories:
+            subdirectories.remove(DERIVED_DIR)
         subdirectories.sort()
         for name in names:
             full = os.path.join(directory, name)

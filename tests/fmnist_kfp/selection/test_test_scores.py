@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from fmnist_kfp.selection.test_scores import (
-    SCORES_FILE,
+    SCORES_DIR,
     store_probabilities,
     stored_probabilities,
 )
@@ -49,11 +49,29 @@ def test_an_image_selection_did_not_score_is_scored_again(stored):
     assert stored_probabilities(str(model_dir), images[:5].astype(np.float32)) is None
 
 
-def test_without_the_file_or_for_a_remote_model_nothing_is_stored(stored, tmp_path):
+def test_without_the_file_or_for_a_remote_model_nothing_is_stored(stored):
     model_dir, images, _ = stored
     assert stored_probabilities("gs://bucket/model", images) is None
-    (model_dir / SCORES_FILE).unlink()
+    import shutil
+
+    shutil.rmtree(model_dir / SCORES_DIR)
     assert stored_probabilities(str(model_dir), images) is None
+
+
+def test_the_stored_answers_leave_the_models_digest_as_training_made_it(stored,
+                                                                       tmp_path_factory):
+    """Lineage proves the selected model is the trained one by their content digests: the
+    copy that holds selection's answers has the digest of the model without them."""
+    import shutil
+
+    from fmnist_kfp.lineage import content_digest
+
+    model_dir, images, probabilities = stored
+    trained = tmp_path_factory.mktemp("trained")
+    shutil.copytree(model_dir / "1", trained / "1")
+    assert content_digest(str(model_dir)) == content_digest(str(trained))
+    store_probabilities(str(model_dir), images, probabilities[::-1].copy())
+    assert content_digest(str(model_dir)) == content_digest(str(trained))
 
 
 def test_only_uint8_images_with_one_row_each_are_stored(tmp_path):
