@@ -180,7 +180,7 @@ def test_compiled_pipeline_documents_parameters_and_caches_the_right_steps():
                      "env"]}
     assert train["pvcMount"][0]["constant"] == train_env["FMNIST_PVC_NAME"]
     # No Secret unless FMNIST_CREDENTIALS_SECRET names one: KFP backends before 2.15.0 drop
-    # `optional` (tests/serving/deploy/test_issue10.py).
+    # `optional` (tests/serving/deploy/test_deploy_safeguards.py).
     assert not any("secretAsEnv" in executor for executor in executors.values())
     # Tuning: off by default; each model's search step feeds its training step (handing the
     # given values on when off), is cached, and its Katib trials share the volume.

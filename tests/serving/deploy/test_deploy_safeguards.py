@@ -1,7 +1,10 @@
-"""Issue 10, items 2, 3, 4 and 6, through the interfaces the code had before the fix (the
-deploy step, ``deploy_with_kserve``, the CLI, the compiled YAML), so each test fails on the
-code that had the bug and passes on the fix. The rules the stand-ins enforce are cited in
-``tests/standins/kserve.py``, ``tests/standins/kfp.py`` and
+"""What keeps a deployment safe, through the interfaces a user meets (the deploy step,
+``deploy_with_kserve``, the CLI, the compiled YAML): no Secret in the compiled YAML, a KFP
+backend too old refused, the cluster-local address and the canary tag verified, a model in
+KFP's store without credentials refused before any write, a bad candidate that never touches
+the served model, and a metric Knative's autoscaler refuses refused before any write (issue
+10's items 2, 3, 4 and 6: each test failed on the code that had the bug). The rules the
+stand-ins enforce are cited in ``tests/standins/kserve.py``, ``tests/standins/kfp.py`` and
 ``tests/fmnist_kfp/test_cluster_client.py``."""
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ def deploy(standin, uri, accuracy, verifier, **settings):
 # -- item 2: Kubeflow 1.10's KFP backends ---------------------------------------------------
 
 
-def test_item2_the_default_compiled_yaml_references_no_secret():
+def test_the_default_compiled_yaml_references_no_secret():
     """KFP < 2.15.0 drops ``optional`` on a Secret turned into env vars, so a referenced but
     missing Secret stops the pods in CreateContainerConfigError."""
     _, platform = yaml.safe_load_all((ROOT / "compiled/fashion_mnist_pipeline.yaml").read_text())
@@ -58,7 +61,7 @@ def test_item2_the_default_compiled_yaml_references_no_secret():
     assert not [name for name, spec in executors.items() if "secretAsEnv" in spec]
 
 
-def test_item2_a_backend_older_than_2_14_is_refused(capsys, monkeypatch, tmp_path):
+def test_a_backend_older_than_2_14_is_refused(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("HOME", str(tmp_path))
     old = {"commit_sha": "unknown", "tag_name": "unknown", "multi_user": True}  # 2.4.1/2.5.0
     with KfpStandIn(healthz=old) as standin:
@@ -70,7 +73,7 @@ def test_item2_a_backend_older_than_2_14_is_refused(capsys, monkeypatch, tmp_pat
 # -- item 3: in-cluster addresses -----------------------------------------------------------
 
 
-def test_item3_deploy_verifies_the_cluster_local_address_and_canary_tag():
+def test_deploy_verifies_the_cluster_local_address_and_canary_tag():
     with KServeStandIn() as standin:
         verifier = Verifier(standin, {OLD: 0.90, NEW: 0.95})
         first = deploy(standin, OLD, 0.90, verifier)
@@ -83,7 +86,7 @@ def test_item3_deploy_verifies_the_cluster_local_address_and_canary_tag():
 # -- item 4: credentials for KFP's object store ---------------------------------------------
 
 
-def test_item4_a_kfp_store_model_without_credentials_is_refused_before_any_write(
+def test_a_kfp_store_model_without_credentials_is_refused_before_any_write(
         exported_model, synthetic_dataset, monkeypatch):
     from kubernetes.config import kube_config
 
@@ -106,7 +109,7 @@ def test_item4_a_kfp_store_model_without_credentials_is_refused_before_any_write
 # -- item 6: deployment modes ----------------------------------------------------------------
 
 
-def test_item6_standard_mode_never_touches_the_served_model_for_a_bad_candidate():
+def test_standard_mode_never_touches_the_served_model_for_a_bad_candidate():
     """canaryTrafficPercent is ignored in raw mode (kserve#5335): writing the canary to the
     served InferenceService rolls the bad model out to every replica."""
     with KServeStandIn(default_mode="RawDeployment") as standin:
@@ -122,7 +125,7 @@ def test_item6_standard_mode_never_touches_the_served_model_for_a_bad_candidate(
         assert standin.answering(f"http://{NAME}-predictor.{NS}.svc.cluster.local")[0] == OLD
 
 
-def test_item6_a_metric_knatives_autoscaler_refuses_is_refused_before_any_write():
+def test_a_metric_knatives_autoscaler_refuses_is_refused_before_any_write():
     with KServeStandIn() as standin:
         with pytest.raises(UserInputError, match="Serverless"):
             deploy(standin, OLD, 0.9, Verifier(standin, {}), scale_metric="cpu")
