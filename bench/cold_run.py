@@ -43,15 +43,11 @@ def _cli_module(tree: Path) -> str:
 
 
 def _stop_servers(state_dir: Path) -> None:
-    """Stops the model servers a run left (their pid files in its state directory)."""
+    """Stops the model servers a run left (the local deployer's ``<name>.json`` records, each
+    with its server's pid, in the run's state directory)."""
     import signal
 
-    for pid_file in state_dir.rglob("*.pid"):
-        try:
-            os.kill(int(pid_file.read_text().split()[0]), signal.SIGTERM)
-        except (ValueError, ProcessLookupError, PermissionError):
-            pass
-    for state in state_dir.rglob("*.json"):
+    for state in state_dir.glob("*.json"):
         try:
             pid = json.loads(state.read_text()).get("pid")
             if pid:
