@@ -40,11 +40,13 @@ from pathlib import Path
 
 from bench.common import RESULTS, add_data_source, data_source_missing
 
+PREDICTOR = "fmnist_kfp.serving.model_server.server"
+# Each server compared: its module (run with python -m) and flags.
 SERVERS = {
-    "predictor": [],
-    "predictor_tensorflow_only": ["--no_fast_path"],
-    "noop_model": ["--noop=model"],
-    "noop_bare": ["--noop=bare"],
+    "predictor": (PREDICTOR, []),
+    "predictor_tensorflow_only": (PREDICTOR, ["--no_fast_path"]),
+    "noop_model": ("bench.noop_server", ["--noop=model"]),
+    "noop_bare": ("bench.noop_server", ["--noop=bare"]),
 }
 MODEL_NAME = "fashion-mnist"
 # Acceptance: p99 at 32 connections over >= 10,000 requests, no failures; at 5 connections
@@ -167,12 +169,13 @@ def _source_of(ref: str, work: Path) -> Path:
     return folder
 
 
-def _start(name: str, args: list[str], model_dir: str, work: Path, source: Path | None = None):
+def _start(name: str, module: str, args: list[str], model_dir: str, work: Path,
+           source: Path | None = None):
     from fmnist_kfp.serving.deploy.client import wait_until_ready
     from fmnist_kfp.serving.model_server.ports import read_port_file
 
     port_file = work / f"{name}.ports.json"
-    command = [sys.executable, "-m", "fmnist_kfp.serving.model_server.server",
+    command = [sys.executable, "-m", module,
                f"--model_dir={model_dir}", f"--model_name={MODEL_NAME}", "--http_port=0",
                "--grpc_port=0", f"--port_file={port_file}", *args]
     log = open(work / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
@@ -315,11 +318,11 @@ def main(argv: list[str] | None = None) -> int:
     # The servers compared with the predictor on the mixed and photo workloads.
     compared = ["predictor", "noop_model"] + (["compare_ref"] if args.compare_ref else [])
     try:
-        for name, server_args in SERVERS.items():
-            servers[name] = _start(name, server_args, model_dir, work)
+        for name, (module, server_args) in SERVERS.items():
+            servers[name] = _start(name, module, server_args, model_dir, work)
             print(f"started {name}", flush=True)
         if args.compare_ref:
-            servers["compare_ref"] = _start("compare_ref", [], model_dir, work,
+            servers["compare_ref"] = _start("compare_ref", PREDICTOR, [], model_dir, work,
                                             _source_of(args.compare_ref, work))
             print(f"started compare_ref ({args.compare_ref})", flush=True)
         samples: dict[str, dict[int, list[dict]]] = {n: {c: [] for c in connections}

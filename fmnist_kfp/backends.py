@@ -6,22 +6,17 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Callable
-from typing import TypeVar
 
 from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.settings.jobs import BACKENDS
 
-T = TypeVar("T")
 
-
-def choose_backend(family: str, name: str, **makers: Callable[[], T]) -> T:
-    """``makers[name]()``: the family's backend called ``name`` (``local`` or ``kubernetes``);
-    an unknown name is a ``UserInputError`` naming the choices."""
-    if name not in BACKENDS or name not in makers:
+def require_backend(family: str, name: str) -> None:
+    """Raises a ``UserInputError`` naming the choices unless ``name`` is one of the family's
+    backends (``local`` or ``kubernetes``)."""
+    if name not in BACKENDS:
         raise UserInputError(f"unknown {family} backend {name!r}; choose one of "
-                             + ", ".join(makers))
-    return makers[name]()
+                             + ", ".join(BACKENDS))
 
 
 def sigterm_as_exit():

@@ -1,14 +1,16 @@
 """Generated documentation (``make readme``): every component's README.md, written from its
 docstring, ``metadata.yaml`` and compiled YAML (``compiled/components/``: the types a pipeline
-that loads it must wire) as kubeflow/pipelines-components does; the settings
-tables of README.md and the pages under docs/ (``<!-- generated:NAME -->`` blocks), written from
-:mod:`fmnist_kfp.settings`; and docs/index.md, the site's front page, a copy of README.md whose
-links point where they resolve on the site. ``tests`` fail when a committed file differs from what
-this writes, and when a table has no page.
+that loads it must wire) as kubeflow/pipelines-components does; the generated blocks of
+README.md and the pages under docs/ (``<!-- generated:NAME -->``): the settings tables, written
+from :mod:`fmnist_kfp.settings`, and docs/layout.md's map of every module, from their
+docstrings; and docs/index.md, the site's front page, a copy of README.md whose links point
+where they resolve on the site. ``tests`` fail when a committed file differs from what this
+writes, and when a block has no page.
 """
 
 from __future__ import annotations
 
+import ast
 import inspect
 import json
 import re
@@ -17,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from fmnist_kfp.kfp_components import COMPONENTS
+from fmnist_kfp.kfp_components.registry import COMPONENTS, KUBERNETES_NEEDS
 from fmnist_kfp.settings.jobs import KubernetesSettings
 from fmnist_kfp.settings.pipeline import PipelineParameters, cluster_defaults
 from fmnist_kfp.settings.platform import IMAGE_ENV, MOUNT_PATH, PVC_ENV, Platform
@@ -72,11 +74,11 @@ def _default(value) -> str:
     return f"`{value}`" if isinstance(value, str) and value else f"`{json.dumps(value)}`"
 
 
-def kubernetes_calls(component) -> list[str]:
-    """The kfp-kubernetes calls a Kubernetes run of ``component``'s task needs (its
-    :class:`~fmnist_kfp.kfp_components.base.KubernetesNeeds`, which the pipeline applies too), as
-    lines of Python acting on ``task``."""
-    needs, claim, q = component.kubernetes_needs, Platform.pvc_name, json.dumps
+def kubernetes_calls(folder: str, component) -> list[str]:
+    """The kfp-kubernetes calls a Kubernetes run of ``component``'s task needs (its folder's
+    :data:`~fmnist_kfp.kfp_components.registry.KUBERNETES_NEEDS`, which the pipeline applies
+    too), as lines of Python acting on ``task``."""
+    needs, claim, q = KUBERNETES_NEEDS[folder], Platform.pvc_name, json.dumps
     lines = ["from kfp import kubernetes", ""]
     if needs.volume:
         lines += ["# The shared ReadWriteMany claim (manifests/pvc): this step and the pods it",
@@ -149,7 +151,7 @@ def component_readme(folder: str, component) -> str:
               "## On Kubernetes", "",
               "What a Kubernetes run of the task needs beside its inputs (kfp-kubernetes; "
               "`compiled/fashion_mnist_pipeline.yaml` sets the same):", "",
-              "```python", *kubernetes_calls(component), "```", "",
+              "```python", *kubernetes_calls(folder, component), "```", "",
               "## Metadata", "",
               f"- **Name**: {metadata['name']}",
               f"- **Stability**: {metadata['stability']}",
@@ -161,8 +163,58 @@ def component_readme(folder: str, component) -> str:
     return "\n".join(lines)
 
 
+_ROLE = re.compile(r":\w+:`~?([^`]+)`")
+
+
+def first_sentence(text: str) -> str:
+    """``text`` up to its first '.', '!', '?' or ':' that ends a word outside `code` (and is
+    not the end of "e.g" or "i.e")."""
+    in_code = False
+    for index, char in enumerate(text):
+        if char == "`":
+            in_code = not in_code
+        elif (char in ".!?:" and not in_code and text[index + 1:index + 2] in ("", " ")
+              and not text[:index].endswith(("e.g", "i.e"))):
+            return text[:index + (char != ":")]
+    return text
+
+
+def module_summary(path: Path) -> str:
+    """The first sentence of a module's docstring (a component module's: its component's), as
+    Markdown: Sphinx roles and ``literals`` become `code`."""
+    tree = ast.parse(path.read_text())
+    doc = ast.get_docstring(tree) or next(
+        (ast.get_docstring(node) for node in tree.body
+         if isinstance(node, ast.FunctionDef | ast.ClassDef) and ast.get_docstring(node)), "")
+    paragraph = " ".join(doc.split("\n\n")[0].split())
+    return first_sentence(_ROLE.sub(r"`\1`", paragraph).replace("``", "`"))
+
+
+# The package's source folders in a checkout, in layer order (docs/layout.md's table).
+PACKAGE_FOLDERS = ("fmnist_kfp", "pipelines", "kfp_components", "katib", "serving")
+
+
+def module_map() -> str:
+    """docs/layout.md's map of every module: each source folder of the package and its modules
+    with the first sentence of their docstrings. A module added without a docstring, or
+    without regenerating the map, fails the generated-files test."""
+    lines = []
+    for top in PACKAGE_FOLDERS:
+        for folder in sorted({p.parent for p in (ROOT / top).rglob("*.py")
+                              if "__pycache__" not in p.parts}):
+            where = folder.relative_to(ROOT).as_posix()
+            init = folder / "__init__.py"
+            about = f": {module_summary(init)}" if init.exists() and module_summary(init) else ""
+            lines.append(f"- `{where}/`{about}")
+            for module in sorted(folder.glob("*.py")):
+                if module.name != "__init__.py":
+                    lines.append(f"  - `{module.name}`: {module_summary(module)}")
+    return "\n".join(lines)
+
+
 def readme_blocks() -> dict[str, str]:
-    """The generated settings tables (README.md, docs/), by block name."""
+    """The generated blocks of README.md and docs/ by name: the settings tables, and
+    docs/layout.md's map of every module."""
     return {
         # Both variants' defaults: the local run's, and the compiled pipeline's (what the
         # Kubeflow UI, `run --host` and the Python API start from).
@@ -174,6 +226,7 @@ def readme_blocks() -> dict[str, str]:
         "kubernetes": markdown_table(KubernetesSettings,
                                      header=("`kubernetes` key", "default", "meaning")),
         "serving": markdown_table(ServingSettings, header=("`serving` key", "default", "meaning")),
+        "modules": module_map(),
     }
 
 

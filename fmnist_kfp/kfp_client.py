@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fmnist_kfp.errors import RemoteError, UserInputError, connection_problem
+from fmnist_kfp.kubernetes.api_errors import own_status, server_words
 
 TOKEN_ENV = "KF_PIPELINES_TOKEN"
 # dsl.Collected (the fan-in of the models trained in parallel) is resolved by KFP backends from
@@ -129,37 +130,24 @@ def _healthz(endpoint: Endpoint, timeout: float):
 
 
 def remote_error(endpoint: Endpoint, error: BaseException) -> RemoteError:
-    """``error`` of a request to the endpoint, as a message that names what to check."""
+    """``error`` of a request to the endpoint, as a message that names what to check.
+
+    ``error`` is read as ``kfp.Client`` raised it (``own_status``): its calls raise the
+    ``ApiException`` itself, and the API server's words are its body's (``server_words``: a
+    login page in front of the API shows as the start of its text)."""
     problem = connection_problem(error)
     if problem:
         return RemoteError(f"cannot reach Kubeflow Pipelines at {endpoint.host}: {problem}; "
                            f"{FORWARD_HINT}")
-    status = getattr(error, "status", None)
+    status = own_status(error)
     if status is not None:  # kfp_server_api.ApiException: the API server answered
-        reason = _api_message(getattr(error, "body", None)) or getattr(error, "reason", "")
+        reason = server_words(getattr(error, "body", None)) or getattr(error, "reason", "")
         hint = ("; check the token (--token-file or $KF_PIPELINES_TOKEN) and --namespace"
                 if status in (401, 403) else "")
         return RemoteError(f"Kubeflow Pipelines at {endpoint.host} answered HTTP {status}: "
                            f"{reason}{hint}")
     return RemoteError(f"the request to Kubeflow Pipelines at {endpoint.host} failed: "
                        f"{type(error).__name__}: {error}")
-
-
-def _api_message(body: Any) -> str:
-    """The API server's ``message`` from an error body (JSON), else the body's start."""
-    import json
-
-    text = body.decode(errors="replace") if isinstance(body, bytes) else str(body or "")
-    try:
-        document = json.loads(text)
-    except ValueError:
-        return " ".join(text.split())[:300]
-    if isinstance(document, dict):
-        # gRPC-gateway errors say "message"; the upload endpoints "error_message"
-        # (2.15.0 backend/src/apiserver/server/pipeline_upload_server.go L388-397).
-        return str(document.get("message") or document.get("error_message")
-                   or document.get("error") or document)[:300]
-    return str(document)[:300]
 
 
 @contextlib.contextmanager
@@ -371,7 +359,7 @@ def find_pipeline(client, name: str, namespace: str = "") -> str | None:
 
 
 def _conflict(error: BaseException) -> bool:
-    return getattr(error, "status", None) == 409
+    return own_status(error) == 409
 
 
 def upload(endpoint: Endpoint, name: str, *, version: str, package: str = "",

@@ -21,7 +21,7 @@ from typing import Any
 from fmnist_kfp.dataset.sources import resolve_source
 from fmnist_kfp.errors import StepFailed
 from fmnist_kfp.kfp_components import STEP_ERRORS_ENV
-from fmnist_kfp.run_console import RunConsole, plain
+from fmnist_kfp.run_console import RunConsole, plain, without_tracebacks
 from fmnist_kfp.settings.pipeline import PipelineParameters
 from fmnist_kfp.settings.training import Hyperparameters
 from fmnist_kfp.validation import validate_parameters, writable_directory
@@ -185,7 +185,11 @@ def _step_failure(failure: RuntimeError, errors_path: str, console: RunConsole) 
     failed = [step["step"] for step in console.steps if step.get("status") == "FAILURE"]
     where = f"the {failed[0]} step failed: " if failed else ""
     record = records[0]
-    return StepFailed(where + record["message"], kind=record.get("error", ""),
+    # A training job's error ends with its workers' last lines: a crashed worker's traceback.
+    message = without_tracebacks(record["message"])
+    if message != record["message"]:
+        message += f"\n(its frames are in the run's log: {console.log_path})"
+    return StepFailed(where + message, kind=record.get("error", ""),
                       exit_code=int(record.get("exit_code", 1)))
 
 

@@ -5,9 +5,10 @@
 one run. :class:`RunConsole` sends all of it to a log file and shows a person what they need:
 one line per step as it starts and ends (name, cached or not, seconds), the live progress of
 training (model, epoch/epochs, accuracy, images/s, time left) and of a search (trials
-done/total, best so far), and the last lines of a step that failed. On a terminal the
-progress is drawn by rich and replaced in place; where the output is a file or a pipe (CI),
-only the step lines are written. ``verbose=True`` copies the whole log to the terminal too.
+done/total, best so far), and the last lines of a step that failed (a Python traceback among
+them cut to its exception: the log has its frames). On a terminal the progress is drawn by rich
+and replaced in place; where the output is a file or a pipe (CI), only the step lines are
+written. ``verbose=True`` copies the whole log to the terminal too.
 """
 
 from __future__ import annotations
@@ -41,6 +42,34 @@ _METRIC = re.compile(r"(\w+)=([-\d.e]+)")
 _WARNING = re.compile(r"^\s*warning: ")
 # A failed step's last lines are shown; the rest is in the log file.
 FAILURE_TAIL_LINES = 25
+# A Python traceback's first line, after kfp.local's indent of a step's output and the local
+# launcher's "[job/replica] " before a worker's; the lines below it indented further are its
+# frames, the first one that is not is the exception.
+_TRACEBACK = re.compile(r"^(?P<lead>\s*(?:\[[^\]]+\] )?)Traceback \(most recent call last\):$")
+_CHAINED = ("During handling of the above exception, another exception occurred:",
+            "The above exception was the direct cause of the following exception:")
+
+
+def without_tracebacks(text: str) -> str:
+    """``text`` with each Python traceback in it cut to the exception it ends with: the terminal
+    says what failed, the run's log file keeps the frames. A worker's traceback reaches the
+    terminal in a failed step's last lines and inside a training job's error (its workers' last
+    lines)."""
+    kept: list[str] = []
+    lead = None  # inside a traceback: what comes before its first line
+    for line in text.split("\n"):
+        if lead is not None:
+            if line.startswith(lead) and line[len(lead):len(lead) + 1].isspace():
+                continue  # a frame: its file and line, its source, its carets
+            lead = None
+        if match := _TRACEBACK.match(line):
+            lead = match["lead"]
+            # A chained exception: the one before stays, the sentence joining them goes.
+            while kept and (not kept[-1].strip() or kept[-1].strip() in _CHAINED):
+                kept.pop()
+            continue
+        kept.append(line)
+    return "\n".join(kept)
 
 
 def plain(text: str) -> str:
@@ -175,7 +204,7 @@ class RunConsole(logging.Filter):
             step = self._current
             if step is None:
                 return
-            step.lines.append(text)
+            step.lines.append(plain(line).rstrip())  # indented: where a traceback's frames are
             self._read_progress(step, text)
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -224,8 +253,8 @@ class RunConsole(logging.Filter):
                 self.say(f"  {label:<28} {seconds:6.1f} s{detail}")
             else:
                 self.say(f"  {label:<28} {status} after {seconds:.1f} s; its last lines:")
-                for line in step.lines:
-                    self.say(f"    {line}")
+                for line in without_tracebacks("\n".join(step.lines)).split("\n"):
+                    self.say(f"    {line.strip()}")
                 self.say(f"  (all of its output: {self.log_path})")
             self._current = None
             if self._progress is not None:

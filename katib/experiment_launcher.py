@@ -54,6 +54,7 @@ from fmnist_kfp.katib.results import (
     typed_assignments,
 )
 from fmnist_kfp.katib.stalls import STALL_SECONDS, StallWatch
+from fmnist_kfp.kubernetes.api_errors import is_transient
 from fmnist_kfp.kubernetes.experiment import build_experiment
 from fmnist_kfp.kubernetes.manifest import to_manifest
 from fmnist_kfp.kubernetes.runner import FAILED as FAILED_JOB
@@ -63,7 +64,6 @@ from fmnist_kfp.kubernetes.runner import (
     RemoteJob,
     RemoteJobError,
     RemoteJobRunner,
-    is_transient,
 )
 from fmnist_kfp.kubernetes.trainjob import OVERRIDES
 from fmnist_kfp.tuning.experiment_settings import (

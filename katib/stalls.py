@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fmnist_kfp.kubernetes.runner import api_message, api_status
+from fmnist_kfp.kubernetes.api_errors import api_message, api_status
 from fmnist_kfp.settings.scheduling import KUEUE_QUEUE_LABEL
 
 # Ten minutes pending, or running without a running TFJob, is held up: pods are scheduled and

@@ -5,12 +5,11 @@ generated ``README.md``. Their tests are in the tree that mirrors the code: the 
 ``tests/kfp_components/``, the modules a step calls under ``tests/<their folder>/``. Their
 compiled YAML is in ``compiled/components/`` for other pipelines to load.
 
-Nothing is imported until it is used: a pipeline pod imports only its step (KFP's runtime
-``kfp.dsl`` cannot build components)."""
+Every component, built, is in :mod:`.registry` (``COMPONENTS``): this package builds none, since
+a pipeline pod imports it for its step and KFP's runtime ``kfp.dsl`` cannot build components."""
 
 import contextlib
 import functools
-import importlib
 import json
 import os
 import sys
@@ -19,33 +18,6 @@ from fmnist_kfp.errors import FmnistError
 
 # Set by ``fmnist-kfp run --local`` to a file: see :func:`reports_errors_briefly`.
 STEP_ERRORS_ENV = "FMNIST_STEP_ERRORS"
-
-# Folder name → the component's function name.
-FOLDERS = {
-    "freshness": "freshness_window",
-    "ingest": "ingest_fashion_mnist",
-    "tune": "tune_hyperparameters",
-    "train": "train_model",
-    "promote": "promote_early",
-    "select": "select_best_model",
-    "deploy": "deploy_model",
-    "predict": "predict_with_served_model",
-    "batch_predict": "batch_predict",
-}
-
-__all__ = ["COMPONENTS", *FOLDERS.values()]
-
-
-def lazy_component(package: str, function: str):
-    """A component folder's module ``__getattr__``: ``function`` is imported from the folder's
-    ``component.py`` on first use, so importing the folder (or its step) never builds it."""
-
-    def __getattr__(name: str):
-        if name == function:
-            return getattr(importlib.import_module(f"{package}.component"), function)
-        raise AttributeError(name)
-
-    return __getattr__
 
 
 def reports_errors_briefly(step):
@@ -74,12 +46,3 @@ def reports_errors_briefly(step):
 
     return run
 
-
-def __getattr__(name: str):
-    if name == "COMPONENTS":  # folder name → component
-        return {folder: getattr(importlib.import_module(f"{__name__}.{folder}"), function)
-                for folder, function in FOLDERS.items()}
-    for folder, function in FOLDERS.items():
-        if name == function:
-            return getattr(importlib.import_module(f"{__name__}.{folder}"), function)
-    raise AttributeError(name)

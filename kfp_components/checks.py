@@ -2,20 +2,20 @@
 
 Each step declares its own checks in ``kfp_components/<step>/checks.py`` (a light module:
 ``parameter_problems(parameters, context)``); :func:`parameter_problems` runs the settings' own
-rules, then every step's checks in the pipeline's order (the folders of
-:data:`kfp_components.FOLDERS`, the one registry of steps), for the CLI (``fmnist-kfp run``), the
-Python API (``pipelines.cluster_arguments``) and local runs alike. Every problem is reported at
-once.
+rules, then every step's checks in the pipeline's order (:data:`STEP_CHECKS`), for the CLI
+(``fmnist-kfp run``), the Python API (``pipelines.cluster_arguments``) and local runs alike. Every
+problem is reported at once.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fmnist_kfp.kfp_components import FOLDERS
+from fmnist_kfp.kfp_components.deploy import checks as deploy_checks
+from fmnist_kfp.kfp_components.ingest import checks as ingest_checks
+from fmnist_kfp.kfp_components.train import checks as train_checks
+from fmnist_kfp.kfp_components.tune import checks as tune_checks
 from fmnist_kfp.settings.pipeline import PipelineParameters
 from fmnist_kfp.settings.platform import Platform
 
@@ -32,14 +32,14 @@ class CheckContext:
 Check = Callable[[PipelineParameters, CheckContext], list[str]]
 
 
-def step_checks() -> dict[str, Check]:
-    """Folder → its ``checks.parameter_problems``, for the steps that declare checks."""
-    found = {}
-    for folder in FOLDERS:
-        name = f"fmnist_kfp.kfp_components.{folder}.checks"
-        if importlib.util.find_spec(name) is not None:
-            found[folder] = importlib.import_module(name).parameter_problems
-    return found
+# Folder → its ``checks.parameter_problems``, for the steps that declare checks, in the
+# pipeline's order.
+STEP_CHECKS: dict[str, Check] = {
+    "ingest": ingest_checks.parameter_problems,
+    "tune": tune_checks.parameter_problems,
+    "train": train_checks.parameter_problems,
+    "deploy": deploy_checks.parameter_problems,
+}
 
 
 def parameter_problems(parameters: PipelineParameters, platform: Platform | None = None,
@@ -53,6 +53,6 @@ def parameter_problems(parameters: PipelineParameters, platform: Platform | None
         platform=platform or Platform.from_env(),
         check_data=parameters.backend == "local" if check_data is None else check_data,
         settings_problems=list(problems))
-    for check in step_checks().values():
+    for check in STEP_CHECKS.values():
         problems += [p for p in check(parameters, context) if p not in problems]
     return list(dict.fromkeys(problems))

@@ -25,45 +25,25 @@
   the release's); ``COMPONENTS`` (folder → component) holds them as built, with the release's.
 - ``PIPELINE_NAME``: the compiled pipeline's ``pipelineInfo.name``, constant across releases.
 
-Attributes are imported on first use, so importing ``fmnist_kfp.pipelines.arguments`` (as the CLI's
-validation does) does not build the pipeline.
+Everything here is :mod:`fmnist_kfp.pipelines.api`'s, imported on first use: the CLI imports
+``fmnist_kfp.pipelines.arguments``, which must not build the pipeline
+(``tests/pipelines/test_python_api.py``).
 """
 
 import importlib
 
-from fmnist_kfp.kfp_components import FOLDERS
-
-_WHERE = {
-    "PIPELINE_NAME": "fmnist_kfp.pipelines.fashion_mnist",
-    "fashion_mnist_pipeline": "fmnist_kfp.pipelines.fashion_mnist",
-    "make_pipeline": "fmnist_kfp.pipelines.fashion_mnist",
-    "compile_pipeline": "fmnist_kfp.pipelines.compile",
-    "Platform": "fmnist_kfp.settings.platform",
-    "cluster_arguments": "fmnist_kfp.pipelines.arguments",
-    "PipelineParameters": "fmnist_kfp.settings.pipeline",
-    "COMPONENTS": "fmnist_kfp.kfp_components",
-    # Every component, from the one registry of steps: from its folder's package (the
-    # ``kfp_components`` package's attribute ``batch_predict`` is the folder, not the component).
-    **{function: f"fmnist_kfp.kfp_components.{folder}" for folder, function in FOLDERS.items()},
-}
-
-__all__ = list(_WHERE)
-
-
-_COMPONENT_FUNCTIONS = frozenset(FOLDERS.values())
-_for_platform: dict[str, object] = {}
+__all__ = [
+    "PIPELINE_NAME", "fashion_mnist_pipeline", "make_pipeline", "compile_pipeline", "Platform",
+    "cluster_arguments", "PipelineParameters", "COMPONENTS",
+    "freshness_window", "ingest_fashion_mnist", "tune_hyperparameters", "train_model",
+    "promote_early", "select_best_model", "deploy_model", "predict_with_served_model",
+    "batch_predict",
+]
 
 
 def __getattr__(name: str):
-    if name in _COMPONENT_FUNCTIONS:
-        if name not in _for_platform:
-            from fmnist_kfp.pipelines.for_platform import ForPlatform
-
-            component = getattr(importlib.import_module(_WHERE[name]), name)
-            _for_platform[name] = ForPlatform(lambda _chosen: component)
-        return _for_platform[name]
-    if name in _WHERE:
-        return getattr(importlib.import_module(_WHERE[name]), name)
+    if name in __all__:
+        return getattr(importlib.import_module("fmnist_kfp.pipelines.api"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

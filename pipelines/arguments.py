@@ -1,7 +1,7 @@
 """The arguments of a Kubeflow run of the compiled pipeline, checked before they are sent.
 
 A run sends only the parameters it changes; the rest keep the compiled pipeline's defaults,
-which are the Kubeflow variant's (:func:`fmnist_kfp.pipelines.fashion_mnist.cluster_defaults`:
+which are the Kubeflow variant's (:func:`fmnist_kfp.settings.pipeline.cluster_defaults`:
 TFJobs, two workers, TFDS) — not :class:`PipelineParameters`' local ones. So the values are checked
 as they will run: over the compiled defaults, by every rule the CLI applies
 (:func:`fmnist_kfp.kfp_components.checks.parameter_problems`: the settings' own, then each step's),
@@ -15,7 +15,7 @@ import dataclasses
 from typing import Any
 
 from fmnist_kfp.errors import UserInputError
-from fmnist_kfp.settings.pipeline import PipelineParameters
+from fmnist_kfp.settings.pipeline import PipelineParameters, cluster_defaults
 from fmnist_kfp.settings.platform import Platform
 
 
@@ -28,12 +28,11 @@ def cluster_arguments(**values: Any) -> dict[str, Any]:
     {'epochs': 12, 'num_workers': 4}
     """
     from fmnist_kfp.kfp_components.checks import parameter_problems
-    from fmnist_kfp.pipelines.fashion_mnist import cluster_defaults
 
     typed, problems = PipelineParameters.coerce_values(values)
     if not problems:
         platform = Platform.from_env()
-        parameters = dataclasses.replace(cluster_defaults(platform), **typed)
+        parameters = dataclasses.replace(cluster_defaults(), **typed)
         problems = parameter_problems(parameters, platform, check_data=False)
     if problems:
         raise UserInputError("invalid pipeline parameters:\n  - " + "\n  - ".join(problems))

@@ -29,7 +29,7 @@ PIPELINE_FILE = "fashion_mnist_pipeline.yaml"
 def compiled_files(platform: Platform | None = None) -> dict[str, ForPlatform]:
     """Path under ``compiled/`` → the pipeline or component, compiled for ``platform``
     (default: chosen when compiled)."""
-    from fmnist_kfp.kfp_components import COMPONENTS
+    from fmnist_kfp.kfp_components.registry import COMPONENTS
     from fmnist_kfp.pipelines.fashion_mnist import fashion_mnist_pipeline, make_pipeline
 
     files = {PIPELINE_FILE: make_pipeline(platform=platform) if platform

@@ -8,22 +8,23 @@ every one of them with its type).
 
 from typing import NamedTuple
 
-from kfp import dsl, kubernetes
+from kfp import dsl
+from kfp import kubernetes as kfp_kubernetes
 from kfp.dsl import HTML, Artifact, Dataset, Markdown, Model
 
 from fmnist_kfp import __version__
-from fmnist_kfp.kfp_components.batch_predict import batch_predict
-from fmnist_kfp.kfp_components.deploy import deploy_model
-from fmnist_kfp.kfp_components.freshness import freshness_window
-from fmnist_kfp.kfp_components.ingest import ingest_fashion_mnist
-from fmnist_kfp.kfp_components.predict import predict_with_served_model
-from fmnist_kfp.kfp_components.promote import promote_early
-from fmnist_kfp.kfp_components.select import select_best_model
-from fmnist_kfp.kfp_components.train import train_model
-from fmnist_kfp.kfp_components.tune import tune_hyperparameters
+from fmnist_kfp.kfp_components.batch_predict.component import batch_predict
+from fmnist_kfp.kfp_components.deploy.component import deploy_model
+from fmnist_kfp.kfp_components.freshness.component import freshness_window
+from fmnist_kfp.kfp_components.ingest.component import ingest_fashion_mnist
+from fmnist_kfp.kfp_components.predict.component import predict_with_served_model
+from fmnist_kfp.kfp_components.promote.component import promote_early
+from fmnist_kfp.kfp_components.registry import KUBERNETES_NEEDS
+from fmnist_kfp.kfp_components.select.component import select_best_model
+from fmnist_kfp.kfp_components.train.component import train_model
+from fmnist_kfp.kfp_components.tune.component import tune_hyperparameters
 from fmnist_kfp.pipelines.for_platform import ForPlatform
-from fmnist_kfp.settings import pipeline as settings
-from fmnist_kfp.settings.pipeline import PipelineParameters
+from fmnist_kfp.settings.pipeline import PipelineParameters, cluster_defaults
 from fmnist_kfp.settings.platform import IMAGE_ENV, MOUNT_PATH, Platform
 from fmnist_kfp.settings.schema import args_doc
 
@@ -47,35 +48,24 @@ class PipelineOutputs(NamedTuple):
     batch_predictions: Dataset
 
 
-def cluster_defaults(platform: Platform) -> PipelineParameters:
-    """The Kubeflow variant's defaults (:func:`fmnist_kfp.settings.pipeline.cluster_defaults`):
-    TFJobs of two workers, TFDS as the data source.
-
-    ``kubernetes`` stays ``{}``: the shared claim is not a default the user's dict could
-    replace, but part of the platform every task carries (``FMNIST_PVC_NAME``, see
-    :func:`_on_platform`), under which the steps merge the user's settings
-    (:func:`fmnist_kfp.settings.jobs.cluster_settings`)."""
-    return settings.cluster_defaults()
-
-
-def _on_platform(task, component, platform: Platform | None) -> None:
-    """What a task of ``component`` carries on the cluster (its ``kubernetes_needs``, see
-    :class:`fmnist_kfp.kfp_components.base.KubernetesNeeds`): the platform's claim as environment,
-    the shared volume, the object-store keys; and, for lineage, the image its own pod runs as
-    ``FMNIST_COMPONENT_IMAGE`` (a record only: the pods a step creates run its ``image`` and
-    ``gpu_image`` inputs, never this variable)."""
+def _on_platform(task, folder: str, platform: Platform | None) -> None:
+    """What a task of the component in ``folder`` carries on the cluster (its
+    :data:`~fmnist_kfp.kfp_components.registry.KUBERNETES_NEEDS`): the platform's claim as
+    environment, the shared volume, the object-store keys; and, for lineage, the image its own
+    pod runs as ``FMNIST_COMPONENT_IMAGE`` (a record only: the pods a step creates run its
+    ``image`` and ``gpu_image`` inputs, never this variable)."""
     if platform is None:
         return
-    needs = component.kubernetes_needs
+    needs = KUBERNETES_NEEDS[folder]
     for name, value in {**platform.env(), IMAGE_ENV: task.container_spec.image}.items():
         task.set_env_variable(name, value)
     if needs.credentials and platform.credentials_secret:  # only when named: see Platform
-        kubernetes.use_secret_as_env(
+        kfp_kubernetes.use_secret_as_env(
             task, secret_name=platform.credentials_secret,
             secret_key_to_env={key: key for key in platform.credential_keys},
         )
     if needs.volume:
-        kubernetes.mount_pvc(task, pvc_name=platform.pvc_name, mount_path=MOUNT_PATH)
+        kfp_kubernetes.mount_pvc(task, pvc_name=platform.pvc_name, mount_path=MOUNT_PATH)
 
 
 def make_pipeline(parallelism: int = 0, platform: Platform | None = None):
@@ -95,7 +85,12 @@ def make_pipeline(parallelism: int = 0, platform: Platform | None = None):
 def _build(parallelism: int, platform: Platform | None):
     """The pipeline for ``platform`` as KFP builds it (its images the release's until
     :class:`ForPlatform` compiles it)."""
-    _D = cluster_defaults(platform) if platform else PipelineParameters()  # noqa: N806
+    # The Kubeflow variant's defaults: TFJobs of two workers, TFDS as the data source. Its
+    # ``kubernetes`` stays ``{}``: the shared claim is not a default the user's dict could
+    # replace, but part of the platform every task carries (``FMNIST_PVC_NAME``, see
+    # :func:`_on_platform`), under which the steps merge the user's settings
+    # (:func:`fmnist_kfp.settings.jobs.cluster_settings`).
+    _D = cluster_defaults() if platform else PipelineParameters()  # noqa: N806
     # The images of the pods the steps create: the platform's, as constants (not run
     # parameters); without a platform (kfp.local) the components' defaults.
     images = {"image": platform.image} if platform else {}
@@ -137,7 +132,7 @@ def _build(parallelism: int, platform: Platform | None):
         window = freshness_window(freshness=freshness)
         window.set_caching_options(False)  # it reads the clock
         window.set_display_name("freshness-window")
-        _on_platform(window, freshness_window, platform)
+        _on_platform(window, "freshness", platform)
         ingest = ingest_fashion_mnist(
             data_source=data_source,
             freshness_window=window.output,
@@ -145,7 +140,7 @@ def _build(parallelism: int, platform: Platform | None):
             validation_examples=validation_examples,
         )
         ingest.set_display_name("ingest")
-        _on_platform(ingest, ingest_fashion_mnist, platform)
+        _on_platform(ingest, "ingest", platform)
 
         with dsl.ParallelFor(items=model_types, parallelism=parallelism) as model_type:
             # With tune off the search step hands the given values on at once (and is
@@ -158,7 +153,7 @@ def _build(parallelism: int, platform: Platform | None):
                 strategy=strategy, num_ps=num_ps, **gpu_images,
             )
             search.set_display_name("tune")
-            _on_platform(search, tune_hyperparameters, platform)
+            _on_platform(search, "tune", platform)
             train = train_model(
                 dataset=ingest.outputs["dataset"],
                 model_type=model_type,
@@ -178,7 +173,7 @@ def _build(parallelism: int, platform: Platform | None):
                 **gpu_images,
             )
             train.set_display_name("train")
-            _on_platform(train, train_model, platform)
+            _on_platform(train, "train", platform)
             # serve_early: each model as it finishes, if the best so far (atomic promotion).
             with dsl.If(serve_early == True):  # noqa: E712 - a pipeline condition, not Python
                 early = promote_early(
@@ -188,13 +183,13 @@ def _build(parallelism: int, platform: Platform | None):
                     verification_images=verification_images, serving=serving, **images)
                 early.set_caching_options(False)  # it changes what is served
                 early.set_display_name("serve-early")
-                _on_platform(early, promote_early, platform)
+                _on_platform(early, "promote", platform)
         select = select_best_model(
             dataset=ingest.outputs["dataset"],
             candidates=dsl.Collected(train.outputs["model"]),
         )
         select.set_display_name("select")
-        _on_platform(select, select_best_model, platform)
+        _on_platform(select, "select", platform)
         best_model = select.outputs["best_model"]
         batch = batch_predict(
             model=best_model,
@@ -206,7 +201,7 @@ def _build(parallelism: int, platform: Platform | None):
             **images,
         )
         batch.set_display_name("batch-predict")
-        _on_platform(batch, batch_predict, platform)
+        _on_platform(batch, "batch_predict", platform)
         deploy = deploy_model(
             model=best_model,
             dataset=ingest.outputs["dataset"],
@@ -219,7 +214,7 @@ def _build(parallelism: int, platform: Platform | None):
         )
         deploy.set_caching_options(False)  # it changes what is served
         deploy.set_display_name("deploy")
-        _on_platform(deploy, deploy_model, platform)
+        _on_platform(deploy, "deploy", platform)
         predict = predict_with_served_model(
             model=best_model,
             dataset=ingest.outputs["dataset"],
@@ -230,7 +225,7 @@ def _build(parallelism: int, platform: Platform | None):
         )
         predict.set_caching_options(False)  # it measures the live server
         predict.set_display_name("predict")
-        _on_platform(predict, predict_with_served_model, platform)
+        _on_platform(predict, "predict", platform)
         return PipelineOutputs(
             best_model=best_model,
             report=select.outputs["report"],

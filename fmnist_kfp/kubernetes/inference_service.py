@@ -33,8 +33,6 @@ upstream: docs/upstream.md#kserve
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.kubernetes.inference_service_status import (
     AUTOSCALER_CLASS_ANNOTATION,
@@ -43,11 +41,10 @@ from fmnist_kfp.kubernetes.inference_service_status import (
     DeploymentMode,
 )
 from fmnist_kfp.settings.serving import (
-    FMNIST_RUNTIME,
     HPA_SCALE_METRICS,
     KPA_SCALE_METRICS,
     TENSORFLOW_RUNTIME,
-    DeploySettings,
+    KServeSettings,
     ServingSettings,
     check_storage_uri,
 )
@@ -56,8 +53,6 @@ API_VERSION = "serving.kserve.io/v1beta1"
 KIND = "InferenceService"
 RUNTIME_API_VERSION = "serving.kserve.io/v1alpha1"
 
-TF_SERVING_RUNTIME = "kserve-tensorflow-serving"  # KServe's ClusterServingRuntime for it
-RUNTIMES = {FMNIST_RUNTIME: FMNIST_RUNTIME, TENSORFLOW_RUNTIME: TF_SERVING_RUNTIME}
 CONTAINER_NAME = "kserve-container"
 MODEL_MOUNT = "/mnt/models"  # where KServe's storage initializer puts the model
 HTTP_PORT = 8080
@@ -100,31 +95,6 @@ ANNOTATION_EARLY_MODEL_URI = "fmnist.kubeflow.org/early-model-uri"
 ANNOTATION_EARLY_MODEL_TYPE = "fmnist.kubeflow.org/early-model-type"
 MODEL_ANNOTATIONS = (ANNOTATION_TEST_ACCURACY, ANNOTATION_MODEL_URI, *CANARY_ANNOTATIONS,
                      ANNOTATION_ROLLED_BACK)
-
-
-@dataclass
-class KServeSettings(ServingSettings):
-    """One InferenceService: its name (the pipeline's ``model_name``) and the ``serving``
-    settings."""
-
-    name: str = DeploySettings().model_name
-
-    @property
-    def target_namespace(self) -> str:
-        if self.namespace:
-            return self.namespace
-        from kserve.utils.utils import get_default_target_namespace
-
-        return get_default_target_namespace()
-
-    @property
-    def runtime_name(self) -> str:
-        """The ServingRuntime (or ClusterServingRuntime) the predictor names."""
-        return RUNTIMES[self.runtime]
-
-    def cross_problems(self) -> list[str]:
-        named = DeploySettings(model_name=self.name).problems()
-        return named + super().cross_problems()
 
 
 def scale(settings: ServingSettings, mode: DeploymentMode) -> tuple[str, int]:

@@ -15,7 +15,7 @@ It follows google-cloud-pipeline-components' ``job_remote_runner``:
   connection errors are retried with a bounded backoff; they never fail the job or delete it.
   The kubeflow SDKs wrap the ``ApiException`` in a ``RuntimeError`` with the original as
   ``__context__`` (the Katib calls, :class:`fmnist_kfp.katib.experiment_launcher.KatibApi`, raise it
-  as it is); :func:`api_status` looks through the chain.
+  as it is); :func:`fmnist_kfp.kubernetes.api_errors.api_status` looks through the chain.
   Should the API stay unreachable for ``unreachable_seconds``, the step fails and the job is
   left running: a retry of the step re-attaches to it.
 * **A read the API server refuses leaves the job alone.** HTTP 401 (the step's credentials are
@@ -52,24 +52,26 @@ Usage::
 
 from __future__ import annotations
 
-import json
 import signal
-import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from fmnist_kfp.errors import FmnistError
+from fmnist_kfp.kubernetes.api_errors import (
+    api_message,
+    api_status,
+    is_transient,
+)
 
 TERMINATED = "terminated"  # SIGTERM: the run was terminated or the step pod deleted
 DEADLINE = "deadline"  # the step's own timeout passed
 FAILED = "failed"  # the job's controller says it failed (or the caller's budget ran out)
 ERROR = "error"  # an unexpected error while waiting (a permanent API error, a bug)
 
-TRANSIENT_STATUSES = frozenset({408, 429})  # plus every 5xx
 # Answers to a read that speak of this step's access, not of the job (see ReadRefused):
 # 401 StatusUnauthorized, 403 StatusForbidden and 410 StatusGone in the Kubernetes API
 # conventions (kubernetes/community contributors/devel/sig-architecture/api-conventions.md,
@@ -171,55 +173,8 @@ class RemoteJob:
 
 
 # ---------------------------------------------------------------------------------------------
-# Classifying API errors
-
-
-def exception_chain(error: BaseException | None) -> Iterator[BaseException]:
-    """``error`` and every exception it was raised from or while handling, once each."""
-    seen: set[int] = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        yield error
-        error = error.__cause__ or error.__context__
-
-
-def api_status(error: BaseException) -> int | None:
-    """The HTTP status of the ``ApiException`` in ``error``'s chain (the SDKs wrap it), if
-    any."""
-    for item in exception_chain(error):
-        status = getattr(item, "status", None)
-        if isinstance(status, int) and type(item).__name__ == "ApiException":
-            return status
-    return None
-
-
-def api_message(error: BaseException) -> str:
-    """The API server's own words: ``HTTP 403 Forbidden: admission webhook ... denied ...``."""
-    for item in exception_chain(error):
-        if type(item).__name__ == "ApiException":
-            message = ""
-            try:
-                message = json.loads(getattr(item, "body", "") or "{}").get("message", "")
-            except (ValueError, AttributeError):
-                message = str(getattr(item, "body", "") or "")
-            reason = getattr(item, "reason", "") or ""
-            return f"HTTP {item.status} {reason}".rstrip() + (f": {message}" if message else "")
-    return f"{type(error).__name__}: {error}"
-
-
-def is_transient(error: BaseException) -> bool:
-    """True for errors worth retrying: HTTP 5xx, 429 and 408, client-side timeouts and
-    connection errors (urllib3's, or the SDKs' ``TimeoutError``)."""
-    status = api_status(error)
-    if status is not None:
-        return status >= 500 or status in TRANSIENT_STATUSES
-    for item in exception_chain(error):
-        if isinstance(item, TimeoutError | ConnectionError | socket.timeout):
-            return True
-        module = type(item).__module__ or ""
-        if module.startswith("urllib3") or module.startswith("http.client"):
-            return True  # MaxRetryError, ProtocolError, ReadTimeoutError, RemoteDisconnected
-    return False
+# Reading API errors: fmnist_kfp.kubernetes.api_errors (through the chain: the SDKs wrap the
+# ApiException); what follows is the runner's own rule on top of it.
 
 
 def left_as_is_status(error: BaseException) -> int | None:

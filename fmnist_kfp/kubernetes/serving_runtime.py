@@ -14,10 +14,9 @@ from fmnist_kfp.kubernetes.inference_service import (
     MODEL_MOUNT,
     PART_OF_LABEL,
     RUNTIME_API_VERSION,
-    KServeSettings,
     container_resources,
 )
-from fmnist_kfp.settings.serving import FMNIST_RUNTIME
+from fmnist_kfp.settings.serving import FMNIST_RUNTIME, KServeSettings
 
 
 def predictor_args(settings: KServeSettings) -> list[str]:

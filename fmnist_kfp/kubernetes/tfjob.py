@@ -59,11 +59,10 @@ def gang_policy(scheduling: SchedulingSettings, replicas: int):
         schedule_timeout_seconds=scheduling.gang_timeout_seconds or None)
 
 
-def build_tfjob(spec: TrainingJobSpec, settings: KubernetesSettings):
-    """The ``KubeflowOrgV1TFJob`` for a training job."""
-    from kubeflow.training import models
-    from kubernetes import client
-
+def validate_tfjob(spec: TrainingJobSpec, settings: KubernetesSettings) -> None:
+    """Raises :class:`UserInputError` for a training job the training operator or the API
+    server would refuse, or that would not end as asked, as a TFJob with these pod settings:
+    checked before the training step copies anything, and by :func:`build_tfjob`."""
     spec.validate()  # at least one worker, among the rest
     settings.validate()
     # Our rule, from the operator's naming: each pod and its headless Service are named
@@ -89,6 +88,14 @@ def build_tfjob(spec: TrainingJobSpec, settings: KubernetesSettings):
             f"the job asks for {spec.gpus_per_worker} GPU(s) per worker, but no GPU image was "
             "given for those replicas: give the step's gpu_image input (a compiled component "
             "defaults it to the GPU image it was compiled with), or set gpus_per_worker to 0")
+
+
+def build_tfjob(spec: TrainingJobSpec, settings: KubernetesSettings):
+    """The ``KubeflowOrgV1TFJob`` for a training job (:func:`validate_tfjob` first)."""
+    from kubeflow.training import models
+    from kubernetes import client
+
+    validate_tfjob(spec, settings)
     command = spec.trainer_command(python="python")  # the image's interpreter, not ours
     limits = {"cpu": settings.cpu, "memory": settings.memory}
     if spec.gpus_per_worker:

@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from fmnist_kfp.errors import UserInputError
-from fmnist_kfp.kubernetes.runner import api_status
+from fmnist_kfp.kubernetes.api_errors import api_status
 from fmnist_kfp.kubernetes.trainjob import (
     API_VERSION,
     GROUP,

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fmnist_kfp.kubernetes.runner import JobStatus, api_message
+from fmnist_kfp.kubernetes.api_errors import api_message
+from fmnist_kfp.kubernetes.runner import JobStatus
 from fmnist_kfp.settings.scheduling import KUEUE_QUEUE_LABEL
 
 GROUP = "kueue.x-k8s.io"

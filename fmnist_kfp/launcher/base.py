@@ -2,7 +2,8 @@
 
 ``local`` (:mod:`fmnist_kfp.launcher.local_processes`) starts the replicas as processes on this
 machine; ``kubernetes`` (:mod:`fmnist_kfp.launcher.tfjob_launcher`) runs them as a TFJob. The step
-chooses one with :func:`fmnist_kfp.backends.choose_backend`.
+checks the name with :func:`fmnist_kfp.backends.require_backend` and picks one with a plain
+``if``.
 """
 
 from __future__ import annotations

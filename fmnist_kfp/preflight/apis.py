@@ -4,7 +4,8 @@
 
 from __future__ import annotations
 
-from fmnist_kfp.preflight.common import Row, _call, _status
+from fmnist_kfp.kubernetes.api_errors import own_status
+from fmnist_kfp.preflight.common import Row, _call
 
 # (group, version, plural, what, fix)
 APIS = (
@@ -29,7 +30,7 @@ def check_apis(api_client) -> list[Row]:
             served = plural in {resource.get("name") for resource in
                                 (listing or {}).get("resources") or []}
         except Exception as error:
-            if _status(error) != 404:
+            if own_status(error) != 404:
                 rows.append(Row(what, None, f"cannot ask the API server: {error}"))
                 continue
             served = False

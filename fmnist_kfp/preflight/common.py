@@ -1,12 +1,16 @@
 """What every preflight check shares: the row it reports (:class:`Row`), the cluster it checks
-(:class:`Cluster`), and the raw API calls (a short connect timeout; 404 read as "missing")."""
+(:class:`Cluster`), and the raw API calls (a short connect timeout; 404 read as "missing").
+
+Errors are read by :mod:`fmnist_kfp.kubernetes.api_errors` as the client raised them
+(``own_status``, ``status_line``, ``refusal_message``): preflight calls the ``kubernetes``
+client itself, so nothing wraps them."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+from fmnist_kfp.kubernetes.api_errors import own_status
 from fmnist_kfp.settings.scheduling import SchedulingSettings
 
 SETUP = "manifests/"
@@ -49,35 +53,12 @@ def _call(api_client, path: str, method: str = "GET", body=None, headers=None):
                                _request_timeout=(CONNECT_TIMEOUT_SECONDS, 30))
 
 
-def _status(error) -> int | None:
-    """The HTTP status of an API error, None for one without (no answer)."""
-    return getattr(error, "status", None)
-
-
-def _reason(error) -> str:
-    """An API error in a few words: its HTTP status and reason, else its type and text."""
-    status = _status(error)
-    if status is not None:
-        return f"HTTP {status} {getattr(error, 'reason', '') or ''}".rstrip()
-    return f"{type(error).__name__}: {error}"
-
-
-def _message(error) -> str:
-    """The API server's own words for a refused request (its Status message), else the HTTP
-    status."""
-    try:
-        message = json.loads(getattr(error, "body", "") or "{}").get("message")
-    except (TypeError, ValueError, AttributeError):
-        message = None
-    return f"{_reason(error)}: {message}" if message else _reason(error)
-
-
 def _serves(api_client, group: str, version: str, plural: str) -> bool | None:
     """Whether discovery lists ``plural`` at ``group/version``; None when it cannot be asked."""
     try:
         listing = _call(api_client, f"/apis/{group}/{version}")
     except Exception as error:
-        return False if _status(error) == 404 else None
+        return False if own_status(error) == 404 else None
     return plural in {resource.get("name") for resource in (listing or {}).get("resources") or []}
 
 
@@ -86,7 +67,7 @@ def _read(api_client, path: str) -> tuple[dict | None, object]:
     try:
         return _call(api_client, path) or {}, None
     except Exception as error:
-        return None, ("missing" if _status(error) == 404 else error)
+        return None, ("missing" if own_status(error) == 404 else error)
 
 
 def _condition(obj: dict, kind: str) -> dict | None:

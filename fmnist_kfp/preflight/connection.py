@@ -7,7 +7,8 @@ from __future__ import annotations
 import os
 
 from fmnist_kfp.errors import RemoteError, UserInputError, connection_problem
-from fmnist_kfp.preflight.common import RETRIES, Cluster, Row, _call, _status
+from fmnist_kfp.kubernetes.api_errors import own_status
+from fmnist_kfp.preflight.common import RETRIES, Cluster, Row, _call
 from fmnist_kfp.preflight.scheduling import scheduling_from
 
 
@@ -34,7 +35,7 @@ def check_api_server(api_client) -> Row | None:
         _call(api_client, "/version")
     except Exception as error:
         problem = connection_problem(error)
-        status = _status(error)
+        status = own_status(error)
         if problem:
             return Row(what, False, f"cannot reach {server}: {problem}",
                        "check the kubeconfig's cluster (--kubeconfig, --context): is it up, "

@@ -7,7 +7,8 @@ upstream: docs/upstream.md#katib, #kubeflow-manifests
 
 from __future__ import annotations
 
-from fmnist_kfp.preflight.common import Row, _call, _reason, _time, _utc
+from fmnist_kfp.kubernetes.api_errors import status_line
+from fmnist_kfp.preflight.common import Row, _call, _time, _utc
 
 # Katib's controller (kubeflow/katib v0.19.0 manifests/v1beta1/components/controller/
 # controller.yaml lines 2-26: Deployment katib-controller in kubeflow, pods labelled
@@ -75,16 +76,16 @@ def check_katib_watch(api_client, core, operator: str = "tfjob") -> Row:
                                 f"{crd_name}")
     except Exception as error:
         return Row(what, None, f"could not check: cannot read the CRD {crd_name} "
-                               f"({_reason(error)})", f"if {installer} was installed after "
-                                                     f"Katib: {RESTART_KATIB}")
+                               f"({status_line(error)})",
+                   f"if {installer} was installed after Katib: {RESTART_KATIB}")
     created = _time(((crd or {}).get("metadata") or {}).get("creationTimestamp"))
     try:
         pods = core.list_namespaced_pod(KATIB_NAMESPACE, label_selector=KATIB_CONTROLLER_SELECTOR,
                                         _request_timeout=30).items
     except Exception as error:
         return Row(what, None, f"could not check: cannot list pods in {KATIB_NAMESPACE} "
-                               f"({_reason(error)})", f"if {installer} was installed after "
-                                                     f"Katib: {RESTART_KATIB}")
+                               f"({status_line(error)})",
+                   f"if {installer} was installed after Katib: {RESTART_KATIB}")
     try:
         config = core.read_namespaced_config_map(KATIB_CONFIG, KATIB_NAMESPACE,
                                                  _request_timeout=30)

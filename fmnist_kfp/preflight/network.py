@@ -4,7 +4,8 @@ one that lets pipeline pods reach the cluster-local gateway must exist too
 
 from __future__ import annotations
 
-from fmnist_kfp.preflight.common import SETUP, Cluster, Row, _read, _reason
+from fmnist_kfp.kubernetes.api_errors import status_line
+from fmnist_kfp.preflight.common import SETUP, Cluster, Row, _read
 
 # Kubeflow 26.03's NetworkPolicy that admits to istio-system pods only istio-system's
 # (kubeflow/manifests 26.03 common/istio/istio-namespace/base/default-allow-same-namespace.yaml
@@ -29,7 +30,7 @@ def check_network_policy(api_client, cluster: Cluster) -> Row | None:
     fix = f"kubectl apply -k {SETUP}serving-network (cluster-admin)"
     if problem is not None:
         return Row(what, None, f"cannot read {GATEWAY_NAMESPACE}'s NetworkPolicies "
-                               f"({_reason(problem)}); on Kubeflow 26.03 with NetworkPolicy "
+                               f"({status_line(problem)}); on Kubeflow 26.03 with NetworkPolicy "
                                "enforced, pipeline pods reach the served model only with it",
                    f"ask the cluster admin: {fix}")
     ours, problem = _read(api_client, f"{base}/{NETWORK_POLICY}")
@@ -39,6 +40,6 @@ def check_network_policy(api_client, cluster: Cluster) -> Row | None:
                                 "enforces NetworkPolicy, the deploy and predict steps cannot "
                                 "reach the model (knative-local-gateway, port 8081)", fix)
     if problem is not None:
-        return Row(what, None, f"cannot read it ({_reason(problem)})", fix)
+        return Row(what, None, f"cannot read it ({status_line(problem)})", fix)
     return Row(what, True, "lets profile namespaces' pipeline pods reach the cluster-local "
                            "gateway (port 8081)")

@@ -5,7 +5,8 @@ impersonate its ServiceAccounts): ``pipeline-runner`` on standalone KFP, the pro
 
 from __future__ import annotations
 
-from fmnist_kfp.preflight.common import SETUP, Cluster, Row, _call, _status
+from fmnist_kfp.kubernetes.api_errors import own_status
+from fmnist_kfp.preflight.common import SETUP, Cluster, Row, _call
 
 # (verb, group, resource, subresource, what for): what the steps' code calls.
 PERMISSIONS = (
@@ -100,7 +101,7 @@ def check_permissions(api_client, cluster: Cluster, operator: str = "tfjob") -> 
             answer = _call(api_client, ACCESS_REVIEW_PATH, "POST", body,
                            {**headers, "Content-Type": "application/json"})
         except Exception as error:
-            if headers and _status(error) == 403:
+            if headers and own_status(error) == 403:
                 rows.append(Row("permissions", None, f"you may not impersonate {user}; "
                                                      "showing your own permissions instead"))
                 headers, who = {}, "you"

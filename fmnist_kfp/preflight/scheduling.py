@@ -11,6 +11,7 @@ import json
 import re
 
 from fmnist_kfp.errors import UserInputError
+from fmnist_kfp.kubernetes.api_errors import refusal_message, status_line
 from fmnist_kfp.kubernetes.workload import GROUP as WORKLOAD_GROUP
 from fmnist_kfp.preflight.common import (
     CONNECT_TIMEOUT_SECONDS,
@@ -18,9 +19,7 @@ from fmnist_kfp.preflight.common import (
     Cluster,
     Row,
     _condition,
-    _message,
     _read,
-    _reason,
     _serves,
 )
 from fmnist_kfp.settings.scheduling import KUEUE_QUEUE_LABEL, SchedulingSettings
@@ -134,7 +133,7 @@ def check_kueue(api_client, cluster: Cluster, tfjobs_served: bool) -> tuple[list
                         f"classes; cluster-admin): kubectl apply -k {SCHEDULING_SETUP} -n "
                         f"{namespace}, then use queue fmnist"))
     elif problem is not None:
-        rows.append(Row(what, None, f"cannot read it ({_reason(problem)})"))
+        rows.append(Row(what, None, f"cannot read it ({status_line(problem)})"))
     else:
         cluster_queue = (local_queue.get("spec") or {}).get("clusterQueue", "")
         # Its Active condition (kueue v0.19.2 apis/kueue/v1beta2/localqueue_types.go lines
@@ -173,7 +172,7 @@ def _check_kueue_manages_tfjobs(api_client, cluster: Cluster) -> Row:
             _request_timeout=(CONNECT_TIMEOUT_SECONDS, 30))
     except Exception as error:
         return Row(what, None, f"could not check: the server-side dry run of a TFJob labelled "
-                               f"{label} in {namespace} was refused ({_message(error)})",
+                               f"{label} in {namespace} was refused ({refusal_message(error)})",
                    "if Kueue's webhook failed, TFJobs cannot be created at all: check "
                    "kueue-controller-manager in kueue-system; else ask the cluster admin "
                    "whether Kueue's integrations.frameworks lists kubeflow.org/tfjob")
@@ -204,7 +203,7 @@ def check_priority(api_client, cluster: Cluster, kueue_version: str) -> list[Row
         rows.append(Row(what, False, "missing: the API server refuses the run's pods (no "
                                      f"PriorityClass with name {name} was found)", fix))
     elif problem is not None:
-        rows.append(Row(what, None, f"cannot read it ({_reason(problem)})"))
+        rows.append(Row(what, None, f"cannot read it ({status_line(problem)})"))
     else:
         rows.append(Row(what, True, f"value {found.get('value')}, preemptionPolicy "
                                     f"{found.get('preemptionPolicy') or 'PreemptLowerPriority'}"))
@@ -216,7 +215,7 @@ def check_priority(api_client, cluster: Cluster, kueue_version: str) -> list[Row
             rows.append(Row(what, False, "missing: Kueue makes no Workload for a job naming "
                                          "it, so the job stays suspended with no event", fix))
         elif problem is not None:
-            rows.append(Row(what, None, f"cannot read it ({_reason(problem)})"))
+            rows.append(Row(what, None, f"cannot read it ({status_line(problem)})"))
         else:
             rows.append(Row(what, True, f"value {found.get('value')}"))
     return rows
@@ -293,7 +292,7 @@ def _check_volcano_queue(api_client, cluster: Cluster) -> Row:
         return Row(what, False, f"missing ({source}): Volcano refuses the run's PodGroups "
                                 "(\"unable to find queue\") and the TFJobs wait with no pods", fix)
     if problem is not None:
-        return Row(what, None, f"cannot read it ({_reason(problem)})")
+        return Row(what, None, f"cannot read it ({status_line(problem)})")
     state = (queue.get("status") or {}).get("state")
     if state == "Open":
         return Row(what, True, f"Open ({source})")
@@ -311,7 +310,7 @@ def _check_operator_flag(api_client, gang: str) -> Row:
     path = f"/apis/apps/v1/namespaces/{OPERATOR_NAMESPACE}/deployments/{OPERATOR_DEPLOYMENT}"
     deployment, problem = _read(api_client, path)
     if deployment is None:
-        why = ("not found" if problem == "missing" else _reason(problem))
+        why = ("not found" if problem == "missing" else status_line(problem))
         return Row(what, None, f"could not check: cannot read deployment "
                                f"{OPERATOR_NAMESPACE}/{OPERATOR_DEPLOYMENT} ({why}); the "
                                "operator ignores runPolicy.schedulingPolicy unless it runs "

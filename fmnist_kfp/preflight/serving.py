@@ -4,7 +4,8 @@ pipeline pods reach the predictors (when Istio is installed)."""
 
 from __future__ import annotations
 
-from fmnist_kfp.preflight.common import SETUP, Cluster, Row, _call, _status
+from fmnist_kfp.kubernetes.api_errors import own_status
+from fmnist_kfp.preflight.common import SETUP, Cluster, Row, _call
 
 ISTIO_POLICY = "fmnist-serving-in-cluster"
 
@@ -51,7 +52,7 @@ def check_istio_policy(api_client, custom, cluster: Cluster) -> Row | None:
                                             cluster.serving_namespace, "authorizationpolicies",
                                             ISTIO_POLICY, _request_timeout=30)
     except Exception as error:
-        if _status(error) == 404:
+        if own_status(error) == 404:
             return Row(what, False, "missing: the deploy and predict steps (no sidecar) would "
                                     "get 403 RBAC: access denied from the predictors", fix)
         return Row(what, None, f"cannot read it: {error}")

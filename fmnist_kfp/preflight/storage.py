@@ -3,7 +3,8 @@ named)."""
 
 from __future__ import annotations
 
-from fmnist_kfp.preflight.common import SETUP, Cluster, Row, _status
+from fmnist_kfp.kubernetes.api_errors import own_status
+from fmnist_kfp.preflight.common import SETUP, Cluster, Row
 
 
 def check_pvc(core, cluster: Cluster) -> Row:
@@ -15,7 +16,7 @@ def check_pvc(core, cluster: Cluster) -> Row:
         claim = core.read_namespaced_persistent_volume_claim(cluster.pvc, cluster.namespace,
                                                               _request_timeout=30)
     except Exception as error:
-        if _status(error) == 404:
+        if own_status(error) == 404:
             return Row(what, False, "missing", fix)
         return Row(what, None, f"cannot read it: {error}")
     modes = list(claim.spec.access_modes or [])
@@ -35,7 +36,7 @@ def check_secret(core, cluster: Cluster) -> Row:
         secret = core.read_namespaced_secret(cluster.credentials_secret, cluster.namespace,
                                              _request_timeout=30)
     except Exception as error:
-        if _status(error) == 404:
+        if own_status(error) == 404:
             return Row(what, False, "missing: the ingest and train pods would not start "
                                     "(CreateContainerConfigError)", fix)
         return Row(what, None, f"cannot read it: {error}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fmnist_kfp.errors import UserInputError
+from fmnist_kfp.kubernetes.api_errors import status_line
 from fmnist_kfp.kubernetes.training_operators import (
     TFJOB_API,
     TRAINER_INSTALL,
@@ -27,7 +28,7 @@ from fmnist_kfp.kubernetes.trainjob import GROUP as TRAINER_GROUP
 from fmnist_kfp.kubernetes.trainjob import PATCHES, RUNTIME_APPLY, RUNTIME_NAME, RUNTIME_PLURAL
 from fmnist_kfp.kubernetes.trainjob import PLURAL as TRAINJOB_PLURAL
 from fmnist_kfp.kubernetes.trainjob import VERSION as TRAINER_VERSION
-from fmnist_kfp.preflight.common import Cluster, Row, _read, _reason, _serves
+from fmnist_kfp.preflight.common import Cluster, Row, _read, _serves
 
 TFJOB = "TFJob (Training Operator v1)"
 TRAINJOB = "TrainJob (Trainer v2)"
@@ -189,7 +190,7 @@ def _runtime_row(found: Offered) -> Row:
     """Our ClusterTrainingRuntime's row (read as you: no Role grants a cluster-scoped read)."""
     what = f"ClusterTrainingRuntime {RUNTIME_NAME}"
     if found.runtime is None:
-        return Row(what, None, f"cannot read it ({_reason(found.runtime_problem)}); Trainer's "
+        return Row(what, None, f"cannot read it ({status_line(found.runtime_problem)}); Trainer's "
                                "webhook refuses every TrainJob of the run without it",
                    f"if missing: {RUNTIME_FIX}")
     if not found.runtime:

@@ -19,6 +19,9 @@ from fmnist_kfp.settings.schema import Settings, at_least, raising, setting
 FMNIST_RUNTIME = "fmnist-predictor"  # our ServingRuntime, and the settings value choosing it
 TENSORFLOW_RUNTIME = "tensorflow"  # the settings value choosing KServe's TF Serving runtime
 SERVING_RUNTIMES = (FMNIST_RUNTIME, TENSORFLOW_RUNTIME)
+TF_SERVING_RUNTIME = "kserve-tensorflow-serving"  # KServe's ClusterServingRuntime for it
+# The ServingRuntime (or ClusterServingRuntime) each settings value names.
+RUNTIMES = {FMNIST_RUNTIME: FMNIST_RUNTIME, TENSORFLOW_RUNTIME: TF_SERVING_RUNTIME}
 SCALE_METRICS = ("concurrency", "rps", "cpu", "memory")
 # KServe's webhook: Knative's autoscaler (KPA) takes concurrency or rps, the HPA of Standard
 # mode cpu or memory (kserve v0.15.2 pkg/constants/constants.go L215-232).
@@ -294,3 +297,29 @@ class ServingSettings(Settings):
     def local_server_args(self, given: dict) -> list[str]:
         """The local predictor's flags for the batching keys the user gave."""
         return [f"--{key}={getattr(self, key):g}" for key in LOCAL_SERVING_KEYS if key in given]
+
+
+@dataclass
+class KServeSettings(ServingSettings):
+    """One InferenceService: its name (the pipeline's ``model_name``) and the ``serving``
+    settings."""
+
+    name: str = DeploySettings().model_name
+
+    @property
+    def target_namespace(self) -> str:
+        """``namespace``, else the namespace this step's pod runs in, else ``default`` (off a
+        cluster): KServe's rule (``kserve.utils.utils.get_default_target_namespace``), read
+        without importing KServe, which the settings may not."""
+        from fmnist_kfp.settings.jobs import step_namespace
+
+        return self.namespace or step_namespace() or "default"
+
+    @property
+    def runtime_name(self) -> str:
+        """The ServingRuntime (or ClusterServingRuntime) the predictor names."""
+        return RUNTIMES[self.runtime]
+
+    def cross_problems(self) -> list[str]:
+        named = DeploySettings(model_name=self.name).problems()
+        return named + super().cross_problems()

@@ -3,17 +3,17 @@ from kfp.dsl import Dataset, Input, Metrics, Model, Output
 from fmnist_kfp.kfp_components.base import component
 
 
-@component(volume=True, credentials=True)
+@component
 def batch_predict(
     model: Input[Model],
     dataset: Input[Dataset],
-    batch_prediction_source: str,
-    batch_prediction_workers: int,
-    backend: str,
-    kubernetes: dict,
-    image: str,
     predictions: Output[Dataset],
     metrics: Output[Metrics],
+    batch_prediction_source: str = "",
+    batch_prediction_workers: int = 2,
+    backend: str = "kubernetes",
+    kubernetes: dict = {},  # noqa: B006 - KFP reads the default from here
+    image: str = "ghcr.io/fmnist-kfp/fmnist-kfp:0.2.0",
 ):
     """Scores a dataset with the selected model, sharded across workers (Vertex AI's batch
     prediction, in the pipeline).
@@ -26,11 +26,20 @@ def batch_predict(
     Args:
         model: The selected model.
         dataset: The ingested dataset; its test split is the default source.
-        batch_prediction_source: {setting}
-        batch_prediction_workers: {setting}
-        backend: {setting}
-        kubernetes: {setting}
-        image: {setting}
+        batch_prediction_source: What the batch prediction step scores: empty for the ingested test
+            split, else a directory or URI (`gs://`, `s3://`; on Kubernetes a path on the shared
+            volume) of images (PNG, JPEG, GIF, BMP) or TFRecord files.
+        batch_prediction_workers: Shards scored in parallel: worker processes locally, the pods of
+            an Indexed Job on Kubernetes.
+        backend: `local` (worker processes on this machine, the predictor on 127.0.0.1) or
+            `kubernetes` (TFJobs, Katib Experiments, a KServe InferenceService).
+        kubernetes: TFJob and trial pod settings, a JSON object with any of: operator, namespace,
+            pvc_name, mount_path, cpu, memory, ps_cpu, ps_memory, gpu_node_selector,
+            gpu_tolerations, object_store_secret, service_account, restart_policy,
+            active_deadline_seconds, ttl_seconds_after_finished, clean_pod_policy, scheduling.
+        image: The image of the pods this step creates on Kubernetes: TFJob replicas and Katib
+            trials without GPUs, the batch-prediction Job, the ServingRuntime's predictor (unless
+            `serving.image` names another); default: the image this component was compiled with.
         predictions: JSON Lines files (id, class, class_name, probabilities, and label when
             known; error rows for unreadable inputs) and ``summary.json``; metadata holds the
             counts, the accuracy when labels exist, images/s and lineage.

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fmnist_kfp.backends import choose_backend
+from fmnist_kfp.backends import require_backend
 from fmnist_kfp.kfp_components import reports_errors_briefly
 from fmnist_kfp.kubernetes.names import stable_name
 from fmnist_kfp.scoring.inputs import list_source
@@ -31,18 +31,14 @@ def job_name(output_dir: str) -> str:
 
 def scoring_backend(backend: str, options: dict[str, Any], image: str = ""):
     """Worker processes here, or an Indexed Job on the cluster whose pods run ``image``."""
-
-    def local():
+    require_backend("batch prediction", backend)
+    if backend == "local":
         from fmnist_kfp.batch.local_scorer import LocalBatchScorer
 
         return LocalBatchScorer()
+    from fmnist_kfp.batch.indexed_job_scorer import IndexedJobScorer
 
-    def kubernetes():
-        from fmnist_kfp.batch.indexed_job_scorer import IndexedJobScorer
-
-        return IndexedJobScorer(image=image, **options)
-
-    return choose_backend("batch prediction", backend, local=local, kubernetes=kubernetes)
+    return IndexedJobScorer(image=image, **options)
 
 
 @reports_errors_briefly

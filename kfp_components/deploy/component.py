@@ -9,14 +9,14 @@ from fmnist_kfp.kfp_components.base import component
 def deploy_model(
     model: Input[Model],
     dataset: Input[Dataset],
-    backend: str,
-    model_name: str,
-    blessing_tolerance: float,
-    verification_images: int,
-    serving: dict,
-    image: str,
     deployment: Output[Artifact],
     blessing: Output[Metrics],
+    backend: str = "kubernetes",
+    model_name: str = "fashion-mnist",
+    blessing_tolerance: float = 0.005,
+    verification_images: int = 200,
+    serving: dict = {},  # noqa: B006 - KFP reads the default from here
+    image: str = "ghcr.io/fmnist-kfp/fmnist-kfp:0.2.0",
 ) -> NamedTuple("DeployOutputs", [("url", str), ("action", str), ("serves_model", bool)]):
     """Serves the selected model if it is blessed, verified with real test images.
 
@@ -30,12 +30,20 @@ def deploy_model(
     Args:
         model: The selected model; its metadata holds its test accuracy.
         dataset: The ingested dataset; verification uses its test split.
-        backend: {setting}
-        model_name: {setting}
-        blessing_tolerance: {setting}
-        verification_images: {setting}
-        serving: {setting}
-        image: {setting}
+        backend: `local` (worker processes on this machine, the predictor on 127.0.0.1) or
+            `kubernetes` (TFJobs, Katib Experiments, a KServe InferenceService).
+        model_name: The served model's (and its InferenceService's) name.
+        blessing_tolerance: Deploy only when the new model's test accuracy is at least the serving
+            model's minus this.
+        verification_images: Test images a new server must answer as the model does before it takes
+            traffic.
+        serving: KServe settings, a JSON object with any of: runtime, storage_uri, namespace, image,
+            cpu, memory, min_replicas, max_replicas, scale_metric, scale_target, deployment_mode,
+            canary_traffic_percent, service_account, max_batch_size, max_batch_latency_ms,
+            uncertain_margin, ready_timeout_seconds (batching also applies locally).
+        image: The image of the pods this step creates on Kubernetes: TFJob replicas and Katib
+            trials without GPUs, the batch-prediction Job, the ServingRuntime's predictor (unless
+            `serving.image` names another); default: the image this component was compiled with.
         deployment: The decision record (action, URL, blessing, verification).
         blessing: Both test accuracies and whether the model was blessed.
 

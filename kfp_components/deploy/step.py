@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fmnist_kfp.backends import choose_backend
+from fmnist_kfp.backends import require_backend
 from fmnist_kfp.errors import FmnistError, UserInputError
 from fmnist_kfp.kfp_components import reports_errors_briefly
 from fmnist_kfp.settings.jobs import BACKENDS
@@ -13,6 +13,7 @@ from fmnist_kfp.settings.serving import (
     FMNIST_RUNTIME,
     KFP_STORE_SERVICE_ACCOUNT,
     DeploySettings,
+    KServeSettings,
     ServingSettings,
     check_storage_uri,
 )
@@ -38,8 +39,6 @@ def serving_problems(serving: dict[str, Any], backend: str, model_name: str,
         return problems + type_problems
     settings = ServingSettings(**typed)
     if backend == "kubernetes":
-        from fmnist_kfp.kubernetes.inference_service import KServeSettings
-
         service = KServeSettings(name=model_name, **{**typed, "image": settings.image or image})
         if service.runtime == FMNIST_RUNTIME and not service.image:
             problems.append("no predictor image: give the deploy step's image input (a compiled "
@@ -82,12 +81,11 @@ def service_account_for(model_uri: str, settings: ServingSettings) -> str:
     return KFP_STORE_SERVICE_ACCOUNT if from_kfp_store(model_uri, settings.storage_uri) else ""
 
 
-def kserve_settings(model_name: str, settings: ServingSettings, model_uri: str, image: str):
+def kserve_settings(model_name: str, settings: ServingSettings, model_uri: str,
+                    image: str) -> KServeSettings:
     """The InferenceService's settings: the ``serving`` parameter's, the predictor running
     ``serving.image`` or else the step's ``image`` input, the ServiceAccount
     :func:`service_account_for` the model."""
-    from fmnist_kfp.kubernetes.inference_service import KServeSettings
-
     values = {**settings.as_dict(), "image": settings.image or image,
               "service_account": service_account_for(model_uri, settings)}
     return KServeSettings(name=model_name, **values).validate()
@@ -119,29 +117,23 @@ def deploy(*, model_dir: str, model_uri: str, test_accuracy: float, data_dir: st
     images, labels = test_sample(data_dir, verification_images)
     verify = make_verifier(model_dir, model_name, images, labels, log=log)
 
-    def local():
+    require_backend("deployment", backend)
+    if backend == "local":
         from fmnist_kfp.serving.deploy.local_deployer import deploy_locally
 
-        return lambda: deploy_locally(
+        decision = deploy_locally(
             model_name, model_dir, test_accuracy, tolerance=tolerance, verify=verify,
             server_args=settings.local_server_args(serving), log=log)
-
-    def kubernetes():
+    else:
         from fmnist_kfp.serving.deploy.kserve_deployer import deploy_with_kserve
 
         service = kserve_settings(model_name, settings, model_uri, image)
-
-        def run() -> dict:
-            decision = deploy_with_kserve(
-                service, storage_uri=storage_uri_for(model_uri, settings.storage_uri),
-                test_accuracy=test_accuracy, tolerance=tolerance, verify=verify,
-                client=kserve_client, log=log,
-                needs_credentials=from_kfp_store(model_uri, settings.storage_uri))
-            return {**decision, "backend": "kubernetes"}
-
-        return run
-
-    decision = choose_backend("deployment", backend, local=local, kubernetes=kubernetes)()
+        rollout = deploy_with_kserve(
+            service, storage_uri=storage_uri_for(model_uri, settings.storage_uri),
+            test_accuracy=test_accuracy, tolerance=tolerance, verify=verify,
+            client=kserve_client, log=log,
+            needs_credentials=from_kfp_store(model_uri, settings.storage_uri))
+        decision = {**rollout.as_dict(), "backend": "kubernetes"}
     if decision["action"] not in (*SERVES_CANDIDATE, "rejected"):
         still = decision.get("url") or "nothing"
         raise DeploymentError(

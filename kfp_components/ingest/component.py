@@ -3,13 +3,13 @@ from kfp.dsl import Dataset, Output
 from fmnist_kfp.kfp_components.base import component
 
 
-@component(defaults={"freshness_window": ""}, credentials=True)
+@component
 def ingest_fashion_mnist(
-    data_source: str,
-    freshness_window: str,
-    expected_sha256: dict,
-    validation_examples: int,
     dataset: Output[Dataset],
+    data_source: str = "tfds",
+    freshness_window: str = "",
+    expected_sha256: dict = {},  # noqa: B006 - KFP reads the default from here
+    validation_examples: int = 5000,
 ):
     """Ingests Fashion-MNIST and writes it as sharded TFRecords for multi-worker tf.data.
 
@@ -17,12 +17,17 @@ def ingest_fashion_mnist(
     downloads) and fails with a clear message on a missing or corrupted file or no network.
 
     Args:
-        data_source: {setting}
+        data_source: `tfds`, a directory or URI (`gs://`, `s3://`, `https://`) holding the four
+            official IDX `.gz` files, or empty for `$FASHION_MNIST_DIR` (else TFDS).
         freshness_window: The current freshness window (from ``freshness-window``); it is
             part of the cache key, so cached data expires with the window (empty: the cache
             entry never expires).
-        expected_sha256: {setting}
-        validation_examples: {setting}
+        expected_sha256: Per-file sha256 digests replacing the official ones, for IDX files you
+            derived yourself; empty means the official release.
+        validation_examples: Training images ingestion sets aside as the `validation` split: the
+            last N/10 of each class in file order (fixed, class-stratified). Training reports it
+            every epoch, tuning and selection choose on it; only the chosen model is evaluated on
+            the test split.
         dataset: TFRecord shards of the train, validation and test splits plus
             ``metadata.json`` (source, checksums, split sizes, per-class counts, how the
             validation split was carved).

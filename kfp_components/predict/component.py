@@ -1,18 +1,17 @@
 from kfp.dsl import Dataset, Input, Metrics, Model, Output
 
 from fmnist_kfp.kfp_components.base import component
-from fmnist_kfp.settings.pipeline import cluster_defaults
 
 
-@component(defaults={"sample_size": cluster_defaults().prediction_images, "serves_model": True})
+@component
 def predict_with_served_model(
     model: Input[Model],
     dataset: Input[Dataset],
     url: str,
-    model_name: str,
-    sample_size: int,
-    serves_model: bool,
     metrics: Output[Metrics],
+    model_name: str = "fashion-mnist",
+    sample_size: int = 1000,
+    serves_model: bool = True,
 ) -> float:
     """Sends real test images to the served model over HTTP and records its accuracy.
 
@@ -27,7 +26,7 @@ def predict_with_served_model(
         model: The model the server should be serving.
         dataset: The ingested dataset; the first ``sample_size`` test images are sent.
         url: The server's base URL, from the deploy step.
-        model_name: {setting}
+        model_name: The served model's (and its InferenceService's) name.
         sample_size: The number of test images to send (the pipeline's prediction_images).
         serves_model: Whether the server serves ``model`` (from the deploy step); when it
             does, its answers must be the model's own (see above).

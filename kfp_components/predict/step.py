@@ -8,8 +8,8 @@ from typing import Any
 from fmnist_kfp.errors import FmnistError
 from fmnist_kfp.kfp_components import reports_errors_briefly
 from fmnist_kfp.serving.deploy.verification import (
+    Comparison,
     compare,
-    describe,
     model_probabilities,
     test_sample,
 )
@@ -19,19 +19,19 @@ class ServedModelMismatch(FmnistError, RuntimeError):
     """The server failed requests, or answered differently from the selected model."""
 
 
-def judge(result: dict[str, Any], url: str, serves_model: bool) -> None:
+def judge(result: Comparison, url: str, serves_model: bool) -> None:
     """Raises when requests failed, or when the server serves this model (``serves_model``)
     and its answers are not the selected model's (float rounding and near-ties aside:
     :func:`fmnist_kfp.serving.deploy.verification.agreement`); an earlier model kept in service by
     blessing is only measured."""
-    if result["failures"]:
-        raise ServedModelMismatch(f"{result['failures']} requests to {url} failed: "
-                                  f"{result['errors']}")
-    if serves_model and not result["ok"]:
+    if result.failures:
+        raise ServedModelMismatch(f"{result.failures} requests to {url} failed: "
+                                  f"{result.errors}")
+    if serves_model and not result.ok:
         raise ServedModelMismatch(
             f"the served model at {url} does not answer like the selected model: "
-            f"{describe(result)}; served accuracy {result['accuracy']:.4f} vs "
-            f"{result['expected_accuracy']:.4f}; errors: {result['errors']}"
+            f"{result.describe()}; served accuracy {result.accuracy:.4f} vs "
+            f"{result.expected_accuracy:.4f}; errors: {result.errors}"
         )
 
 
@@ -42,12 +42,12 @@ def predict_step(*, model_dir: str, data_dir: str, url: str, model_name: str,
     images, labels = test_sample(data_dir, sample_size)
     expected = model_probabilities(model_dir, images, log=log)
     result = compare(url, model_name, images, labels, expected, log=log)
-    log(f"served accuracy {result['accuracy']:.4f} on {result['images']} test images "
-        f"(selection: {result['expected_accuracy']:.4f}), {result['failures']} failed requests")
+    log(f"served accuracy {result.accuracy:.4f} on {result.images} test images "
+        f"(selection: {result.expected_accuracy:.4f}), {result.failures} failed requests")
     if not serves_model:
         log("the server keeps an earlier model (this one was not blessed): no comparison")
     judge(result, url, serves_model)
     names = {"accuracy": "served_accuracy", "expected_accuracy": "selection_accuracy"}
-    return {names.get(key, key): result[key] for key in (
+    return {names.get(key, key): getattr(result, key) for key in (
         "accuracy", "expected_accuracy", "agreement", "near_ties", "unexplained_disagreements",
         "requests", "failures", "images", "seconds")}

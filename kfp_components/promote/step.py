@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fmnist_kfp.backends import choose_backend
+from fmnist_kfp.backends import require_backend
 from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.kfp_components import reports_errors_briefly
 from fmnist_kfp.kfp_components.deploy.step import (
@@ -43,25 +43,23 @@ def promote(*, model_dir: str, model_uri: str, model_type: str, data_dir: str, b
     images, labels = test_sample(data_dir, verification_images, split="validation")
     verify = make_verifier(model_dir, model_name, images, labels, log=log)
 
-    def local():
+    require_backend("deployment", backend)
+    if backend == "local":
         from fmnist_kfp.serving.deploy.local_deployer import promote_locally
 
-        return lambda: promote_locally(
+        decision = promote_locally(
             model_name, model_dir, accuracy, model_type=model_type, tolerance=tolerance,
             verify=verify, server_args=settings.local_server_args(serving), log=log)
-
-    def kubernetes():
+    else:
         from fmnist_kfp.serving.deploy.kserve_promotion import promote_with_kserve
 
         service = kserve_settings(model_name, settings, model_uri, image)
-        return lambda: {**promote_with_kserve(
+        rollout = promote_with_kserve(
             service, storage_uri=storage_uri_for(model_uri, settings.storage_uri),
             validation_accuracy=accuracy, model_type=model_type, tolerance=tolerance,
             verify=verify, client=kserve_client, log=log,
-            needs_credentials=from_kfp_store(model_uri, settings.storage_uri)),
-            "backend": "kubernetes"}
-
-    decision = choose_backend("deployment", backend, local=local, kubernetes=kubernetes)()
+            needs_credentials=from_kfp_store(model_uri, settings.storage_uri))
+        decision = {**rollout.as_dict(), "backend": "kubernetes"}
     serving_since = time.time() if decision["action"] in ("created", "promoted") else None
     return {**decision, "model_type": model_type, "validation_accuracy": accuracy,
             "serving_since": serving_since}

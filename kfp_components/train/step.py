@@ -14,9 +14,10 @@ On Kubernetes the step also points a Kubeflow ``Tensorboard`` at the logs on the
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from fmnist_kfp.backends import choose_backend
+from fmnist_kfp.backends import require_backend
 from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.kfp_components import reports_errors_briefly
 from fmnist_kfp.kubernetes.names import stable_name
@@ -41,24 +42,20 @@ def training_backend(backend: str, settings: KubernetesSettings | None = None,
     TrainJob (``operator``, as :func:`choose_operator` chose it; ``shape`` the TrainJob's pod
     settings) with the pods' ``settings``. ``make_launcher(settings, operator, shape)`` builds
     it instead (tests give it a client)."""
-
-    def local():
+    require_backend("training", backend)
+    if backend == "local":
         from fmnist_kfp.launcher.local_processes import LocalProcessLauncher
 
         return LocalProcessLauncher()
+    if make_launcher is not None:
+        return make_launcher(settings, operator, shape)
+    if operator == "trainjob":
+        from fmnist_kfp.launcher.trainjob_launcher import TrainJobLauncher
 
-    def kubernetes():
-        if make_launcher is not None:
-            return make_launcher(settings, operator, shape)
-        if operator == "trainjob":
-            from fmnist_kfp.launcher.trainjob_launcher import TrainJobLauncher
+        return TrainJobLauncher(settings, shape=shape)
+    from fmnist_kfp.launcher.tfjob_launcher import TFJobLauncher
 
-            return TrainJobLauncher(settings, shape=shape)
-        from fmnist_kfp.launcher.tfjob_launcher import TFJobLauncher
-
-        return TFJobLauncher(settings)
-
-    return choose_backend("training", backend, local=local, kubernetes=kubernetes)
+    return TFJobLauncher(settings)
 
 
 def training_operator(settings: KubernetesSettings, discovery=None) -> tuple[str, str]:
@@ -131,6 +128,79 @@ def tensorboard_markdown(model_type: str, info: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+@dataclass
+class TrainingResult:
+    """What one training made: what the chief reported and how the job ran. The ``Model``
+    artifact's metadata and the metrics the step logs are :meth:`model_metadata` and
+    :meth:`metrics`."""
+
+    model_type: str
+    hyperparameters: dict[str, Any]
+    parameters: int  # the model's trainable and other weights
+    epochs: int
+    replicas: int
+    strategy: str
+    topology: dict[str, int]  # replicas by kind (Chief, Worker, PS, Evaluator)
+    global_batch_size: int
+    precision: str
+    train_seconds: float
+    job_seconds: float  # the whole job, start-up and restarts included
+    restarts: int
+    backend: str
+    operator: str | None  # on Kubernetes: tfjob or trainjob; None locally
+    job_name: str
+    export_uri: str  # where the job exported the SavedModel
+    final_metrics: dict[str, float]
+    tensorboard: dict[str, Any]  # where its logs are (and its Tensorboard on Kubernetes)
+    evaluation: list[dict[str, Any]] | None = None  # the evaluator replica's epochs, if any
+
+    def model_metadata(self) -> dict[str, Any]:
+        """The ``Model`` artifact's metadata."""
+        metadata = {
+            "model_type": self.model_type,
+            "framework": "tensorflow",
+            "format": "saved_model",
+            "saved_model_version": SAVED_MODEL_VERSION,
+            "signatures": ["serving_default (image_bytes)", "serving_pixels (pixels)"],
+            "hyperparameters": self.hyperparameters,
+            "parameters": self.parameters,
+            "epochs": self.epochs,
+            "replicas": self.replicas,
+            "strategy": self.strategy,
+            "topology": self.topology,
+            "global_batch_size": self.global_batch_size,
+            "precision": self.precision,
+            "train_seconds": self.train_seconds,
+            "job_seconds": self.job_seconds,
+            "restarts": self.restarts,
+            "backend": self.backend,
+            **({"operator": self.operator} if self.operator is not None else {}),
+            "job_name": self.job_name,
+            "export_uri": self.export_uri,
+            "final_metrics": self.final_metrics,
+            "tensorboard": self.tensorboard,
+        }
+        if self.evaluation:
+            metadata["evaluation"] = self.evaluation
+        return metadata
+
+    def metrics(self) -> dict[str, float]:
+        """The metrics the step logs (and writes to its ``Metrics`` file)."""
+        final = self.final_metrics
+        metrics = {
+            "train_accuracy": final.get("accuracy", 0.0),
+            "train_loss": final.get("loss", 0.0),
+            "train_seconds": self.train_seconds,
+            "images_per_second": final.get("images_per_second", 0.0),
+            "parameters": float(self.parameters),
+        }
+        if "val_accuracy" in final:
+            metrics["validation_accuracy"] = final["val_accuracy"]
+        if self.evaluation:  # the evaluator replica's score of the last epoch
+            metrics["validation_accuracy"] = self.evaluation[-1]["val_accuracy"]
+        return metrics
+
+
 @reports_errors_briefly
 def train_step(
     *,
@@ -151,8 +221,9 @@ def train_step(
     make_launcher: Callable[..., Any] | None = None,
     create_tensorboard=None,
     discovery=None,
-) -> tuple[dict[str, Any], dict[str, float]]:
-    """Trains one model; returns the ``Model`` artifact metadata and the metrics to log.
+) -> TrainingResult:
+    """Trains one model; returns what it made (the ``Model`` artifact's metadata and the
+    metrics to log, :class:`TrainingResult`).
 
     On Kubernetes the workers are pods that cannot see this step's artifact paths, so the
     dataset is staged on the shared volume (once per dataset) and the job works there; the
@@ -202,9 +273,9 @@ def train_step(
 
             build_trainjob(spec, settings, shape)  # refuses what a TrainJob cannot do
         else:
-            from fmnist_kfp.kubernetes.tfjob import build_tfjob
+            from fmnist_kfp.kubernetes.tfjob import validate_tfjob
 
-            build_tfjob(spec, settings)
+            validate_tfjob(spec, settings)
         job_data_dir = stage_dataset(data_dir, f"{shared}/datasets")
         make_shared_dirs(f"{shared}/jobs")  # group-writable: every job's pods make theirs
         spec.data_dir = job_data_dir
@@ -215,41 +286,24 @@ def train_step(
     if job_dir != model_dir:
         copy_tree(job_dir, model_dir)
     result = outcome.result
-    final = result["final_metrics"]
-    metadata = {
-        "model_type": result["model_type"],
-        "framework": "tensorflow",
-        "format": "saved_model",
-        "saved_model_version": SAVED_MODEL_VERSION,
-        "signatures": ["serving_default (image_bytes)", "serving_pixels (pixels)"],
-        "hyperparameters": result["hyperparameters"],
-        "parameters": result["parameters"],
-        "epochs": result["epochs"],
-        "replicas": result["replicas"],
-        "strategy": result.get("strategy", strategy),
-        "topology": spec.replica_counts(),
-        "global_batch_size": result["global_batch_size"],
-        "precision": result["precision"],
-        "train_seconds": result["train_seconds"],
-        "job_seconds": outcome.wall_seconds,
-        "restarts": outcome.restarts,
-        "backend": backend,
-        **({"operator": operator} if settings is not None else {}),
-        "job_name": name,
-        "export_uri": f"{job_dir}/{SAVED_MODEL_VERSION}",
-        "final_metrics": final,
-        "tensorboard": tensorboard,
-    }
-    metrics = {
-        "train_accuracy": final.get("accuracy", 0.0),
-        "train_loss": final.get("loss", 0.0),
-        "train_seconds": result["train_seconds"],
-        "images_per_second": final.get("images_per_second", 0.0),
-        "parameters": float(result["parameters"]),
-    }
-    if "val_accuracy" in final:
-        metrics["validation_accuracy"] = final["val_accuracy"]
-    if result.get("evaluation"):  # the evaluator replica's score of the last epoch
-        metrics["validation_accuracy"] = result["evaluation"][-1]["val_accuracy"]
-        metadata["evaluation"] = result["evaluation"]
-    return metadata, metrics
+    return TrainingResult(
+        model_type=result["model_type"],
+        hyperparameters=result["hyperparameters"],
+        parameters=result["parameters"],
+        epochs=result["epochs"],
+        replicas=result["replicas"],
+        strategy=result.get("strategy", strategy),
+        topology=spec.replica_counts(),
+        global_batch_size=result["global_batch_size"],
+        precision=result["precision"],
+        train_seconds=result["train_seconds"],
+        job_seconds=outcome.wall_seconds,
+        restarts=outcome.restarts,
+        backend=backend,
+        operator=operator if settings is not None else None,
+        job_name=name,
+        export_uri=f"{job_dir}/{SAVED_MODEL_VERSION}",
+        final_metrics=result["final_metrics"],
+        tensorboard=tensorboard,
+        evaluation=result.get("evaluation") or None,
+    )

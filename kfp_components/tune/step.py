@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from fmnist_kfp.backends import choose_backend
+from fmnist_kfp.backends import require_backend
 from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.katib.results import TuningResult
 from fmnist_kfp.kfp_components import reports_errors_briefly
@@ -83,30 +83,25 @@ def tune_step(*, model_type: str, base: TrainingConfig, tuning: dict[str, Any], 
                                           gpus_per_worker=gpus_per_worker,
                                           strategy=strategy, num_ps=num_ps)
 
-    def local():
+    require_backend("tuning", backend)
+    if backend == "local":
         from fmnist_kfp.katib.optuna_search import LocalTuner
 
-        return lambda: LocalTuner(work_dir=f"{output_dir}/trials").run(settings, space,
-                                                                        data_dir)
+        return LocalTuner(work_dir=f"{output_dir}/trials").run(settings, space, data_dir)
+    from fmnist_kfp.katib.experiment_launcher import KatibExperimentLauncher
+    from fmnist_kfp.kubernetes.experiment import build_experiment
+    from fmnist_kfp.kubernetes.storage import make_shared_dirs, stage_dataset
 
-    def on_kubernetes():
-        from fmnist_kfp.katib.experiment_launcher import KatibExperimentLauncher
-        from fmnist_kfp.kubernetes.experiment import build_experiment
-        from fmnist_kfp.kubernetes.storage import make_shared_dirs, stage_dataset
-
-        # The compiled image and claim under the user's settings, checked (namespace, claim).
-        pods = cluster_settings(kubernetes, image=image, gpu_image=gpu_image)
-        on_cluster = replace(settings, kubernetes=pods)
-        data = f"{pods.mount_path.rstrip('/')}/datasets"
-        build_experiment(on_cluster, space, data)  # every problem before the dataset is copied
-        data = stage_dataset(data_dir, data)
-        make_shared_dirs(on_cluster.trials_root)  # group-writable: every trial makes its own
-        katib = launcher or KatibExperimentLauncher(
-            timeout_seconds=on_cluster.deadline_seconds())  # tuning.trial_minutes per round
-        return lambda: katib.run(on_cluster, space, data)
-
-    run = choose_backend("tuning", backend, local=local, kubernetes=on_kubernetes)
-    return run()
+    # The compiled image and claim under the user's settings, checked (namespace, claim).
+    pods = cluster_settings(kubernetes, image=image, gpu_image=gpu_image)
+    on_cluster = replace(settings, kubernetes=pods)
+    data = f"{pods.mount_path.rstrip('/')}/datasets"
+    build_experiment(on_cluster, space, data)  # every problem before the dataset is copied
+    data = stage_dataset(data_dir, data)
+    make_shared_dirs(on_cluster.trials_root)  # group-writable: every trial makes its own
+    katib = launcher or KatibExperimentLauncher(
+        timeout_seconds=on_cluster.deadline_seconds())  # tuning.trial_minutes per round
+    return katib.run(on_cluster, space, data)
 
 
 @dataclass

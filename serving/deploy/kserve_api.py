@@ -4,9 +4,10 @@ Every call carries a timeout. An API server answers a missing object with 404 an
 ``NotFound`` Status (an absent *resource type* is a bare 404 page: KServe is not installed), a
 stale ``resourceVersion`` with 409 ``Conflict``, an admission webhook's refusal with the
 webhook's own code and ``admission webhook "<name>" denied the request: <why>`` (KServe's
-validator denies with 403), a missing permission with 403. 5xx, 429, timeouts and dropped
-connections are transient: :class:`TransientApiError`, which the rollout's waits retry (the
-kserve SDK's own ``get`` retries none of them). A 401, 403 or 410 while a rollout waits leaves it
+validator denies with 403), a missing permission with 403. 5xx, 429, 408, timeouts and dropped
+connections are transient (:func:`fmnist_kfp.kubernetes.api_errors.is_transient`, the rule of
+every caller of ours): :class:`TransientApiError`, which the rollout's waits retry (the kserve
+SDK's own ``get`` retries none of them). A 401, 403 or 410 while a rollout waits leaves it
 as it stands (:class:`RolloutLeftAsIs`; the remote-job runner's rule).
 
 upstream: docs/upstream.md#kubernetes
@@ -14,10 +15,10 @@ upstream: docs/upstream.md#kubernetes
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from fmnist_kfp.errors import FmnistError
+from fmnist_kfp.kubernetes.api_errors import is_transient, status_message, status_object
 
 GROUP = "serving.kserve.io"
 ISVC_VERSION = "v1beta1"
@@ -25,7 +26,6 @@ ISVC_PLURAL = "inferenceservices"
 RUNTIME_VERSION = "v1alpha1"
 RUNTIME_PLURAL = "servingruntimes"
 REQUEST_TIMEOUT_SECONDS = 30
-TRANSIENT_STATUSES = (429, 500, 502, 503, 504)
 
 
 class KServeRolloutError(FmnistError, RuntimeError):
@@ -73,27 +73,6 @@ class CreatedMeanwhile(KServeRolloutError):
 
 class Conflict(FmnistError):
     """A PUT carried a stale resourceVersion, or a POST found the object already there."""
-
-
-def status_body(error) -> dict:
-    try:
-        body = json.loads(getattr(error, "body", None) or "")
-    except (TypeError, ValueError):
-        return {}
-    return body if isinstance(body, dict) and body.get("kind") == "Status" else {}
-
-
-def api_message(error) -> str:
-    return status_body(error).get("message") or str(getattr(error, "reason", "") or "").strip()
-
-
-def _is_transient(error: BaseException) -> bool:
-    import urllib3
-    from kubernetes.client.rest import ApiException
-
-    if isinstance(error, ApiException):
-        return error.status in TRANSIENT_STATUSES
-    return isinstance(error, urllib3.exceptions.HTTPError | TimeoutError | ConnectionError)
 
 
 @dataclass
@@ -206,28 +185,28 @@ class KServeApi:
         try:
             return method(*args, _request_timeout=REQUEST_TIMEOUT_SECONDS)
         except ApiException as error:
-            if error.status == 404 and absent_ok and status_body(error).get("reason") == \
+            if error.status == 404 and absent_ok and status_object(error).get("reason") == \
                     "NotFound":
                 return None
             if error.status == 409 and conflict_raises:
-                raise Conflict(api_message(error)) from error
-            if _is_transient(error):
+                raise Conflict(status_message(error)) from error
+            if is_transient(error):
                 raise TransientApiError(f"could not {what}: HTTP {error.status} "
-                                        f"{api_message(error)}") from error
+                                        f"{status_message(error)}") from error
             raise KServeRolloutError(self.explain(what, error)) from error
         except Exception as error:
-            if _is_transient(error):
+            if is_transient(error):
                 raise TransientApiError(f"could not {what}: {type(error).__name__}: "
                                         f"{error}") from error
             raise
 
     def explain(self, what: str, error) -> str:
         message = f"could not {what} in namespace {self.namespace}: HTTP {error.status} " \
-                  f"{api_message(error)}"
-        if error.status == 404 and not status_body(error):
+                  f"{status_message(error)}"
+        if error.status == 404 and not status_object(error):
             message += "; the API server does not serve it: is KServe installed? " \
                        "(fmnist-kfp preflight checks the cluster)"
-        elif error.status == 403 and "admission webhook" in api_message(error):
+        elif error.status == 403 and "admission webhook" in status_message(error):
             message += "; KServe's webhook refused the InferenceService"
         elif error.status in (401, 403):
             message += ("; the step's ServiceAccount lacks the permission: apply "

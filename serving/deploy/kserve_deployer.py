@@ -12,10 +12,11 @@ store without credentials), then hands over to the mode's rollout:
   then the main one rolled over with ``maxUnavailable: 0``.
 
 Both verify at cluster-local addresses (pipeline pods have no route to the ingress domain) and
-return ``{"action", "blessing", "url", "external_url", "canary_url", "verification",
-"namespace", "name", "mode", "runtime", "storage_uri", "service_account",
-"canary_traffic_percent", "reason"}``, ``url`` being the cluster-local address the predict step
-calls. ``action`` is one of ``created``, ``unchanged``, ``rejected``, ``promoted``,
+return a :class:`~fmnist_kfp.serving.deploy.rollout_result.RolloutResult` (``action``,
+``blessing``, ``url``, ``external_url``, ``canary_url``, ``verification``, ``namespace``,
+``name``, ``mode``, ``runtime``, ``storage_uri``, ``service_account``,
+``canary_traffic_percent``, ``reason``), ``url`` being the cluster-local address the predict
+step calls. ``action`` is one of ``created``, ``unchanged``, ``rejected``, ``promoted``,
 ``rolled_back`` (Serverless: the previous predictor re-applied, so a new revision of the
 previous model takes all traffic and the rejected revision, with no traffic and no tag, scales to
 zero; Standard: the previous model written back) and ``candidate_failed`` (Standard: the
@@ -25,7 +26,7 @@ candidate failed and was deleted, and the main InferenceService was never touche
 from __future__ import annotations
 
 from fmnist_kfp.errors import UserInputError
-from fmnist_kfp.kubernetes.inference_service import KServeSettings, scale_problems
+from fmnist_kfp.kubernetes.inference_service import scale_problems
 from fmnist_kfp.kubernetes.inference_service_status import (
     KSERVE_CONFIG_NAMESPACES,
     KSERVE_CONFIGMAP,
@@ -43,9 +44,10 @@ from fmnist_kfp.serving.deploy.kserve_api import (
     retrying,
 )
 from fmnist_kfp.serving.deploy.rollout_base import Log, Rollout, Verify
+from fmnist_kfp.serving.deploy.rollout_result import RolloutResult
 from fmnist_kfp.serving.deploy.rollout_serverless import ServerlessRollout
 from fmnist_kfp.serving.deploy.rollout_standard import StandardRollout
-from fmnist_kfp.settings.serving import check_storage_uri, check_tolerance
+from fmnist_kfp.settings.serving import KServeSettings, check_storage_uri, check_tolerance
 
 __all__ = ["KServeRolloutError", "ReadinessTimeout", "deploy_with_kserve", "detect_mode",
            "prepare_rollout"]
@@ -62,11 +64,12 @@ def deploy_with_kserve(
     needs_credentials: bool = False,
     poll_seconds: float = 5.0,
     log: Log = print,
-) -> dict:
+) -> RolloutResult:
     """Serves ``storage_uri`` (whose test accuracy is ``test_accuracy``) on KServe.
 
-    ``verify(url, model_name)`` sends real test images to ``url`` (a base URL) and returns at
-    least ``{"ok": bool, "accuracy": float}``; a model passes when ``ok`` and its accuracy is at
+    ``verify(url, model_name)`` sends real test images to ``url`` (a base URL) and returns a
+    :class:`~fmnist_kfp.serving.deploy.verification.Comparison` or a mapping with at least
+    ``{"ok": bool, "accuracy": float}``; a model passes when ``ok`` and its accuracy is at
     least ``expected_accuracy - tolerance`` (default ``test_accuracy``). ``client`` is a
     ``kserve.KServeClient`` (None: one from the in-cluster or kubeconfig credentials).
     ``needs_credentials``: the model is in KFP's object store, so KServe needs the

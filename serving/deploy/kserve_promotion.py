@@ -52,19 +52,18 @@ from __future__ import annotations
 
 import time
 
+from fmnist_kfp.kubernetes.api_errors import exception_chain
 from fmnist_kfp.kubernetes.inference_service import (
     ANNOTATION_EARLY_MODEL_TYPE,
     ANNOTATION_EARLY_MODEL_URI,
     ANNOTATION_EARLY_VALIDATION_ACCURACY,
     ANNOTATION_MODEL_URI,
     PART_OF_LABEL,
-    KServeSettings,
     annotations_of,
     format_accuracy,
     model_uri_of,
     served_accuracy,
 )
-from fmnist_kfp.kubernetes.runner import exception_chain
 from fmnist_kfp.serving.deploy.blessing import bless_early
 from fmnist_kfp.serving.deploy.kserve_api import (
     Conflict,
@@ -75,6 +74,8 @@ from fmnist_kfp.serving.deploy.kserve_api import (
 )
 from fmnist_kfp.serving.deploy.kserve_deployer import prepare_rollout
 from fmnist_kfp.serving.deploy.rollout_base import Log, Rollout, Verify
+from fmnist_kfp.serving.deploy.rollout_result import RolloutResult, SupersededResult
+from fmnist_kfp.settings.serving import KServeSettings
 
 CLAIM_ATTEMPTS = 10
 CLAIM_SUFFIX = "-serve-early"
@@ -157,11 +158,11 @@ def promote_with_kserve(settings: KServeSettings, *, storage_uri: str,
                         validation_accuracy: float, model_type: str, tolerance: float,
                         verify: Verify, client=None, needs_credentials: bool = False,
                         poll_seconds: float = 5.0, log: Log = print,
-                        attempts: int = CLAIM_ATTEMPTS) -> dict:
+                        attempts: int = CLAIM_ATTEMPTS) -> RolloutResult | SupersededResult:
     """Promotes ``storage_uri`` if it is better on validation than the claim on the
-    InferenceService (module docstring); returns the rollout's result record, its ``action``
-    also ``rejected`` (not better), ``unchanged`` (already claimed by this model) or
-    ``superseded`` (a better model claimed it during the rollout)."""
+    InferenceService (module docstring); returns the rollout's result, its ``action`` also
+    ``rejected`` (not better) or ``unchanged`` (already claimed by this model), or a
+    :class:`SupersededResult` (a better model claimed it during the rollout)."""
     data = {CLAIM_ACCURACY: format_accuracy(validation_accuracy), CLAIM_MODEL_URI: storage_uri,
             CLAIM_MODEL_TYPE: model_type}
     held = False  # this call wrote the claim (and nobody has overtaken it since, last seen)
@@ -230,8 +231,7 @@ def promote_with_kserve(settings: KServeSettings, *, storage_uri: str,
             if superseded is None:
                 raise
             log(f"[kserve] serve_early: {superseded}")
-            return {"action": "superseded", "reason": str(superseded), "url": "",
-                    "storage_uri": storage_uri, "blessing": {}, "verification": {}}
+            return SupersededResult(reason=str(superseded), storage_uri=storage_uri)
     raise KServeRolloutError(
         f"{settings.name}: the InferenceService kept changing under this promotion ({attempts} "
         "tries); is something else writing it?")

@@ -22,12 +22,18 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from fmnist_kfp.errors import FmnistError
 from fmnist_kfp.serving.deploy.blessing import bless, bless_early
 from fmnist_kfp.serving.deploy.client import wait_until_ready
+from fmnist_kfp.serving.deploy.rollout_result import report_of
 from fmnist_kfp.serving.model_server.ports import read_port_file
 
 STATE_DIR_ENV = "FMNIST_SERVING_STATE_DIR"
 READY_TIMEOUT = 180.0
+
+
+class ModelServerDidNotStart(FmnistError, RuntimeError):
+    """The local model server exited or never answered; the message ends with its log's tail."""
 
 
 def state_dir() -> Path:
@@ -126,7 +132,7 @@ def start_server(name: str, model_dir: str, *, test_accuracy: float | None = Non
     except (TimeoutError, RuntimeError) as error:
         stop_process(process.pid)
         tail = Path(log_file).read_text(errors="replace")[-2000:]
-        raise RuntimeError(f"the model server did not start: {error}\n{tail}") from None
+        raise ModelServerDidNotStart(f"the model server did not start: {error}\n{tail}") from None
     finally:
         port_file.unlink(missing_ok=True)
     return LocalServer(
@@ -171,10 +177,11 @@ def stop_server(name: str) -> bool:
     return True
 
 
-def _checked(verify: Callable[[str], dict], url: str) -> dict:
-    """``verify(url)``; a check that cannot finish is a failed check."""
+def _checked(verify: Callable[[str], object], url: str) -> dict:
+    """``verify(url)`` as the record a deployment keeps; a check that cannot finish is a failed
+    check."""
     try:
-        return verify(url)
+        return report_of(verify(url))
     except Exception as error:
         return {"ok": False, "error": f"{type(error).__name__}: {error}"}
 
@@ -216,7 +223,7 @@ def deployment_lock(name: str):
 
 
 def promote_locally(name: str, model_dir: str, validation_accuracy: float, *, model_type: str,
-                    tolerance: float, verify: Callable[[str], dict],
+                    tolerance: float, verify: Callable[[str], object],
                     server_args: list[str] | None = None, log: Callable[[str], None] = print,
                     start: Callable[..., LocalServer] | None = None) -> dict:
     """``serve_early``: serves ``model_dir`` as ``name`` if it is better on validation than
@@ -259,7 +266,7 @@ def promote_locally(name: str, model_dir: str, validation_accuracy: float, *, mo
 
 
 def deploy_locally(name: str, model_dir: str, test_accuracy: float, *, tolerance: float,
-                   verify: Callable[[str], dict], server_args: list[str] | None = None,
+                   verify: Callable[[str], object], server_args: list[str] | None = None,
                    log: Callable[[str], None] = print) -> dict:
     """Deploys ``model_dir`` as ``name`` on loopback; returns the decision record."""
     with deployment_lock(name):
@@ -268,7 +275,7 @@ def deploy_locally(name: str, model_dir: str, test_accuracy: float, *, tolerance
 
 
 def _deploy_locally(name: str, model_dir: str, test_accuracy: float, *, tolerance: float,
-                    verify: Callable[[str], dict], server_args: list[str] | None,
+                    verify: Callable[[str], object], server_args: list[str] | None,
                     log: Callable[[str], None]) -> dict:
     current = running_server(name)
     fingerprint = model_fingerprint(model_dir)
@@ -282,7 +289,7 @@ def _deploy_locally(name: str, model_dir: str, test_accuracy: float, *, toleranc
             current.test_accuracy = test_accuracy
             _save(current)
         return {**decision, "action": "unchanged", "url": current.url,
-                "verification": verify(current.url)}
+                "verification": report_of(verify(current.url))}
     if not blessing.blessed:
         log(f"{name}: not deployed: {blessing.reason}")
         return {**decision, "action": "rejected", "url": current.url, "verification": {}}

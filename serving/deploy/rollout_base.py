@@ -1,5 +1,6 @@
 """What both KServe rollouts share: blessing, verification, whole-object writes, the waits,
-the ServingRuntime and the result record.
+the ServingRuntime and the result
+(:class:`~fmnist_kfp.serving.deploy.rollout_result.RolloutResult`).
 
 Every write is a PUT of the whole object with the ``resourceVersion`` just read (the controller
 updates status, so a conflict is retried with a fresh read); labels, annotations and finalizers
@@ -14,14 +15,14 @@ fails verification) calls the rollout's cleanup — the rollback — before it r
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from fmnist_kfp.kubernetes.inference_service import (
     ANNOTATION_CANDIDATE_MODEL_URI,
     ANNOTATION_MODEL_URI,
     ANNOTATION_TEST_ACCURACY,
-    KServeSettings,
     annotations_of,
     build_inference_service,
     format_accuracy,
@@ -47,11 +48,14 @@ from fmnist_kfp.serving.deploy.kserve_api import (
     RolloutLeftAsIs,
     TransientApiError,
 )
-from fmnist_kfp.settings.serving import FMNIST_RUNTIME
+from fmnist_kfp.serving.deploy.rollout_result import RolloutResult, Verification, report_of
+from fmnist_kfp.settings.serving import FMNIST_RUNTIME, KServeSettings
 
-__all__ = ["Check", "Rollout", "Verify", "Log"]
+__all__ = ["Check", "Log", "Rollout", "Verify", "Written"]
 
-Verify = Callable[[str, str], dict]
+# A verifier: (base URL, model name) -> its report, a Comparison or a mapping with at least
+# ``ok`` and ``accuracy``.
+Verify = Callable[[str, str], Mapping[str, Any] | Any]
 Log = Callable[[str], None]
 CONFLICT_RETRIES = 5
 
@@ -64,6 +68,26 @@ class Check:
     progress: str
     failed: bool = False
     reason: str = ""
+
+
+@dataclass
+class Written:
+    """The API server's answer to a rollout's write, once sent: the object a wait judges."""
+
+    response: dict = field(default_factory=dict)
+
+    def record(self, response: dict) -> None:
+        self.response = response
+
+
+@dataclass
+class VerifiedRead:
+    """What a verified job saw when its write was rolled out: the InferenceService read, the
+    address verified and the verification (None until one ran)."""
+
+    isvc: dict
+    url: str = ""
+    verification: Verification | None = None
 
 
 class Rollout:
@@ -89,7 +113,7 @@ class Rollout:
 
     # -- the flow both modes share -------------------------------------------------------
 
-    def deploy(self, current: dict | None) -> dict:
+    def deploy(self, current: dict | None) -> RolloutResult:
         if current is None:
             return self.create()
         decision = self.blessing(current)
@@ -101,7 +125,8 @@ class Rollout:
             return self.result("rejected", decision, current, reason=decision.reason)
         return self.update(current, decision, served)
 
-    def update(self, current: dict, decision: BlessingDecision, served: str | None) -> dict:
+    def update(self, current: dict, decision: BlessingDecision,
+               served: str | None) -> RolloutResult:
         raise NotImplementedError
 
     def blessing(self, current: dict) -> BlessingDecision:
@@ -116,37 +141,37 @@ class Rollout:
                      "this one replaces it")
         return decision
 
-    def create(self) -> dict:
+    def create(self) -> RolloutResult:
         decision = bless(self.test_accuracy, None, self.tolerance)
         self.ensure_serving_runtime()
         body = self.build(self.stable_annotations(self.storage_uri, self.test_accuracy))
         self.log(f"[kserve] creating {self.where} ({self.mode.mode} mode, from "
                  f"{self.mode.source}) serving {self.storage_uri}")
-        written: dict = {}
-        isvc, url, verification, passed = self.verified_job(
+        written = Written()
+        isvc, url, verification = self.verified_job(
             "new InferenceService", self.name,
-            create=lambda: written.update(self.create_object(body)),
-            rolled_out=lambda isvc: self.rolled_out(isvc, written, self.name))
+            create=lambda: written.record(self.create_object(body)),
+            rolled_out=lambda isvc: self.rolled_out(isvc, written.response, self.name))
         result = self.result("created", decision, isvc, verification=verification,
                              reason=f"nothing was served; created {self.where}")
-        if not passed:
+        if not verification.passed:
             raise KServeRolloutError(
                 f"{self.where} was created but its model {self.storage_uri} failed "
-                f"verification at {url}: {self.describe(verification)}. There is no earlier "
+                f"verification at {url}: {verification.describe()}. There is no earlier "
                 "model to roll back to; fix the model or the predictor and deploy again, or "
                 f"delete it (kubectl delete inferenceservice -n {self.api.namespace} "
                 f"{self.name})", result)
         return result
 
-    def unchanged(self, current: dict, decision: BlessingDecision) -> dict:
+    def unchanged(self, current: dict, decision: BlessingDecision) -> RolloutResult:
         url = self.require_address(current)
         verification = self.verify(url, self.name, "served model")
         result = self.result("unchanged", decision, current, verification=verification,
                              reason=f"{self.storage_uri} is already served")
-        if not verification["passed"]:
+        if not verification.passed:
             raise KServeRolloutError(
                 f"{self.where} already serves {self.storage_uri}, but it failed "
-                f"verification at {url}: {self.describe(verification)}; nothing was changed",
+                f"verification at {url}: {verification.describe()}; nothing was changed",
                 result)
         return result
 
@@ -158,14 +183,14 @@ class Rollout:
                      rolled_out: Callable[[dict], Check],
                      url_of: Callable[[dict], str] | None = None,
                      cleanup: Callable[[str], None] | None = None
-                     ) -> tuple[dict, str, dict, bool]:
+                     ) -> tuple[dict, str, Verification]:
         """A job that writes, waits until rolled out, then verifies at ``url_of(isvc)`` (the
         cluster-local address by default). A failed verification fails the job, so the runner
-        calls ``cleanup("failed")``. Returns ``(isvc, url, verification, passed)``."""
+        calls ``cleanup("failed")``. Returns ``(isvc, url, verification)``."""
         from fmnist_kfp.kubernetes.runner import JobFailed
 
         url_of = url_of or self.require_address
-        seen: dict = {}
+        seen = VerifiedRead(isvc={})
 
         def check(isvc: dict) -> Check:
             verdict = rolled_out(isvc)
@@ -173,53 +198,37 @@ class Rollout:
                 return verdict
             url = url_of(isvc)
             verification = self.verify(url, name, what)
-            seen.update(isvc=isvc, url=url, verification=verification)
-            if verification["passed"]:
+            seen.isvc, seen.url, seen.verification = isvc, url, verification
+            if verification.passed:
                 return Check(True, f"{verdict.progress}; verified at {url}")
             return Check(True, verdict.progress, failed=True,
-                         reason=f"verification failed ({self.describe(verification)})")
+                         reason=f"verification failed ({verification.describe()})")
 
         try:
             isvc = self.run_job(what, read=self.reader(name), check=check, create=create,
                                 cleanup=cleanup, name=name)
         except JobFailed:
-            if "verification" not in seen:
+            if seen.verification is None:
                 raise
-            return seen["isvc"], seen["url"], seen["verification"], False
-        return isvc, seen["url"], seen["verification"], True
+            return seen.isvc, seen.url, seen.verification
+        assert seen.verification is not None  # the job is done only once verified
+        return isvc, seen.url, seen.verification
 
     # -- verification ----------------------------------------------------------------------
 
-    def passes(self, verification: dict) -> bool:
-        # A verifier that scores a sample says what the model should score on that sample
-        # (``expected_accuracy``); the test-split accuracy is the yardstick otherwise.
-        accuracy = verification.get("accuracy")
-        expected = verification.get("expected_accuracy", self.test_accuracy)
-        return (verification.get("ok") is True and isinstance(accuracy, int | float)
-                and accuracy >= expected - self.tolerance)
-
-    def verify(self, url: str, model_name: str, what: str) -> dict:
+    def verify(self, url: str, model_name: str, what: str) -> Verification:
+        """The model served at ``url`` verified and judged
+        (:meth:`~fmnist_kfp.serving.deploy.rollout_result.Verification.judged`)."""
         self.log(f"[kserve] verifying the {what} at {url}")
         try:
-            verification = dict(self.verify_url(url, model_name))
+            verification = Verification.judged(report_of(self.verify_url(url, model_name)),
+                                               self.test_accuracy, self.tolerance)
         except Exception as error:  # a verifier that cannot reach the model is a failure
-            verification = {"ok": False, "error": f"{type(error).__name__}: {error}"}
-        verification["passed"] = self.passes(verification)
+            verification = Verification.failed(error)
         self.log(f"[kserve] verification of the {what}: "
-                 f"{'passed' if verification['passed'] else 'FAILED'} "
-                 f"({self.describe(verification)})")
+                 f"{'passed' if verification.passed else 'FAILED'} "
+                 f"({verification.describe()})")
         return verification
-
-    @staticmethod
-    def describe(verification: dict) -> str:
-        if "error" in verification:
-            return str(verification["error"])
-        errors = verification.get("errors") or []
-        return (f"ok={verification.get('ok')}, accuracy={verification.get('accuracy')}, "
-                f"failures={verification.get('failures')}/{verification.get('requests')}"
-                + (f", agreement={verification['agreement']:.4f}"
-                   if isinstance(verification.get("agreement"), int | float) else "")
-                + (f", first error: {errors[0]}" if errors else ""))
 
     # -- writes ------------------------------------------------------------------------------
 
@@ -322,17 +331,17 @@ class Rollout:
         )
 
         timeout = self.settings.ready_timeout_seconds if timeout is None else timeout
-        last = {"progress": "nothing read yet"}
+        last = Check(False, "nothing read yet")  # the latest verdict, for the timeout's message
 
         def status(isvc: dict) -> JobStatus:
+            nonlocal last
             self.guard()
             self.check_mode(isvc)
             self.check_not_deleted(isvc, name or self.name)
-            verdict = check(isvc)
+            last = check(isvc)
             self.observed(isvc)
-            last["progress"] = verdict.progress
-            return JobStatus(done=verdict.done or verdict.failed, failed=verdict.failed,
-                             progress=verdict.progress, reason=verdict.reason)
+            return JobStatus(done=last.done or last.failed, failed=last.failed,
+                             progress=last.progress, reason=last.reason)
 
         runner = RemoteJobRunner(
             poll_seconds=self.poll_seconds, timeout_seconds=timeout,
@@ -347,7 +356,7 @@ class Rollout:
         except DeadlineExceeded as error:
             raise ReadinessTimeout(
                 f"{self.api.where(name or self.name)}: the {what} was not ready after "
-                f"{timeout:g} s ({last['progress']}). Look at kubectl describe "
+                f"{timeout:g} s ({last.progress}). Look at kubectl describe "
                 f"inferenceservice -n {self.api.namespace} {name or self.name} and the "
                 "predictor pods' logs, or raise ready_timeout_seconds") from error
         except JobRefused as error:
@@ -447,21 +456,13 @@ class Rollout:
         return url
 
     def result(self, action: str, decision: BlessingDecision, isvc: dict | None, *,
-               canary_url: str | None = None, verification: dict | None = None,
-               canary_percent: int | None = None, reason: str = "") -> dict:
-        return {
-            "action": action,
-            "blessing": decision.as_dict(),
-            "url": cluster_local_url(isvc or {}),
-            "external_url": external_url(isvc or {}),
-            "canary_url": canary_url,
-            "verification": verification,
-            "namespace": self.api.namespace,
-            "name": self.name,
-            "mode": self.mode.mode,
-            "runtime": self.settings.runtime,
-            "storage_uri": self.storage_uri,
-            "service_account": self.settings.service_account or None,
-            "canary_traffic_percent": canary_percent,
-            "reason": reason,
-        }
+               canary_url: str | None = None, verification: Verification | None = None,
+               canary_percent: int | None = None, reason: str = "") -> RolloutResult:
+        """How this rollout ended, ``isvc`` being the InferenceService as last read."""
+        return RolloutResult(
+            action=action, blessing=decision, url=cluster_local_url(isvc or {}),
+            external_url=external_url(isvc or {}), canary_url=canary_url,
+            verification=verification, namespace=self.api.namespace, name=self.name,
+            mode=self.mode.mode, runtime=self.settings.runtime, storage_uri=self.storage_uri,
+            service_account=self.settings.service_account or None,
+            canary_traffic_percent=canary_percent, reason=reason)

@@ -79,6 +79,7 @@ from fmnist_kfp.serving.deploy.kserve_api import (
     RolloutLeftAsIs,
 )
 from fmnist_kfp.serving.deploy.rollout_base import Check, Rollout
+from fmnist_kfp.serving.deploy.rollout_result import RolloutResult, Verification
 
 
 def _template(isvc: dict) -> tuple:
@@ -106,6 +107,20 @@ class _Write:
     before: frozenset[str] = frozenset()
 
 
+@dataclass
+class _Rollback:
+    """What the canary's cleanup did: the InferenceService and a note on where things stand
+    once rolled back, or the error that stopped the rollback."""
+
+    isvc: dict | None = None
+    note: str = ""
+    failure: Exception | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.isvc is not None
+
+
 class ServerlessRollout(Rollout):
 
     def __init__(self, *args, **kwargs):
@@ -121,7 +136,8 @@ class ServerlessRollout(Rollout):
         write.response = self.write(write.body)
         write.before = frozenset(known | revisions_named(write.response))
 
-    def update(self, current: dict, decision: BlessingDecision, served: str | None) -> dict:
+    def update(self, current: dict, decision: BlessingDecision,
+               served: str | None) -> RolloutResult:
         self.seen |= revisions_named(current)
         if not predictor_status(current).get("latestRolledoutRevision"):
             # KServe ignores canaryTrafficPercent until a revision was rolled out
@@ -129,24 +145,25 @@ class ServerlessRollout(Rollout):
             return self.replace_unrolled(current, decision)
         return self.canary(current, decision, served)
 
-    def replace_unrolled(self, current: dict, decision: BlessingDecision) -> dict:
+    def replace_unrolled(self, current: dict, decision: BlessingDecision) -> RolloutResult:
         self.log(f"[kserve] {self.where} never rolled a revision out; the new model replaces "
                  "it without a canary")
         self.ensure_serving_runtime()
         write = _Write(self.build(self.stable_annotations(self.storage_uri, self.test_accuracy)))
-        isvc, url, verification, passed = self.verified_job(
+        isvc, url, verification = self.verified_job(
             "replacement", self.name, create=lambda: self.send(write),
             rolled_out=lambda isvc: self.revision(
                 isvc, write.before, None, new_revision=makes_revision(current, write.response)))
         result = self.result("created", decision, isvc, verification=verification,
                              reason="nothing was rolled out; the new model replaced it")
-        if not passed:
+        if not verification.passed:
             raise KServeRolloutError(
                 f"{self.where}: {self.storage_uri} failed verification at {url} "
-                f"({self.describe(verification)}) and nothing was rolled out before it", result)
+                f"({verification.describe()}) and nothing was rolled out before it", result)
         return result
 
-    def canary(self, current: dict, decision: BlessingDecision, served: str | None) -> dict:
+    def canary(self, current: dict, decision: BlessingDecision,
+               served: str | None) -> RolloutResult:
         """The canary is one job on the runner: written, waited for, verified; a failure,
         the deadline, an error or SIGTERM roll it back (the job's cleanup)."""
         percent = self.settings.canary_traffic_percent
@@ -160,19 +177,19 @@ class ServerlessRollout(Rollout):
         previous = served or "the previous model"
         self.ensure_serving_runtime()
         write = _Write(self.build(candidate, canary_percent=percent))
-        undone: dict = {}
+        undone = _Rollback()
 
         def rollback(why: str) -> None:
             try:
-                undone["isvc"], undone["note"] = self.rollback(current, stable, served, write)
+                undone.isvc, undone.note = self.rollback(current, stable, served, write)
             except Exception as failure:
-                undone["failure"] = failure
+                undone.failure = failure
                 raise
 
         self.log(f"[kserve] canary: {percent}% of traffic to {self.storage_uri}, the rest to "
                  f"the revision serving {previous}")
         try:
-            isvc, canary_url, verification, passed = self.verified_job(
+            isvc, canary_url, verification = self.verified_job(
                 "canary", self.name, create=lambda: self.send(write),
                 rolled_out=lambda isvc: self.revision(
                     isvc, write.before, percent,
@@ -180,12 +197,12 @@ class ServerlessRollout(Rollout):
                 url_of=self.canary_url, cleanup=rollback)
         except Exception as error:
             self.interrupted(error, undone, decision, percent, previous)
-        if not passed:
+        if not verification.passed:
             return self.result(
-                "rolled_back", decision, undone.get("isvc"), canary_url=canary_url,
+                "rolled_back", decision, undone.isvc, canary_url=canary_url,
                 verification=verification, canary_percent=percent,
-                reason=f"the canary failed verification ({self.describe(verification)}); "
-                       f"{undone.get('note') or 'it was rolled back'}")
+                reason=f"the canary failed verification ({verification.describe()}); "
+                       f"{undone.note or 'it was rolled back'}")
         return self.promote(decision, verification, canary_url, percent, isvc)
 
     def canary_url(self, isvc: dict) -> str:
@@ -204,7 +221,7 @@ class ServerlessRollout(Rollout):
                  "the stable revision")
         return fallback
 
-    def interrupted(self, error: Exception, undone: dict, decision: BlessingDecision,
+    def interrupted(self, error: Exception, undone: _Rollback, decision: BlessingDecision,
                     percent: int, previous: str):
         """Raises for a canary that could not be judged (the runner has rolled it back, unless
         the API server refused the wait's reads: then it was left as it is)."""
@@ -218,25 +235,25 @@ class ServerlessRollout(Rollout):
                 f"spec.predictor.model.storageUri back to {previous} and, once its new revision "
                 "is ready, remove canaryTrafficPercent") from error
         why = f"{type(error).__name__}: {error}"
-        if "failure" in undone:
+        if undone.failure is not None:
             raise KServeRolloutError(
                 f"the canary of {self.storage_uri} on {self.where} was interrupted ({why}) "
-                f"and rolling it back failed ({undone['failure']}); pin the previous model by "
+                f"and rolling it back failed ({undone.failure}); pin the previous model by "
                 f"hand: kubectl patch inferenceservice -n {self.api.namespace} {self.name} "
                 "--type=merge -p '{\"spec\":{\"predictor\":{\"canaryTrafficPercent\":0}}}', "
                 f"then set spec.predictor.model.storageUri back to {previous} (kubectl edit), "
                 "and only once its new revision is ready remove canaryTrafficPercent (before "
                 "that, all traffic would go to the rejected revision)") from error
-        if "isvc" not in undone:
+        if not undone.done:
             raise error  # nothing was written: nothing to roll back
-        result = self.result("rolled_back", decision, undone["isvc"], canary_percent=percent,
-                             reason=f"canary interrupted: {why}; {undone['note']}")
+        result = self.result("rolled_back", decision, undone.isvc, canary_percent=percent,
+                             reason=f"canary interrupted: {why}; {undone.note}")
         raise KServeRolloutError(
             f"the canary of {self.storage_uri} on {self.where} was interrupted ({why}); "
-            f"{undone['note']}", result) from error
+            f"{undone.note}", result) from error
 
-    def promote(self, decision, verification: dict, canary_url: str, percent: int,
-                canary: dict) -> dict:
+    def promote(self, decision: BlessingDecision, verification: Verification,
+                canary_url: str, percent: int, canary: dict) -> RolloutResult:
         """Drops canaryTrafficPercent. A verified model is not rolled back if the promotion is
         interrupted: the job's cleanup only says where things stand."""
         stable = self.stable_annotations(self.storage_uri, self.test_accuracy)
@@ -252,7 +269,7 @@ class ServerlessRollout(Rollout):
         return self.result(
             "promoted", decision, isvc, canary_url=canary_url,
             verification=verification, canary_percent=percent,
-            reason=f"the canary passed verification ({self.describe(verification)}) and was "
+            reason=f"the canary passed verification ({verification.describe()}) and was "
                    "promoted to all traffic")
 
     # -- the rollback ----------------------------------------------------------------------

@@ -31,6 +31,8 @@ upstream: docs/upstream.md#kserve
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from fmnist_kfp.kubernetes.inference_service import (
     ANNOTATION_MODEL_URI,
     ANNOTATION_TEST_ACCURACY,
@@ -47,7 +49,18 @@ from fmnist_kfp.kubernetes.inference_service_status import (
 )
 from fmnist_kfp.serving.deploy.blessing import BlessingDecision
 from fmnist_kfp.serving.deploy.kserve_api import KServeRolloutError, RolloutLeftAsIs
-from fmnist_kfp.serving.deploy.rollout_base import Check, Rollout
+from fmnist_kfp.serving.deploy.rollout_base import Check, Rollout, Written
+from fmnist_kfp.serving.deploy.rollout_result import RolloutResult
+
+
+@dataclass
+class _Cleanup:
+    """What a job's cleanup did: ``done`` once it finished; ``failure``, the error that stopped
+    it; ``isvc``, the InferenceService written back (the rollover's cleanup)."""
+
+    done: bool = False
+    failure: Exception | None = None
+    isvc: dict | None = None
 
 
 def _template_annotations(deployment: dict | None) -> dict:
@@ -57,7 +70,8 @@ def _template_annotations(deployment: dict | None) -> dict:
 
 class StandardRollout(Rollout):
 
-    def update(self, current: dict, decision: BlessingDecision, served: str | None) -> dict:
+    def update(self, current: dict, decision: BlessingDecision,
+               served: str | None) -> RolloutResult:
         candidate = candidate_name(self.name, self.storage_uri)
         stable = {key: value for key, value in annotations_of(current).items()
                   if key in (ANNOTATION_TEST_ACCURACY, ANNOTATION_MODEL_URI)}
@@ -69,21 +83,21 @@ class StandardRollout(Rollout):
                  f"beside {self.where}, which keeps serving {previous_uri}")
         body = self.build(self.stable_annotations(self.storage_uri, self.test_accuracy),
                           name=candidate)
-        written: dict = {}
-        deleted: dict = {}
+        written = Written()
+        deleted = _Cleanup()
 
         def cleanup(why: str) -> None:
             try:
                 self.delete_candidate(candidate, f"the rollout {why}")
             except Exception as failure:
-                deleted["failure"] = failure
+                deleted.failure = failure
                 raise
-            deleted["done"] = True
+            deleted.done = True
 
         try:
-            _, candidate_url, verification, passed = self.verified_job(
-                "candidate", candidate, create=lambda: written.update(self.create_object(body)),
-                rolled_out=lambda isvc: self.rolled_out(isvc, written, candidate),
+            _, candidate_url, verification = self.verified_job(
+                "candidate", candidate, create=lambda: written.record(self.create_object(body)),
+                rolled_out=lambda isvc: self.rolled_out(isvc, written.response, candidate),
                 cleanup=cleanup)
         except RolloutLeftAsIs as error:  # not deleted: nothing was cleaned up
             raise RolloutLeftAsIs(
@@ -95,16 +109,16 @@ class StandardRollout(Rollout):
                 f"the candidate of {self.storage_uri} did not come up ({type(error).__name__}: "
                 f"{error}); {self.candidate_removed(candidate, deleted)}, and {self.where} was "
                 f"not changed and still serves {previous_uri}") from error
-        if not passed:
+        if not verification.passed:
             result = self.result(
                 "candidate_failed", decision, current, canary_url=candidate_url,
                 verification=verification,
-                reason=f"the candidate failed verification ({self.describe(verification)}); "
+                reason=f"the candidate failed verification ({verification.describe()}); "
                        f"{self.where} was not changed and still serves {previous_uri}")
-            if "done" not in deleted:
+            if not deleted.done:
                 # A rejected model must not keep running at its own address.
                 raise KServeRolloutError(
-                    f"{result['reason']}, but {self.candidate_removed(candidate, deleted)}",
+                    f"{result.reason}, but {self.candidate_removed(candidate, deleted)}",
                     result)
             return result
         try:
@@ -112,12 +126,12 @@ class StandardRollout(Rollout):
         except Exception:
             # promote_main's cleanup deletes it when the rollover job ran; a write refused
             # before it was sent (an early promotion overtaken) runs no cleanup.
-            self.candidate_removed(candidate, {})
+            self.candidate_removed(candidate, _Cleanup())
             raise
         self.delete_candidate(candidate, "the main InferenceService serves its model now")
         return self.result(
             "promoted", decision, promoted, canary_url=candidate_url, verification=verification,
-            reason=f"the candidate passed verification ({self.describe(verification)}) and "
+            reason=f"the candidate passed verification ({verification.describe()}) and "
                    f"{self.where} was rolled over to it")
 
     def promote_main(self, decision: BlessingDecision, candidate: str, stable: dict[str, str],
@@ -130,27 +144,27 @@ class StandardRollout(Rollout):
         self.log(f"[kserve] updating {self.where} to {self.storage_uri} (maxUnavailable 0: "
                  "its old pods serve until the new ones are ready)")
         body = self.build(self.stable_annotations(self.storage_uri, self.test_accuracy))
-        written: dict = {}
-        undone: dict = {}
+        written = Written()
+        undone = _Cleanup()
 
         def restore(why: str) -> None:
             try:
-                undone["isvc"] = self.restore_main(stable, previous_uri)
+                undone.isvc = self.restore_main(stable, previous_uri)
             except Exception as failure:
-                undone["failure"] = failure
+                undone.failure = failure
                 raise
             finally:
                 self.delete_candidate(candidate, f"the rollover {why}")
 
         try:
-            isvc, url, verification, passed = self.verified_job(
+            isvc, url, verification = self.verified_job(
                 "main InferenceService", self.name,
-                create=lambda: written.update(self.write(body)),
-                rolled_out=lambda isvc: self.rolled_out(isvc, written, self.name),
+                create=lambda: written.record(self.write(body)),
+                rolled_out=lambda isvc: self.rolled_out(isvc, written.response, self.name),
                 cleanup=restore)
-            if passed:
+            if verification.passed:
                 return isvc
-            why = f"it failed verification after the rollover ({self.describe(verification)})"
+            why = f"it failed verification after the rollover ({verification.describe()})"
             error: Exception = JobFailed(why)
         except RolloutLeftAsIs as failure:  # nothing written back, the candidate kept
             raise RolloutLeftAsIs(
@@ -161,13 +175,13 @@ class StandardRollout(Rollout):
                 "deletes it") from failure
         except Exception as failure:
             why, error = f"{type(failure).__name__}: {failure}", failure
-        if "failure" in undone or "isvc" not in undone:
+        if undone.failure is not None or undone.isvc is None:
             raise KServeRolloutError(
                 f"{self.where} was being moved to {self.storage_uri} ({why}), and writing "
-                f"{previous_uri} back failed ({undone.get('failure')}); set "
+                f"{previous_uri} back failed ({undone.failure}); set "
                 f"spec.predictor.model.storageUri back to {previous_uri} by hand (kubectl edit "
                 f"inferenceservice -n {self.api.namespace} {self.name})") from error
-        result = self.result("rolled_back", decision, undone["isvc"],
+        result = self.result("rolled_back", decision, undone.isvc,
                              reason=f"the rollover did not finish ({why}); {previous_uri} is "
                                     "served again")
         raise KServeRolloutError(
@@ -180,21 +194,21 @@ class StandardRollout(Rollout):
         self.log(f"[kserve] rolling back: {self.where} serves {previous_uri} again")
         annotations = {**stable, ANNOTATION_MODEL_URI: previous_uri}
         body = self.build(annotations, storage_uri=previous_uri)
-        written: dict = {}
+        written = Written()
         return self.run_job("rollback", read=self.reader(),
-                            create=lambda: written.update(self.write(body)),
-                            check=lambda isvc: self.rolled_out(isvc, written, self.name))
+                            create=lambda: written.record(self.write(body)),
+                            check=lambda isvc: self.rolled_out(isvc, written.response, self.name))
 
-    def candidate_removed(self, candidate: str, deleted: dict) -> str:
+    def candidate_removed(self, candidate: str, deleted: _Cleanup) -> str:
         """Says whether the candidate is gone, deleting it once more if the job's cleanup did
         not (it is not called when the API stayed unreachable) or failed."""
-        if "done" not in deleted:
+        if not deleted.done:
             try:
                 self.delete_candidate(candidate, "the rollout is over")
             except Exception as failure:
                 return (f"deleting the candidate failed ({failure}); delete it: kubectl delete "
                         f"inferenceservice -n {self.api.namespace} {candidate}")
-        deleted["done"] = True
+        deleted.done = True
         return f"the candidate {self.api.where(candidate)} is gone"
 
     def delete_candidate(self, candidate: str, why: str) -> None:

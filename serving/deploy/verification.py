@@ -19,7 +19,8 @@ probabilities by far more than the tolerance and flips classes the in-process mo
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
@@ -115,53 +116,75 @@ def model_probabilities(model_dir: str, images: np.ndarray, *, log=None) -> np.n
     return in_process_probabilities(model_dir, images)
 
 
+@dataclass(frozen=True)
+class Comparison:
+    """A served model's answers to a sample of images compared with the model's own: the
+    requests (as :class:`~fmnist_kfp.serving.deploy.client.PredictionCheck` counts them), the
+    :class:`Agreement`, and ``ok`` when every request succeeded and the answers agree. The
+    fields, in order, are the keys of the record the deploy and predict steps keep."""
+
+    url: str
+    requests: int
+    failures: int
+    images: int
+    correct: int
+    accuracy: float
+    seconds: float
+    errors: list[str]
+    ok: bool
+    agreement: float  # the share of images given the same class
+    near_ties: int
+    unexplained_disagreements: int
+    max_probability_difference: float | None  # None: the server sent no probabilities
+    probability_tolerance: float
+    expected_accuracy: float  # the model's own accuracy on the sample
+
+    def describe(self) -> str:
+        """One line on how the answers compared, for logs and errors."""
+        difference = self.max_probability_difference
+        return (f"agreement {self.agreement:.4f} ({self.near_ties} near-ties, "
+                f"{self.unexplained_disagreements} unexplained), largest probability "
+                "difference " + ("not sent" if difference is None else f"{difference:.2g}")
+                + f" (tolerance {self.probability_tolerance:g})")
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record a step keeps (a deployment's ``verification``)."""
+        return asdict(self)
+
+
 def compare(url: str, model_name: str, images: np.ndarray, labels: np.ndarray,
-            expected: np.ndarray, *, log=None) -> dict:
+            expected: np.ndarray, *, log=None) -> Comparison:
     """Sends the images to ``url`` and compares the answers with ``expected``, the in-process
     probabilities; ``ok`` when every request succeeded and the answers agree."""
     check = check_predictions(url, model_name, images, labels, log=log)
     found = agreement(expected, check.predicted, check.probabilities)
-    result = check.as_dict()
-    result.pop("predicted")
-    result.pop("probabilities")
     in_process = expected.argmax(axis=1) if len(expected) else np.zeros(0, np.int64)
-    result.update({
-        "agreement": found.fraction,
-        "near_ties": found.near_ties,
-        "unexplained_disagreements": found.unexplained,
-        "max_probability_difference": found.max_probability_difference,
-        "probability_tolerance": PROBABILITY_TOLERANCE,
-        "expected_accuracy": float(np.mean(in_process == labels)) if len(labels) else 0.0,
-        "ok": check.ok and found.agrees,
-    })
-    return result
-
-
-def describe(result: dict) -> str:
-    """One line on how the answers compared, for logs and errors."""
-    difference = result.get("max_probability_difference")
-    return (f"agreement {result['agreement']:.4f} ({result['near_ties']} near-ties, "
-            f"{result['unexplained_disagreements']} unexplained), largest probability "
-            "difference " + ("not sent" if difference is None else f"{difference:.2g}")
-            + f" (tolerance {result['probability_tolerance']:g})")
+    return Comparison(
+        url=check.url, requests=check.requests, failures=check.failures, images=check.images,
+        correct=check.correct, accuracy=check.accuracy, seconds=check.seconds,
+        errors=check.errors, ok=check.ok and found.agrees, agreement=found.fraction,
+        near_ties=found.near_ties, unexplained_disagreements=found.unexplained,
+        max_probability_difference=found.max_probability_difference,
+        probability_tolerance=PROBABILITY_TOLERANCE,
+        expected_accuracy=float(np.mean(in_process == labels)) if len(labels) else 0.0)
 
 
 def make_verifier(model_dir: str, model_name: str, images: np.ndarray, labels: np.ndarray, *,
-                  log=None) -> Callable[..., dict]:
-    """``verify(url, served_name=model_name) -> dict`` for deployments: ok when every request
-    succeeds and the served answers agree with the in-process ones (:func:`agreement`).
+                  log=None) -> Callable[..., Comparison]:
+    """``verify(url, served_name=model_name) -> Comparison`` for deployments: ok when every
+    request succeeds and the served answers agree with the in-process ones (:func:`agreement`).
     ``served_name``: the name the server registered the model under (KServe's Standard-mode
     candidate serves it under its own InferenceService name). The model's own answers are
     computed on the first call: a deployment that is not blessed verifies nothing."""
     expected: list[np.ndarray] = []
 
-    def verify(url: str, served_name: str | None = None) -> dict:
+    def verify(url: str, served_name: str | None = None) -> Comparison:
         if not expected:
             expected.append(model_probabilities(model_dir, images, log=log))
         result = compare(url, served_name or model_name, images, labels, expected[0], log=log)
         if log:
-            log(f"verified {url}: {result['requests']} requests, {result['failures']} failed, "
-                f"accuracy {result['accuracy']:.4f}, {describe(result)}")
+            log(f"verified {url}: {result.requests} requests, {result.failures} failed, "
+                f"accuracy {result.accuracy:.4f}, {result.describe()}")
         return result
 
     return verify

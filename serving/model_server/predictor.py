@@ -25,6 +25,7 @@ from kserve import Model
 from kserve.errors import InferenceError, InvalidInput
 from kserve.protocol.infer_type import InferRequest
 
+from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.images import (
     INLINE_DECODE_PIXELS,
     ImageLimits,
@@ -44,8 +45,12 @@ from fmnist_kfp.serving.model_server.protocol import (
     v1_response,
     v2_response,
 )
+from fmnist_kfp.settings.serving import ServingSettings
 
 DEFAULT_MAX_INSTANCES = 256
+# The batching defaults are the serving settings' (fmnist_kfp.settings.serving).
+DEFAULT_MAX_BATCH_SIZE = ServingSettings().max_batch_size
+DEFAULT_MAX_BATCH_LATENCY_MS = ServingSettings().max_batch_latency_ms
 # How far the converted model's probabilities may be from the SavedModel's (float32 rounding).
 FAST_PATH_TOLERANCE = 1e-4
 
@@ -130,9 +135,9 @@ class LiteRunner:
         return runner(np.ascontiguousarray(pixels, dtype=np.float32))
 
 
-class _ProtocolModel(Model):
-    """Parsing, decoding, formatting and metadata shared by the real predictor and the
-    benchmark's no-op one."""
+class ProtocolModel(Model):
+    """Parsing, decoding, formatting and metadata of our protocol, for any model behind it:
+    the predictor's, and the benchmark's baselines (``bench/noop_server.py``)."""
 
     def __init__(self, name: str, max_instances: int = DEFAULT_MAX_INSTANCES,
                  image_limits: ImageLimits | None = None,
@@ -176,11 +181,12 @@ async def decode_images(request: ParsedRequest) -> None:
                 request.items[index] = await asyncio.to_thread(to_model_pixels, item)
 
 
-class FashionMnistModel(_ProtocolModel):
+class FashionMnistModel(ProtocolModel):
     """Serves an exported Fashion-MNIST SavedModel with adaptive batching."""
 
-    def __init__(self, name: str, model_dir: str, *, max_batch_size: int = 32,
-                 max_batch_latency_ms: float = 1.0,
+    def __init__(self, name: str, model_dir: str, *,
+                 max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+                 max_batch_latency_ms: float = DEFAULT_MAX_BATCH_LATENCY_MS,
                  max_instances: int = DEFAULT_MAX_INSTANCES, fast_path: bool = True,
                  image_limits: ImageLimits | None = None,
                  uncertain_margin: float = DEFAULT_UNCERTAIN_MARGIN):
@@ -205,7 +211,12 @@ class FashionMnistModel(_ProtocolModel):
         from fmnist_kfp.training.export import PIXELS_SIGNATURE
 
         self.saved_model_dir = resolve_saved_model_dir(self.model_dir)
-        loaded = tf.saved_model.load(self.saved_model_dir)
+        try:
+            loaded = tf.saved_model.load(self.saved_model_dir)
+        except (OSError, ValueError) as error:  # a truncated or foreign saved_model.pb
+            raise UserInputError(
+                f"cannot load the SavedModel in {self.saved_model_dir}: {error}; pass the model "
+                "directory the training step exported") from None
         self._loaded = loaded  # keeps the signature's variables alive
         self._signature = loaded.signatures[PIXELS_SIGNATURE]
         if self.fast_path:
@@ -269,29 +280,3 @@ class FashionMnistModel(_ProtocolModel):
 
     def stop(self) -> None:
         self.batcher.close()
-
-
-class NoOpModel(_ProtocolModel):
-    """The same server with the model call replaced by a constant answer: requests are parsed,
-    checked and decoded and responses formatted as usual. The benchmark's floor."""
-
-    def load(self) -> bool:
-        self.ready = True
-        return self.ready
-
-    async def predict(self, request: ParsedRequest, headers=None):
-        count = len(request)
-        probabilities = np.full((count, 10), 0.1, np.float32)
-        return request, Predictions(probabilities, np.zeros(count, np.int32),
-                                    ["T-shirt/top"] * count)
-
-
-class BareNoOpModel(NoOpModel):
-    """KServe's floor: not even the request is looked at."""
-
-    async def preprocess(self, payload, headers=None) -> ParsedRequest:
-        if isinstance(payload, InferRequest):
-            count = int(payload.inputs[0].shape[0]) if payload.inputs else 1
-            return ParsedRequest("v2", [None] * count, payload.id or "")
-        instances = payload.get("instances", []) if isinstance(payload, dict) else []
-        return ParsedRequest("v1", [None] * max(len(instances), 1))

@@ -11,7 +11,9 @@ Both servers bind ``--host``, 127.0.0.1 unless told otherwise (the ServingRuntim
 asks for any free port; the server binds it itself and, with ``--port_file``, writes the ports it
 got (``{"http_port": …, "grpc_port": …, "pid": …}``) once both listen, so a caller never races
 another process for a port it picked. The same flags run on a cluster, where KServe's storage
-initializer puts the model in ``/mnt/models``.
+initializer puts the model in ``/mnt/models``. ``--model_name``, the batching flags and
+``--uncertain_margin`` take their defaults and help from the settings
+(:mod:`fmnist_kfp.settings.serving`).
 """
 
 from __future__ import annotations
@@ -28,12 +30,14 @@ import warnings
 from kserve.logging import logger
 
 from fmnist_kfp.serving.model_server.kserve_internals import LoopbackModelServer
-from fmnist_kfp.serving.model_server.protocol import DEFAULT_UNCERTAIN_MARGIN
 from fmnist_kfp.serving.model_server.request_gate import DEFAULT_MAX_BODY_BYTES
+from fmnist_kfp.settings.serving import DeploySettings, ServingSettings
 from fmnist_kfp.training.quiet_start import import_tensorflow_quietly
 
-DEFAULT_MODEL_NAME = "fashion-mnist"
 DEFAULT_GRPC_PORT = 8081
+# The flags that are settings: each takes the setting's default and help.
+SETTING_FLAGS = {"model_name": DeploySettings, "max_batch_size": ServingSettings,
+                 "max_batch_latency_ms": ServingSettings, "uncertain_margin": ServingSettings}
 PROGRESS_SECONDS = 30.0
 
 
@@ -50,12 +54,19 @@ def _report_progress(model, interval: float) -> None:
             last = stats["requests"]
 
 
+def _setting_flag(parser: argparse.ArgumentParser, name: str) -> None:
+    """``--<name>`` with the type, default and help of the setting ``name``."""
+    spec = SETTING_FLAGS[name].specs()[name]
+    parser.add_argument(f"--{name}", type=spec.kind, default=spec.default,
+                        help=spec.setting.help.replace("%", "%%"))
+
+
 def build_parser() -> argparse.ArgumentParser:
     from fmnist_kfp.images import DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_MAX_IMAGE_SIDE
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model_dir", required=False, default=os.environ.get("MODEL_DIR", ""))
-    parser.add_argument("--model_name", default=DEFAULT_MODEL_NAME)
+    _setting_flag(parser, "model_name")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--http_port", type=int, default=8080, help="0: any free port")
     parser.add_argument("--grpc_port", type=int, default=DEFAULT_GRPC_PORT,
@@ -65,34 +76,25 @@ def build_parser() -> argparse.ArgumentParser:
                         help="REST worker processes (KServe's multi-process server)")
     parser.add_argument("--port_file", default="",
                         help="write the bound ports here as JSON once listening")
-    parser.add_argument("--max_batch_size", type=int, default=32)
-    parser.add_argument("--max_batch_latency_ms", type=float, default=1.0)
+    _setting_flag(parser, "max_batch_size")
+    _setting_flag(parser, "max_batch_latency_ms")
     parser.add_argument("--max_body_bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
     parser.add_argument("--max_instances", type=int, default=256)
     parser.add_argument("--max_image_pixels", type=int, default=DEFAULT_MAX_IMAGE_PIXELS,
                         help="most pixels an image may declare (checked before decoding)")
     parser.add_argument("--max_image_side", type=int, default=DEFAULT_MAX_IMAGE_SIDE,
                         help="longest side an image may declare (checked before decoding)")
-    parser.add_argument("--uncertain_margin", type=float, default=DEFAULT_UNCERTAIN_MARGIN,
-                        help="flag an answer uncertain when its two most probable classes "
-                             "are closer than this")
+    _setting_flag(parser, "uncertain_margin")
     parser.add_argument("--access_log", action="store_true", help="log every request")
     parser.add_argument("--no_fast_path", action="store_true",
                         help="run the model in TensorFlow, not LiteRT")
-    parser.add_argument("--noop", choices=("model", "bare"), default="",
-                        help="benchmark baselines instead of --model_dir: 'model' parses and "
-                             "decodes requests and answers a constant, 'bare' ignores the "
-                             "request too")
     return parser
 
 
-def serve(args: argparse.Namespace) -> None:
+def checked_limits(args: argparse.Namespace):
+    """The image limits of ``args``; exits naming the flag when a flag any model server takes is
+    out of range."""
     from fmnist_kfp.images import ImageLimits
-    from fmnist_kfp.serving.model_server.predictor import (
-        BareNoOpModel,
-        FashionMnistModel,
-        NoOpModel,
-    )
 
     try:
         limits = ImageLimits(args.max_image_pixels, args.max_image_side)
@@ -102,21 +104,30 @@ def serve(args: argparse.Namespace) -> None:
         sys.exit(f"error: --uncertain_margin must be in [0, 1], got {args.uncertain_margin:g}")
     if args.workers < 1:
         sys.exit(f"error: --workers must be at least 1, got {args.workers}")
-    if args.noop:
-        baseline = NoOpModel if args.noop == "model" else BareNoOpModel
-        model = baseline(args.model_name, max_instances=args.max_instances, image_limits=limits,
-                         uncertain_margin=args.uncertain_margin)
-    else:
-        if not args.model_dir:
-            sys.exit("--model_dir is required: the directory the training step exported")
-        if args.workers > 1 and args.no_fast_path:
-            sys.exit("error: --workers > 1 serves the LiteRT model; drop --no_fast_path")
-        model = FashionMnistModel(
-            args.model_name, args.model_dir, max_batch_size=args.max_batch_size,
-            max_batch_latency_ms=args.max_batch_latency_ms, max_instances=args.max_instances,
-            fast_path=not args.no_fast_path, image_limits=limits,
-            uncertain_margin=args.uncertain_margin,
-        )
+    return limits
+
+
+def serve(args: argparse.Namespace) -> None:
+    from fmnist_kfp.serving.model_server.predictor import FashionMnistModel
+
+    limits = checked_limits(args)
+    if not args.model_dir:
+        sys.exit("--model_dir is required: the directory the training step exported")
+    if args.workers > 1 and args.no_fast_path:
+        sys.exit("error: --workers > 1 serves the LiteRT model; drop --no_fast_path")
+    model = FashionMnistModel(
+        args.model_name, args.model_dir, max_batch_size=args.max_batch_size,
+        max_batch_latency_ms=args.max_batch_latency_ms, max_instances=args.max_instances,
+        fast_path=not args.no_fast_path, image_limits=limits,
+        uncertain_margin=args.uncertain_margin,
+    )
+    start(model, args)
+
+
+def start(model, args: argparse.Namespace, *, report_progress: bool = True) -> None:
+    """Loads ``model`` and serves it as ``args`` say until the server stops;
+    ``report_progress``: log what was served every ``PROGRESS_SECONDS`` (a model with a
+    batcher)."""
     model.load()
     # Long-lived objects (TensorFlow's, when loaded) stay: keep the collector from walking them.
     gc.collect()
@@ -127,7 +138,7 @@ def serve(args: argparse.Namespace) -> None:
         enable_grpc=not args.no_grpc, workers=args.workers, enable_latency_logging=False)
     if not args.access_log:
         logging.getLogger("uvicorn.access").disabled = True
-    if not args.noop:
+    if report_progress:
         threading.Thread(target=_report_progress, args=(model, PROGRESS_SECONDS),
                          daemon=True, name="progress").start()
         logger.info("serving %s from %s", args.model_name, model.saved_model_dir)

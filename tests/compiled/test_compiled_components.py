@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fmnist_kfp.kfp_components import FOLDERS
+from fmnist_kfp.kfp_components.registry import COMPONENTS
 from fmnist_kfp.settings.pipeline import cluster_defaults
 from fmnist_kfp.settings.platform import JobImages
 from tests import ROOT
@@ -67,7 +67,7 @@ def test_every_compiled_component_is_composable_as_compiled():
     defaults = {**cluster_defaults().arguments(),
                 **{k: v for k, v in vars(JobImages.chosen()).items()}}
     files = sorted(COMPILED.glob("*.yaml"))
-    assert len(files) == len(FOLDERS)
+    assert len(files) == len(COMPONENTS)
     for path in files:
         found = _component(path)
         name, component = path.stem, found["component"]

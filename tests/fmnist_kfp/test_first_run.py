@@ -217,8 +217,8 @@ def _deploy_log(tmp_path: Path) -> str:
     """The deploy step of the first run: the model from KFP's object store served in team-a
     (Serverless, Kubeflow's default), with the ServiceAccount and S3 Secret of step 2's
     ``manifests/serving-credentials``, verified, then all traffic."""
-    from fmnist_kfp.kubernetes.inference_service import KServeSettings
     from fmnist_kfp.serving.deploy.kserve_deployer import deploy_with_kserve
+    from fmnist_kfp.settings.serving import KServeSettings
     from tests.serving.deploy.test_kserve_rollout import Verifier
 
     lines: list[str] = []
@@ -232,7 +232,7 @@ def _deploy_log(tmp_path: Path) -> str:
             settings, storage_uri=MODEL_URI, test_accuracy=0.9087, tolerance=0.005,
             verify=Verifier(standin, default=0.9087), client=standin.kserve_client(NAMESPACE),
             needs_credentials=True, poll_seconds=0.005, log=lines.append)
-    assert result["action"] == "created", result
+    assert result.action == "created", result
     return "\n".join(lines)
 
 

@@ -174,7 +174,7 @@ def test_a_release_writes_the_wheel_the_digest_pinned_yamls_and_checksums(tmp_pa
     assert text.count(f"constant: {GPU_IMAGE}") == 2  # tune's and train's gpu_image
     assert "@sha256:" in text and f":{__version__}\n" not in text  # never a bare tag
 
-    from fmnist_kfp.kfp_components import COMPONENTS
+    from fmnist_kfp.kfp_components.registry import COMPONENTS
 
     released = sorted(p.name for p in (dist / "components").iterdir())
     assert released == sorted(f"{c.component_spec.name}-{__version__}.yaml"

@@ -213,13 +213,13 @@ _TRAIN_SCRIPT = """
                              poll_seconds=0.2, timeout_seconds={timeout})
 
     config = {config}
-    metadata, metrics = train_step(
+    result = train_step(
         config=config, data_dir={data!r}, model_dir={model!r},
         backend="kubernetes", num_workers=2, max_restarts=1,
         launcher_options={kubernetes!r},
         image={image!r}, gpu_image={gpu_image!r}, make_launcher=make_launcher,
         discovery=ClusterDiscovery(Remote().api_client()))
-    print(json.dumps(metadata))
+    print(json.dumps(result.model_metadata()))
 """
 
 

@@ -15,15 +15,12 @@ import jsonschema
 import pytest
 import yaml
 
-from fmnist_kfp.kubernetes.inference_service import (
-    KServeSettings,
-    build_inference_service,
-)
+from fmnist_kfp.kubernetes.inference_service import build_inference_service
 from fmnist_kfp.kubernetes.manifest import to_manifest
 from fmnist_kfp.preflight import PERMISSIONS
 from fmnist_kfp.serving.deploy.credentials import credential_problems
 from fmnist_kfp.serving.deploy.kserve_api import KServeApi
-from fmnist_kfp.settings.serving import KFP_STORE_SERVICE_ACCOUNT
+from fmnist_kfp.settings.serving import KFP_STORE_SERVICE_ACCOUNT, KServeSettings
 from tests.setup_manifests import BASES, ROOT, build, kustomization
 from tests.standins.kserve import KServeStandIn
 

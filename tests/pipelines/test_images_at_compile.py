@@ -154,7 +154,9 @@ def test_our_components_in_a_users_pipeline_take_the_image_set_after_import(tmp_
     monkeypatch.setenv(IMAGE_ENV, USER_IMAGE)
     path = tmp_path / "user.yaml"
     compiler.Compiler().compile(users_pipeline(), str(path))
-    assert _references(path) == {"release": 0, "user": 4, "user gpu": 1}  # with train's gpu_image
+    # The two executors' images and train's image and gpu_image defaults, in its spec and
+    # in its source (which writes them literally).
+    assert _references(path) == {"release": 0, "user": 6, "user gpu": 2}
     assert _executor_images(path) == {USER_IMAGE, "python:3.12"}
 
     monkeypatch.delenv(IMAGE_ENV)

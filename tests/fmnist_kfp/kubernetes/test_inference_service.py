@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import importlib
 import itertools
 
 import jsonschema
@@ -13,7 +12,6 @@ from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.kubernetes.inference_service import (
     ANNOTATION_MODEL_URI,
     TAG_ROUTING_ANNOTATION,
-    KServeSettings,
     build_inference_service,
     candidate_name,
     check_storage_uri,
@@ -21,6 +19,7 @@ from fmnist_kfp.kubernetes.inference_service import (
 from fmnist_kfp.kubernetes.inference_service_status import SERVERLESS, STANDARD, DeploymentMode
 from fmnist_kfp.kubernetes.manifest import to_manifest
 from fmnist_kfp.kubernetes.serving_runtime import build_serving_runtime
+from fmnist_kfp.settings.serving import KServeSettings
 from tests.crd_schemas import validate_strict
 from tests.standins.kserve import ISVC_CRD, RUNTIME_CRD
 
@@ -205,11 +204,18 @@ def test_the_predictor_runs_the_deploy_steps_image_unless_serving_names_one(monk
     assert serving_problems({}, "kubernetes", "fashion-mnist", 0.005, 8, step_image) == []
 
 
-def test_empty_namespace_is_the_current_one(monkeypatch):
-    utils = importlib.import_module("kserve.utils.utils")
-    monkeypatch.setattr(utils, "get_default_target_namespace", lambda: "from-pod")
+def test_empty_namespace_is_the_current_one(monkeypatch, tmp_path):
+    """KServe's rule (``kserve.utils.utils.get_default_target_namespace``): the pod's own
+    namespace, ``default`` off a cluster."""
+    from fmnist_kfp.settings import jobs
+
+    pod_namespace = tmp_path / "namespace"
+    pod_namespace.write_text("from-pod")
+    monkeypatch.setattr(jobs, "SERVICE_ACCOUNT_NAMESPACE", str(pod_namespace))
     assert KServeSettings().target_namespace == "from-pod"
     assert KServeSettings(namespace="serving").target_namespace == "serving"
+    monkeypatch.setattr(jobs, "SERVICE_ACCOUNT_NAMESPACE", str(tmp_path / "absent"))
+    assert KServeSettings().target_namespace == "default"
 
 
 def test_validation_can_fail():

@@ -27,9 +27,6 @@ from fmnist_kfp.kubernetes.runner import (
     RemoteJobError,
     RemoteJobRunner,
     Terminated,
-    api_message,
-    api_status,
-    is_transient,
     left_as_is_status,
 )
 
@@ -382,15 +379,8 @@ def test_a_failing_cleanup_does_not_hide_the_original_error():
     assert lines[-1].startswith("could not clean up TFJob team-a/job (failed): HTTP 500")
 
 
-def test_error_classification():
-    assert api_status(_sdk_wrapped(_api_error(503))) == 503
-    assert api_status(ValueError("no API here")) is None
-    assert is_transient(_sdk_wrapped(_api_error(500)))
-    assert not is_transient(_sdk_wrapped(_api_error(404)))
-    assert not is_transient(_sdk_wrapped(_api_error(400)))
-    assert not is_transient(ValueError("a bug"))
-    assert api_message(_api_error(403, "denied")) == "HTTP 403 Forbidden: denied"
-    assert api_message(ValueError("x")) == "ValueError: x"
+def test_reads_refused_so_leave_the_job_as_it_is():
+    # Reading the error itself: tests/fmnist_kfp/kubernetes/test_api_errors.py.
     assert [left_as_is_status(_sdk_wrapped(_api_error(code))) for code in
             (401, 403, 404, 409, 410, 422, 500)] == [401, 403, None, None, 410, None, None]
     assert left_as_is_status(ValueError("no API here")) is None
@@ -547,39 +537,3 @@ def test_a_sigterm_during_a_transient_create_error_cleans_up(sigterm_sentinel):
     with pytest.raises(Terminated):
         _runner(Clock(), []).run(job)
     assert script.calls == ["create", f"cleanup:{TERMINATED}"]
-
-
-def test_api_messages():
-    plain = ApiException(status=500, reason="")
-    plain.body = "upstream connect error"
-    assert api_message(plain) == "HTTP 500: upstream connect error"
-    empty = ApiException(status=404, reason="Not Found")
-    empty.body = json.dumps({"kind": "Status"})
-    assert api_message(empty) == "HTTP 404 Not Found"
-    no_body = ApiException(status=409, reason="Conflict")
-    assert api_message(no_body) == "HTTP 409 Conflict"
-    assert api_message(_sdk_wrapped(_api_error(403, "denied"))) == "HTTP 403 Forbidden: denied"
-
-
-def test_error_chains_are_walked_once_even_when_they_loop():
-    first, second = RuntimeError("a"), RuntimeError("b")
-    first.__context__, second.__context__ = second, first
-    assert api_status(first) is None and not is_transient(first)
-
-    class Response(Exception):  # has a status, but is no ApiException
-        status = 503
-
-    assert api_status(Response()) is None and not is_transient(Response())
-
-
-@pytest.mark.parametrize(("error", "transient"), [
-    (_api_error(408), True), (_api_error(429), True), (_api_error(500), True),
-    (_api_error(599), True), (_api_error(400), False), (_api_error(401), False),
-    (_api_error(404), False), (_api_error(409), False), (_api_error(422), False),
-    (TimeoutError("timed out"), True), (ConnectionRefusedError(), True),
-    (urllib3.exceptions.ProtocolError("Connection aborted."), True),
-    (__import__("http.client").client.RemoteDisconnected("closed"), True),
-    (ValueError("a bug"), False), (KeyError("status"), False),
-])
-def test_what_counts_as_transient(error, transient):
-    assert is_transient(_sdk_wrapped(error)) is transient

@@ -14,8 +14,8 @@ import yaml
 
 from fmnist_kfp.cli import main as cli_main
 from fmnist_kfp.errors import UserInputError
-from fmnist_kfp.kubernetes.inference_service import KServeSettings
 from fmnist_kfp.serving.deploy.kserve_deployer import deploy_with_kserve
+from fmnist_kfp.settings.serving import KServeSettings
 from tests import ROOT
 from tests.standins.kfp import API, KfpStandIn
 from tests.standins.kserve import KServeStandIn
@@ -80,7 +80,7 @@ def test_deploy_verifies_the_cluster_local_address_and_canary_tag():
         second = deploy(standin, NEW, 0.95, verifier)
     assert verifier.urls == [f"http://{NAME}.{NS}.svc.cluster.local",
                              f"http://latest-{NAME}-predictor.{NS}.svc.cluster.local"]
-    assert first["url"] == second["url"] == f"http://{NAME}.{NS}.svc.cluster.local"
+    assert first.url == second.url == f"http://{NAME}.{NS}.svc.cluster.local"
 
 
 # -- item 4: credentials for KFP's object store ---------------------------------------------
@@ -121,7 +121,7 @@ def test_standard_mode_never_touches_the_served_model_for_a_bad_candidate():
         puts = [body for method, body in standin.isvc_writes()
                 if method == "PUT" and body["metadata"]["name"] == NAME]
         assert not puts
-        assert result["action"] != "rolled_back"  # nothing was rolled back
+        assert result.action != "rolled_back"  # nothing was rolled back
         assert standin.answering(f"http://{NAME}-predictor.{NS}.svc.cluster.local")[0] == OLD
 
 

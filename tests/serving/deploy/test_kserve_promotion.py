@@ -80,7 +80,7 @@ def _claim(standin) -> dict:
 
 def test_promotions_one_after_another_serve_each_better_model_and_reject_a_worse_one(standin):
     first = _promote(standin, WORSE, "basic")
-    assert first["action"] == "created" and _served(standin) == WORSE
+    assert first.action == "created" and _served(standin) == WORSE
     annotations = standin.isvc()["metadata"]["annotations"]
     claim = _claim(standin)  # issue 29: in a ConfigMap, no longer in the annotations
     assert claim[CLAIM_ACCURACY] == "0.918800"
@@ -91,17 +91,17 @@ def test_promotions_one_after_another_serve_each_better_model_and_reject_a_worse
     # The test split is not read for it: no test accuracy recorded.
     assert ANNOTATION_TEST_ACCURACY not in annotations
     second = _promote(standin, BETTER, "batchnorm")
-    assert second["action"] == "promoted" and _served(standin) == BETTER
+    assert second.action == "promoted" and _served(standin) == BETTER
     assert _claim(standin)[CLAIM_MODEL_URI] == BETTER
     third = _promote(standin, WORSE, "basic")
-    assert third["action"] == "rejected" and _served(standin) == BETTER
-    assert "0.9188" in third["reason"] and "0.9312" in third["reason"]
+    assert third.action == "rejected" and _served(standin) == BETTER
+    assert "0.9188" in third.reason and "0.9312" in third.reason
 
 
 def test_an_ordinarily_deployed_model_is_beaten_only_within_the_blessing_tolerance(standin):
     serve_old_model(standin, accuracy=0.95)  # test accuracy 0.95 on record, no claim
     result = _promote(standin, BETTER, "batchnorm")
-    assert result["action"] == "rejected" and _served(standin) == OLD
+    assert result.action == "rejected" and _served(standin) == OLD
 
 
 class _ReadBarrier:
@@ -157,14 +157,14 @@ def test_racing_promotions_never_leave_the_worse_model_served(standin, monkeypat
     assert _claim(standin)[CLAIM_MODEL_URI] == BETTER
     assert ANNOTATION_EARLY_MODEL_URI not in annotations
     assert annotations[ANNOTATION_MODEL_URI] == BETTER
-    assert results["better"]["action"] == "promoted", logs["better"]
+    assert results["better"].action == "promoted", logs["better"]
     # Both read the old model; one claimed first, so the other's write was answered 409.
     loser = "worse" if first == "better" else "better"
     assert any("changed since it was read" in line for line in logs[loser]), logs[loser]
     if first == "better":
-        assert results["worse"]["action"] == "rejected"
+        assert results["worse"].action == "rejected"
     else:  # the worse one claimed first; the better one overtook it
-        assert results["worse"]["action"] in ("superseded", "promoted")
+        assert results["worse"].action in ("superseded", "promoted")
 
 
 # -- issue 29: cold starts, a claim that restarts nothing -------------------------------------
@@ -219,14 +219,14 @@ def test_a_better_model_overtaking_a_cold_start_supersedes_it():
             ready_timeout_seconds=30)
         check_writes(standin)
         assert not errors and set(results) == {"better", "worse"}, (errors, logs)
-        assert results["worse"]["action"] == "superseded", logs["worse"]
+        assert results["worse"].action == "superseded", logs["worse"]
         # What the step's outputs carry: why, and no URL, blessing or verification of its own.
-        superseded = results["worse"]
+        superseded = results["worse"].as_dict()
         assert superseded == {"action": "superseded", "reason": superseded["reason"], "url": "",
                               "storage_uri": WORSE, "blessing": {}, "verification": {}}
         assert "batchnorm claim (validation accuracy 0.931200) replaced this one" in \
             superseded["reason"], superseded
-        assert results["better"]["action"] == "created", logs["better"]
+        assert results["better"].action == "created", logs["better"]
         assert _served(standin) == BETTER and _claim(standin)[CLAIM_MODEL_URI] == BETTER
         assert standin.answering(f"http://fashion-mnist.{NS}.svc.cluster.local")[0] == BETTER
 
@@ -272,9 +272,9 @@ def test_racing_promotions_from_a_cold_start_serve_the_better_model(monkeypatch,
         assert not errors and set(results) == {"better", "worse"}, (errors, logs)
         assert _served(standin) == BETTER, logs
         assert _claim(standin)[CLAIM_MODEL_URI] == BETTER
-        assert results["better"]["action"] in ("created", "promoted"), logs["better"]
+        assert results["better"].action in ("created", "promoted"), logs["better"]
         expected = "rejected" if first == "better" else "superseded"
-        assert results["worse"]["action"] == expected, logs["worse"]
+        assert results["worse"].action == expected, logs["worse"]
         address = (f"http://fashion-mnist.{NS}.svc.cluster.local" if mode == "Serverless"
                    else f"http://fashion-mnist-predictor.{NS}.svc.cluster.local")
         assert standin.answering(address)[0] == BETTER
@@ -296,24 +296,24 @@ def test_a_claim_write_restarts_nothing(mode):
         assert standin.rollouts() == [OLD]
         result = _promote(standin, BETTER, "batchnorm")
         check_writes(standin)
-        assert result["action"] == "promoted" and _served(standin) == BETTER
+        assert result.action == "promoted" and _served(standin) == BETTER
         assert standin.rollouts()[0] == OLD
         assert set(standin.rollouts()[1:]) == {BETTER}, standin.rollouts()
         # A worse model's decision writes nothing the controller sees.
         rolled = standin.rollouts()
-        assert _promote(standin, WORSE, "basic")["action"] == "rejected"
+        assert _promote(standin, WORSE, "basic").action == "rejected"
         assert standin.rollouts() == rolled
 
 
 def test_a_claim_made_on_an_inference_service_deleted_since_is_void(standin):
     """A claim records the uid of the InferenceService it was made on; once that one is
     deleted (and its finalizer removed), a worse model may serve again."""
-    assert _promote(standin, BETTER, "batchnorm")["action"] == "created"
+    assert _promote(standin, BETTER, "batchnorm").action == "created"
     client = standin.kserve_client(NS)
     api = kserve_api.KServeApi(client.api_instance.api_client, NS)
     api.delete("fashion-mnist")
     _until(lambda: api.get("fashion-mnist") is None, "the deletion")
-    assert _promote(standin, WORSE, "basic")["action"] == "created"
+    assert _promote(standin, WORSE, "basic").action == "created"
     assert _served(standin) == WORSE and _claim(standin)[CLAIM_MODEL_URI] == WORSE
 
 
@@ -331,8 +331,8 @@ def test_standard_promotions_racing_keep_their_own_candidates():
                                      "A's candidate")}, ready_timeout_seconds=30)
         check_writes(standin)
         assert not errors and set(results) == {"better", "worse"}, (errors, logs)
-        assert results["better"]["action"] == "promoted", logs["better"]
-        assert results["worse"]["action"] in ("superseded", "promoted"), logs["worse"]
+        assert results["better"].action == "promoted", logs["better"]
+        assert results["worse"].action in ("superseded", "promoted"), logs["worse"]
         assert _served(standin) == BETTER
         assert standin.answering(f"http://fashion-mnist-predictor.{NS}.svc.cluster.local")[0] \
             == BETTER

@@ -8,6 +8,8 @@ a real model server on loopback serving a real exported CNN, the right one and t
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -15,8 +17,8 @@ from fmnist_kfp.kfp_components.predict.step import ServedModelMismatch, judge
 from fmnist_kfp.serving.deploy.verification import (
     PROBABILITY_TOLERANCE,
     TIE_MARGIN,
+    Comparison,
     agreement,
-    describe,
     make_verifier,
 )
 
@@ -106,16 +108,17 @@ def test_unanswered_images_never_agree():
 
 
 def test_the_prediction_step_accepts_a_flipped_near_tie_and_refuses_a_wrong_model():
-    near_tie = {"failures": 0, "ok": True, "accuracy": 0.715, "expected_accuracy": 0.72,
-                "agreement": 0.995, "near_ties": 1, "unexplained_disagreements": 0,
-                "max_probability_difference": 3e-7,
-                "probability_tolerance": PROBABILITY_TOLERANCE, "errors": []}
+    near_tie = Comparison(
+        url="http://127.0.0.1:1", requests=13, failures=0, images=200, correct=143,
+        accuracy=0.715, seconds=0.5, errors=[], ok=True, agreement=0.995, near_ties=1,
+        unexplained_disagreements=0, max_probability_difference=3e-7,
+        probability_tolerance=PROBABILITY_TOLERANCE, expected_accuracy=0.72)
     judge(near_tie, "http://127.0.0.1:1", serves_model=True)  # the old rule raised here
-    wrong = {**near_tie, "ok": False, "agreement": 0.81, "near_ties": 0,
-             "unexplained_disagreements": 38, "max_probability_difference": 0.62}
+    wrong = replace(near_tie, ok=False, agreement=0.81, near_ties=0,
+                    unexplained_disagreements=38, max_probability_difference=0.62)
     with pytest.raises(ServedModelMismatch, match="38 unexplained") as raised:
         judge(wrong, "http://127.0.0.1:1", serves_model=True)
-    assert describe(wrong) in str(raised.value)
+    assert wrong.describe() in str(raised.value)
     judge(wrong, "http://127.0.0.1:1", serves_model=False)  # an earlier model: only measured
 
 
@@ -171,9 +174,9 @@ def sample(synthetic_dataset):
 
 def test_the_served_model_passes_its_own_verification(served, exported_model, sample):
     result = make_verifier(str(exported_model), NAME, *sample)(served.url)
-    assert result["ok"] and result["failures"] == 0 and result["images"] == 64
-    assert result["unexplained_disagreements"] == 0
-    assert result["max_probability_difference"] <= PROBABILITY_TOLERANCE
+    assert result.ok and result.failures == 0 and result.images == 64
+    assert result.unexplained_disagreements == 0
+    assert result.max_probability_difference <= PROBABILITY_TOLERANCE
 
 
 @pytest.mark.parametrize(("wrong", "seed", "permute"), [
@@ -185,10 +188,10 @@ def test_a_wrong_model_fails_verification(served, sample, tmp_path, wrong, seed,
     permuted, or the same network with other weights."""
     other = _export(tmp_path / "other", seed, permute=permute)
     result = make_verifier(str(other), NAME, *sample)(served.url)
-    assert result["failures"] == 0  # every request was answered ...
-    assert not result["ok"], (wrong, result)  # ... by the wrong model
+    assert result.failures == 0  # every request was answered ...
+    assert not result.ok, (wrong, result)  # ... by the wrong model
     # Even two untrained networks (near-uniform answers) are several tolerances apart.
-    assert result["max_probability_difference"] > 5 * PROBABILITY_TOLERANCE
+    assert result.max_probability_difference > 5 * PROBABILITY_TOLERANCE
 
 
 def _with_stored(model_dir, tmp_path, images, probabilities):
@@ -215,15 +218,23 @@ def test_selections_stored_answers_are_what_the_served_model_is_held_to(
     selected = _with_stored(exported_model, tmp_path, images, own)
     lines: list[str] = []
     result = make_verifier(str(selected), NAME, images, labels, log=lines.append)(served.url)
-    assert result["ok"] and any("selection stored" in line for line in lines)
+    assert result.ok and any("selection stored" in line for line in lines)
 
     wrong = _with_stored(exported_model, tmp_path / "wrong", images, np.roll(own, 1, axis=1))
     result = make_verifier(str(wrong), NAME, images, labels)(served.url)
-    assert result["failures"] == 0 and not result["ok"]
+    assert result.failures == 0 and not result.ok
 
     # The same directory holding another SavedModel: the stored answers are not its own.
     (wrong / "1" / "assets").mkdir(exist_ok=True)
     (wrong / "1" / "assets" / "retrained").write_text("other bytes, other digest")
     lines.clear()
     result = make_verifier(str(wrong), NAME, images, labels, log=lines.append)(served.url)
-    assert result["ok"] and not any("selection stored" in line for line in lines)
+    assert result.ok and not any("selection stored" in line for line in lines)
+
+
+def test_a_comparison_is_recorded_with_the_keys_of_before():
+    """The record a deployment keeps (its ``verification``): the same keys in the same order."""
+    assert list(Comparison.__dataclass_fields__) == [
+        "url", "requests", "failures", "images", "correct", "accuracy", "seconds", "errors", "ok",
+        "agreement", "near_ties", "unexplained_disagreements", "max_probability_difference",
+        "probability_tolerance", "expected_accuracy"]

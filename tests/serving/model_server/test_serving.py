@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
-import io
 import ipaddress
 import json
 import os
@@ -40,6 +39,7 @@ from fmnist_kfp.serving.deploy.client import png_bytes, v1_image_request, wait_u
 from fmnist_kfp.serving.deploy.verification import agreement
 from fmnist_kfp.serving.model_server.ports import read_port_file
 from tests import ROOT
+from tests.image_formats import GRAPH_CANNOT_READ, LOSSLESS, encode, format_corpus
 
 NAME = "fashion-mnist"
 BODY_LIMIT = 300_000
@@ -124,115 +124,6 @@ def predict(url: str, body, **kwargs) -> httpx.Response:
 
 def b64(data: bytes) -> dict:
     return {"image_bytes": {"b64": base64.b64encode(data).decode()}}
-
-
-def encode(image: Image.Image, image_format: str, **options) -> bytes:
-    buffer = io.BytesIO()
-    image.save(buffer, format=image_format, **options)
-    return buffer.getvalue()
-
-
-def format_corpus(pixels: np.ndarray, colour: bool = False) -> dict[str, bytes]:
-    """One 28×28 image in every format and colour model the server accepts. Gray pixels stay
-    the same pixels in every lossless variant; ``colour`` tints them (for the decoder test)."""
-    gray = Image.fromarray(pixels)
-    if colour:
-        rgb = Image.merge("RGB", [gray, gray.point(lambda v: v // 2),
-                                  gray.point(lambda v: 255 - v)])
-    else:
-        rgb = gray.convert("RGB")
-    alpha = Image.fromarray(np.where(pixels > 20, 255, 96).astype(np.uint8))
-    rgba = rgb.copy()
-    rgba.putalpha(alpha if colour else Image.new("L", gray.size, 255))
-    gray_alpha = gray.convert("LA")
-    gray_alpha.putalpha(alpha if colour else Image.new("L", gray.size, 255))
-    palette = rgb.quantize(256) if colour else gray.convert("P")
-    inverse = Image.fromarray(255 - pixels)
-    corpus = {
-        "png_gray": encode(gray, "PNG"),
-        "png_rgb": encode(rgb, "PNG"),
-        "png_palette": encode(palette, "PNG"),
-        "png_palette_transparent": encode(gray.convert("P"), "PNG", transparency=0),
-        "png_16bit": encode(Image.fromarray(pixels.astype(np.uint16) * 257), "PNG"),
-        "png_gray_alpha": encode(gray_alpha, "PNG"),
-        "png_rgba": encode(rgba, "PNG"),
-        "png_interlaced_84px": encode(rgb.resize((84, 84), Image.NEAREST), "PNG",
-                                      interlace=1),
-        "jpeg_gray": encode(gray, "JPEG", quality=95),
-        "jpeg_rgb": encode(rgb, "JPEG", quality=95),
-        "jpeg_cmyk": encode(rgb.convert("CMYK"), "JPEG", quality=95),
-        "jpeg_progressive": encode(rgb, "JPEG", quality=95, progressive=True),
-        "jpeg_300x217": encode(rgb.resize((300, 217), Image.LANCZOS), "JPEG", quality=90),
-        "gif87a": encode(gray, "GIF"),
-        "gif89a_transparent": encode(gray.convert("P"), "GIF", transparency=0),
-        "gif89a_animated": encode(gray, "GIF", save_all=True, append_images=[inverse],
-                                  duration=100, loop=0),
-        "bmp_gray": encode(gray, "BMP"),
-        "bmp_rgb": encode(rgb, "BMP"),
-        "bmp_palette": encode(palette, "BMP"),
-        "webp_lossless": encode(rgb, "WEBP", lossless=True),
-        "webp_lossy": encode(rgb, "WEBP", quality=90),
-        "webp_alpha": encode(rgba, "WEBP", lossless=True),
-    }
-    assert corpus["gif87a"].startswith(b"GIF87a")
-    assert corpus["gif89a_transparent"].startswith(b"GIF89a")
-    assert Image.open(io.BytesIO(corpus["jpeg_cmyk"])).mode == "CMYK"
-    assert Image.open(io.BytesIO(corpus["png_16bit"])).mode.startswith("I")
-    assert getattr(Image.open(io.BytesIO(corpus["gif89a_animated"])), "n_frames", 1) == 2
-    return corpus
-
-
-# Variants whose pixels are exactly the source pixels (gray, nothing lossy, nothing resized).
-LOSSLESS = {"png_gray", "png_rgb", "png_palette", "png_palette_transparent", "png_16bit",
-            "png_gray_alpha", "png_rgba", "gif87a", "gif89a_transparent", "gif89a_animated",
-            "bmp_gray", "bmp_rgb", "bmp_palette", "webp_lossless", "webp_alpha"}
-# TensorFlow's BMP decoder reads an 8-bit BMP's palette indices as gray levels (README).
-GRAPH_CANNOT_READ = {"bmp_palette"}
-
-
-def _graph_pixels(data: bytes) -> np.ndarray:
-    """What the SavedModel's serving_default makes of the bytes, before the model."""
-    import tensorflow as tf
-
-    from fmnist_kfp.training.export import decode_to_gray
-
-    gray = decode_to_gray(tf.constant(data))[..., tf.newaxis]
-    return tf.image.resize(gray, [28, 28])[..., 0].numpy()
-
-
-def test_the_fast_path_decodes_every_format_as_the_savedmodel_graph_does(real_test_set,
-                                                                        exported_model):
-    """Colour, alpha, palette, 16-bit, CMYK, animation, other sizes: for dataset-style images
-    (real test images: light on black, filling the frame) the Python decoder and the exported
-    ``serving_default`` (what TF Serving runs) give the same pixels and the same
-    probabilities. Photo-style images get the photo rules in Python only (test_photos.py)."""
-    import tensorflow as tf
-
-    images, _ = real_test_set
-
-    from fmnist_kfp.images import decode_image
-    from fmnist_kfp.serving.model_server.predictor import resolve_saved_model_dir
-
-    signatures = tf.saved_model.load(resolve_saved_model_dir(str(exported_model))).signatures
-    for pixels in images[:4]:
-        corpus = format_corpus(pixels, colour=True)
-        decoded = {name: decode_image(data, name) for name, data in corpus.items()}
-        for name, data in corpus.items():
-            if name in GRAPH_CANNOT_READ:
-                continue
-            np.testing.assert_allclose(decoded[name], _graph_pixels(data), atol=1e-3,
-                                       err_msg=name)
-        readable = [name for name in corpus if name not in GRAPH_CANNOT_READ]
-        by_graph = signatures["serving_default"](
-            image_bytes=tf.constant([corpus[name] for name in readable]))["probabilities"]
-        by_fast_path = signatures["serving_pixels"](
-            pixels=tf.constant(np.stack([decoded[name] for name in readable])))["probabilities"]
-        np.testing.assert_allclose(by_fast_path.numpy(), by_graph.numpy(), atol=1e-5)
-        # The palette BMP: right in Python, where TensorFlow reads indices as gray levels.
-        np.testing.assert_allclose(decoded["bmp_palette"], decoded["png_palette"], atol=1e-3)
-    # Colour becomes BT.601 luma, transparency shows the black background.
-    red = encode(Image.new("RGBA", (28, 28), (255, 0, 0, 128)), "PNG")
-    np.testing.assert_allclose(decode_image(red, "red"), 0.299 * 255 * 128 / 255, rtol=1e-5)
 
 
 def test_v1_base64_pngs_answer_like_the_model_in_process(server, images, in_process):
