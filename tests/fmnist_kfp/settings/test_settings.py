@@ -226,3 +226,21 @@ print("readme", [r for r in readme_blocks()["parameters"].splitlines() if "`epoc
     assert lines["pipeline"] in ("17", "17.0")
     assert lines["trainer"] == "17"
     assert "| `epochs` | `17` |" in lines["readme"]
+
+
+def test_every_groups_check_across_fields_runs_for_the_pipelines_parameters(monkeypatch):
+    """The pipeline's parameters are the groups' fields, flat (KFP's); each group's own
+    ``cross_problems`` runs for them, whatever the others do (JobSettings' does not call
+    ``super()``: through the MRO, the groups after it would be skipped)."""
+    from fmnist_kfp.settings.pipeline import GROUPS
+
+    assert set(GROUPS) == set(PipelineParameters.__bases__)
+    for group in GROUPS:
+        monkeypatch.setattr(group, "cross_problems",
+                            lambda self, name=group.__name__: [f"{name} checked"], raising=False)
+    problems = PipelineParameters().problems()
+    assert [p for p in problems if p.endswith(" checked")] == [
+        f"{group.__name__} checked" for group in GROUPS]
+    monkeypatch.undo()
+    assert "GPUs were asked for" in " ".join(
+        PipelineParameters(gpus_per_worker=1, num_workers=0).problems())
