@@ -103,6 +103,7 @@ EACH_SLOW_TEST_ALONE = frozenset({
     "tests/kfp_components/test_cluster_steps.py",
     "tests/serving/deploy/test_kserve_end_to_end.py",
     "tests/serving/deploy/test_local_deploy.py",
+    "tests/fmnist_kfp/test_no_traceback.py",
 })
 SLOW_TEST_WEIGHT = 60  # a slow test against a quick one, roughly, in seconds
 WORK_UNITS_ENV = "FMNIST_TEST_WORK_UNITS"  # the file the workers write their units to

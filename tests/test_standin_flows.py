@@ -138,18 +138,18 @@ def deploy(mode: str, lag: int = 1) -> None:
         _serving(standin)
         first = t.deploy(standin, t.OLD, 0.90, needs_credentials=True,
                          service_account="fmnist-serving")
-        assert first["action"] == "created"
+        assert first.action == "created"
         second = t.deploy(standin, t.NEW, 0.95, needs_credentials=True,
                          service_account="fmnist-serving")
-        assert second["action"] == "promoted", second["reason"]
+        assert second.action == "promoted", second.reason
 
 
 def serve_early(lag: int = 1) -> None:
     from tests.serving.deploy import test_kserve_promotion as t
 
     with KServeStandIn(lag=lag) as standin:
-        assert t._promote(standin, t.WORSE, "basic")["action"] == "created"
-        assert t._promote(standin, t.BETTER, "batchnorm")["action"] == "promoted"
+        assert t._promote(standin, t.WORSE, "basic").action == "created"
+        assert t._promote(standin, t.BETTER, "batchnorm").action == "promoted"
 
 
 def every_flow(tmp_path, lag: int = 1, operator: str = "tfjob") -> None:

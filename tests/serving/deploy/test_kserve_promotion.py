@@ -31,6 +31,7 @@ from fmnist_kfp.serving.deploy.kserve_promotion import (
     claim_name,
     promote_with_kserve,
 )
+from fmnist_kfp.serving.deploy.rollout_result import RolloutResult
 from tests.serving.deploy.test_kserve_rollout import (
     NS,
     OLD,
@@ -61,7 +62,7 @@ def raw():
 
 
 def _promote(standin, uri: str, model_type: str, logs: list | None = None,
-             client=None, **overrides) -> dict:
+             client=None, **overrides) -> RolloutResult:
     return promote_with_kserve(
         settings(**overrides), storage_uri=uri, validation_accuracy=ACCURACY[uri],
         model_type=model_type, tolerance=0.005, verify=Verifier(standin, ACCURACY, own=uri),
