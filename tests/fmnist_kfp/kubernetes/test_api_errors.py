@@ -34,7 +34,7 @@ REASONS = {401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 409: "Confli
            502: "Bad Gateway"}
 
 
-def _api_error(status: int, message: str = "", *, body=None, kind=ApiException):
+def api_error(status: int, message: str = "", *, body=None, kind=ApiException):
     """An ``ApiException`` as the client raises it: a ``Status`` body with ``message``, unless
     ``body`` is given."""
     error = kind(status=status, reason=REASONS.get(status, ""))
@@ -42,7 +42,7 @@ def _api_error(status: int, message: str = "", *, body=None, kind=ApiException):
     return error
 
 
-def _sdk_wrapped(error: BaseException) -> RuntimeError:
+def sdk_wrapped(error: BaseException) -> RuntimeError:
     """What the kubeflow SDKs raise: RuntimeError with the ApiException as __context__."""
     try:
         raise error
@@ -65,17 +65,17 @@ def _raised_from(error: BaseException) -> RuntimeError:
 
 
 def test_the_status_is_found_behind_a_wrapper():
-    assert api_status(_sdk_wrapped(_api_error(503))) == 503
-    assert api_status(_raised_from(_api_error(409))) == 409
-    assert api_status(_api_error(404)) == 404
-    assert api_status(_sdk_wrapped(_api_error(403, kind=KfpApiException))) == 403
+    assert api_status(sdk_wrapped(api_error(503))) == 503
+    assert api_status(_raised_from(api_error(409))) == 409
+    assert api_status(api_error(404)) == 404
+    assert api_status(sdk_wrapped(api_error(403, kind=KfpApiException))) == 403
     assert api_status(ValueError("no API here")) is None
 
 
 def test_error_classification():
-    assert is_transient(_sdk_wrapped(_api_error(500)))
-    assert not is_transient(_sdk_wrapped(_api_error(404)))
-    assert not is_transient(_sdk_wrapped(_api_error(400)))
+    assert is_transient(sdk_wrapped(api_error(500)))
+    assert not is_transient(sdk_wrapped(api_error(404)))
+    assert not is_transient(sdk_wrapped(api_error(400)))
     assert not is_transient(ValueError("a bug"))
 
 
@@ -92,7 +92,7 @@ def test_error_chains_are_walked_once_even_when_they_loop():
 
 
 def test_api_messages():
-    assert api_message(_api_error(403, "denied")) == "HTTP 403 Forbidden: denied"
+    assert api_message(api_error(403, "denied")) == "HTTP 403 Forbidden: denied"
     assert api_message(ValueError("x")) == "ValueError: x"
     plain = ApiException(status=500, reason="")
     plain.body = "upstream connect error"
@@ -102,45 +102,45 @@ def test_api_messages():
     assert api_message(empty) == "HTTP 404 Not Found"
     no_body = ApiException(status=409, reason="Conflict")
     assert api_message(no_body) == "HTTP 409 Conflict"
-    assert api_message(_sdk_wrapped(_api_error(403, "denied"))) == "HTTP 403 Forbidden: denied"
+    assert api_message(sdk_wrapped(api_error(403, "denied"))) == "HTTP 403 Forbidden: denied"
 
 
 def test_the_runner_shows_a_body_that_is_no_status_object_whole():
     # The step's log is all a user learns of why: a proxy's page or a JSON list is kept.
-    assert api_message(_api_error(502, body="<html>no healthy upstream</html>")) \
+    assert api_message(api_error(502, body="<html>no healthy upstream</html>")) \
         == "HTTP 502 Bad Gateway: <html>no healthy upstream</html>"
-    assert api_message(_api_error(500, body='["a", "b"]')) \
+    assert api_message(api_error(500, body='["a", "b"]')) \
         == 'HTTP 500 Internal Server Error: ["a", "b"]'
-    assert api_message(_api_error(403, body=b'{"message": "denied"}')) \
+    assert api_message(api_error(403, body=b'{"message": "denied"}')) \
         == "HTTP 403 Forbidden: denied"
-    assert api_message(_api_error(500, body="")) == "HTTP 500 Internal Server Error"
+    assert api_message(api_error(500, body="")) == "HTTP 500 Internal Server Error"
 
 
 @pytest.mark.parametrize(("error", "transient"), [
-    (_api_error(408), True), (_api_error(429), True), (_api_error(500), True),
-    (_api_error(599), True), (_api_error(400), False), (_api_error(401), False),
-    (_api_error(404), False), (_api_error(409), False), (_api_error(422), False),
+    (api_error(408), True), (api_error(429), True), (api_error(500), True),
+    (api_error(599), True), (api_error(400), False), (api_error(401), False),
+    (api_error(404), False), (api_error(409), False), (api_error(422), False),
     (TimeoutError("timed out"), True), (ConnectionRefusedError(), True),
     (urllib3.exceptions.ProtocolError("Connection aborted."), True),
     (http.client.RemoteDisconnected("closed"), True),
     (ValueError("a bug"), False), (KeyError("status"), False),
 ])
 def test_what_counts_as_transient(error, transient):
-    assert is_transient(_sdk_wrapped(error)) is transient
+    assert is_transient(sdk_wrapped(error)) is transient
 
 
 def test_the_kserve_rollout_reads_the_status_object_alone():
     """serving/deploy/kserve_api.py: a 404 with a ``NotFound`` Status is an absent object, a
     bare 404 page an API the server does not serve; its messages hold the Status's words."""
-    absent = _api_error(404, 'inferenceservices "fmnist" not found')
+    absent = api_error(404, 'inferenceservices "fmnist" not found')
     absent.body = json.dumps({"kind": "Status", "reason": "NotFound",
                               "message": 'inferenceservices "fmnist" not found'})
     assert status_object(absent)["reason"] == "NotFound"
     assert status_message(absent) == 'inferenceservices "fmnist" not found'
-    page = _api_error(404, body="404 page not found")
+    page = api_error(404, body="404 page not found")
     assert status_object(page) == {}
     assert status_message(page) == "Not Found"
-    not_status = _api_error(500, body=json.dumps({"message": "a gateway's words"}))
+    not_status = api_error(500, body=json.dumps({"message": "a gateway's words"}))
     assert status_object(not_status) == {} and status_message(not_status) == \
         "Internal Server Error"
     assert status_object(ValueError("no body")) == {}
@@ -151,14 +151,14 @@ def test_the_kserve_rollout_reads_the_status_object_alone():
 
 
 def test_preflight_reads_the_status_the_error_itself_carries():
-    assert own_status(_api_error(404)) == 404
-    assert own_status(_sdk_wrapped(_api_error(404))) is None  # an error raised while handling
+    assert own_status(api_error(404)) == 404
+    assert own_status(sdk_wrapped(api_error(404))) is None  # an error raised while handling
     assert own_status(OSError("no route")) is None
 
 
 def test_the_status_line_is_the_status_and_reason_else_the_error():
-    assert status_line(_api_error(403, "denied")) == "HTTP 403 Forbidden"
-    assert status_line(_api_error(500, body="", kind=KfpApiException)) \
+    assert status_line(api_error(403, "denied")) == "HTTP 403 Forbidden"
+    assert status_line(api_error(500, body="", kind=KfpApiException)) \
         == "HTTP 500 Internal Server Error"
     assert status_line(ApiException(status=599)) == "HTTP 599"
     refused = urllib3.exceptions.MaxRetryError(None, "/version", "refused")
@@ -167,13 +167,13 @@ def test_the_status_line_is_the_status_and_reason_else_the_error():
 
 
 def test_a_refusal_shows_the_status_message_only():
-    assert refusal_message(_api_error(403, "denied by the webhook")) \
+    assert refusal_message(api_error(403, "denied by the webhook")) \
         == "HTTP 403 Forbidden: denied by the webhook"
-    assert refusal_message(_api_error(404)) == "HTTP 404 Not Found"  # a Status without words
+    assert refusal_message(api_error(404)) == "HTTP 404 Not Found"  # a Status without words
     # A proxy's page would not fit preflight's table: the status alone.
-    assert refusal_message(_api_error(502, body="<html>Bad Gateway</html>")) \
+    assert refusal_message(api_error(502, body="<html>Bad Gateway</html>")) \
         == "HTTP 502 Bad Gateway"
-    assert refusal_message(_api_error(500, body='["a"]')) == "HTTP 500 Internal Server Error"
+    assert refusal_message(api_error(500, body='["a"]')) == "HTTP 500 Internal Server Error"
     assert refusal_message(ApiException(status=409, reason="Conflict")) == "HTTP 409 Conflict"
     assert refusal_message(OSError("no route")) == "OSError: no route"
 

@@ -3,7 +3,6 @@ no HTTP, no real waiting. The launchers' tests run it against the API stand-ins.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 
@@ -29,6 +28,7 @@ from fmnist_kfp.kubernetes.runner import (
     Terminated,
     left_as_is_status,
 )
+from tests.fmnist_kfp.kubernetes.test_api_errors import api_error, sdk_wrapped
 
 
 class Clock:
@@ -42,26 +42,6 @@ class Clock:
     def sleep(self, seconds: float) -> None:
         self.sleeps.append(seconds)
         self.now += seconds
-
-
-def _api_error(status: int, message: str = "") -> ApiException:
-    error = ApiException(status=status, reason={404: "Not Found", 409: "Conflict",
-                                                 401: "Unauthorized", 403: "Forbidden",
-                                                 410: "Gone", 500: "Internal Server Error",
-                                                 422: "Unprocessable Entity"}.get(status, ""))
-    error.body = json.dumps({"kind": "Status", "message": message})
-    return error
-
-
-def _sdk_wrapped(error: BaseException) -> RuntimeError:
-    """What the kubeflow SDKs raise: RuntimeError with the ApiException as __context__."""
-    try:
-        raise error
-    except Exception:
-        try:
-            raise RuntimeError("Failed to get TFJob: team-a/job")  # noqa: B904 (as the SDK)
-        except RuntimeError as wrapped:
-            return wrapped
 
 
 class Script:
@@ -117,8 +97,8 @@ def test_creates_polls_and_prints_a_line_per_change():
 
 
 @pytest.mark.parametrize("conflict", [
-    _api_error(409, 'tfjobs.kubeflow.org "job" already exists'),
-    _sdk_wrapped(_api_error(409)),
+    api_error(409, 'tfjobs.kubeflow.org "job" already exists'),
+    sdk_wrapped(api_error(409)),
     Exception("A Katib Experiment with the name team-a/job already exists."),  # KatibClient
 ])
 def test_a_conflict_on_create_reattaches(conflict):
@@ -130,11 +110,11 @@ def test_a_conflict_on_create_reattaches(conflict):
 
 
 @pytest.mark.parametrize("transient", [
-    _api_error(500), _api_error(503), _api_error(429), _api_error(408),
-    _sdk_wrapped(_api_error(502)),
+    api_error(500), api_error(503), api_error(429), api_error(408),
+    sdk_wrapped(api_error(502)),
     TimeoutError("Timeout to get TFJob: team-a/job"),  # the SDK's client-side timeout
-    _sdk_wrapped(urllib3.exceptions.MaxRetryError(None, "/", "connection refused")),
-    _sdk_wrapped(ConnectionResetError("reset by peer")),
+    sdk_wrapped(urllib3.exceptions.MaxRetryError(None, "/", "connection refused")),
+    sdk_wrapped(ConnectionResetError("reset by peer")),
 ])
 def test_transient_read_errors_are_retried_and_never_clean_up(transient):
     clock, lines = Clock(), []
@@ -147,14 +127,14 @@ def test_transient_read_errors_are_retried_and_never_clean_up(transient):
 
 def test_the_backoff_is_bounded():
     clock, lines = Clock(), []
-    script = Script([_api_error(503)] * 9 + ["Succeeded"])
+    script = Script([api_error(503)] * 9 + ["Succeeded"])
     _runner(clock, lines, retry_seconds=(1, 8)).run(script.job(create=False))
     assert clock.sleeps == [1, 2, 4, 8, 8, 8, 8, 8, 8]
 
 
 def test_an_api_unreachable_for_too_long_fails_the_step_but_leaves_the_job():
     clock, lines = Clock(), []
-    script = Script(["Running", _api_error(503)])
+    script = Script(["Running", api_error(503)])
     with pytest.raises(ApiUnreachable, match="TFJob team-a/job.*re-attaches"):
         _runner(clock, lines, unreachable_seconds=60).run(script.job())
     assert not any(call.startswith("cleanup") for call in script.calls)
@@ -163,7 +143,7 @@ def test_an_api_unreachable_for_too_long_fails_the_step_but_leaves_the_job():
 
 def test_a_job_that_vanished_is_an_error_naming_it():
     clock, lines = Clock(), []
-    script = Script(["Running", _sdk_wrapped(_api_error(404))])
+    script = Script(["Running", sdk_wrapped(api_error(404))])
     with pytest.raises(JobVanished, match="TFJob team-a/job vanished.*404"):
         _runner(clock, lines).run(script.job())
     assert not any(call.startswith("cleanup") for call in script.calls)
@@ -179,7 +159,7 @@ def test_a_failed_job_fails_with_its_reason_and_is_cleaned_up():
 
 def test_a_permanent_read_error_names_the_api_servers_answer_and_cleans_up():
     clock, lines = Clock(), []
-    script = Script(["Running", _sdk_wrapped(_api_error(422, "unprocessable"))])
+    script = Script(["Running", sdk_wrapped(api_error(422, "unprocessable"))])
     with pytest.raises(RemoteJobError, match="HTTP 422 Unprocessable Entity: unprocessable"):
         _runner(clock, lines).run(script.job())
     assert script.calls[-1] == f"cleanup:{ERROR}"
@@ -194,8 +174,8 @@ def test_an_auth_or_gone_error_while_waiting_leaves_the_job_for_a_retry(status, 
     24e7d8f). Until the fix the runner took them for a permanent error and deleted a job that
     a retried step could have re-attached to."""
     clock, lines = Clock(), []
-    error = _api_error(status, "denied")
-    script = Script(["Running", _sdk_wrapped(error) if wrap else error])
+    error = api_error(status, "denied")
+    script = Script(["Running", sdk_wrapped(error) if wrap else error])
     with pytest.raises(ReadRefused) as refused:
         _runner(clock, lines).run(script.job())
     assert refused.value.status == status
@@ -214,7 +194,7 @@ def test_an_auth_error_in_the_status_callbacks_own_read_leaves_the_job_too():
     script = Script(["Running"])
     job = script.job()
     job.status = lambda state: _raise(
-        _sdk_wrapped(_api_error(403, "deployments.apps is forbidden")))
+        sdk_wrapped(api_error(403, "deployments.apps is forbidden")))
     with pytest.raises(ReadRefused, match="HTTP 403 Forbidden: deployments.apps is forbidden"):
         _runner(clock, lines).run(job)
     assert not any(call.startswith("cleanup") for call in script.calls)
@@ -223,7 +203,7 @@ def test_an_auth_error_in_the_status_callbacks_own_read_leaves_the_job_too():
 def test_a_transient_error_in_the_status_callback_is_retried():
     clock, lines = Clock(), []
     script = Script(["Running", "Running", "Succeeded"])
-    failures = [_api_error(503)]
+    failures = [api_error(503)]
 
     def status(state):
         if state == "Running" and failures:
@@ -252,7 +232,7 @@ def test_other_errors_of_the_status_callback_pass_as_they_are_and_clean_up():
 
 def test_a_401_or_403_on_create_stays_a_refusal():
     for status in (401, 403):
-        script = Script(["Running"], create_errors=[_api_error(status, "no")])
+        script = Script(["Running"], create_errors=[api_error(status, "no")])
         with pytest.raises(JobRefused) as refused:
             _runner(Clock(), []).run(script.job())
         assert refused.value.status == status and script.calls == ["create"]
@@ -264,7 +244,7 @@ def _raise(error: BaseException):
 
 def test_a_refused_create_names_the_api_servers_answer_and_creates_nothing():
     clock, lines = Clock(), []
-    refusal = _sdk_wrapped(_api_error(422, 'TFJob.kubeflow.org "job" is invalid: kind'))
+    refusal = sdk_wrapped(api_error(422, 'TFJob.kubeflow.org "job" is invalid: kind'))
     script = Script(["Running"], create_errors=[refusal])
     with pytest.raises(JobRefused, match="HTTP 422 Unprocessable Entity: TFJob") as refused:
         _runner(clock, lines).run(script.job())
@@ -274,7 +254,7 @@ def test_a_refused_create_names_the_api_servers_answer_and_creates_nothing():
 
 def test_a_transient_create_error_is_retried_and_a_conflict_then_reattaches():
     clock, lines = Clock(), []
-    script = Script(["Succeeded"], create_errors=[_api_error(504), _api_error(409)])
+    script = Script(["Succeeded"], create_errors=[api_error(504), api_error(409)])
     _runner(clock, lines).run(script.job())
     assert script.calls == ["create", "create", "read"]
     assert lines[-2:] == ["re-attaching to the existing TFJob team-a/job",
@@ -293,7 +273,7 @@ def test_the_deadline_cleans_up_and_is_a_timeout():
 
 def test_the_deadline_holds_while_the_api_is_down():
     clock, lines = Clock(), []
-    script = Script(["Running", _api_error(500)])
+    script = Script(["Running", api_error(500)])
     with pytest.raises(DeadlineExceeded):
         _runner(clock, lines, timeout_seconds=20).run(script.job())
     assert clock.now - 1000 == 20 and script.calls[-1] == f"cleanup:{DEADLINE}"
@@ -368,7 +348,7 @@ def test_a_failing_cleanup_does_not_hide_the_original_error():
 
     def cleanup(why):  # as the SDK's delete_job raises it: while handling the ApiException
         try:
-            raise _api_error(500)
+            raise api_error(500)
         except ApiException:
             raise RuntimeError("Failed to delete TFJob: team-a/job")  # noqa: B904
 
@@ -381,7 +361,7 @@ def test_a_failing_cleanup_does_not_hide_the_original_error():
 
 def test_reads_refused_so_leave_the_job_as_it_is():
     # Reading the error itself: tests/fmnist_kfp/kubernetes/test_api_errors.py.
-    assert [left_as_is_status(_sdk_wrapped(_api_error(code))) for code in
+    assert [left_as_is_status(sdk_wrapped(api_error(code))) for code in
             (401, 403, 404, 409, 410, 422, 500)] == [401, 403, None, None, 410, None, None]
     assert left_as_is_status(ValueError("no API here")) is None
 
@@ -409,7 +389,7 @@ def test_a_transient_answer_to_the_cleanup_is_retried_before_the_job_is_left_beh
     trials (the stand-ins' fault mode, seed 11)."""
     clock, lines = Clock(), []
     job = Script(["Running"]).job()
-    job.cleanup, calls = _cleanup_answers(_api_error(504), None)
+    job.cleanup, calls = _cleanup_answers(api_error(504), None)
     with pytest.raises(DeadlineExceeded):
         _runner(clock, lines, timeout_seconds=12).run(job)
     assert calls == [DEADLINE, DEADLINE]
@@ -420,7 +400,7 @@ def test_a_transient_answer_to_the_cleanup_is_retried_before_the_job_is_left_beh
 def test_a_lost_answer_to_a_delete_that_went_through_is_not_an_error():
     clock, lines = Clock(), []
     job = Script(["Failed"]).job()
-    job.cleanup, calls = _cleanup_answers(_api_error(503), _api_error(404))
+    job.cleanup, calls = _cleanup_answers(api_error(503), api_error(404))
     with pytest.raises(JobFailed):
         _runner(clock, lines).run(job)
     assert len(calls) == 2
@@ -431,7 +411,7 @@ def test_the_cleanups_retries_are_few_and_short_and_a_404_at_first_is_reported()
     """After SIGTERM the pod has its grace period (30 s by default) for the cleanup."""
     clock, lines = Clock(), []
     job = Script(["Failed"]).job()
-    job.cleanup, calls = _cleanup_answers(_api_error(500))
+    job.cleanup, calls = _cleanup_answers(api_error(500))
     start = clock.now
     with pytest.raises(JobFailed):
         _runner(clock, lines).run(job)
@@ -439,7 +419,7 @@ def test_the_cleanups_retries_are_few_and_short_and_a_404_at_first_is_reported()
     assert lines[-1].startswith("could not clean up TFJob team-a/job (failed): HTTP 500")
     # A 404 on the first try is no lost answer: someone else deleted it; said as it is.
     job = Script(["Failed"]).job()
-    job.cleanup, calls = _cleanup_answers(_api_error(404), None)
+    job.cleanup, calls = _cleanup_answers(api_error(404), None)
     with pytest.raises(JobFailed):
         _runner(Clock(), lines).run(job)
     assert calls == [FAILED] and lines[-1].startswith("could not clean up TFJob team-a/job")
@@ -447,9 +427,9 @@ def test_the_cleanups_retries_are_few_and_short_and_a_404_at_first_is_reported()
 
 def test_every_line_the_runner_prints_and_every_error_it_raises():
     clock, lines = Clock(), []
-    busy = _api_error(503, "etcd is busy")
+    busy = api_error(503, "etcd is busy")
     busy.reason = "Service Unavailable"
-    script = Script(["Running", _sdk_wrapped(busy), "Succeeded"])
+    script = Script(["Running", sdk_wrapped(busy), "Succeeded"])
     _runner(clock, lines).run(script.job())
     assert lines == [
         "created TFJob team-a/job (2 workers)",
@@ -461,7 +441,7 @@ def test_every_line_the_runner_prints_and_every_error_it_raises():
 
     lines.clear()
     with pytest.raises(JobVanished) as vanished:
-        _runner(Clock(), lines).run(Script([_api_error(404)]).job(create=False))
+        _runner(Clock(), lines).run(Script([api_error(404)]).job(create=False))
     assert str(vanished.value) == (
         "TFJob team-a/job vanished: the API server answers 404 Not Found for it. Someone "
         "deleted it, or its namespace, while this step waited")
@@ -491,7 +471,7 @@ def test_every_line_the_runner_prints_and_every_error_it_raises():
 
 def test_the_api_unreachable_budget_is_measured_from_the_first_error():
     clock, lines = Clock(), []
-    busy = _api_error(503)
+    busy = api_error(503)
     script = Script(["Running", busy, busy, busy, busy, "Succeeded"])
     # Errors at t=5, 6, 8, 12: 7 s after the first, the budget is spent at the fourth.
     with pytest.raises(ApiUnreachable, match="kept failing for 7 s"):
@@ -501,7 +481,7 @@ def test_the_api_unreachable_budget_is_measured_from_the_first_error():
 
 def test_a_read_that_recovers_resets_the_backoff_and_the_budget():
     clock, lines = Clock(), []
-    busy = _api_error(503)
+    busy = api_error(503)
     script = Script([busy, busy, "Running", busy, busy, "Succeeded"])
     _runner(clock, lines, unreachable_seconds=3.5).run(script.job(create=False))
     assert clock.sleeps == [1, 2, 5, 1, 2]
@@ -530,7 +510,7 @@ def test_a_sigterm_during_a_transient_create_error_cleans_up(sigterm_sentinel):
     def create():
         script.calls.append("create")
         os.kill(os.getpid(), signal.SIGTERM)
-        raise _api_error(504)
+        raise api_error(504)
 
     job = script.job()
     job.create = create
