@@ -343,9 +343,9 @@ def _no_traceback(done: subprocess.CompletedProcess) -> None:
 def test_the_base_install_submits_uploads_schedules_and_checks_a_cluster(
         installs, compiled_here, version, tmp_path):
     """Against the stand-ins of the KFP API (tests/standins/kfp.py) and of the API server with
-    KServe (tests/standins/kserve.py, set up as tests/fmnist_kfp/test_preflight.py's ready
+    KServe (tests/standins/kserve.py, set up as tests/fmnist_kfp/preflight/cluster.py's ready
     cluster)."""
-    from tests.fmnist_kfp.test_preflight import NS, ready_cluster
+    from tests.fmnist_kfp.preflight.cluster import NS, ready_cluster
     from tests.standins.kserve import KServeStandIn
 
     base = installs.base(version)

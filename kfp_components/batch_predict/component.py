@@ -50,10 +50,11 @@ def batch_predict(
     from fmnist_kfp.kfp_components.batch_predict.step import batch_predict_step
     from fmnist_kfp.lineage import add_lineage
 
-    metadata, values = batch_predict_step(
+    result = batch_predict_step(
         model_dir=model.path, data_dir=dataset.path, output_dir=predictions.path,
         source=batch_prediction_source, workers=batch_prediction_workers, backend=backend,
         kubernetes=kubernetes, image=image)
+    metadata, values = result.artifact_metadata(), result.metrics()
     predictions.metadata.update(metadata)
     for name, value in values.items():
         metrics.log_metric(name, value)

@@ -11,6 +11,7 @@ Layout of the output (the KFP ``Dataset`` artifact)::
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from fmnist_kfp.backends import require_backend
@@ -42,14 +43,59 @@ def scoring_backend(backend: str, options: dict[str, Any], image: str = ""):
 
 
 @reports_errors_briefly
+@dataclass(frozen=True)
+class BatchPredictionResult:
+    """What one batch prediction scored. The ``Dataset`` artifact's metadata and the metrics
+    the step logs are :meth:`artifact_metadata` and :meth:`metrics`."""
+
+    source: str  # "" for the ingested test split
+    rows: int
+    predicted: int
+    errors: int  # rows of inputs that could not be read
+    labelled: int
+    files: int
+    accuracy: float | None  # None when no input has a label
+    workers: int
+    backend: str
+    job_name: str
+    job_seconds: float
+    scoring_images_per_second: float
+
+    @property
+    def images_per_second(self) -> float:
+        """Rows per second of the whole job, start-up included."""
+        return round(self.rows / self.job_seconds, 1) if self.job_seconds else 0.0
+
+    def artifact_metadata(self) -> dict[str, Any]:
+        return {
+            "source": self.source or "the ingested test split",
+            "format": ROW_FORMAT,
+            "rows": self.rows, "predicted": self.predicted, "errors": self.errors,
+            "labelled": self.labelled, "files": self.files,
+            "accuracy": self.accuracy,
+            "workers": self.workers,
+            "backend": self.backend,
+            "job_name": self.job_name,
+            "job_seconds": self.job_seconds,
+            "images_per_second": self.images_per_second,
+            "scoring_images_per_second": self.scoring_images_per_second,
+        }
+
+    def metrics(self) -> dict[str, float]:
+        values = {"rows": float(self.rows), "error_rows": float(self.errors),
+                  "images_per_second": self.images_per_second}
+        if self.accuracy is not None:
+            values["accuracy"] = self.accuracy
+        return values
+
+
 def batch_predict_step(*, model_dir: str, data_dir: str, output_dir: str, source: str = "",
                        workers: int = 2, backend: str = "local",
                        kubernetes: dict[str, Any] | None = None, image: str = "",
-                       scorer=None) -> tuple[dict[str, Any], dict[str, float]]:
+                       scorer=None) -> BatchPredictionResult:
     """Scores ``source`` (``""``: the dataset's test split) with the model in ``workers``
-    shards (on Kubernetes, pods running ``image``); returns the ``Dataset`` artifact's
-    metadata and the metrics to log. Bad settings and a source that does not exist fail
-    before any worker starts."""
+    shards (on Kubernetes, pods running ``image``) and says what it scored. Bad settings and
+    a source that does not exist fail before any worker starts."""
     BatchPredictionSettings(batch_prediction_source=source,
                             batch_prediction_workers=workers).validate()
     listed = list_source(source, data_dir)
@@ -59,22 +105,9 @@ def batch_predict_step(*, model_dir: str, data_dir: str, output_dir: str, source
                           output_dir=output_dir, source=source, num_shards=workers).validate()
     runner = scorer or scoring_backend(backend, dict(kubernetes or {}), image)
     summary = runner.run(spec)
-    seconds = summary.get("job_seconds") or 0.0
-    rate = round(summary["rows"] / seconds, 1) if seconds else 0.0
-    metadata = {
-        "source": source or "the ingested test split",
-        "format": ROW_FORMAT,
-        **{key: summary[key] for key in ("rows", "predicted", "errors", "labelled", "files")},
-        "accuracy": summary["accuracy"],
-        "workers": workers,
-        "backend": backend,
-        "job_name": spec.name,
-        "job_seconds": seconds,
-        "images_per_second": rate,
-        "scoring_images_per_second": summary["scoring_images_per_second"],
-    }
-    metrics = {"rows": float(summary["rows"]), "error_rows": float(summary["errors"]),
-               "images_per_second": rate}
-    if summary["accuracy"] is not None:
-        metrics["accuracy"] = summary["accuracy"]
-    return metadata, metrics
+    return BatchPredictionResult(
+        source=source, **{key: summary[key] for key in (
+            "rows", "predicted", "errors", "labelled", "files", "accuracy",
+            "scoring_images_per_second")},
+        workers=workers, backend=backend, job_name=spec.name,
+        job_seconds=summary.get("job_seconds") or 0.0)

@@ -22,7 +22,7 @@ import pytest
 from fmnist_kfp.cli import main as cli_main
 from tests import ROOT
 from tests.first_run_doc import Block, blocks, contains_in_order, matches
-from tests.fmnist_kfp.test_preflight import KATIB_CONFIG, katib_controller_pod
+from tests.fmnist_kfp.preflight.cluster import KATIB_CONFIG, katib_controller_pod
 from tests.kubeflow_roles import kubeflow_profile, training_operator_roles
 from tests.setup_manifests import build
 from tests.standins.kfp import KfpStandIn
@@ -260,7 +260,7 @@ def test_what_each_step_prints_is_what_the_page_shows(step, tmp_path):
 
 def test_every_block_of_the_page_is_run_by_a_test():
     kinds = {b.kind for b in blocks()}
-    # "trainjob": the TrainJob path, run by tests/fmnist_kfp/test_preflight.py
+    # "trainjob": the TrainJob path, run by tests/fmnist_kfp/preflight/test_training_operator.py
     assert kinds == {"step", "stale-katib", "trainjob"} | {f"printed-by {s}" for s in PRINTED_BY}
     text = ROOT.joinpath("docs", "first-run.md").read_text()
     # Every fenced block is marked, so none escapes these tests.

@@ -169,9 +169,10 @@ def test_an_indexed_job_scores_every_shard_and_a_retry_reattaches(
             return IndexedJobScorer(_settings(mount), batch_api=standin.batch_api(),
                                     runner=_runner(lines))
 
-        metadata, _ = batch_predict_step(
+        metadata = batch_predict_step(
             model_dir=str(exported_model), data_dir=str(synthetic_dataset),
-            output_dir=str(output), workers=2, backend="kubernetes", scorer=scorer())
+            output_dir=str(output), workers=2, backend="kubernetes",
+            scorer=scorer()).artifact_metadata()
         assert metadata["rows"] == metadata["labelled"] == 500 and metadata["errors"] == 0
         assert sorted(e["JOB_COMPLETION_INDEX"] for e in standin.pod_env) == ["0", "1"]
         assert sorted(p.name for p in output.glob("*.jsonl")) == [
@@ -182,9 +183,10 @@ def test_an_indexed_job_scores_every_shard_and_a_retry_reattaches(
             ("POST", "/apis/batch/v1/namespaces/team-a/jobs")]
         assert f"created Job team-a/{name} (Indexed, 2 shard(s))" in lines
         # A retried step pod: the create answers 409 and the runner re-attaches.
-        again, _ = batch_predict_step(
+        again = batch_predict_step(
             model_dir=str(exported_model), data_dir=str(synthetic_dataset),
-            output_dir=str(output), workers=2, backend="kubernetes", scorer=scorer())
+            output_dir=str(output), workers=2, backend="kubernetes",
+            scorer=scorer()).artifact_metadata()
         assert again["accuracy"] == metadata["accuracy"]
         assert f"re-attaching to the existing Job team-a/{name}" in lines
         assert len(standin.pod_env) == 2  # no second set of pods
@@ -201,9 +203,10 @@ def test_a_queued_job_is_shown_queued_then_scores_once_admitted(
     with JobStandIn(queued_reads=3) as standin:
         scorer = IndexedJobScorer(_settings(mount, scheduling={"queue": "team-a"}),
                                   batch_api=standin.batch_api(), runner=_runner(lines))
-        metadata, _ = batch_predict_step(
+        metadata = batch_predict_step(
             model_dir=str(exported_model), data_dir=str(synthetic_dataset),
-            output_dir=str(tmp_path / "out"), workers=2, backend="kubernetes", scorer=scorer)
+            output_dir=str(tmp_path / "out"), workers=2, backend="kubernetes",
+            scorer=scorer).artifact_metadata()
     [posted] = [body for method, _, body in standin.calls if method == "POST"]
     assert posted["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
     queued = [line for line in lines if ": queued: " in line]

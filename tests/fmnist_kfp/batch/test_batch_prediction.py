@@ -127,9 +127,10 @@ def test_two_worker_processes_score_the_test_split_as_the_selection_does(
     from fmnist_kfp.dataset.pipeline import load_arrays
     from fmnist_kfp.selection.evaluate import evaluate_predictions, predict_classes
 
-    metadata, metrics = batch_predict_step(
+    result = batch_predict_step(
         model_dir=str(exported_model), data_dir=str(synthetic_dataset),
         output_dir=str(tmp_path / "out"), workers=2)
+    metadata, metrics = result.artifact_metadata(), result.metrics()
     images, labels = load_arrays(str(synthetic_dataset), "test")
     selection = evaluate_predictions(labels, predict_classes(str(exported_model / "1"), images))
     assert metadata["rows"] == metadata["labelled"] == len(labels) and metadata["errors"] == 0
