@@ -249,11 +249,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
                              "first (make run)")
     _check_listen(args.host, args.port)
     print(f"serving {model_dir} as {args.model_name} on http://{args.host}:{args.port}")
-    try:
-        serve_main([f"--model_dir={model_dir}", f"--model_name={args.model_name}",
-                    f"--host={args.host}", f"--http_port={args.port}", *args.server_args])
-    except FileNotFoundError as error:  # no SavedModel there: the message says what to pass
-        raise UserInputError(str(error)) from None
+    # No SavedModel there, or one that cannot be read: the predictor's UserInputError says
+    # what to pass.
+    serve_main([f"--model_dir={model_dir}", f"--model_name={args.model_name}",
+                f"--host={args.host}", f"--http_port={args.port}", *args.server_args])
     return 0
 
 

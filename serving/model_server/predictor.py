@@ -69,7 +69,7 @@ def resolve_saved_model_dir(model_dir: str) -> str:
             candidate = os.path.join(model_dir, str(version))
             if tf.io.gfile.exists(os.path.join(candidate, "saved_model.pb")):
                 return candidate
-    raise FileNotFoundError(
+    raise UserInputError(
         f"no SavedModel in {model_dir}: expected saved_model.pb there or in a numbered version "
         "directory such as 1/; pass the model directory the training step exported"
     )
