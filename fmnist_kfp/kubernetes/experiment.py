@@ -23,6 +23,7 @@ import re
 from dataclasses import replace
 
 from fmnist_kfp.errors import UserInputError
+from fmnist_kfp.kubernetes import keys
 from fmnist_kfp.kubernetes.experiment_webhook import webhook_problems
 from fmnist_kfp.kubernetes.manifest import to_manifest
 from fmnist_kfp.kubernetes.tfjob import CONTAINER_NAME
@@ -112,7 +113,7 @@ def _trial_metadata(manifest: dict, search_space: SearchSpace) -> None:
     metadata.pop("namespace", None)
     for name in search_space.names:
         if name == "model_type":
-            metadata["labels"]["fmnist_kfp/model-type"] = placeholder(name)
+            metadata["labels"][keys.MODEL_TYPE] = placeholder(name)
 
 
 def _trial_spec(settings: ExperimentSettings, search_space: SearchSpace, data_dir: str) -> dict:
@@ -249,7 +250,7 @@ def build_experiment(settings: ExperimentSettings, search_space: SearchSpace, da
         kind="Experiment",
         metadata=IoK8sApimachineryPkgApisMetaV1ObjectMeta(
             name=settings.name, namespace=settings.target_namespace,
-            labels={"app.kubernetes.io/part-of": "fmnist-kfp"},
+            labels=dict(keys.PART_OF),
         ),
         spec=V1beta1ExperimentSpec(
             objective=objective,

@@ -34,6 +34,7 @@ upstream: docs/upstream.md#kserve
 from __future__ import annotations
 
 from fmnist_kfp.errors import UserInputError
+from fmnist_kfp.kubernetes import keys
 from fmnist_kfp.kubernetes.inference_service_status import (
     AUTOSCALER_CLASS_ANNOTATION,
     MODE_ANNOTATION,
@@ -56,7 +57,7 @@ RUNTIME_API_VERSION = "serving.kserve.io/v1alpha1"
 CONTAINER_NAME = "kserve-container"
 MODEL_MOUNT = "/mnt/models"  # where KServe's storage initializer puts the model
 HTTP_PORT = 8080
-PART_OF_LABEL = {"app.kubernetes.io/part-of": "fmnist-kfp"}
+PART_OF_LABEL = keys.PART_OF
 
 TAG_ROUTING_ANNOTATION = "serving.kserve.io/enable-tag-routing"
 # Standard mode: a candidate InferenceService "<name>-c<5 hex digits of the model's URI>" is
@@ -67,18 +68,18 @@ TAG_ROUTING_ANNOTATION = "serving.kserve.io/enable-tag-routing"
 CANDIDATE_SUFFIX = "-canary"
 CANDIDATE_MARK = "-c"
 CANDIDATE_HASH_DIGITS = len(CANDIDATE_SUFFIX) - len(CANDIDATE_MARK)
-ROLE_LABEL = "fmnist.kubeflow.org/role"
+ROLE_LABEL = keys.key("role")
 # Defaults of the autoscaling target when serving.scale_target is 0: in-flight requests per
 # replica (Knative), CPU utilization percent (HPA).
 DEFAULT_SCALE = {"Serverless": ("concurrency", 8), "Standard": ("cpu", 80)}
 SERVERLESS_MODE = DeploymentMode(SERVERLESS, None, "default")
 # The model the stable (rolled-out) revision serves.
-ANNOTATION_TEST_ACCURACY = "fmnist.kubeflow.org/test-accuracy"
-ANNOTATION_MODEL_URI = "fmnist.kubeflow.org/model-uri"
+ANNOTATION_TEST_ACCURACY = keys.key("test-accuracy")
+ANNOTATION_MODEL_URI = keys.key("model-uri")
 # Set only while a canary is in progress.
-ANNOTATION_CANDIDATE_TEST_ACCURACY = "fmnist.kubeflow.org/candidate-test-accuracy"
-ANNOTATION_CANDIDATE_MODEL_URI = "fmnist.kubeflow.org/candidate-model-uri"
-ANNOTATION_PREVIOUS_MODEL_URI = "fmnist.kubeflow.org/previous-model-uri"
+ANNOTATION_CANDIDATE_TEST_ACCURACY = keys.key("candidate-test-accuracy")
+ANNOTATION_CANDIDATE_MODEL_URI = keys.key("candidate-model-uri")
+ANNOTATION_PREVIOUS_MODEL_URI = keys.key("previous-model-uri")
 CANARY_ANNOTATIONS = (
     ANNOTATION_CANDIDATE_TEST_ACCURACY,
     ANNOTATION_CANDIDATE_MODEL_URI,
@@ -86,13 +87,13 @@ CANARY_ANNOTATIONS = (
 )
 # Set by a Serverless rollback: the rejected model and the generation of its canary write. It
 # makes the rollback's revision template differ from every earlier one (rollout_serverless).
-ANNOTATION_ROLLED_BACK = "fmnist.kubeflow.org/rolled-back"
+ANNOTATION_ROLLED_BACK = keys.key("rolled-back")
 # serve_early's claim as the previous version wrote it, on the InferenceService: read only where
 # no claim ConfigMap exists (serving/deploy/kserve_promotion). Annotations reach the revision and
 # pod templates, so a claim written there restarted the model: the claim is a ConfigMap now.
-ANNOTATION_EARLY_VALIDATION_ACCURACY = "fmnist.kubeflow.org/early-validation-accuracy"
-ANNOTATION_EARLY_MODEL_URI = "fmnist.kubeflow.org/early-model-uri"
-ANNOTATION_EARLY_MODEL_TYPE = "fmnist.kubeflow.org/early-model-type"
+ANNOTATION_EARLY_VALIDATION_ACCURACY = keys.key("early-validation-accuracy")
+ANNOTATION_EARLY_MODEL_URI = keys.key("early-model-uri")
+ANNOTATION_EARLY_MODEL_TYPE = keys.key("early-model-type")
 MODEL_ANNOTATIONS = (ANNOTATION_TEST_ACCURACY, ANNOTATION_MODEL_URI, *CANARY_ANNOTATIONS,
                      ANNOTATION_ROLLED_BACK)
 

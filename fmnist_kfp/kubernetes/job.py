@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from fmnist_kfp.errors import UserInputError
+from fmnist_kfp.kubernetes import keys
 from fmnist_kfp.kubernetes.storage import pod_security_context
 from fmnist_kfp.scoring.scoring_job import ScoringJobSpec
 from fmnist_kfp.settings.jobs import KubernetesSettings
@@ -65,7 +66,7 @@ def build_indexed_job(spec: ScoringJobSpec, settings: KubernetesSettings):
         resources=client.V1ResourceRequirements(requests=dict(limits), limits=limits),
         volume_mounts=mounts,
     )
-    labels = {"app.kubernetes.io/part-of": "fmnist-kfp",
+    labels = {**keys.PART_OF,
               "app.kubernetes.io/component": "batch-prediction"}
     scheduling = settings.scheduling_settings
     template = client.V1PodTemplateSpec(

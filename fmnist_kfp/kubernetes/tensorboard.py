@@ -18,6 +18,7 @@ import posixpath
 from typing import Any
 
 from fmnist_kfp.errors import UserInputError
+from fmnist_kfp.kubernetes import keys
 from fmnist_kfp.settings.names import is_dns_1035_label
 
 GROUP = "tensorboard.kubeflow.org"
@@ -59,7 +60,7 @@ def build_tensorboard(name: str, namespace: str, logspath: str,
         "apiVersion": API_VERSION,
         "kind": KIND,
         "metadata": {"name": name, "namespace": namespace,
-                     "labels": {"app.kubernetes.io/part-of": "fmnist-kfp", **(labels or {})}},
+                     "labels": {**keys.PART_OF, **(labels or {})}},
         "spec": {"logspath": logspath},
     }
 

@@ -14,6 +14,7 @@ it (:func:`backoff_limit`).
 from __future__ import annotations
 
 from fmnist_kfp.errors import UserInputError
+from fmnist_kfp.kubernetes import keys
 from fmnist_kfp.kubernetes.storage import pod_security_context
 from fmnist_kfp.settings.jobs import GPU_RESOURCE, KubernetesSettings
 from fmnist_kfp.settings.platform import TENSORFLOW_ENV
@@ -187,8 +188,8 @@ def build_tfjob(spec: TrainingJobSpec, settings: KubernetesSettings):
         metadata=client.V1ObjectMeta(
             name=spec.name,
             namespace=settings.target_namespace,
-            labels={"app.kubernetes.io/part-of": "fmnist-kfp", "fmnist_kfp/model-type":
-                    spec.config.model_type, **scheduling.job_labels()},
+            labels={**keys.PART_OF, keys.MODEL_TYPE: spec.config.model_type,
+                    **scheduling.job_labels()},
         ),
         spec=models.KubeflowOrgV1TFJobSpec(tf_replica_specs=replicas, run_policy=run_policy),
     )

@@ -40,6 +40,7 @@ from __future__ import annotations
 from typing import Any
 
 from fmnist_kfp.errors import UserInputError
+from fmnist_kfp.kubernetes import keys
 from fmnist_kfp.kubernetes.storage import pod_security_context
 from fmnist_kfp.settings.jobs import GPU_RESOURCE, KubernetesSettings
 from fmnist_kfp.settings.platform import TENSORFLOW_ENV
@@ -249,8 +250,7 @@ def build_trainjob(spec: TrainingJobSpec, settings: KubernetesSettings,
         api_version=API_VERSION, kind=KIND,
         metadata=models.IoK8sApimachineryPkgApisMetaV1ObjectMeta(
             name=spec.name, namespace=settings.target_namespace,
-            labels={"app.kubernetes.io/part-of": "fmnist-kfp",
-                    "fmnist_kfp/model-type": spec.config.model_type,
+            labels={**keys.PART_OF, keys.MODEL_TYPE: spec.config.model_type,
                     **scheduling.job_labels()}),
         spec=models.TrainerV1alpha1TrainJobSpec(
             runtime_ref=models.TrainerV1alpha1RuntimeRef(

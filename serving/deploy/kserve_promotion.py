@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import time
 
+from fmnist_kfp.kubernetes import keys
 from fmnist_kfp.kubernetes.api_errors import exception_chain
 from fmnist_kfp.kubernetes.inference_service import (
     ANNOTATION_EARLY_MODEL_TYPE,
@@ -79,7 +80,7 @@ from fmnist_kfp.settings.serving import KServeSettings
 
 CLAIM_ATTEMPTS = 10
 CLAIM_SUFFIX = "-serve-early"
-CLAIM_LABEL = "fmnist.kubeflow.org/serve-early-claim-of"
+CLAIM_LABEL = keys.key("serve-early-claim-of")
 # The claim ConfigMap's data keys.
 CLAIM_ACCURACY = "validation-accuracy"
 CLAIM_MODEL_URI = "model-uri"

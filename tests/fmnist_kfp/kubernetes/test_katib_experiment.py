@@ -311,7 +311,7 @@ def test_a_searched_model_type_labels_the_trial_and_allows_dropout():
     manifest = _manifest(_settings(model_type="batchnorm"), space)
     assert webhook_problems(manifest) == []
     labels = manifest["spec"]["trialTemplate"]["trialSpec"]["metadata"]["labels"]
-    assert labels["fmnist_kfp/model-type"] == "${trialParameters.model_type}"
+    assert labels["fmnist.kubeflow.org/model-type"] == "${trialParameters.model_type}"
 
 
 def test_the_object_store_layout_and_fixed_hyperparameters():
@@ -423,7 +423,7 @@ def test_a_searched_model_type_is_a_label_placeholder():
         Parameter.categorical("model_type", ["basic", "dropout"]))
     manifest = _manifest(_settings(), space)
     labels = manifest["spec"]["trialTemplate"]["trialSpec"]["metadata"]["labels"]
-    assert labels["fmnist_kfp/model-type"] == "${trialParameters.model_type}"
+    assert labels["fmnist.kubeflow.org/model-type"] == "${trialParameters.model_type}"
 
 
 def test_every_trial_pod_runs_as_the_image_user_with_fs_group_0_on_the_shared_volume():

@@ -152,7 +152,7 @@ def test_the_whole_manifest_of_a_gpu_job_with_a_chief():
         "apiVersion": "kubeflow.org/v1", "kind": "TFJob",
         "metadata": {"name": "fmnist-basic-3f2a9c", "namespace": "team-a",
                      "labels": {"app.kubernetes.io/part-of": "fmnist-kfp",
-                                "fmnist_kfp/model-type": "basic"}},
+                                "fmnist.kubeflow.org/model-type": "basic"}},
         "spec": {
             "runPolicy": {"activeDeadlineSeconds": 7200, "backoffLimit": 3,
                           "cleanPodPolicy": "All", "ttlSecondsAfterFinished": 60},

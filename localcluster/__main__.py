@@ -1,0 +1,54 @@
+"""`python -m localcluster build|up|down|status`: the local control plane by hand.
+
+`up` builds what is missing (cached outside the checkout, minutes the first time), starts the
+programs detached and prints the kubeconfig to use; `down` stops them. The tests start their
+own cluster (tests/cluster.py) and stop it when they end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from localcluster.build import build
+from localcluster.control_plane import ControlPlane, stop_recorded
+from localcluster.programs import CONTROL_PLANE
+
+DEFAULT_STATE_DIR = Path(".build/localcluster")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m localcluster", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=("build", "up", "down", "status"))
+    parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR,
+                        help="where the cluster's keys, data and logs live (%(default)s)")
+    args = parser.parse_args(argv)
+    state_dir = args.state_dir.resolve()
+    if args.command == "build":
+        built = build(CONTROL_PLANE)
+        how = "cached" if built.cached else f"built in {built.seconds:.0f} s"
+        print(f"{built.bin_dir} ({how})")
+    elif args.command == "up":
+        if (state_dir / "state.json").exists():
+            print(f"a cluster is recorded in {state_dir}: `python -m localcluster down` first",
+                  file=sys.stderr)
+            return 1
+        started = time.monotonic()
+        plane = ControlPlane(state_dir, die_with_parent=False).start()
+        print(f"control plane {plane.server} up in {time.monotonic() - started:.1f} s; logs in "
+              f"{state_dir / 'logs'}\nexport KUBECONFIG={plane.kubeconfig('admin')}")
+    elif args.command == "down":
+        stopped = stop_recorded(state_dir)
+        print("stopped " + ", ".join(stopped) if stopped else "nothing was running")
+    else:
+        state = state_dir / "state.json"
+        print(state.read_text() if state.exists() else json.dumps({"running": False}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""The upstream programs the local cluster runs, and the Go module in this folder that pins each.
+
+A module's go.mod requires the upstream module at the version we support (its ``tool`` lines
+name the programs), so `go build <package>` inside the folder builds exactly that version with
+the dependency versions go.sum records. Nothing upstream is copied here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+KUBERNETES_VERSION = "v1.34.1"  # Kubeflow 26.03 supports Kubernetes 1.34
+ETCD_VERSION = "v3.6.4"  # the etcd that Kubernetes v1.34.1's go.mod requires
+
+
+def _version_ldflags(version: str) -> str:
+    """What Kubernetes' own build stamps (hack/lib/version.sh): without it the API server
+    reports v0.0.0, which clients that gate features on the server's version misread."""
+    major, minor = version.lstrip("v").split(".")[:2]
+    flags = ["-s", "-w"]
+    for package in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [f"-X {package}.gitVersion={version}", f"-X {package}.gitMajor={major}",
+                  f"-X {package}.gitMinor={minor}", f"-X {package}.gitTreeState=clean"]
+    return " ".join(flags)
+
+
+@dataclass(frozen=True)
+class GoModule:
+    """A folder here with a go.mod, and the programs (name -> package) built from it."""
+
+    name: str
+    folder: str
+    packages: dict[str, str] = field(default_factory=dict)
+    ldflags: str = "-s -w"
+
+
+CONTROL_PLANE = GoModule(
+    name=f"kubernetes-{KUBERNETES_VERSION}",
+    folder=".",
+    packages={
+        "etcd": "go.etcd.io/etcd/server/v3",
+        "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
+        "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
+        "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
+    },
+    ldflags=_version_ldflags(KUBERNETES_VERSION),
+)

@@ -1,0 +1,145 @@
+"""The real control plane under the tests (localcluster/): upstream kube-apiserver, etcd,
+kube-controller-manager and kube-scheduler, built from their Go modules and started once per
+test session, with the upstream CRDs the package's objects need installed as a user installs
+them.
+
+The ``real_cluster`` fixture (tests/conftest.py) hands tests a :class:`RealCluster`: the admin's
+kubeconfig, a Python client on it, and helpers to create what a test needs. Its tests run in
+one worker (``SHARED_FIXTURES``), so the cluster starts once per ``make test``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.crd_schemas import crds_dir
+
+HERE = Path(__file__).resolve().parent
+# The upstream CRDs of every kind the package creates or reads (their sources:
+# ../shared/crds/SOURCE.md and tests/crds/SOURCE.md).
+SHARED_CRDS = (
+    "tfjob.kubeflow.org_v1.yaml",
+    "experiment.kubeflow.org_v1beta1.yaml",
+    "trial.kubeflow.org_v1beta1.yaml",
+    "suggestion.kubeflow.org_v1beta1.yaml",
+    "inferenceservice.serving.kserve.io_v1beta1.yaml",
+    "servingruntime.serving.kserve.io_v1alpha1.yaml",
+    "clusterservingruntime.serving.kserve.io_v1alpha1.yaml",
+    "trainer-v2/clustertrainingruntime.trainer.kubeflow.org_v1alpha1.yaml",
+    "trainer-v2/trainingruntime.trainer.kubeflow.org_v1alpha1.yaml",
+    "trainer-v2/trainjob.trainer.kubeflow.org_v1alpha1.yaml",
+    "trainer-v2/jobset.jobset.x-k8s.io_v1alpha2.yaml",
+)
+TEST_CRDS = (
+    "tensorboard.kubeflow.org_tensorboards.yaml",
+    "kueue.x-k8s.io_clusterqueues.yaml",
+    "kueue.x-k8s.io_localqueues.yaml",
+    "kueue.x-k8s.io_resourceflavors.yaml",
+    "kueue.x-k8s.io_workloadpriorityclasses.yaml",
+    "kueue.x-k8s.io_workloads.yaml",
+    "scheduling.volcano.sh_podgroups.yaml",
+    "scheduling.x-k8s.io_podgroups.yaml",
+)
+CRD_ESTABLISHED_SECONDS = 60
+
+
+@dataclass
+class RealCluster:
+    """A running control plane and a client of its admin."""
+
+    kubeconfig: Path
+    api_client: Any  # kubernetes.client.ApiClient
+
+    def create(self, manifest: dict[str, Any], *, namespace: str | None = None,
+               dry_run: bool = False) -> dict[str, Any]:
+        """POSTs ``manifest`` as the API server receives it, with strict field validation
+        (an unknown field is an error, as `kubectl apply` makes it); the stored object."""
+        path = self.collection_path(manifest, namespace)
+        query = [("fieldValidation", "Strict")] + ([("dryRun", "All")] if dry_run else [])
+        return self.api_client.call_api(
+            path, "POST", body=manifest, query_params=query, response_type="object",
+            auth_settings=["BearerToken"], _return_http_data_only=True)
+
+    def collection_path(self, manifest: dict[str, Any], namespace: str | None = None) -> str:
+        """The REST path of ``manifest``'s kind, found by discovery as kubectl finds it."""
+        api_version, kind = manifest["apiVersion"], manifest["kind"]
+        group_path = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+        resources = self.api_client.call_api(
+            group_path, "GET", response_type="object", auth_settings=["BearerToken"],
+            _return_http_data_only=True)["resources"]
+        [resource] = [r for r in resources if r["kind"] == kind and "/" not in r["name"]]
+        if not resource["namespaced"]:
+            return f"{group_path}/{resource['name']}"
+        ns = namespace or manifest.get("metadata", {}).get("namespace") or "default"
+        return f"{group_path}/namespaces/{ns}/{resource['name']}"
+
+    def ensure_namespace(self, name: str) -> None:
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            client.CoreV1Api(self.api_client).create_namespace(
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+        except ApiException as error:
+            if error.status != 409:
+                raise
+
+
+def install_crds(api_client) -> None:
+    """Creates the upstream CRDs and waits until the API server serves each."""
+    from kubernetes import client
+
+    extensions = client.ApiextensionsV1Api(api_client)
+    paths = [crds_dir() / name for name in SHARED_CRDS] + [
+        HERE / "crds" / name for name in TEST_CRDS]
+    names = []
+    for path in paths:
+        for document in yaml.safe_load_all(path.read_text()):
+            if document:
+                extensions.create_custom_resource_definition(document)
+                names.append(document["metadata"]["name"])
+    deadline = time.monotonic() + CRD_ESTABLISHED_SECONDS
+    for name in names:
+        while True:
+            crd = extensions.read_custom_resource_definition(name)
+            conditions = {c.type: c.status for c in (crd.status.conditions or [])}
+            if conditions.get("Established") == "True":
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"CRD {name} not established: {conditions}")
+            time.sleep(0.1)
+
+
+def start_real_cluster(state_dir: Path):
+    """The control plane, started in ``state_dir``, with the CRDs installed: (plane, cluster)."""
+    from kubernetes import client, config
+
+    from localcluster.control_plane import ControlPlane
+
+    # `make test` builds the programs before pytest starts (`make cluster-build`), where the
+    # first build's minutes show on the terminal; here the build is a cache look-up.
+    plane = ControlPlane(state_dir).start()
+    try:
+        api_client = config.new_client_from_config(str(plane.kubeconfig("admin")))
+        install_crds(api_client)
+        cluster = RealCluster(plane.kubeconfig("admin"), api_client)
+        _wait_for_default_service_account(client.CoreV1Api(api_client))
+    except BaseException:
+        plane.stop()
+        raise
+    return plane, cluster
+
+
+def _wait_for_default_service_account(core, namespace: str = "default") -> None:
+    """The controller manager's ServiceAccount controller makes `default` in each namespace:
+    until it has, the ServiceAccount admission plugin refuses every pod there."""
+    deadline = time.monotonic() + 60
+    while not core.list_namespaced_service_account(namespace).items:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no default ServiceAccount in {namespace} after 60 s")
+        time.sleep(0.2)
