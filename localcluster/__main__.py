@@ -15,7 +15,7 @@ from pathlib import Path
 
 from localcluster.build import build
 from localcluster.control_plane import ControlPlane, stop_recorded
-from localcluster.programs import CONTROL_PLANE
+from localcluster.programs import MODULES
 
 DEFAULT_STATE_DIR = Path(".build/localcluster")
 
@@ -29,9 +29,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     state_dir = args.state_dir.resolve()
     if args.command == "build":
-        built = build(CONTROL_PLANE)
-        how = "cached" if built.cached else f"built in {built.seconds:.0f} s"
-        print(f"{built.bin_dir} ({how})")
+        for module in MODULES:
+            built = build(module)
+            how = "cached" if built.cached else f"built in {built.seconds:.0f} s"
+            print(f"{module.name}: {built.bin_dir} ({how})", flush=True)
     elif args.command == "up":
         if (state_dir / "state.json").exists():
             print(f"a cluster is recorded in {state_dir}: `python -m localcluster down` first",

@@ -45,3 +45,21 @@ CONTROL_PLANE = GoModule(
     },
     ldflags=_version_ldflags(KUBERNETES_VERSION),
 )
+
+
+# The training operators, each its own module with the dependency versions its own release
+# requires, apart from the control plane's and from each other: Training Operator v1.9.2 builds
+# on controller-runtime v0.19, Trainer v2.2.0 on v0.23, JobSet v0.11 on v0.22, and one go.mod
+# would force one version on all (JobSet v0.11 does not compile against v0.23).
+JOBSET_0_10 = GoModule("jobset-v0.10.1", "jobset-v0.10.1", {"jobset": "sigs.k8s.io/jobset"})
+JOBSET_0_11 = GoModule("jobset-v0.11.0", "jobset-v0.11.0", {"jobset": "sigs.k8s.io/jobset"})
+_TRAINER = {"trainer-controller-manager":
+            "github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager"}
+TRAINER_2_1 = GoModule("trainer-v2.1.0", "trainer-v2.1.0", _TRAINER)
+TRAINER_2_2 = GoModule("trainer-v2.2.0", "trainer-v2.2.0", _TRAINER)
+TRAINING_OPERATOR = GoModule(
+    "training-operator-v1.9.2", "training-operator-v1.9.2",
+    {"training-operator": "github.com/kubeflow/training-operator/cmd/training-operator.v1"})
+# Trainer and the JobSet that its Kubeflow release installs beside it.
+TRAINERS = {"2.1": (TRAINER_2_1, JOBSET_0_10), "2.2": (TRAINER_2_2, JOBSET_0_11)}
+MODULES = (CONTROL_PLANE, JOBSET_0_10, TRAINER_2_1, TRAINING_OPERATOR, JOBSET_0_11, TRAINER_2_2)

@@ -65,6 +65,26 @@ class RealCluster:
             path, "POST", body=manifest, query_params=query, response_type="object",
             auth_settings=["BearerToken"], _return_http_data_only=True)
 
+    def apply(self, manifest: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
+        """Creates ``manifest``, or replaces the stored object of its name (``kubectl apply``'s
+        outcome for a whole object)."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return self.create(manifest, namespace=namespace)
+        except ApiException as error:
+            if error.status != 409:
+                raise
+        path = f"{self.collection_path(manifest, namespace)}/{manifest['metadata']['name']}"
+        stored = self.api_client.call_api(path, "GET", response_type="object",
+                                          auth_settings=["BearerToken"],
+                                          _return_http_data_only=True)
+        body = {**manifest, "metadata": {**manifest["metadata"], "resourceVersion":
+                                         stored["metadata"]["resourceVersion"]}}
+        return self.api_client.call_api(path, "PUT", body=body, response_type="object",
+                                        auth_settings=["BearerToken"],
+                                        _return_http_data_only=True)
+
     def collection_path(self, manifest: dict[str, Any], namespace: str | None = None) -> str:
         """The REST path of ``manifest``'s kind, found by discovery as kubectl finds it."""
         api_version, kind = manifest["apiVersion"], manifest["kind"]

@@ -10,11 +10,15 @@ what the API server serves.
 * ``auto``: ``tfjob`` where it is served, else ``trainjob``; neither is an error naming both
   installs.
 
-Whether the runtime exists cannot always be told: Kubeflow's ``kubeflow-edit`` role lets a
-profile's ServiceAccounts read ClusterTrainingRuntimes (kubeflow/trainer v2.1.0
-manifests/overlays/kubeflow-platform/kubeflow-trainer-roles.yaml lines 15-31), but it is bound
-in the namespace by a RoleBinding, which grants nothing on cluster-scoped objects; a refused
-read leaves the answer to the webhook at create time.
+Whether the runtime exists cannot always be told. On Kubeflow 26.03 every authenticated user
+may read ClusterTrainingRuntimes: the ClusterRoleBinding
+``kubeflow-trainer-view-cluster-runtimes`` binds them to the group ``system:authenticated``
+(kubeflow/manifests 26.03
+applications/trainer/upstream/overlays/kubeflow-platform/kubeflow-trainer-roles.yaml lines
+83-94). ``kubeflow-edit``'s rule for them (kubeflow/trainer v2.1.0 the same file, lines 21-30)
+grants nothing there, since a profile binds it in its namespace with a RoleBinding, which
+grants nothing on cluster-scoped objects. Elsewhere (standalone KFP, Kubeflow 1.11) the read
+may be refused; a refused read leaves the answer to the webhook at create time.
 
 A TrainJob's pod settings take one of two shapes (:mod:`fmnist_kfp.kubernetes.trainjob`),
 told apart by the fields of the TrainJob schema the API server publishes

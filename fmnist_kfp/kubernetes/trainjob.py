@@ -56,6 +56,12 @@ RUNTIME_KIND = "ClusterTrainingRuntime"
 RUNTIME_PLURAL = "clustertrainingruntimes"
 RUNTIME_NAME = "fmnist-tensorflow"  # manifests/trainer-runtime
 RUNTIME_APPLY = "kubectl apply -k manifests/trainer-runtime"
+# The runtime's JobSet failurePolicy.maxRestarts (manifests/trainer-runtime, a test holds them
+# equal): past it JobSet fails the JobSet, and so the TrainJob, with ReachedMaxRestarts
+# (jobset v0.10.1 pkg/controllers/failure_policy.go 219-227), whatever the job's max_restarts.
+RUNTIME_MAX_RESTARTS = 5
+# The event Trainer records, instead of any condition, while a TrainJob's JobSet cannot be made.
+CREATION_FAILED = "TrainJobResourcesCreationFailed"
 # The replicated job and container of the runtime that Trainer treats as the trainer:
 # pkg/constants/constants.go (v2.1.0) Node = "node", AncestorTrainer = "trainer".
 REPLICATED_JOB = "node"
@@ -130,6 +136,12 @@ def trainjob_problems(spec: TrainingJobSpec, settings: KubernetesSettings,
                 "runtime's JobSet failure policy (restarts bounded by max_restarts, counted by "
                 f"the launcher; a failed job deleted): leave {key} at {default!r}, or use "
                 "kubernetes.operator tfjob")
+    if spec.max_restarts > RUNTIME_MAX_RESTARTS:
+        problems.append(
+            f"max_restarts {spec.max_restarts}: the runtime {RUNTIME_NAME} lets JobSet restart "
+            f"a TrainJob at most {RUNTIME_MAX_RESTARTS} times (its failurePolicy.maxRestarts, "
+            "which a TrainJob cannot change) and then fails it: set max_restarts to "
+            f"{RUNTIME_MAX_RESTARTS} or less, or use kubernetes.operator tfjob")
     longest = pod_name(spec.name, spec.num_workers - 1) + POD_NAME_SUFFIX
     if len(longest) > DNS_LABEL_MAX:
         problems.append(

@@ -47,6 +47,7 @@ from fmnist_kfp.kubernetes.runner import (
 )
 from fmnist_kfp.kubernetes.trainjob import (
     CONTAINER_NAME,
+    CREATION_FAILED,
     GROUP,
     JOBSET_NAME_LABEL,
     KIND,
@@ -202,7 +203,7 @@ class _Watch:
         self.restarts = max([self.restarts] + [restart_attempt(p) for p in pods])
         state = (failed or complete or {}).get("type") or (
             f"Running ({len([p for p in pods if p.status and p.status.phase == 'Running'])}"
-            f"/{self.spec.num_workers} nodes)" if pods else "Pending (no pods yet)")
+            f"/{self.spec.num_workers} nodes)" if pods else self._pending())
         progress = state + (f", {self.restarts} restart(s)" if self.restarts else "")
         if failed is not None:
             return JobStatus(done=True, failed=True, progress=progress,
@@ -214,6 +215,25 @@ class _Watch:
                              reason=f"{self.restarts} restarts of its JobSet, more than "
                                     f"max_restarts={self.spec.max_restarts}")
         return JobStatus(progress=progress)
+
+    def _pending(self) -> str:
+        """Why a TrainJob without pods has none, as far as Trainer says: when its JobSet
+        cannot be made (a webhook refuses it, a missing runtime template), Trainer sets no
+        condition, it only records a ``TrainJobResourcesCreationFailed`` event and retries
+        (kubeflow/trainer v2.1.0 pkg/controller/trainjob_controller.go 118-131; v2.2.0 133)."""
+        launcher = self.launcher
+        try:
+            events = launcher.core_api.list_namespaced_event(
+                launcher.namespace, field_selector=(
+                    f"involvedObject.kind={KIND},involvedObject.name={self.spec.name},"
+                    f"reason={CREATION_FAILED}"),
+                _request_timeout=launcher.request_timeout_seconds).items
+        except Exception:  # events are a courtesy: without them, the plain state
+            events = []
+        if not events:
+            return "Pending (no pods yet)"
+        latest = max(events, key=lambda e: str(e.last_timestamp or e.event_time or ""))
+        return f"Pending: {CREATION_FAILED}: {latest.message}"
 
     def _print_node0_log(self, pods) -> None:
         """New lines of node 0's ``node`` container (the latest attempt's pod); a failed

@@ -6,6 +6,7 @@ refused before anything is built; and choosing the operator from API discovery."
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -136,6 +137,7 @@ def test_kueues_labels_reach_the_trainjob():
     ({}, {"clean_pod_policy": "All"}, PATCHES, "clean_pod_policy All"),
     ({}, {"ttl_seconds_after_finished": 60}, PATCHES, "ttl_seconds_after_finished 60"),
     ({"name": "f" + "x" * 50, "num_workers": 10}, {}, PATCHES, "too long"),
+    ({"max_restarts": 6}, {}, OVERRIDES, "at most 5 times"),
 ])
 def test_what_a_trainjob_cannot_express_is_refused_with_its_reason(spec, settings, shape,
                                                                    problem):
@@ -144,6 +146,22 @@ def test_what_a_trainjob_cannot_express_is_refused_with_its_reason(spec, setting
     assert len(problems) == 1 and problem in problems[0], problems
     with pytest.raises(UserInputError, match="cannot run as a TrainJob"):
         build_trainjob(job, pods, shape)
+
+
+def test_the_restart_ceiling_is_the_runtimes_and_its_own_value_passes():
+    """JobSet fails the TrainJob with ReachedMaxRestarts once its restarts reach the runtime's
+    failurePolicy.maxRestarts (jobset v0.10.1 pkg/controllers/failure_policy.go 219-227), so a
+    job asking for more restarts is refused before any work; the ceiling itself passes."""
+    import yaml
+
+    from fmnist_kfp.kubernetes.trainjob import RUNTIME_MAX_RESTARTS
+
+    root = Path(__file__).resolve().parents[3]
+    runtime = yaml.safe_load((root / "manifests/trainer-runtime/cluster-training-runtime.yaml")
+                             .read_text())
+    jobset = runtime["spec"]["template"]["spec"]
+    assert jobset["failurePolicy"]["maxRestarts"] == RUNTIME_MAX_RESTARTS
+    assert trainjob_problems(_spec(max_restarts=RUNTIME_MAX_RESTARTS), _settings()) == []
 
 
 def test_the_name_rule_is_jobsets_pod_name_with_its_suffix():
