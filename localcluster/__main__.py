@@ -24,6 +24,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m localcluster", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=("build", "up", "down", "status"))
+    parser.add_argument("--no-node", action="store_true",
+                        help="start no node agent (it runs pods, and needs root)")
+    parser.add_argument("--gpus", type=int, default=0,
+                        help="nvidia.com/gpu the node offers; its pods run on the CPU")
     parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR,
                         help="where the cluster's keys, data and logs live (%(default)s)")
     args = parser.parse_args(argv)
@@ -39,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 1
         started = time.monotonic()
-        plane = ControlPlane(state_dir, die_with_parent=False).start()
+        plane = ControlPlane(state_dir, die_with_parent=False).start(
+            node_agent=not args.no_node, gpus=args.gpus)
         print(f"control plane {plane.server} up in {time.monotonic() - started:.1f} s; logs in "
               f"{state_dir / 'logs'}\nexport KUBECONFIG={plane.kubeconfig('admin')}")
     elif args.command == "down":

@@ -66,6 +66,7 @@ class ControlPlane:
     ports: dict[str, int] = field(default_factory=dict)
     built: Built | None = None
     identities: dict[str, Identity] = field(default_factory=dict)
+    subnet: int = 0  # the pods' 10.244.<subnet>.0/24, with a node agent
 
     @property
     def server(self) -> str:
@@ -78,10 +79,16 @@ class ControlPlane:
     def kubeconfig(self, identity: str = "admin") -> Path:
         return self.state_dir / f"{identity}.kubeconfig"
 
-    def start(self, *, log=None) -> ControlPlane:
+    def start(self, *, node_agent: bool = False, gpus: int = 0, log=None) -> ControlPlane:
+        """Starts the programs; with ``node_agent``, also the node that runs pods
+        (:mod:`localcluster.node_agent`, root only), offering ``gpus`` GPUs."""
         from fmnist_kfp.launcher.local_processes import free_ports
 
         self.built = build(CONTROL_PLANE, log=log)
+        if node_agent:
+            from localcluster.node_agent import reserve_subnet
+
+            self.subnet = reserve_subnet()
         self.state_dir.mkdir(parents=True, exist_ok=True)
         (self.state_dir / "logs").mkdir(exist_ok=True)
         pki = self.state_dir / "pki"
@@ -89,8 +96,11 @@ class ControlPlane:
         names = ("etcd", "etcd-peer", "apiserver", "controller-manager", "scheduler")
         self.ports = dict(zip(names, free_ports(len(names)), strict=True))
         ca = certs.make_ca(pki)
+        # Pods reach the API server at their bridge's address (the node agent relays it).
+        pod_gateway = (f"10.244.{self.subnet}.1",) if self.subnet else ()
         serving_cert, serving_key = certs.make_serving_cert(
-            pki, "apiserver", ca, certs.API_SERVER_NAMES, ("127.0.0.1", API_SERVICE_IP))
+            pki, "apiserver", ca, certs.API_SERVER_NAMES,
+            ("127.0.0.1", API_SERVICE_IP, *pod_gateway))
         sa_key, sa_pub = certs.make_service_account_keys(pki)
         self.identities = {
             "admin": Identity("kubernetes-admin", ("system:masters",)),
@@ -109,6 +119,8 @@ class ControlPlane:
             self._start_apiserver(serving_cert, serving_key, sa_key, sa_pub, tokens)
             self._start_controller_manager(sa_key)
             self._start_scheduler()
+            if node_agent:
+                self._start_node_agent(gpus)
             self._write_state()
         except BaseException:
             self.stop()
@@ -166,6 +178,37 @@ class ControlPlane:
 
     def _start_scheduler(self) -> None:
         self._spawn("kube-scheduler", self._components_flags("scheduler", "scheduler"))
+
+    def _start_node_agent(self, gpus: int) -> None:
+        import sys
+
+        log = open(self.state_dir / "logs" / "node-agent.log", "ab")
+        self.processes["node-agent"] = subprocess.Popen(
+            [sys.executable, "-m", "localcluster.node_agent",
+             f"--kubeconfig={self.kubeconfig('admin')}",
+             f"--api-server=127.0.0.1:{self.ports['apiserver']}",
+             f"--state-dir={self.state_dir / 'node'}", f"--subnet={self.subnet}",
+             f"--gpus={gpus}"],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, preexec_fn=_die_with_parent if self.die_with_parent else None,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+        log.close()
+        self._wait_until("node-agent", self._node_ready)
+
+    def _node_ready(self) -> bool:
+        import json as json_
+
+        ssl_context = ssl.create_default_context(cafile=str(self.ca_file))
+        request = urllib.request.Request(
+            f"{self.server}/api/v1/nodes/local-node",
+            headers={"Authorization": f"Bearer {self.identities['admin'].token}"})
+        try:
+            with urllib.request.urlopen(request, timeout=2, context=ssl_context) as response:
+                node = json_.load(response)
+        except OSError:
+            return False
+        conditions = (node.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
     # --- processes and files --------------------------------------------------------------
 

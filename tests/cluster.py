@@ -10,11 +10,14 @@ one worker (``SHARED_FIXTURES``), so the cluster starts once per ``make test``.
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.crd_schemas import crds_dir
@@ -48,12 +51,33 @@ TEST_CRDS = (
 CRD_ESTABLISHED_SECONDS = 60
 
 
+def can_run_pods() -> bool:
+    """The node agent needs root (network namespaces, bind mounts) and iproute2."""
+    return os.geteuid() == 0 and shutil.which("ip") is not None and shutil.which(
+        "unshare") is not None
+
+
 @dataclass
 class RealCluster:
-    """A running control plane and a client of its admin."""
+    """A running control plane and a client of its admin; ``node_dir``: the node agent's
+    state (None without one: not root)."""
 
     kubeconfig: Path
     api_client: Any  # kubernetes.client.ApiClient
+    node_dir: Path | None = None
+
+    def require_node(self) -> None:
+        """Skips a test that runs pods where no node agent runs (fails in CI)."""
+        if self.node_dir is None:
+            message = "pods need the node agent, which needs root and iproute2"
+            if os.environ.get("CI") == "true":
+                pytest.fail(message)
+            pytest.skip(message)
+
+    def claim_dir(self, namespace: str, claim: str) -> Path:
+        """Where the node keeps PersistentVolumeClaim ``claim``'s files."""
+        assert self.node_dir is not None
+        return self.node_dir / "volumes" / namespace / claim
 
     def create(self, manifest: dict[str, Any], *, namespace: str | None = None,
                dry_run: bool = False) -> dict[str, Any]:
@@ -143,11 +167,13 @@ def start_real_cluster(state_dir: Path):
 
     # `make test` builds the programs before pytest starts (`make cluster-build`), where the
     # first build's minutes show on the terminal; here the build is a cache look-up.
-    plane = ControlPlane(state_dir).start()
+    node = can_run_pods()
+    plane = ControlPlane(state_dir).start(node_agent=node, gpus=2 if node else 0)
     try:
         api_client = config.new_client_from_config(str(plane.kubeconfig("admin")))
         install_crds(api_client)
-        cluster = RealCluster(plane.kubeconfig("admin"), api_client)
+        cluster = RealCluster(plane.kubeconfig("admin"), api_client,
+                              state_dir / "node" if node else None)
         _wait_for_default_service_account(client.CoreV1Api(api_client))
     except BaseException:
         plane.stop()

@@ -1,0 +1,91 @@
+"""The last step of starting a container, run inside the pod's network namespace (`ip netns
+exec`, which gives the process a mount namespace of its own) and a UTS namespace of its own
+(`unshare --uts`): the pod's hostname, its volumes bind-mounted at their mount paths, then the
+container's command in place of this process. Mounts made here are the container's alone.
+
+A mount path that does not exist is made without touching the host's filesystem: the nearest
+folder above it that exists gets an overlay whose upper layer is the pod's own scratch folder,
+and the path is made in the overlay (a mount path directly under ``/`` is the exception: made on
+the host, empty). So a pod's ``/var/run/secrets/kubernetes.io/serviceaccount`` exists for the
+pod alone, and the host's programs never take themselves for pods.
+
+`python -m localcluster.pod_exec <spec.json>`; the spec is written by the node agent:
+``{"hostname", "netns", "scratch", "mounts": [[source, target, read_only]], "env", "cwd",
+"argv"}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+
+def _mount(*args: str) -> None:
+    subprocess.run(["mount", *args], check=True)
+
+
+class Paths:
+    """Makes mount paths inside overlays of the container's own (see the module docstring)."""
+
+    def __init__(self, scratch: str, netns: str):
+        self.scratch = scratch
+        self.netns = netns
+        self.overlaid: set[str] = set()
+
+    def make(self, target: str, directory: bool) -> None:
+        if os.path.lexists(target):
+            return
+        anchor = os.path.dirname(target)
+        while not os.path.lexists(anchor):
+            anchor = os.path.dirname(anchor)
+        real = os.path.realpath(anchor)
+        if real != "/" and real not in self.overlaid:
+            layer = os.path.join(self.scratch, str(len(self.overlaid)))
+            upper, work = os.path.join(layer, "upper"), os.path.join(layer, "work")
+            os.makedirs(upper)
+            os.makedirs(work)
+            _mount("-t", "overlay", "overlay", "-o",
+                   f"lowerdir={real},upperdir={upper},workdir={work}", real)
+            self.overlaid.add(real)
+            self._keep_network_files(real)
+        if directory:
+            os.makedirs(target, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            open(target, "a").close()
+
+    def _keep_network_files(self, overlaid: str) -> None:
+        """An overlay over /etc hides the pod's hosts and resolv.conf, which `ip netns exec`
+        bound over /etc's before: bind them again."""
+        if overlaid != "/etc":
+            return
+        for name in ("hosts", "resolv.conf"):
+            mine = os.path.join("/etc/netns", self.netns, name)
+            if os.path.exists(mine):
+                _mount("--bind", mine, os.path.join("/etc", name))
+
+
+def main(spec_path: str) -> None:
+    with open(spec_path) as handle:
+        spec = json.load(handle)
+    socket.sethostname(spec["hostname"])
+    paths = Paths(spec["scratch"], spec["netns"])
+    for source, target, read_only in spec["mounts"]:
+        paths.make(target, os.path.isdir(source))
+        _mount("--bind", source, target)
+        if read_only:
+            _mount("-o", "remount,bind,ro", target)
+    os.chdir(spec["cwd"])
+    argv = spec["argv"]
+    try:
+        os.execvpe(argv[0], argv, spec["env"])
+    except OSError as error:  # the kubelet's StartError: the command cannot be run
+        print(f"exec {argv[0]!r}: {error}", file=sys.stderr)
+        sys.exit(128)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
