@@ -79,9 +79,11 @@ class ControlPlane:
     def kubeconfig(self, identity: str = "admin") -> Path:
         return self.state_dir / f"{identity}.kubeconfig"
 
-    def start(self, *, node_agent: bool = False, gpus: int = 0, log=None) -> ControlPlane:
+    def start(self, *, node_agent: bool = False, gpus: int = 0,
+              programs: dict[str, str] | None = None, log=None) -> ControlPlane:
         """Starts the programs; with ``node_agent``, also the node that runs pods
-        (:mod:`localcluster.node_agent`, root only), offering ``gpus`` GPUs."""
+        (:mod:`localcluster.node_agent`, root only), offering ``gpus`` GPUs and running the
+        images named in ``programs`` (:func:`localcluster.operators.programs`)."""
         from fmnist_kfp.launcher.local_processes import free_ports
 
         self.built = build(CONTROL_PLANE, log=log)
@@ -120,7 +122,7 @@ class ControlPlane:
             self._start_controller_manager(sa_key)
             self._start_scheduler()
             if node_agent:
-                self._start_node_agent(gpus)
+                self._start_node_agent(gpus, programs or {})
             self._write_state()
         except BaseException:
             self.stop()
@@ -153,6 +155,9 @@ class ControlPlane:
             f"--service-account-signing-key-file={sa_key}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--endpoint-reconciler-type=none", "--allow-privileged=true",
+            # Webhooks and aggregated APIs are called at their Services' endpoints (the pods'
+            # addresses), not at virtual ClusterIPs: no kube-proxy here.
+            "--enable-aggregator-routing=true",
             "--profiling=false", "--v=1"])
         ssl_context = ssl.create_default_context(cafile=str(self.ca_file))
         self._wait_until("kube-apiserver", lambda: _get(
@@ -179,7 +184,7 @@ class ControlPlane:
     def _start_scheduler(self) -> None:
         self._spawn("kube-scheduler", self._components_flags("scheduler", "scheduler"))
 
-    def _start_node_agent(self, gpus: int) -> None:
+    def _start_node_agent(self, gpus: int, programs: dict[str, str]) -> None:
         import sys
 
         log = open(self.state_dir / "logs" / "node-agent.log", "ab")
@@ -188,7 +193,7 @@ class ControlPlane:
              f"--kubeconfig={self.kubeconfig('admin')}",
              f"--api-server=127.0.0.1:{self.ports['apiserver']}",
              f"--state-dir={self.state_dir / 'node'}", f"--subnet={self.subnet}",
-             f"--gpus={gpus}"],
+             f"--gpus={gpus}", *(f"--program={k}={v}" for k, v in programs.items())],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True, preexec_fn=_die_with_parent if self.die_with_parent else None,
             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})

@@ -9,9 +9,13 @@ rule below follows the kubelet of Kubernetes v1.34.1 where it cites it.
   (pkg/kubelet/nodelease, pkg/controller/nodelifecycle: NotReady after 50 s of silence).
 * **Images.** The project's image (any reference whose repository ends in ``fmnist-kfp``, tag
   and ``-gpu`` alike) runs in this Python environment: its ``bin`` first on the PATH, so
-  ``python`` and ``fmnist-kfp`` are the checkout's. Any other image has no local program: the
-  container waits with reason ``ErrImagePull`` and a message saying so, as a kubelet does for an
-  image it cannot pull.
+  ``python`` and ``fmnist-kfp`` are the checkout's. An upstream operator's image runs as the
+  program built from its module (``--program training-operator=<path>``: its command's first
+  word, the image's entrypoint, becomes the program), with a /tmp of its own. Any other image
+  has no local program: the container waits with reason ``ErrImagePull`` and a message saying
+  so, as a kubelet does for an image it cannot pull.
+* **Readiness** by the container's readinessProbe (HTTP GET or TCP at the pod's address), so
+  Services' endpoints, and the webhooks the API server calls at them, follow it.
 * **Network.** A bridge with a /24 of 10.244.0.0/16 per cluster; each pod a network namespace
   with a veth on the bridge and its own address (``status.podIP``). Names resolve through a
   hosts file per pod (``/etc/netns/<ns>/hosts``, which ``ip netns exec`` mounts over
@@ -80,11 +84,16 @@ def now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def repository_name(image: str) -> str:
+    """The last part of ``image``'s repository: ``fmnist-kfp`` of
+    ``ghcr.io/fmnist-kfp/fmnist-kfp:0.2.0-gpu``."""
+    reference = image.split("@", 1)[0]
+    return reference.rsplit("/", 1)[-1].split(":", 1)[0]
+
+
 def is_project_image(image: str) -> bool:
     """Whether ``image`` is the project's: its repository's last part is ``fmnist-kfp``."""
-    reference = image.split("@", 1)[0]
-    last = reference.rsplit("/", 1)[-1]
-    return last.split(":", 1)[0] == PROJECT_REPOSITORY
+    return repository_name(image) == PROJECT_REPOSITORY
 
 
 # --- the pod network ----------------------------------------------------------------------
@@ -221,6 +230,8 @@ class ContainerRun:
     waiting: dict | None = None
     next_start: float = 0.0
     backoff: float = BACKOFF_START
+    ready: bool = False
+    next_probe: float = 0.0
 
     @property
     def name(self) -> str:
@@ -237,7 +248,8 @@ class ContainerRun:
         running = "running" in state
         return {"name": self.name, "image": self.spec.get("image", ""), "imageID": "",
                 "containerID": f"process://{self.process.pid}" if self.process else "",
-                "ready": running, "started": running, "restartCount": self.restarts,
+                "ready": running and self.ready, "started": running,
+                "restartCount": self.restarts,
                 "state": state, "lastState": {"terminated": self.last} if self.last else {}}
 
 
@@ -320,6 +332,9 @@ class PodRunner(threading.Thread):
             if all(r.terminated is not None for r in self.mains):
                 self._report()
                 return
+            for run in self.mains:
+                self._probe(run)
+            self._refresh_volumes()
             self.deleting.wait(0.2)
 
     def _should_restart(self, run: ContainerRun, policy: str) -> bool:
@@ -351,10 +366,13 @@ class PodRunner(threading.Thread):
 
     def _start(self, run: ContainerRun) -> bool:
         image = run.spec.get("image", "")
-        if not is_project_image(image):
+        program = self.agent.programs.get(repository_name(image))
+        if not is_project_image(image) and program is None:
+            known = ", ".join(sorted(self.agent.programs)) or "none"
             run.waiting = {"reason": "ErrImagePull", "message": (
                 f"node agent: no local program for image {image!r}; it runs the project's "
-                f"image (a repository named {PROJECT_REPOSITORY}) as this environment")}
+                f"image (a repository named {PROJECT_REPOSITORY}) as this environment, and "
+                f"these upstream images as their programs built here: {known}")}
             run.terminated = None
             self._report()
             return False
@@ -373,7 +391,10 @@ class PodRunner(threading.Thread):
                 "env": env,
                 "cwd": run.spec.get("workingDir") or "/",
                 "argv": [*(run.spec.get("command") or []), *(run.spec.get("args") or [])],
-                "mounts": self._mounts(run.spec)}
+                "mounts": self._mounts(run.spec), "private_tmp": program is not None}
+        if program is not None:  # the image's entrypoint (its command, or none) is the program
+            spec["argv"] = [program, *(run.spec.get("args") or [])] if not run.spec.get(
+                "command") else [program, *run.spec["command"][1:], *(run.spec.get("args") or [])]
         if not spec["argv"]:
             run.terminated = {"exitCode": 128, "reason": "ContainerCannotRun", "message": (
                 "node agent: the container has no command (an image's entrypoint is not "
@@ -390,8 +411,26 @@ class PodRunner(threading.Thread):
             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
         log.close()
         run.started_at, run.waiting, run.terminated = now(), None, None
+        probe = run.spec.get("readinessProbe")
+        run.ready = probe is None  # without a probe, ready once running (prober_manager.go)
+        run.next_probe = time.monotonic() + float((probe or {}).get("initialDelaySeconds", 0))
         self._report()
         return True
+
+    def _probe(self, run: ContainerRun) -> None:
+        """The readiness probe (pkg/kubelet/prober/prober.go): an HTTP GET answered 200-399, or
+        a TCP connection accepted, at the pod's address; an exec probe passes while the
+        container runs (no way to run a command inside a running process here). The period is
+        the probe's, at most 2 s, so that the tests wait less than a cluster would."""
+        probe = run.spec.get("readinessProbe")
+        if probe is None or run.process is None or run.terminated is not None or \
+                time.monotonic() < run.next_probe:
+            return
+        run.next_probe = time.monotonic() + min(float(probe.get("periodSeconds", 10)), 2.0)
+        ready = _probe_passes(probe, self.address, run.spec)
+        if ready != run.ready:
+            run.ready = ready
+            self._report()
 
     def _terminated(self, run: ContainerRun, code: int) -> None:
         exit_code = code if code >= 0 else 128 - code  # a signal: 128 + its number
@@ -529,6 +568,37 @@ class PodRunner(threading.Thread):
             volumes[name] = path
         return volumes
 
+    def _refresh_volumes(self) -> None:
+        """ConfigMap and Secret volumes follow their objects, as the kubelet's periodic sync
+        updates them (pkg/volume/util/atomic_writer.go); every 2 s here. A webhook's serving
+        certificate, written into its Secret by the operator's own cert rotation, reaches the
+        operator this way."""
+        if time.monotonic() < getattr(self, "_next_refresh", 0.0):
+            return
+        self._next_refresh = time.monotonic() + 2.0
+        api = self.agent.api
+        for volume in self.pod["spec"].get("volumes") or []:
+            try:
+                if "configMap" in volume:
+                    data = api.config_map_data(self.namespace, volume["configMap"]) or {}
+                    files = _items(volume["configMap"], {k: v.encode() for k, v in data.items()})
+                elif "secret" in volume:
+                    ref = {"name": volume["secret"]["secretName"],
+                           "optional": volume["secret"].get("optional")}
+                    data = api.secret_data(self.namespace, ref) or {}
+                    files = _items(volume["secret"], {k: v.encode() for k, v in data.items()})
+                else:
+                    continue
+            except Exception:  # the next sync tries again
+                continue
+            for relative, content in files.items():
+                target = self.volumes[volume["name"]] / relative
+                if not target.exists() or target.read_bytes() != content:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    partial = target.with_name(target.name + ".partial")
+                    partial.write_bytes(content)
+                    os.replace(partial, target)
+
     def _projected(self, projected: dict) -> dict[str, bytes]:
         files: dict[str, bytes] = {}
         api = self.agent.api
@@ -610,6 +680,33 @@ class PodRunner(threading.Thread):
         if self.message:
             status["message"] = self.message
         self.agent.api.patch_pod_status(self.namespace, self.name, status)
+
+
+def _probe_passes(probe: dict, address: str, container: dict) -> bool:
+    def port_of(value) -> int:
+        if isinstance(value, int) or str(value).isdigit():
+            return int(value)
+        return next(int(p["containerPort"]) for p in container.get("ports") or []
+                    if p.get("name") == value)
+
+    timeout = float(probe.get("timeoutSeconds", 1))
+    try:
+        if "httpGet" in probe:
+            get = probe["httpGet"]
+            scheme = get.get("scheme", "HTTP").lower()
+            url = f"{scheme}://{address}:{port_of(get['port'])}{get.get('path', '/')}"
+            context = ssl._create_unverified_context() if scheme == "https" else None
+            import urllib.request
+
+            with urllib.request.urlopen(url, timeout=timeout, context=context) as response:
+                return 200 <= response.status < 400
+        if "tcpSocket" in probe:
+            with socket.create_connection((address, port_of(probe["tcpSocket"]["port"])),
+                                          timeout=timeout):
+                return True
+        return True  # exec, grpc: see _probe
+    except (OSError, StopIteration, ValueError):
+        return False
 
 
 def _items(source: dict, data: dict[str, bytes]) -> dict[str, bytes]:
@@ -708,8 +805,9 @@ class NodeAgent:
     """Registers the node and runs the pods bound to it until :meth:`stop`."""
 
     def __init__(self, kubeconfig: str, api_server: tuple[str, int], state_dir: Path,
-                 subnet: int, gpus: int = 0):
+                 subnet: int, gpus: int = 0, programs: dict[str, str] | None = None):
         self.api = AgentApi(kubeconfig)
+        self.programs = programs or {}  # image repository name -> program
         self.state_dir = state_dir
         self.gpus = gpus
         self.network = PodNetwork(subnet)
@@ -1029,10 +1127,13 @@ def main(argv: list[str] | None = None) -> None:
                         help="the pods' /24 is 10.244.<subnet>.0 (see reserve_subnet)")
     parser.add_argument("--gpus", type=int, default=0,
                         help="nvidia.com/gpu the node offers (the pods run on the CPU)")
+    parser.add_argument("--program", action="append", default=[], metavar="REPOSITORY=PATH",
+                        help="run images of this repository name as this program")
     args = parser.parse_args(argv)
     host, port = args.api_server.rsplit(":", 1)
+    programs = dict(item.split("=", 1) for item in args.program)
     agent = NodeAgent(args.kubeconfig, (host, int(port)), args.state_dir, args.subnet,
-                      args.gpus)
+                      args.gpus, programs)
     signal.signal(signal.SIGTERM, agent.stop)
     signal.signal(signal.SIGINT, agent.stop)
     agent.run()

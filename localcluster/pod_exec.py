@@ -73,11 +73,25 @@ def main(spec_path: str) -> None:
         spec = json.load(handle)
     socket.sethostname(spec["hostname"])
     paths = Paths(spec["scratch"], spec["netns"])
+    own_tmp = os.path.join(spec["scratch"], "tmp") if spec.get("private_tmp") else ""
     for source, target, read_only in spec["mounts"]:
-        paths.make(target, os.path.isdir(source))
+        if own_tmp and (target == "/tmp" or target.startswith("/tmp/")):
+            # Into the container's own /tmp, which replaces the host's last (below).
+            target = os.path.join(own_tmp, os.path.relpath(target, "/tmp"))
+            os.makedirs(target if os.path.isdir(source) else os.path.dirname(target),
+                        exist_ok=True)
+        else:
+            paths.make(target, os.path.isdir(source))
         _mount("--bind", source, target)
         if read_only:
             _mount("-o", "remount,bind,ro", target)
+    if own_tmp:
+        # An upstream program's /tmp is its own, as its image's would be: the operators on this
+        # node all keep their webhook certificates in /tmp/k8s-webhook-server. Last, and with
+        # what was mounted into it (--rbind), since the pod's own folders may lie under /tmp.
+        os.makedirs(own_tmp, mode=0o1777, exist_ok=True)
+        os.chmod(own_tmp, 0o1777)
+        _mount("--rbind", own_tmp, "/tmp")
     os.chdir(spec["cwd"])
     argv = spec["argv"]
     try:

@@ -60,6 +60,11 @@ TRAINER_2_2 = GoModule("trainer-v2.2.0", "trainer-v2.2.0", _TRAINER)
 TRAINING_OPERATOR = GoModule(
     "training-operator-v1.9.2", "training-operator-v1.9.2",
     {"training-operator": "github.com/kubeflow/training-operator/cmd/training-operator.v1"})
+# kustomize renders the operators' own install manifests from their modules, as `kubectl apply
+# -k` does (kubectl v1.34 embeds kustomize v5.7.1).
+KUSTOMIZE = GoModule("kustomize-v5.7.1", "kustomize-v5.7.1",
+                     {"kustomize": "sigs.k8s.io/kustomize/kustomize/v5"})
 # Trainer and the JobSet that its Kubeflow release installs beside it.
 TRAINERS = {"2.1": (TRAINER_2_1, JOBSET_0_10), "2.2": (TRAINER_2_2, JOBSET_0_11)}
-MODULES = (CONTROL_PLANE, JOBSET_0_10, TRAINER_2_1, TRAINING_OPERATOR, JOBSET_0_11, TRAINER_2_2)
+MODULES = (CONTROL_PLANE, KUSTOMIZE, JOBSET_0_10, TRAINER_2_1, TRAINING_OPERATOR, JOBSET_0_11,
+           TRAINER_2_2)

@@ -1,0 +1,147 @@
+"""The upstream operators, installed on the local cluster as a user installs them: their own
+install manifests, read from the Go module of the version we pin and rendered by kustomize
+(``kubectl apply -k``), applied through the API; their Deployments' pods then run on the node
+agent, each image as the program built from the same module (``--program``), under its own
+ServiceAccount and RBAC, its webhooks called by the API server at its Service's endpoints with
+the certificates its own cert rotation makes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from localcluster.build import HERE, build, go_command
+from localcluster.programs import KUSTOMIZE, TRAINING_OPERATOR, GoModule
+
+READY_SECONDS = 120
+
+
+@dataclass(frozen=True)
+class Operator:
+    """An operator: the module it is built from, the upstream module and kustomization that
+    install it, and the image repository names its pods run."""
+
+    name: str
+    module: GoModule
+    upstream: str  # module path whose files hold the manifests
+    kustomization: str  # folder inside it
+    images: dict[str, str]  # image repository name -> program of `module`
+    namespace: str
+    deployment: str
+
+
+TRAINING_OPERATOR_V1 = Operator(
+    name="training-operator", module=TRAINING_OPERATOR,
+    upstream="github.com/kubeflow/training-operator",
+    kustomization="manifests/overlays/standalone",
+    images={"training-operator": "training-operator"},
+    namespace="kubeflow", deployment="training-operator")
+
+
+def module_dir(module: GoModule, upstream: str) -> Path:
+    """Where the go command keeps ``upstream`` at the version ``module``'s go.mod pins."""
+    answer = subprocess.run([go_command(), "list", "-m", "-json", upstream],
+                            cwd=HERE / module.folder, capture_output=True, text=True, check=True)
+    return Path(json.loads(answer.stdout)["Dir"])
+
+
+def render(operator: Operator) -> list[dict[str, Any]]:
+    """The objects ``kubectl apply -k`` of the operator's kustomization sends."""
+    import yaml
+
+    kustomize = build(KUSTOMIZE).path("kustomize")
+    folder = module_dir(operator.module, operator.upstream) / operator.kustomization
+    text = subprocess.run([str(kustomize), "build", str(folder)], capture_output=True,
+                          text=True, check=True).stdout
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def programs(operators: list[Operator]) -> dict[str, str]:
+    """The node agent's ``--program`` map for ``operators``."""
+    found = {}
+    for operator in operators:
+        built = build(operator.module)
+        for repository, program in operator.images.items():
+            found[repository] = str(built.path(program))
+    return found
+
+
+def install(api_client, operator: Operator) -> None:
+    """Applies the operator's manifests, CRDs first, and waits for its Deployment."""
+    objects = render(operator)
+    order = {"Namespace": 0, "CustomResourceDefinition": 1}
+    for obj in sorted(objects, key=lambda o: order.get(o["kind"], 2)):
+        apply(api_client, obj)
+        if obj["kind"] == "CustomResourceDefinition":
+            _wait_established(api_client, obj["metadata"]["name"])
+    wait_available(api_client, operator.namespace, operator.deployment)
+
+
+def apply(api_client, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Creates ``manifest``, or replaces the object of its name (the outcome of `kubectl
+    apply` for a whole object)."""
+    from kubernetes.client.exceptions import ApiException
+
+    path = collection_path(api_client, manifest)
+    try:
+        return _call(api_client, path, "POST", manifest)
+    except ApiException as error:
+        if error.status != 409:
+            raise
+    item = f"{path}/{manifest['metadata']['name']}"
+    stored = _call(api_client, item, "GET")
+    body = {**manifest, "metadata": {**manifest["metadata"],
+                                     "resourceVersion": stored["metadata"]["resourceVersion"]}}
+    return _call(api_client, item, "PUT", body)
+
+
+def collection_path(api_client, manifest: dict[str, Any]) -> str:
+    """The REST path of ``manifest``'s kind, found by discovery as kubectl finds it."""
+    api_version, kind = manifest["apiVersion"], manifest["kind"]
+    group_path = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    resources = _call(api_client, group_path, "GET")["resources"]
+    [resource] = [r for r in resources if r["kind"] == kind and "/" not in r["name"]]
+    if not resource["namespaced"]:
+        return f"{group_path}/{resource['name']}"
+    namespace = manifest.get("metadata", {}).get("namespace") or "default"
+    return f"{group_path}/namespaces/{namespace}/{resource['name']}"
+
+
+def wait_available(api_client, namespace: str, name: str,
+                   timeout: float = READY_SECONDS) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        deployment = _call(api_client, f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}",
+                           "GET")
+        conditions = {c["type"]: c["status"]
+                      for c in (deployment.get("status") or {}).get("conditions") or []}
+        if conditions.get("Available") == "True" and \
+                (deployment["status"].get("readyReplicas") or 0) >= 1:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"Deployment {namespace}/{name} not available after "
+                               f"{timeout:.0f} s: {deployment.get('status')}")
+        time.sleep(0.5)
+
+
+def _wait_established(api_client, name: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        crd = _call(api_client, f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}",
+                    "GET")
+        if any(c["type"] == "Established" and c["status"] == "True"
+               for c in (crd.get("status") or {}).get("conditions") or []):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"CRD {name} not established")
+        time.sleep(0.1)
+
+
+def _call(api_client, path: str, method: str, body=None):
+    return api_client.call_api(path, method, body=body, response_type="object",
+                               auth_settings=["BearerToken"], _return_http_data_only=True)
