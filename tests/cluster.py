@@ -49,6 +49,8 @@ TEST_CRDS = (
     "scheduling.x-k8s.io_podgroups.yaml",
 )
 CRD_ESTABLISHED_SECONDS = 60
+# The upstream operators whose images the node runs (installed by the tests that need them).
+OPERATORS = ("TRAINING_OPERATOR_V1",)
 
 
 def can_run_pods() -> bool:
@@ -73,6 +75,13 @@ class RealCluster:
             if os.environ.get("CI") == "true":
                 pytest.fail(message)
             pytest.skip(message)
+
+    def install(self, operator_name: str) -> None:
+        """Installs an operator of localcluster.operators (once: later calls re-apply)."""
+        from localcluster import operators
+
+        self.require_node()
+        operators.install(self.api_client, getattr(operators, operator_name))
 
     def claim_dir(self, namespace: str, claim: str) -> Path:
         """Where the node keeps PersistentVolumeClaim ``claim``'s files."""
@@ -167,8 +176,13 @@ def start_real_cluster(state_dir: Path):
 
     # `make test` builds the programs before pytest starts (`make cluster-build`), where the
     # first build's minutes show on the terminal; here the build is a cache look-up.
+    from localcluster import operators
+
     node = can_run_pods()
-    plane = ControlPlane(state_dir).start(node_agent=node, gpus=2 if node else 0)
+    plane = ControlPlane(state_dir).start(
+        node_agent=node, gpus=2 if node else 0,
+        programs=operators.programs([getattr(operators, o) for o in OPERATORS]) if node
+        else None)
     try:
         api_client = config.new_client_from_config(str(plane.kubeconfig("admin")))
         install_crds(api_client)
