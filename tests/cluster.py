@@ -172,11 +172,10 @@ def start_real_cluster(state_dir: Path):
     """The control plane, started in ``state_dir``, with the CRDs installed: (plane, cluster)."""
     from kubernetes import client, config
 
-    from localcluster.control_plane import ControlPlane
-
     # `make test` builds the programs before pytest starts (`make cluster-build`), where the
     # first build's minutes show on the terminal; here the build is a cache look-up.
     from localcluster import operators
+    from localcluster.control_plane import ControlPlane
 
     node = can_run_pods()
     plane = ControlPlane(state_dir).start(

@@ -51,21 +51,21 @@ def test_a_two_worker_tfjob_trains_and_exports_the_model(cluster, synthetic_data
         "spec": {"accessModes": ["ReadWriteMany"],
                  "resources": {"requests": {"storage": "5Gi"}}}})
     shutil.copytree(synthetic_dataset, cluster.claim_dir(NAMESPACE, "fmnist-data") / "dataset")
-    script = """
+    script = f"""
         from fmnist_kfp.launcher.tfjob_launcher import TFJobLauncher
         from fmnist_kfp.settings.jobs import KubernetesSettings
         from fmnist_kfp.settings.training import TrainingConfig
         from fmnist_kfp.training.training_job import TrainingJobSpec
-        settings = KubernetesSettings(image="%s", namespace="%s", pvc_name="fmnist-data",
+        settings = KubernetesSettings(image="{IMAGE}", namespace="{NAMESPACE}", pvc_name="fmnist-data",
                                       cpu="500m", memory="1Gi")
         spec = TrainingJobSpec(name="fmnist-basic-real", num_workers=2,
                                config=TrainingConfig(model_type="basic", epochs=1),
                                data_dir="/mnt/fmnist/dataset",
                                export_dir="/mnt/fmnist/models/basic/1",
                                work_dir="/mnt/fmnist/models/basic")
-        outcome = TFJobLauncher(settings, poll_seconds=2, timeout_seconds=%d).run(spec)
+        outcome = TFJobLauncher(settings, poll_seconds=2, timeout_seconds={STEP_SECONDS}).run(spec)
         print("RESULT", outcome.result["model_type"], outcome.restarts)
-    """ % (IMAGE, NAMESPACE, STEP_SECONDS)
+    """
     core.create_namespaced_pod(NAMESPACE, _step_pod("train-step", script))
     deadline = time.monotonic() + STEP_SECONDS + 60
     while (phase := core.read_namespaced_pod("train-step", NAMESPACE).status.phase) not in (
