@@ -56,8 +56,8 @@ def test_a_two_worker_tfjob_trains_and_exports_the_model(cluster, synthetic_data
         from fmnist_kfp.settings.jobs import KubernetesSettings
         from fmnist_kfp.settings.training import TrainingConfig
         from fmnist_kfp.training.training_job import TrainingJobSpec
-        settings = KubernetesSettings(image="{IMAGE}", namespace="{NAMESPACE}", pvc_name="fmnist-data",
-                                      cpu="500m", memory="1Gi")
+        settings = KubernetesSettings(image="{IMAGE}", namespace="{NAMESPACE}",
+                                      pvc_name="fmnist-data", cpu="500m", memory="1Gi")
         spec = TrainingJobSpec(name="fmnist-basic-real", num_workers=2,
                                config=TrainingConfig(model_type="basic", epochs=1),
                                data_dir="/mnt/fmnist/dataset",
