@@ -466,6 +466,8 @@ class PodRunner(threading.Thread):
         if self.deleting.is_set() and not self.gone.is_set():
             self.agent.delete_pod(self.namespace, self.name, self.uid)
         elif self.deleting.is_set():
+            for record in self.dir.glob("rootfs/*/made-on-host"):
+                self.agent.made_on_host.update(record.read_text().splitlines())
             shutil.rmtree(self.dir, ignore_errors=True)
 
     # --- the pod's environment and volumes ------------------------------------------------
@@ -814,6 +816,7 @@ class NodeAgent:
         self.api_server = api_server
         self.runners: dict[str, PodRunner] = {}
         self.hosts_lock = threading.Lock()
+        self.made_on_host: set[str] = set()  # see _remove_made_on_host
         self.stopping = threading.Event()
         self.log_port = 0
 
@@ -842,6 +845,21 @@ class NodeAgent:
                 runner.join(timeout=5)
             relay.shutdown()
             self.network.down()
+            self._remove_made_on_host()
+
+    def _remove_made_on_host(self) -> None:
+        """Mount paths directly under / that containers needed (pod_exec.Paths), if empty."""
+        for record in (self.state_dir / "pods").glob("*/rootfs/*/made-on-host"):
+            self.made_on_host.update(record.read_text().splitlines())
+        for line in sorted(self.made_on_host):
+            path = Path(line)
+            try:
+                if path.is_dir() and not any(path.iterdir()):
+                    path.rmdir()
+                elif path.is_file() and path.stat().st_size == 0:
+                    path.unlink()
+            except OSError:
+                pass
 
     def stop(self, *_args) -> None:
         self.stopping.set()
@@ -952,8 +970,11 @@ class NodeAgent:
         for runner in runners:
             lines = ["127.0.0.1 localhost", f"{runner.address} {runner.hostname}"]
             lines += [f"{address} {name}" for name, address in sorted(names.items())]
-            short = [f"{address} {name.split('.')[0]}" for name, address in names.items()
-                     if name.endswith(f".{runner.namespace}") and name.count(".") == 1]
+            # The names a pod's DNS search path (<namespace>.svc.cluster.local first) completes:
+            # `workers` and `worker-0.workers` of its own namespace.
+            own = f".{runner.namespace}"
+            short = [f"{address} {name[:-len(own)]}" for name, address in names.items()
+                     if name.endswith(own)]
             text = "\n".join(lines + short) + "\n"
             folder = Path("/etc/netns") / runner.netns
             folder.mkdir(parents=True, exist_ok=True)

@@ -6,8 +6,9 @@ container's command in place of this process. Mounts made here are the container
 A mount path that does not exist is made without touching the host's filesystem: the nearest
 folder above it that exists gets an overlay whose upper layer is the pod's own scratch folder,
 and the path is made in the overlay (a mount path directly under ``/`` is the exception: made on
-the host, empty). So a pod's ``/var/run/secrets/kubernetes.io/serviceaccount`` exists for the
-pod alone, and the host's programs never take themselves for pods.
+the host, empty, and recorded; the node agent removes it when it stops). So a pod's
+``/var/run/secrets/kubernetes.io/serviceaccount`` exists for the pod alone, and the host's
+programs never take themselves for pods.
 
 `python -m localcluster.pod_exec <spec.json>`; the spec is written by the node agent:
 ``{"hostname", "netns", "scratch", "mounts": [[source, target, read_only]], "env", "cwd",
@@ -51,6 +52,9 @@ class Paths:
                    f"lowerdir={real},upperdir={upper},workdir={work}", real)
             self.overlaid.add(real)
             self._keep_network_files(real)
+        if real == "/":  # made on the host: recorded, for the node agent to remove
+            with open(os.path.join(self.scratch, "made-on-host"), "a") as record:
+                record.write(target + "\n")
         if directory:
             os.makedirs(target, exist_ok=True)
         else:

@@ -50,7 +50,7 @@ TEST_CRDS = (
 )
 CRD_ESTABLISHED_SECONDS = 60
 # The upstream operators whose images the node runs (installed by the tests that need them).
-OPERATORS = ("TRAINING_OPERATOR_V1",)
+OPERATORS = ("TRAINING_OPERATOR_V1", "JOBSET_V0_10", "TRAINER_V2_1")
 
 
 def can_run_pods() -> bool:

@@ -1,0 +1,114 @@
+"""The TrainJob launcher on the real cluster (tests/cluster.py): Kubeflow Trainer v2.1.0 and
+JobSet v0.10.1, installed from their own manifests, run a TrainJob of 2 nodes on our
+ClusterTrainingRuntime (manifests/trainer-runtime, applied as a cluster admin applies it) as pods
+on the node agent; the launcher runs as the train step runs, in a pod of the project's image as
+the ServiceAccount bound to manifests/standalone-rbac's Role."""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+import time
+import uuid
+
+import pytest
+import yaml
+
+from tests.fmnist_kfp.preflight.test_permissions_on_the_api_server import _standalone
+
+IMAGE = "ghcr.io/fmnist-kfp/fmnist-kfp:0.2.0"
+STEP_SECONDS = 600
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="module")
+def cluster(real_cluster):
+    real_cluster.require_node()
+    real_cluster.install("JOBSET_V0_10")
+    real_cluster.install("TRAINER_V2_1")
+    runtime = yaml.safe_load(
+        (ROOT / "manifests/trainer-runtime/cluster-training-runtime.yaml").read_text())
+    real_cluster.apply(runtime)
+    return real_cluster
+
+
+@pytest.fixture
+def namespace(cluster, synthetic_dataset):
+    """A namespace with the Role's ServiceAccount and a claim holding the dataset."""
+    from kubernetes import client
+
+    name = f"trainjob-{uuid.uuid4().hex[:6]}"
+    _standalone(cluster, name)
+    client.CoreV1Api(cluster.api_client).create_namespaced_persistent_volume_claim(name, {
+        "metadata": {"name": "fmnist-data"},
+        "spec": {"accessModes": ["ReadWriteMany"],
+                 "resources": {"requests": {"storage": "5Gi"}}}})
+    shutil.copytree(synthetic_dataset, cluster.claim_dir(name, "fmnist-data") / "dataset")
+    return name
+
+
+def _run_step(cluster, namespace: str, job: str, timeout: int) -> tuple[str, str]:
+    """The TrainJob launcher in a pod, as the train step runs it: (phase, log)."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(cluster.api_client)
+    script = f"""
+        from fmnist_kfp.errors import TrainingJobError
+        from fmnist_kfp.launcher.trainjob_launcher import TrainJobLauncher
+        from fmnist_kfp.settings.jobs import KubernetesSettings
+        from fmnist_kfp.settings.training import TrainingConfig
+        from fmnist_kfp.training.training_job import TrainingJobSpec
+        settings = KubernetesSettings(image="{IMAGE}", namespace="{namespace}",
+                                      pvc_name="fmnist-data", cpu="500m", memory="1Gi")
+        spec = TrainingJobSpec(name="{job}", num_workers=2,
+                               config=TrainingConfig(model_type="basic", epochs=1),
+                               data_dir="/mnt/fmnist/dataset",
+                               export_dir="/mnt/fmnist/models/basic/1",
+                               work_dir="/mnt/fmnist/models/basic")
+        launcher = TrainJobLauncher(settings, poll_seconds=2, timeout_seconds={timeout})
+        outcome = launcher.run(spec)
+        print("RESULT", outcome.result["model_type"], outcome.restarts)
+    """
+    core.create_namespaced_pod(namespace, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "train-step"},
+        "spec": {"serviceAccountName": "pipeline-runner", "restartPolicy": "Never",
+                 "containers": [{"name": "main", "image": IMAGE,
+                                 "command": ["python", "-c", textwrap.dedent(script)],
+                                 "volumeMounts": [{"name": "data", "mountPath": "/mnt/fmnist"}]}],
+                 "volumes": [{"name": "data",
+                              "persistentVolumeClaim": {"claimName": "fmnist-data"}}]}})
+    deadline = time.monotonic() + timeout + 60
+    while (phase := core.read_namespaced_pod("train-step", namespace).status.phase) not in (
+            "Succeeded", "Failed"):
+        assert time.monotonic() < deadline
+        time.sleep(1)
+    return phase, core.read_namespaced_pod_log("train-step", namespace)
+
+
+def test_a_two_node_trainjob_trains_and_exports_the_model(cluster, namespace):
+    from kubernetes import client
+
+    phase, log = _run_step(cluster, namespace, "fmnist-basic-tj", STEP_SECONDS)
+    assert phase == "Succeeded", log
+    assert "RESULT basic 0" in log
+    assert "created TrainJob" in log and "2 node(s) on runtime fmnist-tensorflow" in log
+    exported = cluster.claim_dir(namespace, "fmnist-data") / "models" / "basic" / "1"
+    assert (exported / "saved_model.pb").exists()
+    pods = client.CoreV1Api(cluster.api_client).list_namespaced_pod(
+        namespace, label_selector="jobset.sigs.k8s.io/jobset-name=fmnist-basic-tj").items
+    assert len(pods) == 2 and all(p.status.phase == "Succeeded" for p in pods)
+
+
+def test_a_trainjob_whose_jobset_cannot_be_made_says_why(cluster, namespace):
+    """Trainer sets no condition when it cannot create the JobSet, it records the event
+    TrainJobResourcesCreationFailed (kubeflow/trainer v2.1.0 pkg/controller/trainjob_controller.go
+    118-131): here a ResourceQuota allows no JobSet in the namespace. The launcher shows the
+    event's reason and message while it waits, not "no pods yet"."""
+    cluster.create({"apiVersion": "v1", "kind": "ResourceQuota",
+                    "metadata": {"name": "no-jobsets"},
+                    "spec": {"hard": {"count/jobsets.jobset.x-k8s.io": "0"}}},
+                   namespace=namespace)
+    phase, log = _run_step(cluster, namespace, "fmnist-basic-nojs", 30)
+    assert phase == "Failed"
+    assert "Pending: TrainJobResourcesCreationFailed:" in log, log
+    assert "exceeded quota: no-jobsets" in log
