@@ -62,6 +62,7 @@ test: setup layers cluster-build
 # The upstream programs of the local cluster, built once per pinned version into a cache outside
 # the checkout (localcluster/build.py): minutes the first time, a look-up after that.
 cluster-build: setup | $(GO)
+	@command -v ip >/dev/null || apt-get install -y iproute2 || sudo apt-get install -y iproute2
 	$(PY) -m localcluster build
 
 cluster-up: cluster-build

@@ -64,8 +64,10 @@ _TFJOB_PATH = PERMISSIONS[:5]  # the TFJob's rows, which TRAINJOB_PERMISSIONS st
 # a Role cannot grant a cluster-scoped read anyway (Kubeflow 26.03 grants it to every
 # authenticated user: applications/trainer/upstream/overlays/kubeflow-platform/
 # kubeflow-trainer-roles.yaml lines 69-93).
+# And events: why a TrainJob has no pods (Trainer's TrainJobResourcesCreationFailed).
 OPTIONAL_READS = (
     ("list", "kueue.x-k8s.io", "workloads", ""),
+    ("list", "", "events", ""),
     ("get", "trainer.kubeflow.org", "clustertrainingruntimes", ""),
 )
 
