@@ -88,7 +88,7 @@ class ControlPlane:
 
         self.built = build(CONTROL_PLANE, log=log)
         if node_agent:
-            from localcluster.node_agent import reserve_subnet
+            from localcluster.pod_network import reserve_subnet
 
             self.subnet = reserve_subnet()
         self.state_dir.mkdir(parents=True, exist_ok=True)
