@@ -35,6 +35,10 @@ log = logging.getLogger("fmnist.trainer")
 
 RESULT_FILE = "result.json"
 HISTORY_FILE = "history.jsonl"
+# Exit code of a worker whose peer was lost (peer_lost): 128 or more is what the TFJob's ExitCode
+# policy retries (kubeflow/training-operator v1.9.2 pkg/util/train/train_util.go 24-26) and what
+# our ClusterTrainingRuntime's podFailurePolicy leaves to the JobSet's restart (1-127 fail it).
+PEER_LOST_EXIT_CODE = 138
 BACKUP_DIR = "backup"
 # How long the chief waits for the evaluator to score the last epoch before it finishes.
 EVALUATOR_WAIT_SECONDS = 600
@@ -352,8 +356,30 @@ def main(argv: list[str] | None = None) -> int:
         task = built["task"]
         print(f"TF_CONFIG from the JobSet environment: {task['type']} {task['index']} of "
               f"{', '.join(built['cluster']['worker'])}", flush=True)
-    train(config, args.data_dir, args.work_dir, args.export_dir, args.evaluate_test_split)
+    try:
+        train(config, args.data_dir, args.work_dir, args.export_dir, args.evaluate_test_split)
+    except Exception as error:
+        if not peer_lost(error):
+            raise
+        # One line, not TensorFlow's page of gRPC detail: the operator restarts this worker.
+        print(f"a peer worker was lost ({type(error).__name__}: "
+              f"{str(error).strip().splitlines()[-1][:200]}); exiting with code "
+              f"{PEER_LOST_EXIT_CODE} so that the operator restarts this worker, which resumes "
+              "from the last epoch checkpoint", flush=True)
+        return PEER_LOST_EXIT_CODE
     return 0
+
+
+def peer_lost(error: BaseException) -> bool:
+    """Whether ``error`` is a collective op aborted because another worker went away (killed,
+    preempted, restarted): TensorFlow's ``UnavailableError``. That is the peer's failure, not
+    this worker's, and a restart of this worker resumes from the checkpoint; exiting with it
+    as a traceback (code 1) made the TFJob's ExitCode policy fail the whole job for a killed
+    peer, as the real Training Operator showed (tests/fmnist_kfp/launcher/
+    test_tfjob_on_the_cluster.py)."""
+    import tensorflow as tf
+
+    return isinstance(error, tf.errors.UnavailableError)
 
 
 if __name__ == "__main__":

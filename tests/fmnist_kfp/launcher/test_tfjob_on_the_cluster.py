@@ -44,13 +44,20 @@ def _step_pod(name: str, script: str) -> dict:
                          "claimName": "fmnist-data"}}]}}
 
 
-def test_a_two_worker_tfjob_trains_and_exports_the_model(cluster, synthetic_dataset):
-    core = _core(cluster)
-    core.create_namespaced_persistent_volume_claim(NAMESPACE, {
+@pytest.fixture(scope="module")
+def claim(cluster, synthetic_dataset):
+    """The shared claim with the dataset, as the ingest step leaves it."""
+    _core(cluster).create_namespaced_persistent_volume_claim(NAMESPACE, {
         "metadata": {"name": "fmnist-data"},
         "spec": {"accessModes": ["ReadWriteMany"],
                  "resources": {"requests": {"storage": "5Gi"}}}})
-    shutil.copytree(synthetic_dataset, cluster.claim_dir(NAMESPACE, "fmnist-data") / "dataset")
+    root = cluster.claim_dir(NAMESPACE, "fmnist-data")
+    shutil.copytree(synthetic_dataset, root / "dataset")
+    return root
+
+
+def _start_step(cluster, pod: str, job: str, epochs: int = 1) -> None:
+    """The train step's launcher in a pod (``pod``), training TFJob ``job``."""
     script = f"""
         from fmnist_kfp.launcher.tfjob_launcher import TFJobLauncher
         from fmnist_kfp.settings.jobs import KubernetesSettings
@@ -58,29 +65,111 @@ def test_a_two_worker_tfjob_trains_and_exports_the_model(cluster, synthetic_data
         from fmnist_kfp.training.training_job import TrainingJobSpec
         settings = KubernetesSettings(image="{IMAGE}", namespace="{NAMESPACE}",
                                       pvc_name="fmnist-data", cpu="500m", memory="1Gi")
-        spec = TrainingJobSpec(name="fmnist-basic-real", num_workers=2,
-                               config=TrainingConfig(model_type="basic", epochs=1),
+        spec = TrainingJobSpec(name="{job}", num_workers=2,
+                               config=TrainingConfig(model_type="basic", epochs={epochs}),
                                data_dir="/mnt/fmnist/dataset",
-                               export_dir="/mnt/fmnist/models/basic/1",
-                               work_dir="/mnt/fmnist/models/basic")
+                               export_dir="/mnt/fmnist/models/{job}/1",
+                               work_dir="/mnt/fmnist/models/{job}")
         outcome = TFJobLauncher(settings, poll_seconds=2, timeout_seconds={STEP_SECONDS}).run(spec)
         print("RESULT", outcome.result["model_type"], outcome.restarts)
     """
-    core.create_namespaced_pod(NAMESPACE, _step_pod("train-step", script))
+    _core(cluster).create_namespaced_pod(NAMESPACE, _step_pod(pod, script))
+
+
+def _finished(cluster, pod: str) -> tuple[str, str]:
+    core = _core(cluster)
     deadline = time.monotonic() + STEP_SECONDS + 60
-    while (phase := core.read_namespaced_pod("train-step", NAMESPACE).status.phase) not in (
+    while (phase := core.read_namespaced_pod(pod, NAMESPACE).status.phase) not in (
             "Succeeded", "Failed"):
         assert time.monotonic() < deadline
         time.sleep(1)
-    log = core.read_namespaced_pod_log("train-step", NAMESPACE)
+    return phase, core.read_namespaced_pod_log(pod, NAMESPACE)
+
+
+def _until(condition, what: str, seconds: float = 300):
+    deadline = time.monotonic() + seconds
+    while not (value := condition()):
+        assert time.monotonic() < deadline, f"not {what} after {seconds:.0f} s"
+        time.sleep(0.2)
+    return value
+
+
+def _workers(cluster, job: str) -> list:
+    return _core(cluster).list_namespaced_pod(
+        NAMESPACE, label_selector=f"training.kubeflow.org/job-name={job}").items
+
+
+def _tfjob(cluster, job: str) -> dict | None:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        return cluster.api_client.call_api(
+            f"/apis/kubeflow.org/v1/namespaces/{NAMESPACE}/tfjobs/{job}", "GET",
+            response_type="object", auth_settings=["BearerToken"], _return_http_data_only=True)
+    except ApiException as error:
+        assert error.status == 404
+        return None
+
+
+def test_a_two_worker_tfjob_trains_and_exports_the_model(cluster, claim):
+    _start_step(cluster, "train-step", "fmnist-basic-real")
+    phase, log = _finished(cluster, "train-step")
     assert phase == "Succeeded", log
     assert "RESULT basic 0" in log
     assert "created TFJob kubeflow/fmnist-basic-real (2 replicas" in log
-    exported = cluster.claim_dir(NAMESPACE, "fmnist-data") / "models" / "basic" / "1"
-    assert (exported / "saved_model.pb").exists()
+    assert (claim / "models" / "fmnist-basic-real" / "1" / "saved_model.pb").exists()
     # Both workers trained: the operator made a pod for each, and each ran to the end.
-    pods = core.list_namespaced_pod(
-        NAMESPACE, label_selector="training.kubeflow.org/job-name=fmnist-basic-real").items
+    pods = _workers(cluster, "fmnist-basic-real")
     assert sorted(p.metadata.name for p in pods) == ["fmnist-basic-real-worker-0",
                                                     "fmnist-basic-real-worker-1"]
     assert all(p.status.phase == "Succeeded" for p in pods)
+
+
+def test_a_killed_worker_is_restarted_and_training_resumes_from_its_checkpoint(cluster, claim):
+    """SIGKILL to a worker's process once an epoch is checkpointed: exit code 137, which the
+    TFJob's ExitCode policy retries (kubeflow/training-operator v1.9.2
+    pkg/controller.v1/common/pod.go); the job resumes and the launcher counts the restart."""
+    import os
+    import signal
+
+    job = "fmnist-basic-killed"
+    _start_step(cluster, "train-killed", job, epochs=12)
+    history = claim / "models" / job / "history.jsonl"
+    _until(lambda: history.exists() and history.read_text().count("\n") >= 1,
+           "an epoch checkpointed")
+    [worker] = [p for p in _workers(cluster, job) if p.metadata.name.endswith("worker-1")]
+    [status] = worker.status.container_statuses
+    os.kill(int(status.container_id.removeprefix("process://")), signal.SIGKILL)
+    phase, log = _finished(cluster, "train-killed")
+    assert phase == "Succeeded", log
+    assert "RESULT basic" in log and "RESULT basic 0" not in log, log
+    epochs = [line for line in history.read_text().splitlines() if line]
+    assert len(epochs) >= 12  # every epoch logged once at least; none lost to the restart
+    assert (claim / "models" / job / "1" / "saved_model.pb").exists()
+
+
+def test_terminating_the_step_deletes_its_tfjob(cluster, claim):
+    """The step pod deleted (a run terminated in KFP): SIGTERM reaches the launcher, which
+    deletes the TFJob before it exits (fmnist_kfp.kubernetes.runner)."""
+    job = "fmnist-basic-stopped"
+    _start_step(cluster, "train-stopped", job, epochs=50)
+    _until(lambda: len(_workers(cluster, job)) == 2, "two workers")
+    _core(cluster).delete_namespaced_pod("train-stopped", NAMESPACE, grace_period_seconds=30)
+    _until(lambda: _tfjob(cluster, job) is None, "the TFJob deleted", 60)
+    _until(lambda: not _workers(cluster, job), "the workers gone", 60)
+
+
+def test_a_retried_step_finds_its_running_tfjob(cluster, claim):
+    """A step killed without its clean-up (SIGKILL: grace 0) leaves its TFJob running; the
+    retry, with the same stable job name, re-attaches and waits for it instead of failing on
+    409 or starting over."""
+    job = "fmnist-basic-retried"
+    _start_step(cluster, "train-first", job, epochs=6)
+    _until(lambda: len(_workers(cluster, job)) == 2, "two workers")
+    _core(cluster).delete_namespaced_pod("train-first", NAMESPACE, grace_period_seconds=0)
+    uid = _tfjob(cluster, job)["metadata"]["uid"]
+    _start_step(cluster, "train-retry", job, epochs=6)
+    phase, log = _finished(cluster, "train-retry")
+    assert phase == "Succeeded", log
+    assert f"re-attaching to the existing TFJob {NAMESPACE}/{job}" in log, log
+    assert _tfjob(cluster, job)["metadata"]["uid"] == uid
