@@ -372,14 +372,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def peer_lost(error: BaseException) -> bool:
     """Whether ``error`` is a collective op aborted because another worker went away (killed,
-    preempted, restarted): TensorFlow's ``UnavailableError``. That is the peer's failure, not
-    this worker's, and a restart of this worker resumes from the checkpoint; exiting with it
-    as a traceback (code 1) made the TFJob's ExitCode policy fail the whole job for a killed
-    peer, as the real Training Operator showed (tests/fmnist_kfp/launcher/
-    test_tfjob_on_the_cluster.py)."""
+    preempted) or came back: TensorFlow's ``UnavailableError`` (the peer cannot be reached) or
+    ``AbortedError`` (its restarted incarnation reconnected to the coordination service before
+    this worker saw it go). That is the peer's failure, not this worker's, and a restart of
+    this worker resumes from the checkpoint; exiting with it as a traceback (code 1) made the
+    TFJob's ExitCode policy fail the whole job for one killed peer, as the real Training
+    Operator showed (tests/fmnist_kfp/launcher/test_tfjob_on_the_cluster.py), both ways."""
     import tensorflow as tf
 
-    return isinstance(error, tf.errors.UnavailableError)
+    return isinstance(error, (tf.errors.UnavailableError, tf.errors.AbortedError))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import pytest
 from tests.fmnist_kfp.preflight.test_permissions_on_the_api_server import _standalone
 
 NAMESPACE = "kubeflow"
+pytestmark = pytest.mark.slow  # trains real models
 IMAGE = "ghcr.io/fmnist-kfp/fmnist-kfp:0.2.0"
 STEP_SECONDS = 600
 
@@ -128,7 +129,9 @@ def test_a_two_worker_tfjob_trains_and_exports_the_model(cluster, claim):
 def test_a_killed_worker_is_restarted_and_training_resumes_from_its_checkpoint(cluster, claim):
     """SIGKILL to a worker's process once an epoch is checkpointed: exit code 137, which the
     TFJob's ExitCode policy retries (kubeflow/training-operator v1.9.2
-    pkg/controller.v1/common/pod.go); the job resumes and the launcher counts the restart."""
+    pkg/controller.v1/common/pod.go); its peer exits with trainer.PEER_LOST_EXIT_CODE, retried
+    too, and the job resumes from the checkpoint and finishes. (The launcher's restart count is
+    not asserted: a poll can miss a recreated pod entirely.)"""
     import os
     import signal
 
@@ -142,7 +145,10 @@ def test_a_killed_worker_is_restarted_and_training_resumes_from_its_checkpoint(c
     os.kill(int(status.container_id.removeprefix("process://")), signal.SIGKILL)
     phase, log = _finished(cluster, "train-killed")
     assert phase == "Succeeded", log
-    assert "RESULT basic" in log and "RESULT basic 0" not in log, log
+    assert "RESULT basic" in log, log
+    # The operator recreated the killed worker's pod (ExitCode: 137 is retried).
+    [again] = [p for p in _workers(cluster, job) if p.metadata.name.endswith("worker-1")]
+    assert again.metadata.uid != worker.metadata.uid
     epochs = [line for line in history.read_text().splitlines() if line]
     assert len(epochs) >= 12  # every epoch logged once at least; none lost to the restart
     assert (claim / "models" / job / "1" / "saved_model.pb").exists()

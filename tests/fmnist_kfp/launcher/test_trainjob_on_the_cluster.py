@@ -16,6 +16,7 @@ import yaml
 
 from tests.fmnist_kfp.preflight.test_permissions_on_the_api_server import _standalone
 
+pytestmark = pytest.mark.slow  # trains real models
 IMAGE = "ghcr.io/fmnist-kfp/fmnist-kfp:0.2.0"
 STEP_SECONDS = 600
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[3]
