@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -89,7 +90,14 @@ def main(spec_path: str) -> None:
         _mount("--bind", source, target)
         if read_only:
             _mount("-o", "remount,bind,ro", target)
+    argv = spec["argv"]
+    program: str | int = argv[0]
     if own_tmp:
+        # The program, opened before /tmp is replaced: it may lie under /tmp (a build cache
+        # there), and is then executed from this descriptor (fexecve).
+        found = shutil.which(argv[0], path=spec["env"].get("PATH"))
+        if found:
+            program = os.open(found, os.O_RDONLY)
         # An upstream program's /tmp is its own, as its image's would be: the operators on this
         # node all keep their webhook certificates in /tmp/k8s-webhook-server. Last, and with
         # what was mounted into it (--rbind), since the pod's own folders may lie under /tmp.
@@ -97,8 +105,9 @@ def main(spec_path: str) -> None:
         os.chmod(own_tmp, 0o1777)
         _mount("--rbind", own_tmp, "/tmp")
     os.chdir(spec["cwd"])
-    argv = spec["argv"]
     try:
+        if isinstance(program, int):
+            os.execve(program, argv, spec["env"])
         os.execvpe(argv[0], argv, spec["env"])
     except OSError as error:  # the kubelet's StartError: the command cannot be run
         print(f"exec {argv[0]!r}: {error}", file=sys.stderr)
