@@ -36,8 +36,9 @@ rule below follows the kubelet of Kubernetes v1.34.1 where it cites it.
 * **Status** as the kubelet reports it: phase (kubelet_pods.go getPhase), the pod conditions,
   init and container statuses with exit codes, reasons (``Completed``, ``Error``,
   ``ContainerCannotRun``) and restart counts, ``podIP`` and ``hostIP``.
-* **Termination.** A pod being deleted gets SIGTERM, then SIGKILL after its grace period
-  (kuberuntime_container.go killContainer); once its containers have stopped the agent deletes
+* **Termination.** A pod being deleted gets SIGTERM, then SIGKILL after its grace period,
+  at least 2 s even when force-deleted (kuberuntime_container.go killContainer,
+  minimumGracePeriodInSeconds); once its containers have stopped the agent deletes
   it with grace 0 and its UID as precondition (pkg/kubelet/status/status_manager.go 1095-1150).
 * **Storage.** A default StorageClass ``local``; each of its claims gets a PersistentVolume,
   a directory of this node that every pod mounting the claim shares (all pods run here, so

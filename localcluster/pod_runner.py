@@ -21,6 +21,7 @@ from pathlib import Path
 NODE_NAME = "local-node"
 BACKOFF_START, BACKOFF_MAX = 10.0, 300.0  # pkg/kubelet/kubelet.go 216, MaxContainerBackOff
 PROJECT_REPOSITORY = "fmnist-kfp"
+MIN_GRACE_SECONDS = 2.0
 
 
 def now() -> str:
@@ -269,7 +270,9 @@ class PodRunner(threading.Thread):
         grace = self.pod["metadata"].get("deletionGracePeriodSeconds")
         if grace is None:
             grace = self.pod["spec"].get("terminationGracePeriodSeconds", 30)
-        deadline = time.monotonic() + (0 if self.gone.is_set() else grace)
+        # Never under the kubelet's minimum, even for a pod force-deleted with grace 0
+        # (pkg/kubelet/kuberuntime/kuberuntime_container.go minimumGracePeriodInSeconds).
+        deadline = time.monotonic() + max(float(grace), MIN_GRACE_SECONDS)
         for run in live:
             while run.process.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.1)

@@ -231,7 +231,9 @@ def test_an_image_with_no_local_program_waits_saying_why(cluster, namespace):
     while True:
         pod = core.read_namespaced_pod("foreign", namespace)
         statuses = pod.status.container_statuses or []
-        if statuses and statuses[0].state.waiting:
+        # (Waiting with PodInitializing first, as a kubelet reports a container not yet made.)
+        if statuses and statuses[0].state.waiting and \
+                statuses[0].state.waiting.reason != "PodInitializing":
             break
         assert time.monotonic() < deadline
         time.sleep(0.2)

@@ -168,13 +168,21 @@ def test_terminating_the_step_deletes_its_tfjob(cluster, claim):
 
 
 def test_a_retried_step_finds_its_running_tfjob(cluster, claim):
-    """A step killed without its clean-up (SIGKILL: grace 0) leaves its TFJob running; the
+    """A step killed without its clean-up (its process SIGKILLed: a lost node, the OOM killer;
+    a deleted pod gets SIGTERM and its grace, even force-deleted) leaves its TFJob running; the
     retry, with the same stable job name, re-attaches and waits for it instead of failing on
     409 or starting over."""
+    import os
+    import signal
+
     job = "fmnist-basic-retried"
     _start_step(cluster, "train-first", job, epochs=6)
     _until(lambda: len(_workers(cluster, job)) == 2, "two workers")
-    _core(cluster).delete_namespaced_pod("train-first", NAMESPACE, grace_period_seconds=0)
+    [status] = _core(cluster).read_namespaced_pod("train-first", NAMESPACE).status \
+        .container_statuses
+    os.kill(int(status.container_id.removeprefix("process://")), signal.SIGKILL)
+    _until(lambda: _core(cluster).read_namespaced_pod("train-first", NAMESPACE).status.phase
+           == "Failed", "the first step failed")
     uid = _tfjob(cluster, job)["metadata"]["uid"]
     _start_step(cluster, "train-retry", job, epochs=6)
     phase, log = _finished(cluster, "train-retry")
