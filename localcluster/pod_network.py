@@ -49,7 +49,9 @@ class PodNetwork:
             raise RuntimeError("the pod network's /24 is full")
         address = f"10.244.{self.subnet}.{host}"
         self.remove_pod(name)
-        veth = f"fk{self.subnet}v{host}"
+        # Named after the pod's namespace (its UID), not after the address: a veth that a killed
+        # run left behind (its namespace never deleted) would collide with a reused address.
+        veth = "fv" + name.removeprefix("fk-").replace("-", "")[:12]
         _ip("netns", "add", name)
         _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", name)
         _ip("link", "set", veth, "master", self.bridge, "up")
