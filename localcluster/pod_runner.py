@@ -362,7 +362,6 @@ class PodRunner(threading.Thread):
 
     def _prepare_volumes(self) -> dict[str, Path]:
         volumes: dict[str, Path] = {}
-        api = self.agent.api
         for volume in self.pod["spec"].get("volumes") or []:
             name = volume["name"]
             path = self.dir / "volumes" / name
@@ -373,16 +372,8 @@ class PodRunner(threading.Thread):
                 path = Path(volume["hostPath"]["path"])
             else:
                 path.mkdir(parents=True, exist_ok=True)
-                files: dict[str, bytes] = {}
-                if "configMap" in volume:
-                    data = api.config_map_data(self.namespace, volume["configMap"]) or {}
-                    files = _items(volume["configMap"], {k: v.encode() for k, v in data.items()})
-                elif "secret" in volume:
-                    ref = {"name": volume["secret"]["secretName"],
-                           "optional": volume["secret"].get("optional")}
-                    data = api.secret_data(self.namespace, ref) or {}
-                    files = _items(volume["secret"], {k: v.encode() for k, v in data.items()})
-                elif "projected" in volume:
+                files: dict[str, bytes] = self._object_files(volume) or {}
+                if "projected" in volume:
                     files = self._projected(volume["projected"])
                 elif "downwardAPI" in volume:
                     files = {item["path"]: self._field(item["fieldRef"]["fieldPath"]).encode()
@@ -395,6 +386,20 @@ class PodRunner(threading.Thread):
             volumes[name] = path
         return volumes
 
+    def _object_files(self, volume: dict) -> dict[str, bytes] | None:
+        """The files of a ConfigMap or Secret volume; None for any other kind."""
+        api = self.agent.api
+        if "configMap" in volume:
+            source = volume["configMap"]
+            data = api.config_map_data(self.namespace, source) or {}
+        elif "secret" in volume:
+            source = volume["secret"]
+            data = api.secret_data(self.namespace, {"name": source["secretName"],
+                                                    "optional": source.get("optional")}) or {}
+        else:
+            return None
+        return _items(source, {k: v.encode() for k, v in data.items()})
+
     def _refresh_volumes(self) -> None:
         """ConfigMap and Secret volumes follow their objects, as the kubelet's periodic sync
         updates them (pkg/volume/util/atomic_writer.go); every 2 s here. A webhook's serving
@@ -403,20 +408,12 @@ class PodRunner(threading.Thread):
         if time.monotonic() < getattr(self, "_next_refresh", 0.0):
             return
         self._next_refresh = time.monotonic() + 2.0
-        api = self.agent.api
         for volume in self.pod["spec"].get("volumes") or []:
             try:
-                if "configMap" in volume:
-                    data = api.config_map_data(self.namespace, volume["configMap"]) or {}
-                    files = _items(volume["configMap"], {k: v.encode() for k, v in data.items()})
-                elif "secret" in volume:
-                    ref = {"name": volume["secret"]["secretName"],
-                           "optional": volume["secret"].get("optional")}
-                    data = api.secret_data(self.namespace, ref) or {}
-                    files = _items(volume["secret"], {k: v.encode() for k, v in data.items()})
-                else:
-                    continue
+                files = self._object_files(volume)
             except Exception:  # the next sync tries again
+                continue
+            if files is None:
                 continue
             for relative, content in files.items():
                 target = self.volumes[volume["name"]] / relative

@@ -101,35 +101,20 @@ class RealCluster:
     def apply(self, manifest: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
         """Creates ``manifest``, or replaces the stored object of its name (``kubectl apply``'s
         outcome for a whole object)."""
-        from kubernetes.client.exceptions import ApiException
+        from localcluster import operators
 
-        try:
-            return self.create(manifest, namespace=namespace)
-        except ApiException as error:
-            if error.status != 409:
-                raise
-        path = f"{self.collection_path(manifest, namespace)}/{manifest['metadata']['name']}"
-        stored = self.api_client.call_api(path, "GET", response_type="object",
-                                          auth_settings=["BearerToken"],
-                                          _return_http_data_only=True)
-        body = {**manifest, "metadata": {**manifest["metadata"], "resourceVersion":
-                                         stored["metadata"]["resourceVersion"]}}
-        return self.api_client.call_api(path, "PUT", body=body, response_type="object",
-                                        auth_settings=["BearerToken"],
-                                        _return_http_data_only=True)
+        if namespace:
+            manifest = {**manifest, "metadata": {**manifest["metadata"], "namespace": namespace}}
+        return operators.apply(self.api_client, manifest)
 
     def collection_path(self, manifest: dict[str, Any], namespace: str | None = None) -> str:
         """The REST path of ``manifest``'s kind, found by discovery as kubectl finds it."""
-        api_version, kind = manifest["apiVersion"], manifest["kind"]
-        group_path = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
-        resources = self.api_client.call_api(
-            group_path, "GET", response_type="object", auth_settings=["BearerToken"],
-            _return_http_data_only=True)["resources"]
-        [resource] = [r for r in resources if r["kind"] == kind and "/" not in r["name"]]
-        if not resource["namespaced"]:
-            return f"{group_path}/{resource['name']}"
-        ns = namespace or manifest.get("metadata", {}).get("namespace") or "default"
-        return f"{group_path}/namespaces/{ns}/{resource['name']}"
+        from localcluster import operators
+
+        if namespace:
+            manifest = {**manifest, "metadata": {**manifest.get("metadata", {}),
+                                                 "namespace": namespace}}
+        return operators.collection_path(self.api_client, manifest)
 
     def ensure_namespace(self, name: str) -> None:
         from kubernetes import client
