@@ -32,6 +32,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fmnist_kfp.launcher.local_processes import _die_with_parent  # PR_SET_PDEATHSIG
 from localcluster import certs
 from localcluster.build import Built, build
 from localcluster.programs import CONTROL_PLANE, KUBERNETES_VERSION
@@ -317,8 +318,3 @@ def _get(url: str, context: ssl.SSLContext | None = None) -> bytes | None:
     except OSError:
         return None
 
-
-def _die_with_parent() -> None:
-    import ctypes
-
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG

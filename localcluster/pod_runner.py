@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from fmnist_kfp.launcher.local_processes import _die_with_parent  # PR_SET_PDEATHSIG
+
 NODE_NAME = "local-node"
 BACKOFF_START, BACKOFF_MAX = 10.0, 300.0  # pkg/kubelet/kubelet.go 216, MaxContainerBackOff
 PROJECT_REPOSITORY = "fmnist-kfp"
@@ -546,11 +548,6 @@ def _signal_group(process: subprocess.Popen, sig: int) -> None:
     except ProcessLookupError:
         pass
 
-
-def _die_with_parent() -> None:
-    import ctypes
-
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _memory_bytes() -> int:
