@@ -64,6 +64,11 @@ TRAINER_V2_1 = Operator(
     without=("../../third-party/jobset",))
 
 
+# By the name `python -m localcluster up --operators` takes, in the order they install (Trainer
+# needs JobSet's CRDs).
+BY_NAME = {o.name: o for o in (TRAINING_OPERATOR_V1, JOBSET_V0_10, TRAINER_V2_1)}
+
+
 def module_dir(module: GoModule, upstream: str) -> Path:
     """Where the go command keeps ``upstream`` at the version ``module``'s go.mod pins."""
     answer = subprocess.run([go_command(), "list", "-m", "-json", upstream],

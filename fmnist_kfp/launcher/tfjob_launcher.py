@@ -28,6 +28,9 @@ What is particular to TFJobs:
   0) new log lines are printed on each poll, across pod restarts; a log read that fails is
   skipped, never waited on (the SDK's ``get_job_logs(follow=True)`` hangs forever when its
   stream breaks).
+* **Held back.** A pod the scheduler cannot place, or whose image cannot be pulled, is named in
+  the progress with the scheduler's or the kubelet's reason (:mod:`fmnist_kfp.kubernetes.pods`):
+  the operator calls such a job Running.
 * **A failed job is deleted** after its reason is reported, so a retried step creates a fresh
   TFJob instead of re-attaching to the failure.
 * **Queued.** A TFJob that Kueue holds (``runPolicy.suspend`` true: Kueue's webhook suspends
@@ -45,6 +48,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from fmnist_kfp.errors import TrainingJobError
+from fmnist_kfp.kubernetes.pods import why_not_running
 from fmnist_kfp.kubernetes.runner import (
     FAILED,
     JobStatus,
@@ -261,8 +265,10 @@ class _Watch:
         self.restarts = self.counter.update(conditions, pods)
         last = conditions[-1] if conditions else None
         state = last.type if last else "Pending (no status yet)"
+        held = why_not_running(pods)
         progress = state + (f", {self.restarts} restart(s)" if self.restarts else "") + (
-            f" ({last.message})" if last is not None and last.message else "")
+            f" ({last.message})" if last is not None and last.message else "") + (
+            f"; waiting for {held}" if held else "")
         failed = _true(conditions, "Failed")
         if failed is not None:
             return JobStatus(done=True, failed=True, progress=progress,

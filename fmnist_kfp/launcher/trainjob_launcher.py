@@ -28,6 +28,8 @@ What is particular to TrainJobs (kubeflow/trainer v2.1.0; v2.2.0 the same unless
   against ``scheduling.start_deadline_minutes``.
 * **Logs** of node 0 (completion index 0, of the latest restart attempt): new lines printed on
   each poll; a failed read is skipped.
+* **Held back.** A pod the scheduler cannot place, or whose image cannot be pulled, is named in
+  the progress with the scheduler's or the kubelet's reason (:mod:`fmnist_kfp.kubernetes.pods`).
 * **A failed job is deleted** after its reason is reported; so is a job whose step is
   terminated or runs past its deadline. Deleting the TrainJob deletes its JobSet, Jobs and
   pods (owner references; Trainer puts no finalizer on a TrainJob).
@@ -38,6 +40,7 @@ from __future__ import annotations
 import sys
 
 from fmnist_kfp.errors import TrainingJobError
+from fmnist_kfp.kubernetes.pods import why_not_running
 from fmnist_kfp.kubernetes.runner import (
     FAILED,
     JobStatus,
@@ -204,7 +207,9 @@ class _Watch:
         state = (failed or complete or {}).get("type") or (
             f"Running ({len([p for p in pods if p.status and p.status.phase == 'Running'])}"
             f"/{self.spec.num_workers} nodes)" if pods else self._pending())
-        progress = state + (f", {self.restarts} restart(s)" if self.restarts else "")
+        held = why_not_running(pods)
+        progress = state + (f", {self.restarts} restart(s)" if self.restarts else "") + (
+            f"; waiting for {held}" if held else "")
         if failed is not None:
             return JobStatus(done=True, failed=True, progress=progress,
                              reason=f"{failed.get('reason')}: {failed.get('message')}")

@@ -57,21 +57,24 @@ def claim(cluster, synthetic_dataset):
     return root
 
 
-def _start_step(cluster, pod: str, job: str, epochs: int = 1, max_restarts: int = 2) -> None:
-    """The train step's launcher in a pod (``pod``), training TFJob ``job``."""
+def _start_step(cluster, pod: str, job: str, epochs: int = 1, max_restarts: int = 2,
+                layout: str = "num_workers=2", cpu: str = "500m",
+                timeout_seconds: int = STEP_SECONDS) -> None:
+    """The train step's launcher in a pod (``pod``), training TFJob ``job``; ``layout``: the
+    spec's replica fields, ``cpu`` each replica's request."""
     script = f"""
         from fmnist_kfp.launcher.tfjob_launcher import TFJobLauncher
         from fmnist_kfp.settings.jobs import KubernetesSettings
         from fmnist_kfp.settings.training import TrainingConfig
         from fmnist_kfp.training.training_job import TrainingJobSpec
         settings = KubernetesSettings(image="{IMAGE}", namespace="{NAMESPACE}",
-                                      pvc_name="fmnist-data", cpu="500m", memory="1Gi")
-        spec = TrainingJobSpec(name="{job}", num_workers=2, max_restarts={max_restarts},
+                                      pvc_name="fmnist-data", cpu="{cpu}", memory="1Gi")
+        spec = TrainingJobSpec(name="{job}", {layout}, max_restarts={max_restarts},
                                config=TrainingConfig(model_type="basic", epochs={epochs}),
                                data_dir="/mnt/fmnist/dataset",
                                export_dir="/mnt/fmnist/models/{job}/1",
                                work_dir="/mnt/fmnist/models/{job}")
-        outcome = TFJobLauncher(settings, poll_seconds=2, timeout_seconds={STEP_SECONDS}).run(spec)
+        outcome = TFJobLauncher(settings, poll_seconds=2, timeout_seconds={timeout_seconds}).run(spec)
         print("RESULT", outcome.result["model_type"], outcome.restarts)
     """
     _core(cluster).create_namespaced_pod(NAMESPACE, _step_pod(pod, script))
@@ -100,6 +103,15 @@ def _workers(cluster, job: str) -> list:
         NAMESPACE, label_selector=f"training.kubeflow.org/job-name={job}").items
 
 
+def _job_logs(cluster, job: str) -> str:
+    """Each of the job's pods' phase and last log lines: what a failed assertion shows."""
+    core = _core(cluster)
+    return "\n".join(
+        f"--- {p.metadata.name} {p.status.phase}\n" + "\n".join(
+            core.read_namespaced_pod_log(p.metadata.name, NAMESPACE).splitlines()[-15:])
+        for p in _workers(cluster, job))
+
+
 def _tfjob(cluster, job: str) -> dict | None:
     from kubernetes.client.exceptions import ApiException
 
@@ -124,6 +136,41 @@ def test_a_two_worker_tfjob_trains_and_exports_the_model(cluster, claim):
     assert sorted(p.metadata.name for p in pods) == ["fmnist-basic-real-worker-0",
                                                     "fmnist-basic-real-worker-1"]
     assert all(p.status.phase == "Succeeded" for p in pods)
+
+
+def test_parameter_servers_and_an_evaluator_train_and_export_the_model(cluster, claim):
+    """ParameterServerStrategy: a chief coordinating 2 workers and 1 PS, and an evaluator
+    scoring each checkpoint; the operator gives each its TF_CONFIG role. (Five replicas of
+    a quarter CPU each: with half a CPU each, two would never be scheduled on this 2-CPU node,
+    as the next test shows.)"""
+    job = "fmnist-basic-ps"
+    _start_step(cluster, "train-ps", job, cpu="250m", layout=(
+        'strategy="parameter_server", num_workers=2, num_ps=1, evaluator=True'))
+    phase, log = _finished(cluster, "train-ps")
+    assert phase == "Succeeded", log + _job_logs(cluster, job)
+    assert "RESULT basic 0" in log, log
+    assert (claim / "models" / job / "1" / "saved_model.pb").exists()
+    assert "chief-0: ParameterServerStrategy coordinating 2 worker(s) and 1 parameter " \
+           "server(s)" in log, log
+    # The chief and the evaluator ran to the end; the PS and the workers, which serve until
+    # they are stopped, were deleted with the job's running pods (cleanPodPolicy Running).
+    finished = {p.metadata.name.removeprefix(job + "-"): p.status.phase
+                for p in _workers(cluster, job)}
+    assert finished == {"chief-0": "Succeeded", "evaluator-0": "Succeeded"}
+
+
+def test_a_job_the_scheduler_cannot_place_says_why_while_it_waits(cluster, claim):
+    """Workers asking for more CPU than the node has: the operator calls the TFJob Running,
+    the scheduler keeps its pods Unschedulable, and the step's progress quotes the scheduler
+    (fmnist_kfp.kubernetes.pods) until its deadline deletes the job."""
+    job = "fmnist-basic-too-big"
+    _start_step(cluster, "train-too-big", job, cpu="3", timeout_seconds=40)
+    phase, log = _finished(cluster, "train-too-big")
+    assert phase == "Failed", log
+    assert (f"waiting for {job}-worker-0: Unschedulable: 0/1 nodes are available: "
+            "1 Insufficient cpu") in log, log
+    assert "did not finish within the step's 40 s" in log, log
+    _until(lambda: _tfjob(cluster, job) is None, "the TFJob deleted", 60)
 
 
 def test_a_killed_worker_is_restarted_and_training_resumes_from_its_checkpoint(cluster, claim):
