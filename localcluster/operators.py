@@ -20,8 +20,10 @@ from typing import Any
 from localcluster.build import HERE, build, go_command
 from localcluster.programs import (
     JOBSET_0_10,
+    JOBSET_0_11,
     KUSTOMIZE,
     TRAINER_2_1,
+    TRAINER_2_2,
     TRAINING_OPERATOR,
     GoModule,
 )
@@ -63,10 +65,23 @@ TRAINER_V2_1 = Operator(
     namespace="kubeflow-system", deployment="kubeflow-trainer-controller-manager",
     without=("../../third-party/jobset",))
 
+# Kubeflow 26.03.1's Trainer and the JobSet release its manifests install
+# (manifests/third-party/jobset/kustomization.yaml at v2.2.0: v0.11.0).
+JOBSET_V0_11 = Operator(
+    name="jobset-0.11", module=JOBSET_0_11, upstream="sigs.k8s.io/jobset",
+    kustomization="config/default", images={"jobset": "jobset"},
+    namespace="jobset-system", deployment="jobset-controller-manager")
+TRAINER_V2_2 = Operator(
+    name="trainer-2.2", module=TRAINER_2_2, upstream="github.com/kubeflow/trainer/v2",
+    kustomization="manifests/overlays/manager",
+    images={"trainer-controller-manager": "trainer-controller-manager"},
+    namespace="kubeflow-system", deployment="kubeflow-trainer-controller-manager",
+    without=("../../third-party/jobset",))
 
 # By the name `python -m localcluster up --operators` takes, in the order they install (Trainer
 # needs JobSet's CRDs).
-BY_NAME = {o.name: o for o in (TRAINING_OPERATOR_V1, JOBSET_V0_10, TRAINER_V2_1)}
+BY_NAME = {o.name: o for o in (TRAINING_OPERATOR_V1, JOBSET_V0_10, TRAINER_V2_1,
+                                JOBSET_V0_11, TRAINER_V2_2)}
 
 
 def module_dir(module: GoModule, upstream: str) -> Path:
@@ -98,11 +113,14 @@ def render(operator: Operator) -> list[dict[str, Any]]:
 
 def programs(operators: list[Operator]) -> dict[str, str]:
     """The node agent's ``--program`` map for ``operators``."""
-    found = {}
+    found: dict[str, str] = {}
     for operator in operators:
         built = build(operator.module)
         for repository, program in operator.images.items():
-            found[repository] = str(built.path(program))
+            path = str(built.path(program))
+            if found.setdefault(repository, path) != path:
+                raise ValueError(f"two versions of {repository} on one node ({operator.name} "
+                                 "and another): start a cluster for each")
     return found
 
 

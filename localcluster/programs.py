@@ -64,9 +64,6 @@ TRAINING_OPERATOR = GoModule(
 # -k` does (kubectl v1.34 embeds kustomize v5.7.1).
 KUSTOMIZE = GoModule("kustomize-v5.7.1", "kustomize-v5.7.1",
                      {"kustomize": "sigs.k8s.io/kustomize/kustomize/v5"})
-# Trainer and the JobSet that its Kubeflow release installs beside it.
-TRAINERS = {"2.1": (TRAINER_2_1, JOBSET_0_10), "2.2": (TRAINER_2_2, JOBSET_0_11)}
-# What `python -m localcluster build` (and so `make test`) builds: what the tests run. Trainer
-# v2.2.0 and JobSet v0.11.0 are pinned beside them and build (`build(TRAINER_2_2)`), but no test
-# runs them yet: building them would cost a new machine minutes for nothing.
-MODULES = (CONTROL_PLANE, KUSTOMIZE, JOBSET_0_10, TRAINER_2_1, TRAINING_OPERATOR)
+# What `python -m localcluster build` (and so `make test`) builds: what the tests run.
+MODULES = (CONTROL_PLANE, KUSTOMIZE, JOBSET_0_10, TRAINER_2_1, JOBSET_0_11, TRAINER_2_2,
+           TRAINING_OPERATOR)

@@ -153,8 +153,9 @@ def install_crds(api_client) -> None:
             time.sleep(0.1)
 
 
-def start_real_cluster(state_dir: Path):
-    """The control plane, started in ``state_dir``, with the CRDs installed: (plane, cluster)."""
+def start_real_cluster(state_dir: Path, operators_run: tuple[str, ...] = OPERATORS):
+    """The control plane, started in ``state_dir``, with the CRDs installed: (plane, cluster).
+    ``operators_run``: the operators (of localcluster.operators) whose images its node runs."""
     from kubernetes import client, config
 
     # `make test` builds the programs before pytest starts (`make cluster-build`), where the
@@ -165,7 +166,7 @@ def start_real_cluster(state_dir: Path):
     node = can_run_pods()
     plane = ControlPlane(state_dir).start(
         node_agent=node, gpus=2 if node else 0,
-        programs=operators.programs([getattr(operators, o) for o in OPERATORS]) if node
+        programs=operators.programs([getattr(operators, o) for o in operators_run]) if node
         else None)
     try:
         api_client = config.new_client_from_config(str(plane.kubeconfig("admin")))

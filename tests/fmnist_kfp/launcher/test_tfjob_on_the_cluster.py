@@ -74,7 +74,8 @@ def _start_step(cluster, pod: str, job: str, epochs: int = 1, max_restarts: int 
                                data_dir="/mnt/fmnist/dataset",
                                export_dir="/mnt/fmnist/models/{job}/1",
                                work_dir="/mnt/fmnist/models/{job}")
-        outcome = TFJobLauncher(settings, poll_seconds=2, timeout_seconds={timeout_seconds}).run(spec)
+        launcher = TFJobLauncher(settings, poll_seconds=2, timeout_seconds={timeout_seconds})
+        outcome = launcher.run(spec)
         print("RESULT", outcome.result["model_type"], outcome.restarts)
     """
     _core(cluster).create_namespaced_pod(NAMESPACE, _step_pod(pod, script))

@@ -1,5 +1,6 @@
-"""The TrainJob launcher on the real cluster (tests/cluster.py): Kubeflow Trainer v2.1.0 and
-JobSet v0.10.1, installed from their own manifests, run a TrainJob of 2 nodes on our
+"""The TrainJob launcher on the real cluster (tests/cluster.py): Kubeflow Trainer v2.1.0 with
+JobSet v0.10.1 (Kubeflow 26.03), and Trainer v2.2.0 with JobSet v0.11.0 (26.03.1), each
+installed from its own manifests, run a TrainJob of 2 nodes on our
 ClusterTrainingRuntime (manifests/trainer-runtime, applied as a cluster admin applies it) as pods
 on the node agent; the launcher runs as the train step runs, in a pod of the project's image as
 the ServiceAccount bound to manifests/standalone-rbac's Role."""
@@ -22,15 +23,37 @@ STEP_SECONDS = 600
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[3]
 
 
-@pytest.fixture(scope="module")
-def cluster(real_cluster):
-    real_cluster.require_node()
-    real_cluster.install("JOBSET_V0_10")
-    real_cluster.install("TRAINER_V2_1")
-    runtime = yaml.safe_load(
-        (ROOT / "manifests/trainer-runtime/cluster-training-runtime.yaml").read_text())
-    real_cluster.apply(runtime)
-    return real_cluster
+# Kubeflow 26.03's Trainer with its JobSet (on the session's cluster), and 26.03.1's (on a
+# cluster of its own: one node runs one version of each image).
+RELEASES = {"2.1": ("JOBSET_V0_10", "TRAINER_V2_1"), "2.2": ("JOBSET_V0_11", "TRAINER_V2_2")}
+# The TrainJob field of the pod settings each serves (trainer v2.2.0 dropped
+# podTemplateOverrides for runtimePatches: fmnist_kfp/kubernetes/trainjob.py).
+SERVED_SHAPE = {"2.1": "podTemplateOverrides", "2.2": "runtimePatches"}
+
+
+@pytest.fixture(scope="module", params=sorted(RELEASES), ids=lambda r: f"trainer-{r}")
+def cluster(request, real_cluster, tmp_path_factory):
+    """A cluster running the Trainer release ``request.param``, our ClusterTrainingRuntime
+    applied (manifests/trainer-runtime) as a cluster admin applies it."""
+    from tests.cluster import OPERATORS, start_real_cluster
+
+    operators = RELEASES[request.param]
+    plane = None
+    if set(operators) <= set(OPERATORS):  # the session's cluster runs this release
+        cluster = real_cluster
+    else:
+        plane, cluster = start_real_cluster(tmp_path_factory.mktemp("trainer"), operators)
+    try:
+        cluster.require_node()
+        for operator in operators:
+            cluster.install(operator)
+        runtime = yaml.safe_load(
+            (ROOT / "manifests/trainer-runtime/cluster-training-runtime.yaml").read_text())
+        cluster.apply(runtime)
+        yield cluster
+    finally:
+        if plane is not None:
+            plane.stop()
 
 
 @pytest.fixture
@@ -59,14 +82,18 @@ def _run_step(cluster, namespace: str, job: str, timeout: int) -> tuple[str, str
         from fmnist_kfp.settings.jobs import KubernetesSettings
         from fmnist_kfp.settings.training import TrainingConfig
         from fmnist_kfp.training.training_job import TrainingJobSpec
+        from fmnist_kfp.kfp_components.train.step import training_operator
         settings = KubernetesSettings(image="{IMAGE}", namespace="{namespace}",
-                                      pvc_name="fmnist-data", cpu="500m", memory="1Gi")
+                                      pvc_name="fmnist-data", cpu="500m", memory="1Gi",
+                                      operator="trainjob")
+        _, shape = training_operator(settings)  # as the step asks the API server
         spec = TrainingJobSpec(name="{job}", num_workers=2,
                                config=TrainingConfig(model_type="basic", epochs=1),
                                data_dir="/mnt/fmnist/dataset",
                                export_dir="/mnt/fmnist/models/basic/1",
                                work_dir="/mnt/fmnist/models/basic")
-        launcher = TrainJobLauncher(settings, poll_seconds=2, timeout_seconds={timeout})
+        launcher = TrainJobLauncher(settings, shape=shape, poll_seconds=2,
+                                    timeout_seconds={timeout})
         outcome = launcher.run(spec)
         print("RESULT", outcome.result["model_type"], outcome.restarts)
     """
@@ -86,11 +113,13 @@ def _run_step(cluster, namespace: str, job: str, timeout: int) -> tuple[str, str
     return phase, core.read_namespaced_pod_log("train-step", namespace)
 
 
-def test_a_two_node_trainjob_trains_and_exports_the_model(cluster, namespace):
+def test_a_two_node_trainjob_trains_and_exports_the_model(cluster, namespace, request):
     from kubernetes import client
 
     phase, log = _run_step(cluster, namespace, "fmnist-basic-tj", STEP_SECONDS)
     assert phase == "Succeeded", log
+    release = request.node.callspec.params["cluster"]
+    assert f"TrainJob pod settings as {SERVED_SHAPE[release]}" in log, log
     assert "RESULT basic 0" in log
     assert "created TrainJob" in log and "2 node(s) on runtime fmnist-tensorflow" in log
     exported = cluster.claim_dir(namespace, "fmnist-data") / "models" / "basic" / "1"
