@@ -98,6 +98,8 @@ def main(spec_path: str) -> None:
         found = shutil.which(argv[0], path=spec["env"].get("PATH"))
         if found:
             program = os.open(found, os.O_RDONLY)
+            # Inherited, so that a script's interpreter can read it as /dev/fd/<n>.
+            os.set_inheritable(program, True)
         # An upstream program's /tmp is its own, as its image's would be: the operators on this
         # node all keep their webhook certificates in /tmp/k8s-webhook-server. Last, and with
         # what was mounted into it (--rbind), since the pod's own folders may lie under /tmp.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +52,8 @@ TEST_CRDS = (
 CRD_ESTABLISHED_SECONDS = 60
 # The upstream operators whose images the node runs (installed by the tests that need them).
 OPERATORS = ("TRAINING_OPERATOR_V1", "JOBSET_V0_10", "TRAINER_V2_1")
+# A training image whose pods do what a test scripts instead of training (tests/scripted_pod.py).
+SCRIPTED_IMAGE = "scripted-pod:1"
 
 
 def can_run_pods() -> bool:
@@ -116,6 +119,20 @@ class RealCluster:
                                                  "namespace": namespace}}
         return operators.collection_path(self.api_client, manifest)
 
+    def configuration_as(self, namespace: str, account: str):
+        """A client ``Configuration`` that authenticates as ServiceAccount ``account`` of
+        ``namespace`` with a token of the TokenRequest API, as a pod of it would."""
+        from kubernetes import client
+
+        token = client.CoreV1Api(self.api_client).create_namespaced_service_account_token(
+            account, namespace, {"spec": {"expirationSeconds": 3600}}).status.token
+        admin = self.api_client.configuration
+        configuration = client.Configuration()
+        configuration.host = admin.host
+        configuration.ssl_ca_cert = admin.ssl_ca_cert
+        configuration.api_key = {"authorization": f"Bearer {token}"}
+        return configuration
+
     def ensure_namespace(self, name: str) -> None:
         from kubernetes import client
         from kubernetes.client.exceptions import ApiException
@@ -153,6 +170,15 @@ def install_crds(api_client) -> None:
             time.sleep(0.1)
 
 
+def _scripted_program(state_dir: Path) -> Path:
+    """tests/scripted_pod.py as an executable of this Python, for the node's ``--program``."""
+    program = state_dir / "scripted-pod"
+    state_dir.mkdir(parents=True, exist_ok=True)
+    program.write_text(f"#!{sys.executable}\n" + (HERE / "scripted_pod.py").read_text())
+    program.chmod(0o755)
+    return program
+
+
 def start_real_cluster(state_dir: Path, operators_run: tuple[str, ...] = OPERATORS):
     """The control plane, started in ``state_dir``, with the CRDs installed: (plane, cluster).
     ``operators_run``: the operators (of localcluster.operators) whose images its node runs."""
@@ -164,10 +190,12 @@ def start_real_cluster(state_dir: Path, operators_run: tuple[str, ...] = OPERATO
     from localcluster.control_plane import ControlPlane
 
     node = can_run_pods()
-    plane = ControlPlane(state_dir).start(
-        node_agent=node, gpus=2 if node else 0,
-        programs=operators.programs([getattr(operators, o) for o in operators_run]) if node
-        else None)
+    programs = None
+    if node:
+        programs = operators.programs([getattr(operators, o) for o in operators_run])
+        programs[SCRIPTED_IMAGE.split(":")[0]] = str(_scripted_program(state_dir))
+    plane = ControlPlane(state_dir).start(node_agent=node, gpus=2 if node else 0,
+                                          programs=programs)
     try:
         api_client = config.new_client_from_config(str(plane.kubeconfig("admin")))
         install_crds(api_client)

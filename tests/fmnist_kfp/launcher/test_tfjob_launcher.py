@@ -1,0 +1,357 @@
+"""The TFJob launcher against the real Training Operator v1.9.2 on the local cluster
+(tests/cluster.py), through the SDK's TrainingClient as the ServiceAccount bound to
+manifests/standalone-rbac's Role. The job's pods run the image ``scripted-pod``
+(tests/scripted_pod.py): each exits as the test scripts it, so the operator's own restart
+policies, conditions, labels and backoff limit are what the launcher meets, in seconds rather
+than a training run's minutes. (Training for real: test_tfjob_on_the_cluster.py.) The verdicts
+that no operator run can be made to show on cue (two terminal conditions at once) are read
+from objects as the API returns them, at the bottom."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+import time
+import uuid
+from types import SimpleNamespace
+
+import pytest
+
+from fmnist_kfp.errors import TrainingJobError, UserInputError
+from fmnist_kfp.launcher.tfjob_launcher import TFJobLauncher
+from fmnist_kfp.settings.jobs import KubernetesSettings
+from fmnist_kfp.settings.training import TrainingConfig
+from fmnist_kfp.training.training_job import TrainingJobSpec
+from tests.cluster import SCRIPTED_IMAGE
+from tests.fmnist_kfp.preflight.test_permissions_on_the_api_server import _standalone
+
+NAME = "fmnist-basic-3f2a9c"
+STEP_SECONDS = 120  # real seconds: each job here takes a few
+
+
+@pytest.fixture(scope="module")
+def cluster(real_cluster):
+    real_cluster.require_node()
+    real_cluster.install("TRAINING_OPERATOR_V1")
+    return real_cluster
+
+
+@pytest.fixture
+def namespace(cluster):
+    """A namespace of its own per test, with the Role's ServiceAccount and the claim."""
+    from kubernetes import client
+
+    name = f"tfjob-{uuid.uuid4().hex[:6]}"
+    _standalone(cluster, name)
+    client.CoreV1Api(cluster.api_client).create_namespaced_persistent_volume_claim(name, {
+        "metadata": {"name": "fmnist-data"},
+        "spec": {"accessModes": ["ReadWriteMany"],
+                 "resources": {"requests": {"storage": "1Gi"}}}})
+    return name
+
+
+def _script(cluster, namespace: str, scripts: dict) -> None:
+    """What each pod does (tests/scripted_pod.py), keyed by pod name."""
+    root = cluster.claim_dir(namespace, "fmnist-data")
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "scripts.json").write_text(json.dumps(scripts))
+
+
+def _spec(tmp_path, **overrides) -> TrainingJobSpec:
+    values = dict(name=NAME, config=TrainingConfig(model_type="basic"),
+                  data_dir="/mnt/fmnist/dataset", export_dir=str(tmp_path / "model" / "1"),
+                  work_dir=str(tmp_path / "model"), num_workers=2)
+    values.update(overrides)
+    return TrainingJobSpec(**values)
+
+
+def _launcher(cluster, namespace: str, restart_policy: str = "ExitCode",
+              **kwargs) -> TFJobLauncher:
+    from kubeflow.training import TrainingClient
+
+    settings = KubernetesSettings(image=SCRIPTED_IMAGE, namespace=namespace,
+                                  pvc_name="fmnist-data", cpu="100m", memory="256Mi",
+                                  restart_policy=restart_policy)
+    training_client = TrainingClient(
+        client_configuration=cluster.configuration_as(namespace, "pipeline-runner"),
+        namespace=namespace, job_kind="TFJob")
+    values = dict(training_client=training_client, poll_seconds=0.5,
+                  timeout_seconds=STEP_SECONDS, out=io.StringIO(), request_timeout_seconds=10)
+    values.update(kwargs)
+    return TFJobLauncher(settings, **values)
+
+
+def _finish(tmp_path) -> None:
+    """What the chief leaves on shared storage when the job succeeds."""
+    (tmp_path / "model").mkdir(exist_ok=True)
+    (tmp_path / "model" / "result.json").write_text(json.dumps({"model_type": "basic"}))
+
+
+def _tfjob(cluster, namespace: str) -> dict | None:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        return cluster.api_client.call_api(
+            f"/apis/kubeflow.org/v1/namespaces/{namespace}/tfjobs/{NAME}", "GET",
+            response_type="object", auth_settings=["BearerToken"], _return_http_data_only=True)
+    except ApiException as error:
+        assert error.status == 404
+        return None
+
+
+def _gone(cluster, namespace: str, seconds: float = 30) -> bool:
+    """Whether the TFJob is deleted (its finalizer-free delete completes at once)."""
+    deadline = time.monotonic() + seconds
+    while _tfjob(cluster, namespace) is not None:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def _pods(cluster, namespace: str, selector: str = "") -> list:
+    from kubernetes import client
+
+    return client.CoreV1Api(cluster.api_client).list_namespaced_pod(
+        namespace, label_selector=f"training.kubeflow.org/job-name={NAME}" + selector).items
+
+
+def test_a_tfjob_runs_to_success_and_returns_the_chiefs_result(cluster, namespace, tmp_path):
+    _finish(tmp_path)
+    _script(cluster, namespace, {"*": {"seconds": 2}})
+    launcher = _launcher(cluster, namespace)
+    outcome = launcher.run(_spec(tmp_path))
+    assert outcome.result == {"model_type": "basic"} and outcome.restarts == 0
+    job = _tfjob(cluster, namespace)
+    assert job is not None  # a job that succeeded is kept
+    # Conditions are cumulative, Running flips to False in place; success is read from the
+    # list, not its order (kubeflow/training-operator v1.9.2 pkg/util/status.go).
+    final = [(c["type"], c["status"]) for c in job["status"]["conditions"]]
+    assert final == [("Created", "True"), ("Running", "False"), ("Succeeded", "True")]
+    lines = launcher.out.getvalue().splitlines()
+    assert lines[0] == f"created TFJob {namespace}/{NAME} (2 replicas, at most 2 restarts)"
+    states = [line.split(": ", 1)[1] for line in lines if line.startswith("TFJob ")]
+    assert states[-1] == f"Succeeded (TFJob {namespace}/{NAME} successfully completed.)"
+
+
+def test_a_failed_tfjob_fails_the_step_with_the_operators_reason_and_is_deleted(
+        cluster, namespace, tmp_path):
+    _script(cluster, namespace, {f"{NAME}-worker-0": {"exits": [2], "log": "Traceback: boom"},
+                                 "*": {"seconds": 60}})
+    launcher = _launcher(cluster, namespace)
+    with pytest.raises(TrainingJobError) as failure:
+        launcher.run(_spec(tmp_path))
+    # ExitCode with a code of 1-127 is permanent (v1.9.2 pkg/controller.v1/common/pod.go).
+    assert f"TFJob {namespace}/{NAME} failed: TFJobFailed: " in str(failure.value)
+    assert "Worker" in str(failure.value)
+    assert _gone(cluster, namespace)
+    out = launcher.out.getvalue()
+    assert f"[{NAME}-worker-0] Traceback: boom" in out  # the master's log, before deletion
+    assert out.index("Traceback: boom") < out.index("deleted TFJob")
+    assert out.splitlines()[-2:] == [
+        f"deleting the failed TFJob {namespace}/{NAME} so that a retry of this step starts "
+        "afresh", f"deleted TFJob {namespace}/{NAME}"]
+
+
+def test_the_masters_log_is_printed_once_per_line_and_only_the_masters(
+        cluster, namespace, tmp_path):
+    _finish(tmp_path)
+    _script(cluster, namespace, {
+        f"{NAME}-worker-0": {"log": "epoch=1 epochs=2 loss=0.5\nepoch=2 epochs=2 loss=0.3",
+                             "seconds": 3},
+        f"{NAME}-worker-1": {"log": "not the master", "seconds": 3}})
+    launcher = _launcher(cluster, namespace)
+    launcher.run(_spec(tmp_path))
+    out = launcher.out.getvalue()
+    assert out.count("epoch=1 epochs=2") == 1 and out.count("epoch=2 epochs=2") == 1
+    assert "not the master" not in out
+
+
+def test_the_master_is_the_chief_and_pods_carry_the_operators_labels(cluster, namespace,
+                                                                     tmp_path):
+    _finish(tmp_path)
+    _script(cluster, namespace, {f"{NAME}-chief-0": {"log": "from the chief"},
+                                 "*": {"log": "from a worker"}})
+    launcher = _launcher(cluster, namespace)
+    launcher.run(_spec(tmp_path, use_chief=True))
+    assert f"[{NAME}-chief-0] from the chief" in launcher.out.getvalue()
+    assert "from a worker" not in launcher.out.getvalue()
+    pods = _pods(cluster, namespace)
+    assert sorted(p.metadata.name for p in pods) == [f"{NAME}-chief-0", f"{NAME}-worker-0",
+                                                     f"{NAME}-worker-1"]
+    [master] = _pods(cluster, namespace, ",training.kubeflow.org/job-role=master")
+    assert master.metadata.name == f"{NAME}-chief-0"
+    assert master.metadata.labels["training.kubeflow.org/replica-type"] == "chief"
+    assert master.metadata.labels["training.kubeflow.org/replica-index"] == "0"
+
+
+def test_a_retried_launcher_reattaches_instead_of_creating_a_second_job(cluster, namespace,
+                                                                        tmp_path):
+    from fmnist_kfp.kubernetes.manifest import to_manifest
+    from fmnist_kfp.kubernetes.tfjob import build_tfjob
+
+    _finish(tmp_path)
+    _script(cluster, namespace, {"*": {"seconds": 3}})
+    launcher = _launcher(cluster, namespace)
+    cluster.create(to_manifest(build_tfjob(_spec(tmp_path), launcher.settings)),
+                   namespace=namespace)  # the first try's job, still running
+    uid = _tfjob(cluster, namespace)["metadata"]["uid"]
+    launcher.run(_spec(tmp_path))
+    assert f"re-attaching to the existing TFJob {namespace}/{NAME}" in launcher.out.getvalue()
+    assert _tfjob(cluster, namespace)["metadata"]["uid"] == uid
+
+
+def test_a_job_deleted_behind_our_back_is_an_error_naming_it(cluster, namespace, tmp_path):
+    _script(cluster, namespace, {"*": {"seconds": 60}})
+    launcher = _launcher(cluster, namespace)
+
+    def delete_once_running():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if any(p.status.phase == "Running" for p in _pods(cluster, namespace)):
+                cluster.api_client.call_api(
+                    f"/apis/kubeflow.org/v1/namespaces/{namespace}/tfjobs/{NAME}", "DELETE",
+                    auth_settings=["BearerToken"])
+                return
+            time.sleep(0.2)
+
+    deleter = threading.Thread(target=delete_once_running)
+    deleter.start()
+    try:
+        with pytest.raises(TrainingJobError, match=f"TFJob {namespace}/{NAME} vanished"):
+            launcher.run(_spec(tmp_path))
+    finally:
+        deleter.join()
+    assert "deleted TFJob" not in launcher.out.getvalue()  # nothing left to clean up
+
+
+def test_a_retryable_exit_recreates_the_pod_within_the_budget_and_the_log_follows(
+        cluster, namespace, tmp_path):
+    """Exit code 137 under ExitCode: the operator deletes the pod and makes it anew (v1.9.2
+    pkg/controller.v1/common/pod.go); the launcher counts one restart and prints the new pod's
+    log from its own start."""
+    _finish(tmp_path)
+    _script(cluster, namespace, {f"{NAME}-worker-0": {"exits": [137, 0], "log": "epoch=1"},
+                                 "*": {"seconds": 10}})
+    launcher = _launcher(cluster, namespace)
+    outcome = launcher.run(_spec(tmp_path, max_restarts=1))
+    assert outcome.restarts == 1
+    out = launcher.out.getvalue()
+    assert out.count(f"[{NAME}-worker-0] epoch=1") == 2, out
+    assert "restart(s)" in out
+
+
+def test_max_restarts_is_the_restart_budget_on_kubernetes_too(cluster, namespace, tmp_path):
+    """Under ExitCode the operator recreates a killed pod forever: backoffLimit only counts
+    container restarts of running pods (kubeflow/training-operator v1.9.2 pkg/core/job.go
+    95-133, kubeflow/trainer#2045). The launcher stops it at max_restarts and deletes it."""
+    _script(cluster, namespace, {f"{NAME}-worker-0": {"exits": [137], "seconds": 0.5},
+                                 "*": {"seconds": 60}})
+    launcher = _launcher(cluster, namespace)
+    with pytest.raises(TrainingJobError, match="2 restarts, more than max_restarts=1"):
+        launcher.run(_spec(tmp_path, max_restarts=1))
+    assert _gone(cluster, namespace)
+
+
+def test_container_restarts_in_place_count_too(cluster, namespace, tmp_path):
+    """restartPolicy OnFailure: the kubelet restarts the container inside its pod
+    (restartCount; the first back-off is 10 s), and the job carries on."""
+    _finish(tmp_path)
+    _script(cluster, namespace, {f"{NAME}-worker-0": {"exits": [1, 0]}, "*": {"seconds": 15}})
+    outcome = _launcher(cluster, namespace, restart_policy="OnFailure").run(
+        _spec(tmp_path, max_restarts=1))
+    assert outcome.restarts == 1
+    [worker] = _pods(cluster, namespace, ",training.kubeflow.org/replica-index=0")
+    assert worker.status.container_statuses[0].restart_count == 1
+
+
+def test_no_restarts_means_backoff_limit_zero_which_fails_at_the_first_failure(
+        cluster, namespace, tmp_path):
+    """max_restarts 0 sends backoffLimit 0: the operator fails the job at the first
+    container restart (v1.9.2 pkg/controller.v1/common/job.go 193-198), and so does the
+    launcher's count; whichever reads first, the step fails and the job is deleted."""
+    _script(cluster, namespace, {f"{NAME}-worker-1": {"exits": [1, 0]}, "*": {"seconds": 30}})
+    launcher = _launcher(cluster, namespace, restart_policy="OnFailure")
+    with pytest.raises(TrainingJobError,
+                       match="backoff limit|1 restarts, more than max_restarts=0"):
+        launcher.run(_spec(tmp_path, max_restarts=0))
+    assert _gone(cluster, namespace)
+
+
+def test_the_step_deadline_deletes_the_job(cluster, namespace, tmp_path):
+    _script(cluster, namespace, {"*": {"seconds": 120}})
+    launcher = _launcher(cluster, namespace, timeout_seconds=5)
+    with pytest.raises(TimeoutError, match="within the step's 5 s"):
+        launcher.run(_spec(tmp_path))
+    assert _gone(cluster, namespace)
+
+
+def test_a_wrong_api_version_is_refused_by_the_api_server_and_fails_at_once(
+        cluster, namespace, tmp_path, monkeypatch):
+    """The API server's 400 for a body whose apiVersion is not the URL's fails the step at
+    once, without retrying or waiting; a kind the SDK does not know it refuses itself."""
+    import fmnist_kfp.launcher.tfjob_launcher as module
+
+    build = module.build_tfjob
+    for version, kind, answer in (
+            ("kubeflow.org/v2", "TFJob", "HTTP 400 Bad Request: the API version in the data"),
+            ("kubeflow.org/v1", "TfJob", "Job kind must be one of")):
+        def wrong(spec, settings, version=version, kind=kind):
+            tfjob = build(spec, settings)
+            tfjob.api_version, tfjob.kind = version, kind
+            return tfjob
+
+        monkeypatch.setattr(module, "build_tfjob", wrong)
+        started = time.monotonic()
+        with pytest.raises(TrainingJobError, match=f"create TFJob .*{answer}"):
+            _launcher(cluster, namespace).run(_spec(tmp_path))
+        assert time.monotonic() - started < 10
+        assert _tfjob(cluster, namespace) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# Without a cluster: what is refused before any call, and verdicts on objects as read.
+
+def test_gpus_with_zero_workers_fail_before_anything_is_created(tmp_path):
+    settings = KubernetesSettings(image="img:1", namespace="kubeflow", pvc_name="fmnist-pvc")
+    with pytest.raises(UserInputError):  # the client is never touched
+        TFJobLauncher(settings, training_client=object()).run(
+            _spec(tmp_path, num_workers=0, gpus_per_worker=1))
+
+
+def test_the_steps_deadline_is_the_jobs_plus_ten_minutes():
+    def launcher(deadline: int, **kwargs) -> TFJobLauncher:
+        settings = KubernetesSettings(image="img:1", namespace="kubeflow",
+                                      active_deadline_seconds=deadline)
+        return TFJobLauncher(settings, training_client=object(), **kwargs)
+
+    assert launcher(100).runner.timeout_seconds == 700
+    assert launcher(0).runner.timeout_seconds == 0  # none: as long as the job runs
+    assert launcher(100, timeout_seconds=5).runner.timeout_seconds == 5
+    assert launcher(0, poll_seconds=3).runner.poll_seconds == 3
+    assert launcher(0).namespace == "kubeflow"
+
+
+def _condition(type_: str, status: str = "True", reason: str = "", message: str = ""):
+    return SimpleNamespace(type=type_, status=status, reason=reason, message=message)
+
+
+def test_failed_wins_over_succeeded_when_both_hold(tmp_path):
+    """With a Chief, one reconcile can set Succeeded (the chief finished) and then Failed (a
+    worker failed): kubeflow/training-operator v1.9.2 tfjob_controller.go 419-508 visit Chief
+    before Worker, and pkg/util/status.go keeps both. Failed anywhere fails the step."""
+    from fmnist_kfp.launcher.tfjob_launcher import _Watch
+
+    settings = KubernetesSettings(image="img:1", namespace="kubeflow")
+    watch = _Watch(TFJobLauncher(settings, training_client=object()),
+                   _spec(tmp_path, use_chief=True))
+    job = SimpleNamespace(
+        metadata=SimpleNamespace(uid="u", labels={}),
+        spec=SimpleNamespace(run_policy=SimpleNamespace(suspend=False)),
+        status=SimpleNamespace(conditions=[
+            _condition("Created"), _condition("Running", "False"), _condition("Succeeded"),
+            _condition("Failed", reason="TFJobFailed", message="1 Worker replica(s) failed")]))
+    status = watch.status((job, []))
+    assert status.done and status.failed
+    assert status.reason == "TFJobFailed: 1 Worker replica(s) failed"
