@@ -4,10 +4,10 @@ An operator reports its job Running once it has made the pods, whether or not th
 the scheduler cannot place (too little CPU, memory or GPUs on every node, a taint, a node
 selector nothing matches) keeps condition ``PodScheduled`` False with reason
 ``Unschedulable`` and the scheduler's message (kubernetes v1.34.1
-pkg/scheduler/schedule_one.go, ``handleSchedulingFailure``); a pod whose image cannot be
-pulled, or whose Secret or ConfigMap is missing, waits with the kubelet's reason on its
-container (``ErrImagePull``, ``ImagePullBackOff``, ``CreateContainerConfigError``;
-pkg/kubelet/images/types.go, pkg/kubelet/kuberuntime/kuberuntime_container.go). A launcher
+pkg/scheduler/schedule_one.go 1044-1062, ``handleSchedulingFailure``); a pod whose image
+cannot be pulled, or whose Secret or ConfigMap is missing, waits with the kubelet's reason on
+its container (``ErrImagePull``, ``ImagePullBackOff``, ``CreateContainerConfigError``;
+pkg/kubelet/images/types.go 28-41, pkg/kubelet/kuberuntime/kuberuntime_container.go 67-68). A launcher
 shows these as its job's progress, so a step that can only wait for its deadline says why.
 """
 

@@ -29,11 +29,12 @@ from fmnist_kfp.settings.jobs import KubernetesSettings
 from fmnist_kfp.settings.training import TrainingConfig
 from fmnist_kfp.training.training_job import TrainingJobSpec
 from tests.crd_schemas import validate_strict
-from tests.standins.trainer_v2 import CRDS, TrainerStandIn
 
 IMAGE = "ghcr.io/fmnist-kfp/fmnist-kfp:0.1.0"
 GPU_IMAGE = "ghcr.io/fmnist-kfp/fmnist-kfp:0.1.0-gpu"
-CRD_OF = {OVERRIDES: CRDS["v2.1.0"], PATCHES: CRDS["v2.2.0"]}
+# Each release's TrainJob CRD (../shared/crds/SOURCE.md, tests/crds/SOURCE.md).
+CRD_OF = {OVERRIDES: "trainer-v2/trainjob.trainer.kubeflow.org_v1alpha1.yaml",
+          PATCHES: "trainer-v2.2.0/trainjob.trainer.kubeflow.org_v1alpha1.yaml"}
 
 
 def _spec(**overrides) -> TrainingJobSpec:
@@ -228,26 +229,6 @@ def test_the_operator_is_chosen_by_what_the_cluster_serves(setting, cluster, cho
 def test_no_usable_operator_is_an_error_naming_the_install(setting, cluster, message):
     with pytest.raises(UserInputError, match=message):
         choose_operator(setting, cluster)
-
-
-@pytest.mark.parametrize(("version", "shape"), [("v2.1.0", OVERRIDES), ("v2.2.0", PATCHES)])
-def test_discovery_through_the_api_server(version, shape):
-    """ClusterDiscovery against the stand-in: groups served, the runtime, and the TrainJob
-    schema published at /openapi/v3."""
-    with TrainerStandIn(trainer_version=version) as standin:
-        discovery = ClusterDiscovery(standin.api_client())
-        assert discovery.serves("trainer.kubeflow.org/v1alpha1", "trainjobs")
-        assert not discovery.serves("kubeflow.org/v1", "tfjobs")
-        assert discovery.runtime_exists("fmnist-tensorflow") is True
-        assert discovery.runtime_exists("other") is False
-        assert trainjob_api(discovery) == shape
-        assert choose_operator("auto", discovery) == "trainjob"
-    with TrainerStandIn(trainer=False, tfjob_operator=True, runtime_readable=False) as standin:
-        discovery = ClusterDiscovery(standin.api_client())
-        assert choose_operator("auto", discovery) == "tfjob"
-        assert discovery.trainjob_fields() is None
-    with TrainerStandIn(runtime_readable=False) as standin:
-        assert ClusterDiscovery(standin.api_client()).runtime_exists("fmnist-tensorflow") is None
 
 
 def test_spec_fields_follow_a_reference():

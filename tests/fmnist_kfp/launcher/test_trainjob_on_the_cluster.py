@@ -129,6 +129,36 @@ def test_a_two_node_trainjob_trains_and_exports_the_model(cluster, namespace, re
     assert len(pods) == 2 and all(p.status.phase == "Succeeded" for p in pods)
 
 
+def test_discovery_reads_what_the_api_server_serves(cluster, namespace, request):
+    """ClusterDiscovery against the real API server: the groups served (these clusters serve
+    both kinds, so `auto` picks the TFJob), our runtime, and the TrainJob's schema published
+    at /openapi/v3 (which field its Trainer release serves); an identity that may not read
+    ClusterTrainingRuntimes (the Role's ServiceAccount: the manager overlay binds no such
+    read, unlike Kubeflow's platform overlay) learns nothing of the runtime, rather than
+    "missing"."""
+    from kubernetes.client import ApiClient
+
+    from fmnist_kfp.kubernetes.training_operators import (
+        ClusterDiscovery,
+        choose_operator,
+        trainjob_api,
+    )
+    from fmnist_kfp.kubernetes.trainjob import OVERRIDES, PATCHES
+
+    discovery = ClusterDiscovery(cluster.api_client)
+    assert discovery.serves("trainer.kubeflow.org/v1alpha1", "trainjobs")
+    assert discovery.serves("kubeflow.org/v1", "tfjobs")
+    assert discovery.runtime_exists("fmnist-tensorflow") is True
+    assert discovery.runtime_exists("other") is False
+    release = request.node.callspec.params["cluster"]
+    assert trainjob_api(discovery) == {"2.1": OVERRIDES, "2.2": PATCHES}[release]
+    assert choose_operator("auto", discovery) == "tfjob"
+    assert choose_operator("trainjob", discovery) == "trainjob"
+    runner = ClusterDiscovery(ApiClient(cluster.configuration_as(namespace, "pipeline-runner")))
+    assert runner.runtime_exists("fmnist-tensorflow") is None
+    assert trainjob_api(runner) == trainjob_api(discovery)  # discovery is everyone's
+
+
 def test_a_trainjob_whose_jobset_cannot_be_made_says_why(cluster, namespace):
     """Trainer sets no condition when it cannot create the JobSet, it records the event
     TrainJobResourcesCreationFailed (kubeflow/trainer v2.1.0 pkg/controller/trainjob_controller.go
