@@ -10,6 +10,12 @@ pod's in-cluster configuration: :func:`kubernetes_api`) and the KFP endpoint:
   (``kubeflow.org/v1``; Kubeflow 1.11's example install ships Trainer v2 instead), Experiment
   and Trial (``kubeflow.org/v1beta1``), InferenceService (``serving.kserve.io/v1beta1``) and
   ServingRuntime (``serving.kserve.io/v1alpha1``);
+* the objects the run's steps create, as the package's builders make them from the run's
+  settings (the training job: ``build_tfjob`` or ``build_trainjob``; the Katib Experiment:
+  ``build_experiment``), sent as server-side dry runs (``dryRun=All``, nothing stored), so that
+  the served CRDs and the admission webhooks (the training operator's, Trainer's, Katib's,
+  Kueue's) judge what a run would send (:func:`check_training`, :func:`check_experiment`);
+  Trainer's webhook also tells whether our ClusterTrainingRuntime exists where it cannot be read;
 * whether Katib watches TFJobs (when both are served): katib-controller builds its watches
   once, at start, and skips the TFJob watch if the CRD did not exist then, so trials would stay
   Running for hours (:func:`check_katib_watch`);
@@ -25,7 +31,8 @@ pod's in-cluster configuration: :func:`kubernetes_api`) and the KFP endpoint:
   ``default-editor`` on multi-user Kubeflow;
 * with ``--scheduling`` (the run's ``kubernetes.scheduling``), what each of its keys needs on
   the cluster (:func:`check_scheduling`): for ``queue`` Kueue, the LocalQueue, and that Kueue
-  manages TFJobs (a server-side dry run of a labelled TFJob comes back suspended); for
+  manages TFJobs (the dry run of the run's TFJob, labelled with the queue, comes back
+  suspended); for
   ``priority_class`` the PriorityClass (and, with a queue, Kueue's WorkloadPriorityClass); for
   ``gang`` the scheduler's PodGroup API, Volcano's queue, and the training operator's
   ``--gang-scheduler-name``. Each is silently ignored, or leaves the job waiting forever, when
@@ -48,6 +55,7 @@ from fmnist_kfp.preflight.common import (
     SETUP,
     Cluster,
     Row,
+    run_settings,
 )
 from fmnist_kfp.preflight.connection import (
     api_client_from,
@@ -64,6 +72,7 @@ from fmnist_kfp.preflight.katib import (
     KATIB_NAMESPACE,
     RESTART_KATIB,
     TFJOB_CRD,
+    check_experiment,
     check_katib_watch,
 )
 from fmnist_kfp.preflight.network import (
@@ -81,8 +90,6 @@ from fmnist_kfp.preflight.permissions import (
 )
 from fmnist_kfp.preflight.report import preflight, ready, render
 from fmnist_kfp.preflight.scheduling import (
-    QUEUE_PROBE,
-    _queue_probe,
     check_gang,
     check_kueue,
     check_priority,
@@ -96,17 +103,24 @@ from fmnist_kfp.preflight.serving import (
     check_serving_credentials,
 )
 from fmnist_kfp.preflight.storage import check_pvc, check_secret
-from fmnist_kfp.preflight.training_operator import check_training_operator
+from fmnist_kfp.preflight.training_operator import (
+    DryRun,
+    Training,
+    check_training,
+    check_training_operator,
+    dry_run_training_job,
+)
 
 __all__ = [
-    "APIS", "CONNECT_TIMEOUT_SECONDS", "Cluster", "GATEWAY_NAMESPACE", "ISTIO_POLICY",
+    "APIS", "CONNECT_TIMEOUT_SECONDS", "Cluster", "DryRun", "GATEWAY_NAMESPACE", "ISTIO_POLICY",
     "KATIB_CONFIG", "KATIB_CONTROLLER", "KATIB_CONTROLLER_SELECTOR", "KATIB_NAMESPACE",
     "KUBEFLOW_GATEWAY_POLICY", "NETWORK_POLICY", "OPTIONAL_READS", "PERMISSIONS",
-    "QUEUE_PROBE", "RESTART_KATIB", "RETRIES", "Row", "SETUP", "TFJOB_CRD",
-    "TRAINJOB_PERMISSIONS", "_queue_probe", "api_client_from", "check_api_server",
-    "check_apis", "check_gang", "check_istio_policy", "check_katib_watch", "check_kfp",
-    "check_kueue", "check_mode", "check_network_policy", "check_permissions", "check_priority",
-    "check_pvc", "check_scheduling", "check_secret", "check_serving_credentials",
-    "check_training_operator", "cluster_from", "in_pod", "kubernetes_api", "permissions_for",
-    "preflight", "ready", "render", "scheduling_from",
+    "RESTART_KATIB", "RETRIES", "Row", "SETUP", "TFJOB_CRD", "TRAINJOB_PERMISSIONS", "Training",
+    "api_client_from", "check_api_server", "check_apis", "check_experiment", "check_gang",
+    "check_istio_policy", "check_katib_watch", "check_kfp", "check_kueue", "check_mode",
+    "check_network_policy", "check_permissions", "check_priority", "check_pvc",
+    "check_scheduling", "check_secret", "check_serving_credentials", "check_training",
+    "check_training_operator", "cluster_from", "dry_run_training_job", "in_pod",
+    "kubernetes_api", "permissions_for", "preflight", "ready", "render", "run_settings",
+    "scheduling_from",
 ]

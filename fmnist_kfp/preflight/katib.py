@@ -1,14 +1,27 @@
 """Whether Katib watches the trials' job kind: katib-controller builds its watches once, at
 start, from katib-config's ``trialResources``, and skips a kind whose CRD did not exist then, so
-trials would stay Running for hours (:func:`check_katib_watch`).
+trials would stay Running for hours (:func:`check_katib_watch`); and the Experiment the tune
+step builds (``build_experiment``, its trials the run's TFJobs or TrainJobs) from the run's
+settings, sent as a server-side dry run (:func:`check_experiment`).
 
 upstream: docs/upstream.md#katib, #kubeflow-manifests
 """
 
 from __future__ import annotations
 
-from fmnist_kfp.kubernetes.api_errors import status_line
-from fmnist_kfp.preflight.common import Row, _call, _time, _utc
+from fmnist_kfp.errors import UserInputError
+from fmnist_kfp.kubernetes.api_errors import refusal_message, status_line
+from fmnist_kfp.preflight.common import (
+    Cluster,
+    Row,
+    _call,
+    _dry_run,
+    _dry_run_outcome,
+    _time,
+    _utc,
+    probe_name,
+    run_settings,
+)
 
 # Katib's controller (kubeflow/katib v0.19.0 manifests/v1beta1/components/controller/
 # controller.yaml lines 2-26: Deployment katib-controller in kubeflow, pods labelled
@@ -127,3 +140,57 @@ def check_katib_watch(api_client, core, operator: str = "tfjob") -> Row:
     start = min(start for start, _ in started)
     return Row(what, True, f"{KATIB_CONTROLLER} started {_utc(start)}, after the {kind} CRD "
                            f"({_utc(created)})")
+
+
+EXPERIMENTS_PATH = "/apis/kubeflow.org/v1beta1/namespaces/{namespace}/experiments"
+TUNING_EXTRA = "pip install 'fmnist-kfp[tuning]'"
+
+
+def check_experiment(api_client, cluster: Cluster, operator: str, shape: str = "") -> Row:
+    """The Experiment the tune step builds with the search's defaults (``build_experiment``;
+    its trial template the run's ``operator``'s job, a TrainJob in the cluster's ``shape``),
+    sent as a server-side dry run in the run's namespace: the Experiment CRD's schema and
+    Katib's validating webhook, where it runs, judge it; nothing is stored."""
+    from fmnist_kfp.kubernetes.trainjob import OVERRIDES
+
+    what = "Katib Experiment the tune step creates"
+    try:
+        from fmnist_kfp.kubernetes.experiment import build_experiment
+        from fmnist_kfp.kubernetes.manifest import to_manifest
+        from fmnist_kfp.settings.platform import MOUNT_PATH
+        from fmnist_kfp.tuning.experiment_settings import ExperimentSettings
+        from fmnist_kfp.tuning.search_space import SearchSpace
+
+        settings = ExperimentSettings(name=probe_name(), kubernetes=run_settings(
+            cluster, gang=operator != "trainjob"))
+        space = SearchSpace.default(settings.algorithm, settings.model_type)
+        manifest = to_manifest(build_experiment(settings, space, f"{MOUNT_PATH}/dataset",
+                                                operator, shape or OVERRIDES))
+    except ModuleNotFoundError as error:  # a base install: the builders' SDKs are extras
+        return Row(what, None, f"not checked: building the Experiment needs {error.name}, of "
+                               f"the tuning extra ({TUNING_EXTRA})",
+                   f"{TUNING_EXTRA}, then run preflight again")
+    except UserInputError as error:
+        return Row(what, False, f"the tune step refuses it: {error}",
+                   "change the run's kubernetes or tuning settings as the message says")
+    try:
+        _dry_run(api_client, EXPERIMENTS_PATH.format(namespace=cluster.namespace), manifest)
+    except Exception as error:
+        outcome = _dry_run_outcome(error)
+        if outcome == "forbidden":
+            return Row(what, None, f"could not check: you may not create Experiments in "
+                                   f"{cluster.namespace} ({refusal_message(error)}); the steps' "
+                                   "ServiceAccount's permission is checked below")
+        if outcome == "unknown":
+            return Row(what, None, f"could not check: its server-side dry run failed "
+                                   f"({refusal_message(error)})",
+                       "if Katib's webhook could not be called, no Experiment can be created: "
+                       "check katib-controller in kubeflow; else run preflight again")
+        return Row(what, False, f"the cluster refuses it (server-side dry run: "
+                                f"{refusal_message(error)})",
+                   "check that Katib runs a release fmnist-kfp supports (v0.19; "
+                   "docs/cluster.md) and its webhook is up; else report the message above as "
+                   "an fmnist-kfp bug")
+    trials = {"tfjob": "TFJob", "trainjob": "TrainJob"}[operator]
+    return Row(what, True, f"accepted by a server-side dry run in {cluster.namespace} (its "
+                           f"schema and admission webhooks; nothing stored), {trials} trials")

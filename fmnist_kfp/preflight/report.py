@@ -6,7 +6,7 @@ from __future__ import annotations
 from fmnist_kfp.preflight.apis import check_apis
 from fmnist_kfp.preflight.common import Cluster, Row
 from fmnist_kfp.preflight.connection import check_api_server, check_kfp
-from fmnist_kfp.preflight.katib import check_katib_watch
+from fmnist_kfp.preflight.katib import check_experiment, check_katib_watch
 from fmnist_kfp.preflight.network import check_network_policy
 from fmnist_kfp.preflight.permissions import check_permissions
 from fmnist_kfp.preflight.scheduling import check_scheduling
@@ -16,7 +16,7 @@ from fmnist_kfp.preflight.serving import (
     check_serving_credentials,
 )
 from fmnist_kfp.preflight.storage import check_pvc, check_secret
-from fmnist_kfp.preflight.training_operator import TFJOB, TRAINJOB, check_training_operator
+from fmnist_kfp.preflight.training_operator import TFJOB, TRAINJOB, check_training
 
 
 def preflight(endpoint, api_client, cluster: Cluster, *, check_backend: bool = True
@@ -31,7 +31,8 @@ def preflight(endpoint, api_client, cluster: Cluster, *, check_backend: bool = T
     server = check_api_server(api_client)
     if server is not None:
         return [*rows, server]
-    operator_rows, operator = check_training_operator(api_client, cluster)
+    training = check_training(api_client, cluster)
+    operator_rows, operator = training.rows, training.operator
     rows += operator_rows
     apis = check_apis(api_client)
     rows += apis
@@ -41,8 +42,10 @@ def preflight(endpoint, api_client, cluster: Cluster, *, check_backend: bool = T
     if trial_job in {row.check for row in operator_rows if row.ok} and \
             "Katib Experiment" in served:  # else nothing to watch
         rows.append(check_katib_watch(api_client, core, operator))
-    tfjobs = operator == "tfjob" and any(row.check == TFJOB and row.ok for row in operator_rows)
-    rows += check_scheduling(api_client, cluster, tfjobs, operator)
+        if training.job is not None and not training.job.unbuilt:  # trials like the job
+            rows.append(check_experiment(api_client, cluster, operator, training.shape))
+    rows += check_scheduling(api_client, cluster,
+                             training.job if operator == "tfjob" else None, operator)
     serving = KServeApi(api_client, cluster.serving_namespace)
     rows.append(check_mode(serving))
     rows.append(check_pvc(core, cluster))

@@ -1,9 +1,10 @@
 """What the run's ``kubernetes.scheduling`` needs on the cluster (:func:`check_scheduling`):
-for ``queue`` Kueue, the LocalQueue, and that Kueue manages TFJobs (a server-side dry run of a
-labelled TFJob comes back suspended); for ``priority_class`` the PriorityClass (and, with a
-queue, Kueue's WorkloadPriorityClass); for ``gang`` the scheduler's PodGroup API, Volcano's
-queue, and the training operator's ``--gang-scheduler-name``. Each is silently ignored, or
-leaves the job waiting forever, when missing (docs/scheduling.md)."""
+for ``queue`` Kueue, the LocalQueue, and that Kueue manages TFJobs (the server-side dry run of
+the run's TFJob, as ``build_tfjob`` makes it with the queue's label, comes back suspended:
+:func:`fmnist_kfp.preflight.training_operator.check_training`); for ``priority_class`` the
+PriorityClass (and, with a queue, Kueue's WorkloadPriorityClass); for ``gang`` the scheduler's
+PodGroup API, Volcano's queue, and the training operator's ``--gang-scheduler-name``. Each is
+silently ignored, or leaves the job waiting forever, when missing (docs/scheduling.md)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.kubernetes.api_errors import refusal_message, status_line
 from fmnist_kfp.kubernetes.workload import GROUP as WORKLOAD_GROUP
 from fmnist_kfp.preflight.common import (
-    CONNECT_TIMEOUT_SECONDS,
     SETUP,
     Cluster,
     Row,
@@ -42,11 +42,6 @@ KUEUE_ENABLE_TFJOB = (
     "enable kubeflow.org/tfjob in integrations.frameworks of ConfigMap kueue-manager-config in "
     "kueue-system (off by default since Kueue v0.19), and restart kueue-controller-manager "
     "(kubectl rollout restart deployment/kueue-controller-manager -n kueue-system)")
-# The TFJob sent as a server-side dry run (never stored): the least the TFJob CRD and the
-# training operator's webhook accept (kubeflow/trainer v1.9.2 pkg/webhooks/tensorflow/
-# tfjob_webhook.go lines 73-127: a container named tensorflow, with an image).
-QUEUE_PROBE = "fmnist-preflight-queue-check"
-PROBE_IMAGE = "python:3.11.14-slim-bookworm"  # never pulled
 # Gang schedulers: the PodGroup API the training operator creates, and the install (kubeflow/
 # trainer v1.9.2 cmd/training-operator.v1/main.go lines 191-202 and 260-269: it exits at start
 # when the CRD of its --gang-scheduler-name is missing; its CI installs either scheduler as
@@ -80,31 +75,22 @@ def _gang_flag_fix(gang: str) -> str:
             f"command/1\", \"value\": \"--gang-scheduler-name={value}\"}}]')")
 
 
-def _queue_probe(queue: str) -> dict:
-    """The TFJob whose server-side dry run tells whether Kueue manages TFJobs."""
-    return {"apiVersion": "kubeflow.org/v1", "kind": "TFJob",
-            "metadata": {"name": QUEUE_PROBE,
-                         "labels": {"app.kubernetes.io/part-of": "fmnist-kfp",
-                                    KUEUE_QUEUE_LABEL: queue}},
-            "spec": {"tfReplicaSpecs": {"Worker": {
-                "replicas": 1, "restartPolicy": "Never",
-                "template": {"spec": {"containers": [{"name": "tensorflow",
-                                                      "image": PROBE_IMAGE}]}}}}}}
-
-
-def check_kueue(api_client, cluster: Cluster, tfjobs_served: bool) -> tuple[list[Row], str]:
+def check_kueue(api_client, cluster: Cluster, job=None) -> tuple[list[Row], str]:
     """The ``queue`` key: Kueue's API, the LocalQueue in the run's namespace, and whether Kueue
-    manages TFJobs; returns the rows and the Kueue API version served ("" when none).
+    manages TFJobs; returns the rows and the Kueue API version served ("" when none). ``job``:
+    the dry run of the run's TFJob (a :class:`fmnist_kfp.preflight.training_operator.DryRun`;
+    None where TFJobs are not what the run creates).
 
-    Whether Kueue manages TFJobs is asked of Kueue itself: a TFJob labelled with the queue is
-    sent as a server-side dry run (``dryRun=All``: admission runs, mutating webhooks included,
-    nothing is stored) and must come back with ``spec.runPolicy.suspend: true``, which Kueue's
-    mutating webhook sets on every job of a queue (kubernetes-sigs/kueue v0.19.2
-    pkg/controller/jobframework/base_webhook.go lines 69-82, defaults.go lines 36-46,
+    Whether Kueue manages TFJobs is asked of Kueue itself: the run's TFJob, labelled with the
+    queue by ``build_tfjob``, is sent as a server-side dry run (``dryRun=All``: admission runs,
+    mutating webhooks included, nothing is stored) and must come back with
+    ``spec.runPolicy.suspend: true``, which Kueue's mutating webhook sets on every job of a
+    queue (kubernetes-sigs/kueue v0.19.2 pkg/controller/jobframework/base_webhook.go lines
+    69-82, defaults.go lines 36-46,
     pkg/controller/jobs/kubeflow/kubeflowjob/kubeflowjob_controller.go lines 50-56; the webhook
-    declares ``sideEffects=None``, so it runs on dry runs: tfjob_controller.go line 50). With the
-    ``kubeflow.org/tfjob`` integration off — the default since v0.19 — the webhook is a no-op
-    (jobframework/setup.go lines 108-111) and the job runs at once, its queue ignored."""
+    declares ``sideEffects=None``, so it runs on dry runs: tfjob_controller.go line 50). With
+    the ``kubeflow.org/tfjob`` integration off — the default since v0.19 — the webhook is a
+    no-op (jobframework/setup.go lines 108-111) and the job runs at once, its queue ignored."""
     queue, namespace = cluster.scheduling.queue, cluster.namespace
     version, unknown = "", False
     for candidate in KUEUE_VERSIONS:
@@ -153,34 +139,32 @@ def check_kueue(api_client, cluster: Cluster, tfjobs_served: bool) -> tuple[list
         else:
             rows.append(Row(what, True, f"ClusterQueue {cluster_queue}, active"))
 
-    if tfjobs_served:
-        rows.append(_check_kueue_manages_tfjobs(api_client, cluster))
+    if job is not None:
+        rows.append(_check_kueue_manages_tfjobs(cluster, job))
     return rows, version
 
 
-def _check_kueue_manages_tfjobs(api_client, cluster: Cluster) -> Row:
-    """Whether Kueue suspends a TFJob of the queue: its server-side dry run
-    (:func:`check_kueue`)."""
-    from kubernetes import client
-
+def _check_kueue_manages_tfjobs(cluster: Cluster, job) -> Row:
+    """Whether Kueue suspended the run's TFJob, labelled with the queue: its server-side dry
+    run (:func:`check_kueue`)."""
     queue, namespace = cluster.scheduling.queue, cluster.namespace
     what = "Kueue manages TFJobs"
     label = f"{KUEUE_QUEUE_LABEL}={queue}"
-    try:
-        answer = client.CustomObjectsApi(api_client).create_namespaced_custom_object(
-            "kubeflow.org", "v1", namespace, "tfjobs", _queue_probe(queue), dry_run="All",
-            _request_timeout=(CONNECT_TIMEOUT_SECONDS, 30))
-    except Exception as error:
-        return Row(what, None, f"could not check: the server-side dry run of a TFJob labelled "
-                               f"{label} in {namespace} was refused ({refusal_message(error)})",
+    if job.unbuilt:
+        return Row(what, None, "could not check: the run's TFJob was not built here ("
+                               f"{job.unbuilt})")
+    if job.error is not None:
+        return Row(what, None, f"could not check: the server-side dry run of the run's TFJob "
+                               f"(labelled {label}) in {namespace} was refused "
+                               f"({refusal_message(job.error)})",
                    "if Kueue's webhook failed, TFJobs cannot be created at all: check "
                    "kueue-controller-manager in kueue-system; else ask the cluster admin "
                    "whether Kueue's integrations.frameworks lists kubeflow.org/tfjob")
-    suspended = ((((answer or {}).get("spec") or {}).get("runPolicy") or {}).get("suspend"))
+    suspended = (((job.answer.get("spec") or {}).get("runPolicy") or {}).get("suspend"))
     if suspended is True:
-        return Row(what, True, f"a TFJob labelled {label} is created suspended (server-side "
-                               "dry run): Kueue holds it until admitted")
-    return Row(what, False, f"a TFJob labelled {label} is not suspended on create "
+        return Row(what, True, f"the run's TFJob, labelled {label}, is created suspended "
+                               "(server-side dry run): Kueue holds it until admitted")
+    return Row(what, False, f"the run's TFJob, labelled {label}, is not suspended on create "
                             "(server-side dry run): Kueue does not manage TFJobs, so the "
                             "run's TFJobs would start at once, their queue ignored",
                KUEUE_ENABLE_TFJOB)
@@ -328,18 +312,19 @@ def _check_operator_flag(api_client, gang: str) -> Row:
     return Row(what, True, f"{OPERATOR_DEPLOYMENT} runs with --gang-scheduler-name={flag}")
 
 
-def check_scheduling(api_client, cluster: Cluster, tfjobs_served: bool,
+def check_scheduling(api_client, cluster: Cluster, job=None,
                      operator: str = "tfjob") -> list[Row]:
     """What the run's ``kubernetes.scheduling`` needs on the cluster (nothing when it sets none
-    of queue, priority_class, gang). With TrainJobs (``operator`` ``trainjob``) ``gang`` is
-    refused by the train step before any work (a TrainJob's pods are gang-scheduled by its
-    runtime's podGroupPolicy, which a TrainJob cannot set:
+    of queue, priority_class, gang). ``job``: the dry run of the run's TFJob (None where the
+    run creates no TFJobs, or they are not served). With TrainJobs (``operator`` ``trainjob``)
+    ``gang`` is refused by the train step before any work (a TrainJob's pods are gang-scheduled
+    by its runtime's podGroupPolicy, which a TrainJob cannot set:
     ``fmnist_kfp.kubernetes.trainjob.trainjob_problems``), so it is a miss here too."""
     scheduling = cluster.scheduling
     rows: list[Row] = []
     kueue_version = ""
     if scheduling.queue:
-        kueue_rows, kueue_version = check_kueue(api_client, cluster, tfjobs_served)
+        kueue_rows, kueue_version = check_kueue(api_client, cluster, job)
         rows += kueue_rows
     if scheduling.priority_class:
         rows += check_priority(api_client, cluster, kueue_version)

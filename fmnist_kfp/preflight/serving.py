@@ -4,7 +4,7 @@ pipeline pods reach the predictors (when Istio is installed)."""
 
 from __future__ import annotations
 
-from fmnist_kfp.kubernetes.api_errors import own_status
+from fmnist_kfp.kubernetes.api_errors import own_status, status_line
 from fmnist_kfp.preflight.common import SETUP, Cluster, Row, _call
 
 ISTIO_POLICY = "fmnist-serving-in-cluster"
@@ -55,5 +55,5 @@ def check_istio_policy(api_client, custom, cluster: Cluster) -> Row | None:
         if own_status(error) == 404:
             return Row(what, False, "missing: the deploy and predict steps (no sidecar) would "
                                     "get 403 RBAC: access denied from the predictors", fix)
-        return Row(what, None, f"cannot read it: {error}")
+        return Row(what, None, f"cannot read it ({status_line(error)})")
     return Row(what, True, "lets pipeline pods call /v1/models/* and /v2/models/*")

@@ -3,7 +3,7 @@ named)."""
 
 from __future__ import annotations
 
-from fmnist_kfp.kubernetes.api_errors import own_status
+from fmnist_kfp.kubernetes.api_errors import own_status, status_line
 from fmnist_kfp.preflight.common import SETUP, Cluster, Row
 
 
@@ -18,7 +18,7 @@ def check_pvc(core, cluster: Cluster) -> Row:
     except Exception as error:
         if own_status(error) == 404:
             return Row(what, False, "missing", fix)
-        return Row(what, None, f"cannot read it: {error}")
+        return Row(what, None, f"cannot read it ({status_line(error)})")
     modes = list(claim.spec.access_modes or [])
     if "ReadWriteMany" not in modes:
         return Row(what, False, f"access modes {modes}: the step and every TFJob worker mount it "
@@ -39,7 +39,7 @@ def check_secret(core, cluster: Cluster) -> Row:
         if own_status(error) == 404:
             return Row(what, False, "missing: the ingest and train pods would not start "
                                     "(CreateContainerConfigError)", fix)
-        return Row(what, None, f"cannot read it: {error}")
+        return Row(what, None, f"cannot read it ({status_line(error)})")
     keys = set((secret.data or {}).keys())
     wanted = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
     if not wanted <= keys:

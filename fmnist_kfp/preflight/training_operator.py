@@ -8,15 +8,22 @@ training, what they need besides: the JobSet API Trainer creates one of per Trai
 (``kubectl apply -k manifests/trainer-runtime``), which Trainer's webhook refuses a TrainJob
 without (kubeflow/trainer v2.1.0 pkg/runtime/core/clustertrainingruntime.go lines 84-93).
 
+Then the training job itself (:func:`check_training_job`): the TFJob or TrainJob the train step
+builds (``build_tfjob``, ``build_trainjob``) from the run's settings, sent as a server-side dry
+run, so that the served CRD, its webhooks (the training operator's, Trainer's) and Kueue's judge
+what a run would create, and a builder change the server would refuse shows here. Trainer's
+webhook also says whether our runtime exists where it cannot be read (the steps'
+ServiceAccount, in a pod: no Role grants a cluster-scoped read).
+
 upstream: docs/upstream.md#kubeflow-manifests
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fmnist_kfp.errors import UserInputError
-from fmnist_kfp.kubernetes.api_errors import status_line
+from fmnist_kfp.kubernetes.api_errors import refusal_message, status_line
 from fmnist_kfp.kubernetes.training_operators import (
     TFJOB_API,
     TRAINER_INSTALL,
@@ -25,10 +32,26 @@ from fmnist_kfp.kubernetes.training_operators import (
     trainjob_api,
 )
 from fmnist_kfp.kubernetes.trainjob import GROUP as TRAINER_GROUP
-from fmnist_kfp.kubernetes.trainjob import PATCHES, RUNTIME_APPLY, RUNTIME_NAME, RUNTIME_PLURAL
+from fmnist_kfp.kubernetes.trainjob import (
+    OVERRIDES,
+    PATCHES,
+    RUNTIME_APPLY,
+    RUNTIME_NAME,
+    RUNTIME_PLURAL,
+)
 from fmnist_kfp.kubernetes.trainjob import PLURAL as TRAINJOB_PLURAL
 from fmnist_kfp.kubernetes.trainjob import VERSION as TRAINER_VERSION
-from fmnist_kfp.preflight.common import Cluster, Row, _read, _serves
+from fmnist_kfp.preflight.common import (
+    Cluster,
+    Row,
+    _dry_run,
+    _dry_run_outcome,
+    _read,
+    _serves,
+    probe_name,
+    run_job_spec,
+    run_settings,
+)
 
 TFJOB = "TFJob (Training Operator v1)"
 TRAINJOB = "TrainJob (Trainer v2)"
@@ -48,6 +71,14 @@ JOBSET_INSTALL = ("install JobSet as Kubeflow Trainer's manifests do (kubeflow/t
                   "2.2.0); Trainer v2 turns every TrainJob into a JobSet")
 RUNTIME_FIX = (f"{RUNTIME_APPLY} (cluster-admin, once per cluster: a ClusterTrainingRuntime is "
                "cluster-scoped)")
+# Trainer's webhook refusing a TrainJob whose ClusterTrainingRuntime does not exist (kubeflow/
+# trainer v2.1.0 pkg/runtime/core/clustertrainingruntime.go lines 84-93, the same at v2.2.0).
+RUNTIME_REFUSED = "specified clusterTrainingRuntime must be created before the TrainJob"
+# The training job's collection, by operator: (kind, API path under the namespace).
+JOB_APIS = {"tfjob": ("TFJob", "/apis/kubeflow.org/v1/namespaces/{namespace}/tfjobs"),
+            "trainjob": ("TrainJob", f"/apis/{TRAINER_GROUP}/{TRAINER_VERSION}/namespaces/"
+                                     f"{{namespace}}/{TRAINJOB_PLURAL}")}
+TRAINING_EXTRA = "pip install 'fmnist-kfp[training]'"
 
 
 @dataclass
@@ -112,10 +143,42 @@ def operator_in_use(cluster: Cluster, found: Offered) -> tuple[str, str]:
         return "tfjob", str(error)
 
 
+@dataclass
+class Training:
+    """What :func:`check_training` found: its rows, the operator in use, the shape of a
+    TrainJob's pod settings, and the training job's dry run (:class:`DryRun`; None where it was
+    not tried)."""
+
+    rows: list[Row]
+    operator: str
+    shape: str = ""
+    job: DryRun | None = None
+
+
+@dataclass
+class DryRun:
+    """A server-side dry run of an object a step builds: the ``answer`` (the object as it would
+    be stored) or the ``error`` the server refused it with, or ``unbuilt``: why it could not be
+    built here (the row says)."""
+
+    kind: str
+    manifest: dict = field(default_factory=dict)
+    answer: dict | None = None
+    error: Exception | None = None
+    unbuilt: str = ""
+
+
 def check_training_operator(api_client, cluster: Cluster) -> tuple[list[Row], str]:
     """The rows of the training operator and the operator in use (for the permissions and
-    Katib's watch): the TFJob API; where Trainer v2 is served or asked for, the TrainJob API;
-    which operator ``kubernetes.operator`` picks; and, for TrainJobs, JobSet and the runtime."""
+    Katib's watch): :func:`check_training`'s."""
+    training = check_training(api_client, cluster)
+    return training.rows, training.operator
+
+
+def check_training(api_client, cluster: Cluster) -> Training:
+    """The TFJob API; where Trainer v2 is served or asked for, the TrainJob API; which operator
+    ``kubernetes.operator`` picks; for TrainJobs, JobSet and the runtime; and the training job
+    the train step builds, as a server-side dry run (:func:`check_training_job`)."""
     found = offered(api_client)
     operator, problem = operator_in_use(cluster, found)
     rows = [_tfjob_row(cluster, found, operator)]
@@ -123,10 +186,114 @@ def check_training_operator(api_client, cluster: Cluster) -> tuple[list[Row], st
         rows.append(_trainjob_row(found))
     if not problem:
         rows.append(Row("training operator", None, _choice(cluster, found, operator)))
+    shape = trainjob_api(found) if operator == "trainjob" and found.trainjobs else ""
+    training = Training(rows, operator, shape)
     if operator == "trainjob" and found.trainjobs:
         rows.append(_jobset_row(api_client))
-        rows.append(_runtime_row(found))
-    return rows, operator
+        runtime_row = _runtime_row(found)
+        rows.append(runtime_row)
+        if found.runtime is not False:  # a missing runtime is the row above's, alone
+            training.job = dry_run_training_job(api_client, cluster, operator, shape)
+            job_row = _training_job_row(cluster, training.job)
+            if found.runtime is None and job_row.ok is not None:
+                rows[-1] = _runtime_row_from_webhook(training.job, runtime_row, found)
+                if _runtime_refusal(training.job):  # said by the runtime's row
+                    job_row = None
+            if job_row is not None:
+                rows.append(job_row)
+    elif operator == "tfjob" and found.tfjobs:
+        training.job = dry_run_training_job(api_client, cluster, operator, "")
+        rows.append(_training_job_row(cluster, training.job))
+    return training
+
+
+def dry_run_training_job(api_client, cluster: Cluster, operator: str, shape: str) -> DryRun:
+    """The training job the train step builds from the run's settings (``build_tfjob``; for
+    ``trainjob`` ``build_trainjob`` in the cluster's ``shape``, without ``gang``, which the
+    scheduling rows refuse for TrainJobs), sent as a server-side dry run in the run's
+    namespace, as the caller (the steps' ServiceAccount's permission is a row of its own)."""
+    kind, path = JOB_APIS[operator]
+    try:
+        settings = run_settings(cluster, gang=operator != "trainjob")
+        spec = run_job_spec(probe_name(), settings)
+        if operator == "trainjob":
+            from fmnist_kfp.kubernetes.trainjob import build_trainjob
+
+            manifest = build_trainjob(spec, settings, shape or OVERRIDES)
+        else:
+            from fmnist_kfp.kubernetes.manifest import to_manifest
+            from fmnist_kfp.kubernetes.tfjob import build_tfjob
+
+            manifest = to_manifest(build_tfjob(spec, settings))
+    except ModuleNotFoundError as error:  # a base install: the builders' SDKs are extras
+        return DryRun(kind, unbuilt=f"not checked: building the {kind} needs {error.name}, "
+                                    f"of the training extra ({TRAINING_EXTRA})")
+    except UserInputError as error:
+        return DryRun(kind, unbuilt=str(error), error=error)
+    try:
+        answer = _dry_run(api_client, path.format(namespace=cluster.namespace), manifest)
+    except Exception as error:
+        return DryRun(kind, manifest, error=error)
+    return DryRun(kind, manifest, answer=answer or {})
+
+
+def _training_job_row(cluster: Cluster, job: DryRun) -> Row:
+    """The row of the training job's dry run."""
+    what = f"{job.kind} the train step creates"
+    if job.unbuilt and job.error is None:
+        return Row(what, None, job.unbuilt, f"{TRAINING_EXTRA}, then run preflight again")
+    if job.unbuilt:  # our own checks refuse the run's settings
+        return Row(what, False, f"the train step refuses it: {job.unbuilt}",
+                   "change the run's kubernetes settings as the message says")
+    if job.error is not None:
+        outcome = _dry_run_outcome(job.error)
+        if outcome == "forbidden":
+            return Row(what, None, f"could not check: you may not create {job.kind}s in "
+                                   f"{cluster.namespace} ({refusal_message(job.error)}); the "
+                                   "steps' ServiceAccount's permission is checked below")
+        if outcome == "unknown":
+            return Row(what, None, f"could not check: its server-side dry run failed "
+                                   f"({refusal_message(job.error)})",
+                       "if a webhook could not be called, no such job can be created: check the "
+                       "operator's (and Kueue's) controller pods; else run preflight again")
+        return Row(what, False, f"the cluster refuses it (server-side dry run: "
+                                f"{refusal_message(job.error)})", _job_fix(job))
+    return Row(what, True, f"accepted by a server-side dry run in {cluster.namespace} (its "
+                           "schema and admission webhooks; nothing stored)")
+
+
+def _job_fix(job: DryRun) -> str:
+    """The fix of a training job the server refuses."""
+    if job.kind == "TrainJob":
+        return ("check that Trainer runs a release fmnist-kfp supports (2.1 or 2.2, with JobSet; "
+                f"docs/cluster.md) and the runtime is manifests/trainer-runtime's ({RUNTIME_APPLY}"
+                "); else report the message above as an fmnist-kfp bug")
+    return ("check that the Training Operator v1 runs a release fmnist-kfp supports (v1.9; "
+            "docs/cluster.md) and its webhook and any Kueue webhook are up; else report the "
+            "message above as an fmnist-kfp bug")
+
+
+def _runtime_refusal(job: DryRun) -> bool:
+    """Whether Trainer's webhook refused the TrainJob for a missing runtime."""
+    from fmnist_kfp.kubernetes.api_errors import read_body
+
+    return job.error is not None and not job.unbuilt and RUNTIME_REFUSED in read_body(
+        getattr(job.error, "body", None)).field("message")
+
+
+def _runtime_row_from_webhook(job: DryRun, unread: Row, found: Offered) -> Row:
+    """The runtime's row where it could not be read, from the TrainJob's dry run: Trainer's
+    webhook reads it (as Trainer) for every TrainJob that names it."""
+    what = unread.check
+    if _runtime_refusal(job):
+        return Row(what, False, "missing: Trainer's webhook refused the run's TrainJob naming "
+                                f"it (server-side dry run: {refusal_message(job.error)}), so "
+                                "training and TrainJob trials cannot start", RUNTIME_FIX)
+    if job.answer is not None:
+        return Row(what, True, "exists: Trainer's webhook accepted a TrainJob naming it "
+                               "(server-side dry run; you cannot read it: "
+                               f"{status_line(found.runtime_problem)})")
+    return unread
 
 
 def _tfjob_row(cluster: Cluster, found: Offered, operator: str) -> Row:

@@ -251,8 +251,8 @@ def test_volcano_default_queue_follows_the_namespace_annotation(cluster, capsys)
 @pytest.mark.parametrize(("fault", "check", "said"), [
     # The user may not create TFJobs, or Kueue's webhook is down (failurePolicy Fail).
     (("POST", "/tfjobs", 403), "Kueue manages TFJobs",
-     "could not check: the server-side dry run of a TFJob labelled "
-     "kueue.x-k8s.io/queue-name=fmnist in kubeflow was refused (HTTP 403"),
+     "could not check: the server-side dry run of the run's TFJob (labelled "
+     "kueue.x-k8s.io/queue-name=fmnist) in kubeflow was refused (HTTP 403"),
     (("POST", "/tfjobs", 500), "Kueue manages TFJobs", "was refused (HTTP 500"),
     (("GET", "/deployments/training-operator", 403), "training operator gang scheduling",
      "could not check: cannot read deployment kubeflow/training-operator (HTTP 403 Forbidden); "
@@ -301,22 +301,39 @@ def test_bad_scheduling_is_refused_before_any_request(cluster, capsys, given, er
     assert standin.calls == []
 
 
-def test_the_dry_run_tfjob_is_one_the_api_server_accepts():
-    """The probe fits the TFJob CRD strictly (../shared/crds) and the training operator's
-    webhook (kubeflow/trainer v1.9.2 pkg/webhooks/tensorflow/tfjob_webhook.go lines 73-127: a
-    DNS-1035 name, a container named tensorflow with an image)."""
-    from fmnist_kfp.preflight import _queue_probe
-    from fmnist_kfp.settings.names import is_dns_1035_label
+def _run_tfjob(queue: str) -> dict:
+    """The TFJob preflight sends as a dry run for a run with ``queue``: the train step's own
+    (``build_tfjob``, from the run's settings)."""
+    from fmnist_kfp.kubernetes.manifest import to_manifest
+    from fmnist_kfp.kubernetes.tfjob import build_tfjob
+    from fmnist_kfp.preflight import Cluster, run_settings
+    from fmnist_kfp.preflight.common import probe_name, run_job_spec
+    from fmnist_kfp.settings.scheduling import SchedulingSettings
+
+    cluster = Cluster(namespace=NS, runner_service_account="pipeline-runner", pvc="fmnist-data",
+                      credentials_secret="", serving_namespace=NS, serving_service_account="",
+                      multi_user=False, scheduling=SchedulingSettings(queue=queue),
+                      operator="tfjob")
+    settings = run_settings(cluster)
+    return to_manifest(build_tfjob(run_job_spec(probe_name(), settings), settings))
+
+
+def test_the_dry_run_tfjob_is_the_train_steps_own():
+    """What preflight sends is the train step's TFJob (the builder's, not a hand-made probe):
+    the queue's label, the claim, the release image; and the TFJob CRD takes it strictly
+    (../shared/crds)."""
     from tests.crd_schemas import validate_strict
 
-    probe = _queue_probe("fmnist")
+    probe = _run_tfjob("fmnist")
     validate_strict(probe, "tfjob.kubeflow.org_v1.yaml", "v1")
-    assert is_dns_1035_label(probe["metadata"]["name"])
+    assert probe["metadata"]["labels"][QUEUE_LABEL] == "fmnist"
+    assert probe["metadata"]["name"].startswith("fmnist-preflight-")
     (replica,) = probe["spec"]["tfReplicaSpecs"].values()
     (container,) = replica["template"]["spec"]["containers"]
     assert container["name"] == "tensorflow" and container["image"]
-    assert probe["metadata"]["labels"][QUEUE_LABEL] == "fmnist"
-    assert "runPolicy" not in probe["spec"]  # suspended only if Kueue's webhook does it
+    assert replica["template"]["spec"]["volumes"][0]["persistentVolumeClaim"] == {
+        "claimName": "fmnist-data"}
+    assert "suspend" not in probe["spec"]["runPolicy"]  # suspended only if Kueue does it
 
 
 def test_the_standins_dry_run_admits_and_stores_nothing():
@@ -325,25 +342,26 @@ def test_the_standins_dry_run_admits_and_stores_nothing():
     for a dryRun value other than All)."""
     from kubernetes import client
 
-    from fmnist_kfp.preflight import _queue_probe
     from tests.standins.kserve import KServeStandIn
+
+    probe = _run_tfjob("q")
 
     with KServeStandIn() as standin:
         standin.mutators.append(kueue_webhook)
         api = client.CustomObjectsApi(standin.api_client())
         answer = api.create_namespaced_custom_object("kubeflow.org", "v1", NS, "tfjobs",
-                                                     _queue_probe("q"), dry_run="All")
+                                                     probe, dry_run="All")
         assert answer["spec"]["runPolicy"]["suspend"] is True
         assert answer["metadata"]["uid"] and "resourceVersion" not in answer["metadata"]
         assert not [key for key in standin.objects if key[0] == "TFJob"]
         stored = api.create_namespaced_custom_object("kubeflow.org", "v1", NS, "tfjobs",
-                                                     _queue_probe("q"))
+                                                     probe)
         assert stored["metadata"]["resourceVersion"]
         with pytest.raises(client.ApiException) as exists:
             api.create_namespaced_custom_object("kubeflow.org", "v1", NS, "tfjobs",
-                                                _queue_probe("q"), dry_run="All")
+                                                probe, dry_run="All")
         assert exists.value.status == 409
         with pytest.raises(client.ApiException) as invalid:
             api.create_namespaced_custom_object("kubeflow.org", "v1", NS, "tfjobs",
-                                                _queue_probe("r"), dry_run="Yes")
+                                                _run_tfjob("r"), dry_run="Yes")
         assert invalid.value.status == 422
