@@ -334,8 +334,12 @@ class RemoteJobRunner:
                 job.cleanup(why)
                 return
             except Exception as error:  # the original error is what the step reports
-                if repeated and api_status(error) == 404:
-                    self.log(f"{job.where} is gone: the cleanup's earlier try went through")
+                # A 404 says the cleanup's goal holds. On a first try too: someone else deleted
+                # the job, or the HTTP client repeated our DELETE itself after its answer was
+                # lost (urllib3 retries idempotent methods, DELETE among them, by default).
+                if api_status(error) == 404:
+                    self.log(f"{job.where} is gone: the cleanup's earlier try went through"
+                             if repeated else f"{job.where} is already gone")
                     return
                 delay = next(retries, None) if is_transient(error) else None
                 if delay is None:

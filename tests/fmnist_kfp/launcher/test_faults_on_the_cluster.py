@@ -178,16 +178,11 @@ def test_the_train_steps_jobs_get_through_the_faults(cluster, step, operator):
     assert not [r for r in proxy.requests if r[2] in (401, 403)], proxy.requests
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "defect of fmnist_kfp/kubernetes/runner.py, not fixed here (its unit test holds the old "
-    "rule): a 404 on the cleanup's first try is reported as 'could not clean up', but the "
-    "kubernetes client's urllib3 repeats a DELETE whose answer was lost on its own, so that "
-    "404 is the answer to a delete that went through"))
 def test_a_cleanup_whose_answer_was_lost_is_not_reported_as_failed(real_cluster):
     """Found on seed 2: the failed TFJob's DELETE was applied and its answer lost; urllib3's
     default Retry repeated the DELETE (an idempotent method) unseen by the runner, and the
     runner, seeing a 404 on what it took for its first try, said it could not clean up the job
-    it had just deleted."""
+    it had just deleted. A 404 now says the job is gone, on any try."""
     from kubernetes.client.exceptions import ApiException
 
     from fmnist_kfp.kubernetes.runner import JobFailed, JobStatus, RemoteJob, RemoteJobRunner
@@ -216,6 +211,7 @@ def test_a_cleanup_whose_answer_was_lost_is_not_reported_as_failed(real_cluster)
     assert ("DELETE", f"/api/v1/namespaces/{namespace}/configmaps/{name}", 404) in \
         proxy.requests  # urllib3's own repeat
     assert not [line for line in lines if "could not clean up" in line], lines
+    assert f"ConfigMap {namespace}/{name} is already gone" in lines, lines
 
 
 def test_the_seeds_fault_the_creates(tmp_path):
