@@ -7,8 +7,9 @@ selector nothing matches) keeps condition ``PodScheduled`` False with reason
 pkg/scheduler/schedule_one.go 1044-1062, ``handleSchedulingFailure``); a pod whose image
 cannot be pulled, or whose Secret or ConfigMap is missing, waits with the kubelet's reason on
 its container (``ErrImagePull``, ``ImagePullBackOff``, ``CreateContainerConfigError``;
-pkg/kubelet/images/types.go 28-41, pkg/kubelet/kuberuntime/kuberuntime_container.go 67-68). A launcher
-shows these as its job's progress, so a step that can only wait for its deadline says why.
+pkg/kubelet/images/types.go 28-41, pkg/kubelet/kuberuntime/kuberuntime_container.go 67-68).
+A launcher shows these as its job's progress, so a step that can only wait for its deadline
+says why.
 """
 
 from __future__ import annotations
