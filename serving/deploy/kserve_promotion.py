@@ -72,6 +72,7 @@ from fmnist_kfp.serving.deploy.kserve_api import (
     KServeApi,
     KServeRolloutError,
     TransientApiError,
+    retrying,
 )
 from fmnist_kfp.serving.deploy.kserve_deployer import prepare_rollout
 from fmnist_kfp.serving.deploy.rollout_base import Log, Rollout, Verify
@@ -271,8 +272,15 @@ def _swap_if_ours(rollout: Rollout, data: dict[str, str], new: dict[str, str], w
 
 def _bind(rollout: Rollout, data: dict[str, str]) -> None:
     """Records the uid of the InferenceService just created in this model's claim: a claim
-    then dies with its InferenceService (:func:`claim_of`)."""
-    isvc = rollout.api.get(rollout.name)
+    then dies with its InferenceService (:func:`claim_of`). The service is made already: a
+    read answered transiently is asked again, and one that still fails leaves the claim
+    unbound rather than failing a promotion that served its model."""
+    try:
+        isvc = retrying(rollout.api.get, rollout.name)
+    except Exception as error:
+        rollout.log(f"[kserve] serve_early: could not read {rollout.where} to bind the claim "
+                    f"to it ({error}); the claim stays unbound")
+        return
     uid = ((isvc or {}).get("metadata") or {}).get("uid")
     if uid:
         _swap_if_ours(rollout, data, {**data, CLAIM_UID: uid},

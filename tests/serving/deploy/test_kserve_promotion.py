@@ -306,6 +306,36 @@ def test_a_claim_write_restarts_nothing(mode):
         assert standin.rollouts() == rolled
 
 
+def test_a_transient_read_after_a_cold_start_create_neither_fails_nor_unbinds(
+        standin, monkeypatch):
+    """The first promotion creates the InferenceService, then reads it to bind the claim to
+    its uid: a 504 on that read (the stand-ins' fault mode gave one, seed 22) failed the step
+    with its model served, and left the claim unbound, alive past a deletion of the service.
+    It is asked again."""
+    from fmnist_kfp.serving.deploy.rollout_base import Rollout
+
+    created, faulted = [], []
+    create, get = Rollout.create, kserve_api.KServeApi.get
+
+    def create_then_fault(self):
+        result = create(self)
+        created.append(True)
+        return result
+
+    def get_faulted_once(self, name, **kwargs):
+        if created and not faulted:
+            faulted.append(name)
+            raise kserve_api.TransientApiError(f"could not read {name}: HTTP 504 injected")
+        return get(self, name, **kwargs)
+
+    monkeypatch.setattr(Rollout, "create", create_then_fault)
+    monkeypatch.setattr(kserve_api.KServeApi, "get", get_faulted_once)
+    result = _promote(standin, BETTER, "batchnorm")
+    assert result.action == "created" and _served(standin) == BETTER
+    assert faulted == ["fashion-mnist"]
+    assert _claim(standin)[CLAIM_UID] == standin.isvc()["metadata"]["uid"]
+
+
 def test_a_claim_made_on_an_inference_service_deleted_since_is_void(standin):
     """A claim records the uid of the InferenceService it was made on; once that one is
     deleted (and its finalizer removed), a worse model may serve again."""
