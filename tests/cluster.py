@@ -52,6 +52,8 @@ TEST_CRDS = (
 CRD_ESTABLISHED_SECONDS = 60
 # The upstream operators whose images the node runs (installed by the tests that need them).
 OPERATORS = ("TRAINING_OPERATOR_V1", "JOBSET_V0_10", "TRAINER_V2_1")
+# Kubeflow 26.03.1's Trainer and JobSet, on a cluster of their own (real_cluster_trainer_2_2).
+TRAINER_2_2 = ("JOBSET_V0_11", "TRAINER_V2_2")
 # A training image whose pods do what a test scripts instead of training (tests/scripted_pod.py).
 SCRIPTED_IMAGE = "scripted-pod:1"
 

@@ -100,6 +100,23 @@ def real_cluster(tmp_path_factory):
         plane.stop()
 
 
+@pytest.fixture(scope="session")
+def real_cluster_trainer_2_2(real_cluster, tmp_path_factory):
+    """A second control plane whose node runs Kubeflow Trainer v2.2.0 with JobSet v0.11.0
+    (Kubeflow 26.03.1), both installed: one node runs one version of each image. Its tests
+    use ``real_cluster`` too, so they share its work unit and this starts once."""
+    from tests.cluster import TRAINER_2_2, start_real_cluster
+
+    real_cluster.require_node()
+    plane, cluster = start_real_cluster(tmp_path_factory.mktemp("trainer-2.2"), TRAINER_2_2)
+    try:
+        for operator in TRAINER_2_2:
+            cluster.install(operator)
+        yield cluster
+    finally:
+        plane.stop()
+
+
 # `make test` runs the suite in two worker processes (pytest-xdist). A unit of work goes whole
 # to one worker: by default a test module (its module fixtures built once); the tests of a
 # costly shared fixture together (built once, not once per worker); and each slow test of

@@ -525,19 +525,9 @@ def test_sigterm_while_waiting_deletes_the_trainjob(cluster, namespace, tmp_path
 # Trainer v2.2.0 with JobSet v0.11.0: the pod settings as runtimePatches.
 
 @pytest.fixture(scope="module")
-def cluster_2_2(real_cluster, tmp_path_factory):
-    """A cluster of its own (one node runs one version of each image)."""
-    from tests.cluster import start_real_cluster
-
-    real_cluster.require_node()
-    operators = ("JOBSET_V0_11", "TRAINER_V2_2")
-    plane, cluster = start_real_cluster(tmp_path_factory.mktemp("trainer-2.2"), operators)
-    try:
-        for operator in operators:
-            cluster.install(operator)
-        yield _with_runtime(cluster)
-    finally:
-        plane.stop()
+def cluster_2_2(real_cluster_trainer_2_2):
+    """The session's Trainer 2.2 cluster (tests/conftest.py), with our runtime."""
+    return _with_runtime(real_cluster_trainer_2_2)
 
 
 def test_on_trainer_2_2_a_trainjob_of_runtime_patches_runs_to_success(cluster_2_2, tmp_path):

@@ -23,37 +23,28 @@ STEP_SECONDS = 600
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[3]
 
 
-# Kubeflow 26.03's Trainer with its JobSet (on the session's cluster), and 26.03.1's (on a
-# cluster of its own: one node runs one version of each image).
-RELEASES = {"2.1": ("JOBSET_V0_10", "TRAINER_V2_1"), "2.2": ("JOBSET_V0_11", "TRAINER_V2_2")}
-# The TrainJob field of the pod settings each serves (trainer v2.2.0 dropped
+# The TrainJob field of the pod settings each Trainer release serves (trainer v2.2.0 dropped
 # podTemplateOverrides for runtimePatches: fmnist_kfp/kubernetes/trainjob.py).
 SERVED_SHAPE = {"2.1": "podTemplateOverrides", "2.2": "runtimePatches"}
 
 
-@pytest.fixture(scope="module", params=sorted(RELEASES), ids=lambda r: f"trainer-{r}")
-def cluster(request, real_cluster, tmp_path_factory):
-    """A cluster running the Trainer release ``request.param``, our ClusterTrainingRuntime
-    applied (manifests/trainer-runtime) as a cluster admin applies it."""
-    from tests.cluster import OPERATORS, start_real_cluster
-
-    operators = RELEASES[request.param]
-    plane = None
-    if set(operators) <= set(OPERATORS):  # the session's cluster runs this release
+@pytest.fixture(scope="module", params=sorted(SERVED_SHAPE), ids=lambda r: f"trainer-{r}")
+def cluster(request, real_cluster):
+    """A cluster running the Trainer release ``request.param``: Kubeflow 26.03's (v2.1.0 with
+    JobSet v0.10.1) on the session's cluster, 26.03.1's on its own
+    (``real_cluster_trainer_2_2``); our ClusterTrainingRuntime applied
+    (manifests/trainer-runtime) as a cluster admin applies it."""
+    if request.param == "2.1":
         cluster = real_cluster
-    else:
-        plane, cluster = start_real_cluster(tmp_path_factory.mktemp("trainer"), operators)
-    try:
         cluster.require_node()
-        for operator in operators:
-            cluster.install(operator)
-        runtime = yaml.safe_load(
-            (ROOT / "manifests/trainer-runtime/cluster-training-runtime.yaml").read_text())
-        cluster.apply(runtime)
-        yield cluster
-    finally:
-        if plane is not None:
-            plane.stop()
+        cluster.install("JOBSET_V0_10")
+        cluster.install("TRAINER_V2_1")
+    else:
+        cluster = request.getfixturevalue("real_cluster_trainer_2_2")
+    runtime = yaml.safe_load(
+        (ROOT / "manifests/trainer-runtime/cluster-training-runtime.yaml").read_text())
+    cluster.apply(runtime)
+    return cluster
 
 
 @pytest.fixture
