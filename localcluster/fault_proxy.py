@@ -30,7 +30,11 @@ different keys interleave (a client's threads, its polls' timing):
     answer is relayed: the hard case, where a create went through and the client saw only a
     dropped connection (its retry gets 409 AlreadyExists); never to a streaming request;
   - ``cut``: a streaming request (``watch=true``, ``follow=true``) forwarded, its first
-    1 to 3 pieces relayed, then the connection closed mid-stream, without the last chunk.
+    1 to 3 pieces relayed, then the connection closed mid-stream, without the last chunk;
+  - only where ``kinds`` names them (:data:`ASKED_ONLY`): ``401``, ``403``, ``410`` answered
+    as the API server answers a bad token, a denied request or an expired resource version,
+    and ``hold``: the request held ``hold`` seconds, then forwarded and answered (a slow
+    create: what a step's SIGTERM can arrive during).
 
   Never two faults in a row on one key, so a client that retries gets through.
 
@@ -67,8 +71,13 @@ from localcluster import certs
 
 STATUS_FAULTS = (409, 429, 500, 503, 504)
 KINDS = (*STATUS_FAULTS, "drop", "stall", "lost", "cut")
-_REASONS = {409: "Conflict", 429: "TooManyRequests", 500: "InternalError",
-            503: "ServiceUnavailable", 504: "Timeout"}
+# Given only where ``kinds`` asks for them: answers that are no fault of the server's (the
+# caller's token or RBAC, a resource version too old) and a slow answer.
+REFUSALS = (401, 403, 410)
+ASKED_ONLY = (*REFUSALS, "hold")
+_REASONS = {401: "Unauthorized", 403: "Forbidden", 409: "Conflict", 410: "Gone",
+            429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable",
+            504: "Timeout"}
 # RFC 7230 6.1: hop-by-hop headers, which a proxy does not forward.
 _HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-authenticate",
                          "proxy-authorization", "te", "trailer", "transfer-encoding",
@@ -101,11 +110,13 @@ def streaming(method: str, target: str) -> bool:
     return method == "GET" and any(v in ("true", "1") for v in flags)
 
 
-def kinds_for(method: str, target: str) -> tuple:
-    """The fault kinds that fit a request (see the module docstring)."""
+def kinds_for(method: str, target: str, asked: tuple = ()) -> tuple:
+    """The fault kinds that fit a request (see the module docstring); ``asked``: the kinds a
+    proxy was asked for, which alone give those of :data:`ASKED_ONLY`."""
+    given = tuple(k for k in ASKED_ONLY if k in asked)
     if streaming(method, target):
-        return (429, 500, 503, 504, "drop", "cut")
-    kinds = [429, 500, 503, 504, "drop", "lost"]
+        return (429, 500, 503, 504, "drop", "cut", *given)
+    kinds = [429, 500, 503, 504, "drop", "lost", *given]
     if method in ("PUT", "PATCH"):
         kinds.append(409)
     if method == "GET":
@@ -251,7 +262,7 @@ class FaultProxy:
             draw = random.Random(f"{self.seed}|{method}|{key[1]}|{stream}|{n}")
             delay = draw.uniform(0, self.latency)
             roll = draw.random()
-            fits = [k for k in kinds_for(method, target)
+            fits = [k for k in kinds_for(method, target, self.kinds or ())
                     if self.kinds is None or k in self.kinds]
             pick = draw.choice(fits) if fits else None
             pieces = draw.randint(1, 3)
@@ -369,7 +380,7 @@ def _handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
                 self._status(fault, f"injected {fault} {_REASONS[fault]} (fault proxy, seed "
                                     f"{proxy.seed})")
                 return
-            if fault == "stall":
+            if fault in ("stall", "hold"):
                 time.sleep(proxy.hold)
             if fault in ("drop", "stall"):
                 self._drop()

@@ -133,24 +133,84 @@ def install(api_client, operator: Operator) -> None:
         if obj["kind"] == "CustomResourceDefinition":
             _wait_established(api_client, obj["metadata"]["name"])
     wait_available(api_client, operator.namespace, operator.deployment)
+    wait_webhooks_serving(api_client, [o["metadata"]["name"] for o in objects
+                                       if o["kind"] in WEBHOOK_KINDS])
+
+
+WEBHOOK_KINDS = {"ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
+                 "MutatingWebhookConfiguration": "mutatingwebhookconfigurations"}
+
+
+def wait_webhooks_serving(api_client, names: list[str], timeout: float = READY_SECONDS) -> None:
+    """Until each webhook of the configurations ``names`` answers TLS at its Service's
+    endpoint with a certificate its ``caBundle`` verifies, for the name the API server calls
+    (``<service>.<namespace>.svc``): what the API server checks on every call. A Deployment is
+    Available before its cert rotation has written the bundle and the server reloaded its
+    certificate; a create in between fails with "x509: certificate signed by unknown
+    authority"."""
+    deadline = time.monotonic() + timeout
+    for name in names:
+        while (why := _webhooks_not_serving(api_client, name)) is not None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"webhooks of {name} not serving after {timeout:.0f} s: "
+                                   f"{why}")
+            time.sleep(0.5)
+
+
+def _webhooks_not_serving(api_client, name: str) -> str | None:
+    """Why a webhook of configuration ``name`` cannot be called yet, or None."""
+    import base64
+    import socket
+    import ssl
+
+    config = None
+    for plural in WEBHOOK_KINDS.values():
+        try:
+            config = _call(api_client, f"/apis/admissionregistration.k8s.io/v1/{plural}/{name}",
+                           "GET")
+            break
+        except Exception:  # the other kind
+            continue
+    if config is None:
+        return "not found"
+    for webhook in config.get("webhooks") or []:
+        client_config = webhook.get("clientConfig") or {}
+        service, bundle = client_config.get("service"), client_config.get("caBundle")
+        if service is None:
+            continue
+        if not bundle:
+            return f"{webhook['name']}: no caBundle yet"
+        namespace, svc = service["namespace"], service["name"]
+        spec = _call(api_client, f"/api/v1/namespaces/{namespace}/services/{svc}", "GET")
+        port = next((p for p in spec["spec"]["ports"]
+                     if p["port"] == service.get("port", 443)), None)
+        endpoints = _call(api_client, f"/api/v1/namespaces/{namespace}/endpoints/{svc}", "GET")
+        addresses = [(a["ip"], p["port"]) for subset in endpoints.get("subsets") or []
+                     for a in subset.get("addresses") or [] for p in subset.get("ports") or []
+                     if port is None or p.get("name") == port.get("name")]
+        if not addresses:
+            return f"{webhook['name']}: no ready endpoint of Service {namespace}/{svc}"
+        context = ssl.create_default_context(cadata=base64.b64decode(bundle).decode())
+        try:
+            with socket.create_connection(addresses[0], timeout=2) as raw, \
+                    context.wrap_socket(raw, server_hostname=f"{svc}.{namespace}.svc"):
+                pass
+        except (OSError, ssl.SSLError) as error:
+            return f"{webhook['name']}: {error}"
+    return None
 
 
 def apply(api_client, manifest: dict[str, Any]) -> dict[str, Any]:
-    """Creates ``manifest``, or replaces the object of its name (the outcome of `kubectl
-    apply` for a whole object)."""
-    from kubernetes.client.exceptions import ApiException
-
-    path = collection_path(api_client, manifest)
-    try:
-        return _call(api_client, path, "POST", manifest)
-    except ApiException as error:
-        if error.status != 409:
-            raise
-    item = f"{path}/{manifest['metadata']['name']}"
-    stored = _call(api_client, item, "GET")
-    body = {**manifest, "metadata": {**manifest["metadata"],
-                                     "resourceVersion": stored["metadata"]["resourceVersion"]}}
-    return _call(api_client, item, "PUT", body)
+    """``kubectl apply --server-side`` of ``manifest``: creates it, or sets the fields it
+    names, keeping those other managers own. An operator's cert rotation writes its webhook
+    configurations' ``caBundle``: a whole-object replace on a second install would clear it,
+    and every call to those webhooks would fail TLS until the rotation wrote it again."""
+    item = f"{collection_path(api_client, manifest)}/{manifest['metadata']['name']}"
+    return api_client.call_api(
+        item, "PATCH", body=manifest,
+        query_params=[("fieldManager", "localcluster"), ("force", "true")],
+        header_params={"Content-Type": "application/apply-patch+yaml"},
+        response_type="object", auth_settings=["BearerToken"], _return_http_data_only=True)
 
 
 def collection_path(api_client, manifest: dict[str, Any]) -> str:

@@ -121,19 +121,33 @@ class RealCluster:
                                                  "namespace": namespace}}
         return operators.collection_path(self.api_client, manifest)
 
-    def configuration_as(self, namespace: str, account: str):
-        """A client ``Configuration`` that authenticates as ServiceAccount ``account`` of
-        ``namespace`` with a token of the TokenRequest API, as a pod of it would."""
+    def token_for(self, namespace: str, account: str) -> str:
+        """A token of ServiceAccount ``account`` of ``namespace`` (the TokenRequest API), as a
+        pod of it gets one."""
         from kubernetes import client
 
-        token = client.CoreV1Api(self.api_client).create_namespaced_service_account_token(
+        return client.CoreV1Api(self.api_client).create_namespaced_service_account_token(
             account, namespace, {"spec": {"expirationSeconds": 3600}}).status.token
+
+    def configuration_as(self, namespace: str, account: str):
+        """A client ``Configuration`` that authenticates as ServiceAccount ``account`` of
+        ``namespace`` (:meth:`token_for`)."""
+        from kubernetes import client
+
+        token = self.token_for(namespace, account)
         admin = self.api_client.configuration
         configuration = client.Configuration()
         configuration.host = admin.host
         configuration.ssl_ca_cert = admin.ssl_ca_cert
         configuration.api_key = {"authorization": f"Bearer {token}"}
         return configuration
+
+    def delete_namespace(self, name: str) -> None:
+        """Deletes namespace ``name`` and so everything in it (the namespace controller): a
+        test's jobs left running would hold the node's CPU that the next tests request."""
+        from kubernetes import client
+
+        client.CoreV1Api(self.api_client).delete_namespace(name)
 
     def ensure_namespace(self, name: str) -> None:
         from kubernetes import client

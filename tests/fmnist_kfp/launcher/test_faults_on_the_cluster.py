@@ -85,6 +85,7 @@ def step(cluster, synthetic_dataset, request):
         yield namespace, claim, proxy, token
     finally:
         proxy.stop()
+        cluster.delete_namespace(namespace)
 
 
 def _launcher(operator: str, namespace: str, claim, proxy: FaultProxy, token: str, out):

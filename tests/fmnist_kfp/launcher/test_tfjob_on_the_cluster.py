@@ -142,10 +142,10 @@ def test_a_two_worker_tfjob_trains_and_exports_the_model(cluster, claim):
 def test_parameter_servers_and_an_evaluator_train_and_export_the_model(cluster, claim):
     """ParameterServerStrategy: a chief coordinating 2 workers and 1 PS, and an evaluator
     scoring each checkpoint; the operator gives each its TF_CONFIG role. (Five replicas of
-    a quarter CPU each: with half a CPU each, two would never be scheduled on this 2-CPU node,
-    as the next test shows.)"""
+    a fifth of a CPU each, beside JobSet's 500m: with half a CPU each, two would never be
+    scheduled on this 2-CPU node, as the next test shows.)"""
     job = "fmnist-basic-ps"
-    _start_step(cluster, "train-ps", job, cpu="250m", layout=(
+    _start_step(cluster, "train-ps", job, cpu="200m", layout=(
         'strategy="parameter_server", num_workers=2, num_ps=1, evaluator=True'))
     phase, log = _finished(cluster, "train-ps")
     assert phase == "Succeeded", log + _job_logs(cluster, job)

@@ -76,7 +76,9 @@ def _namespace(cluster) -> str:
 
 @pytest.fixture
 def namespace(cluster):
-    return _namespace(cluster)
+    name = _namespace(cluster)
+    yield name
+    cluster.delete_namespace(name)
 
 
 def _script(cluster, namespace: str, scripts: dict) -> None:

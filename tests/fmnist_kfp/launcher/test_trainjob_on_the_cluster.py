@@ -59,7 +59,8 @@ def namespace(cluster, synthetic_dataset):
         "spec": {"accessModes": ["ReadWriteMany"],
                  "resources": {"requests": {"storage": "5Gi"}}}})
     shutil.copytree(synthetic_dataset, cluster.claim_dir(name, "fmnist-data") / "dataset")
-    return name
+    yield name
+    cluster.delete_namespace(name)
 
 
 def _run_step(cluster, namespace: str, job: str, timeout: int) -> tuple[str, str]:
