@@ -41,28 +41,46 @@ def train(tmp_path, operator: str = "tfjob") -> None:
     """The train step's cluster path on the cluster ``operator`` names: the operator chosen as
     the step chooses it (:func:`training_operator`, from what the API server serves), then a
     job that succeeds and one whose first worker fails with a bug, deleted."""
+    import io
+    import json
+
     from fmnist_kfp.errors import TrainingJobError
     from fmnist_kfp.kfp_components.train.step import training_operator
     from fmnist_kfp.kubernetes.training_operators import ClusterDiscovery
+    from fmnist_kfp.launcher.tfjob_launcher import TFJobLauncher
+    from fmnist_kfp.launcher.trainjob_launcher import TrainJobLauncher
     from fmnist_kfp.settings.jobs import KubernetesSettings
-    from tests.fmnist_kfp.launcher import test_kubernetes_launcher as tfjob
-    from tests.fmnist_kfp.launcher import test_trainjob_launcher as trainjob
+    from fmnist_kfp.settings.training import TrainingConfig
+    from fmnist_kfp.training.training_job import TrainingJobSpec
+    from tests.standins.kubernetes import FakeTime
     from tests.standins.trainer_v2 import TrainerStandIn
 
-    tfjob._finish(tmp_path)
+    (tmp_path / "model").mkdir(exist_ok=True)  # what the chief leaves when the job succeeds
+    (tmp_path / "model" / "result.json").write_text(json.dumps({"model_type": "basic"}))
+    spec = TrainingJobSpec(name="fmnist-basic-3f2a9c", config=TrainingConfig(),
+                           data_dir="/mnt/fmnist/dataset", num_workers=2,
+                           export_dir=str(tmp_path / "model" / "1"),
+                           work_dir=str(tmp_path / "model"))
     settings = KubernetesSettings(namespace="kubeflow", operator=operator)
+    pods = KubernetesSettings(image="ghcr.io/fmnist-kfp/fmnist-kfp:0.1.0",
+                              namespace="kubeflow", pvc_name="fmnist-pvc")
     for failing in (False, True):
         first = {"worker-0": [2], "node-0": [2]} if failing else {}
         with TrainerStandIn(scripts=first, **CLUSTERS[operator]) as standin:
             chosen, shape = training_operator(settings, ClusterDiscovery(standin.api_client()))
             assert chosen == CHOSEN[operator]
-            launcher = (trainjob._launcher(standin, shape=shape) if chosen == "trainjob" else
-                        tfjob._launcher(standin))
+            time = FakeTime()  # every wait bounded in fake seconds
+            timing = dict(poll_seconds=5, timeout_seconds=600, out=io.StringIO(),
+                          request_timeout_seconds=2, clock=time, sleep=time.sleep)
+            launcher = (TrainJobLauncher(pods, api_client=standin.api_client(), shape=shape,
+                                         **timing) if chosen == "trainjob" else
+                        TFJobLauncher(pods, training_client=standin.training_client(),
+                                      **timing))
             if not failing:
-                assert launcher.run(tfjob._spec(tmp_path)).result == {"model_type": "basic"}
+                assert launcher.run(spec).result == {"model_type": "basic"}
                 continue
             with pytest.raises(TrainingJobError):
-                launcher.run(tfjob._spec(tmp_path))
+                launcher.run(spec)
             assert standin.jobs == {} and not standin.trainjobs  # deleted
 
 
