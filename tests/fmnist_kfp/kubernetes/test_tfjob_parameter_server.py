@@ -1,5 +1,6 @@
 """TFJobs of parameter-server jobs and with an evaluator: strict CRD validation, replicas,
-resources, cleanPodPolicy, Katib trial templates; and a PS job through the operator stand-in.
+resources, cleanPodPolicy, Katib trial templates. (A PS job with an evaluator trains on the real
+Training Operator: tests/fmnist_kfp/launcher/test_tfjob_on_the_cluster.py.)
 
 Rules relied on (kubeflow/trainer v1.9.2):
 
@@ -137,53 +138,6 @@ def test_a_katib_experiment_without_ps_for_parameter_server_is_refused():
 
     settings = ExperimentSettings(name="fmnist-tune-bn", strategy="parameter_server", num_ps=0)
     assert any("set num_ps to 1 or more" in p for p in settings.search_problems())
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_a_parameter_server_tfjob_with_an_evaluator_runs_through_the_operator_standin(
-    tmp_path, synthetic_dataset
-):
-    """The TFJob launcher against the API stand-in, whose controller
-    (tests/standins/tfjob_operator.py) starts every pod's real trainer command with the TF_CONFIG
-    the operator injects (ps and evaluator in every cluster): the chief coordinates, the evaluator
-    scores every epoch, the job succeeds when the chief does, and cleanPodPolicy Running deletes
-    the PS and worker pods, which never exit on their own."""
-    import io
-    import json
-
-    from fmnist_kfp.launcher.tfjob_launcher import TFJobLauncher
-    from tests.standins.kubernetes import KubernetesStandIn
-
-    spec = _spec(name="fmnist-ps-e2e", num_ps=1, evaluator=True, data_dir=str(synthetic_dataset),
-                 export_dir=str(tmp_path / "model" / "1"), work_dir=str(tmp_path / "model"),
-                 config=TrainingConfig(model_type="batchnorm", epochs=3, batch_size=32),
-                 max_restarts=0)
-    settings = KubernetesSettings(image="ghcr.io/fmnist-kfp/fmnist-kfp:0.1.0",
-                                  namespace="kubeflow", pvc_name="fmnist-pvc", cpu="1",
-                                  memory="2Gi")
-    with KubernetesStandIn(run_processes=True, work_dir=tmp_path / "pods") as standin:
-        launcher = TFJobLauncher(settings, training_client=standin.training_client(),
-                                 poll_seconds=0.2, timeout_seconds=500, out=io.StringIO())
-        outcome = launcher.run(spec)
-        [controller] = standin.jobs.values()
-        # The operator reconciles on after the launcher saw Succeeded: cleanPodPolicy applies.
-        controller.tick()
-        left = {pod.name: pod.phase for pod in controller.pods.values()}
-        processes = list(standin.kubelet.processes)
-        [posted] = standin.posts()
-    validate_strict(posted, CRD, "v1")
-    assert outcome.result["strategy"] == "parameter_server"
-    assert [e["epoch"] for e in outcome.result["history"]] == [1, 2, 3]
-    assert [e["epoch"] for e in outcome.result["evaluation"]] == [1, 2, 3]
-    # The finished chief is left; PS and workers were deleted. The evaluator finished after
-    # scoring the last epoch (which the chief waited for): it is left Succeeded, or was
-    # deleted if the job's success was seen before its exit.
-    assert left.pop("fmnist-ps-e2e-chief-0") == "Succeeded"
-    assert left in ({}, {"fmnist-ps-e2e-evaluator-0": "Succeeded"})
-    assert all(process.poll() is not None for process in processes)
-    assert (tmp_path / "model" / "1" / "saved_model.pb").exists()
-    assert json.loads((tmp_path / "model" / "result.json").read_text())["epochs"] == 3
 
 
 def test_a_local_trial_of_a_parameter_server_search_is_scored_from_the_chief():
