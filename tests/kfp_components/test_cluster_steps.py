@@ -29,7 +29,6 @@ from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.settings.training import TrainingConfig
 from tests import ROOT
 from tests.standins.katib import KatibStandIn
-from tests.standins.kubernetes import KubernetesStandIn
 from tests.standins.trainer_v2 import TrainerStandIn
 
 REPO = ROOT
@@ -661,6 +660,19 @@ def test_user_settings_are_merged_over_the_compiled_claim(on_the_cluster, synthe
     assert command[command.index("--data-dir") + 1].startswith(f"{on_the_cluster}/datasets/")
 
 
+@pytest.fixture
+def no_cluster_calls(monkeypatch):
+    """Every way a step reaches the cluster (the clients' configuration loaders) fails the
+    test: what is refused must be refused before the first call."""
+    from kubernetes import config
+
+    def called(*args, **kwargs):
+        raise AssertionError("the step called the cluster")
+
+    for loader in ("load_kube_config", "load_incluster_config", "new_client_from_config"):
+        monkeypatch.setattr(config, loader, called)
+
+
 @pytest.mark.parametrize(("kubernetes", "problem"), [
     ({"namespace": "team-b"}, "puts the TFJobs in namespace 'team-b', but this step runs in "
                               "'team-a'"),
@@ -668,21 +680,19 @@ def test_user_settings_are_merged_over_the_compiled_claim(on_the_cluster, synthe
     ({"mount_path": "/data"}, "this step mounts the claim 'fmnist-data'"),
 ])
 def test_pods_that_could_not_share_the_claim_are_refused_before_anything(
-        on_the_cluster, synthetic_dataset, tmp_path, kubernetes, problem):
+        on_the_cluster, no_cluster_calls, synthetic_dataset, tmp_path, kubernetes, problem):
     from fmnist_kfp.kfp_components.train.step import train_step
     from fmnist_kfp.kfp_components.tune.step import tune_step
 
-    with KubernetesStandIn() as standin, KatibStandIn() as katib:
-        with pytest.raises(UserInputError, match=problem.replace("'", ".")):
-            train_step(config=TrainingConfig(model_type="basic"),
-                       data_dir=str(synthetic_dataset), model_dir=str(tmp_path / "model"),
-                       backend="kubernetes", launcher_options=kubernetes, image=IMAGE)
-        with pytest.raises(UserInputError, match=problem.replace("'", ".")):
-            tune_step(model_type="basic", base=TrainingConfig(model_type="basic"),
-                      tuning={"algorithm": "random"}, data_dir=str(synthetic_dataset),
-                      output_dir=str(tmp_path / "search"), backend="kubernetes",
-                      kubernetes=kubernetes, image=IMAGE)
-    assert standin.calls == [] and katib.calls == []
+    with pytest.raises(UserInputError, match=problem.replace("'", ".")):
+        train_step(config=TrainingConfig(model_type="basic"),
+                   data_dir=str(synthetic_dataset), model_dir=str(tmp_path / "model"),
+                   backend="kubernetes", launcher_options=kubernetes, image=IMAGE)
+    with pytest.raises(UserInputError, match=problem.replace("'", ".")):
+        tune_step(model_type="basic", base=TrainingConfig(model_type="basic"),
+                  tuning={"algorithm": "random"}, data_dir=str(synthetic_dataset),
+                  output_dir=str(tmp_path / "search"), backend="kubernetes",
+                  kubernetes=kubernetes, image=IMAGE)
     assert list(on_the_cluster.iterdir()) == []  # nothing staged
 
 
@@ -697,6 +707,7 @@ def test_a_tfjob_needs_a_shared_claim(monkeypatch, synthetic_dataset, tmp_path):
 
 
 def test_a_step_given_no_image_creates_nothing_and_names_its_input(on_the_cluster,
+                                                                    no_cluster_calls,
                                                                     synthetic_dataset,
                                                                     tmp_path, monkeypatch):
     """The pods' image comes from the step's inputs alone: not from the environment, where
@@ -706,57 +717,58 @@ def test_a_step_given_no_image_creates_nothing_and_names_its_input(on_the_cluste
     from fmnist_kfp.kfp_components.tune.step import tune_step
 
     monkeypatch.setenv("FMNIST_COMPONENT_IMAGE", IMAGE)
-    with KubernetesStandIn() as standin, KatibStandIn() as katib:
-        with pytest.raises(UserInputError, match="no image for the pods.*step's image input"):
-            train_step(config=TrainingConfig(model_type="basic"),
-                       data_dir=str(synthetic_dataset), model_dir=str(tmp_path / "model"),
-                       backend="kubernetes", launcher_options={})
-        with pytest.raises(UserInputError, match="no image for the pods.*step's image input"):
-            tune_step(model_type="basic", base=TrainingConfig(model_type="basic"),
-                      tuning={"algorithm": "random"}, data_dir=str(synthetic_dataset),
-                      output_dir=str(tmp_path / "search"), backend="kubernetes")
-        with pytest.raises(UserInputError, match="no image for the pods.*step's image input"):
-            IndexedJobScorer(namespace="team-a")
-        with pytest.raises(UserInputError, match="asks for 1 GPU.*gpu_image input"):
-            train_step(config=TrainingConfig(model_type="basic"),
-                       data_dir=str(synthetic_dataset), model_dir=str(tmp_path / "model"),
-                       backend="kubernetes", gpus_per_worker=1, image=IMAGE)
-    assert standin.calls == [] and katib.calls == []
+    with pytest.raises(UserInputError, match="no image for the pods.*step's image input"):
+        train_step(config=TrainingConfig(model_type="basic"),
+                   data_dir=str(synthetic_dataset), model_dir=str(tmp_path / "model"),
+                   backend="kubernetes", launcher_options={})
+    with pytest.raises(UserInputError, match="no image for the pods.*step's image input"):
+        tune_step(model_type="basic", base=TrainingConfig(model_type="basic"),
+                  tuning={"algorithm": "random"}, data_dir=str(synthetic_dataset),
+                  output_dir=str(tmp_path / "search"), backend="kubernetes")
+    with pytest.raises(UserInputError, match="no image for the pods.*step's image input"):
+        IndexedJobScorer(namespace="team-a")
+    with pytest.raises(UserInputError, match="asks for 1 GPU.*gpu_image input"):
+        train_step(config=TrainingConfig(model_type="basic"),
+                   data_dir=str(synthetic_dataset), model_dir=str(tmp_path / "model"),
+                   backend="kubernetes", gpus_per_worker=1, image=IMAGE)
     assert list(on_the_cluster.iterdir()) == []  # nothing staged
 
 
-def test_what_a_trainjob_cannot_do_is_refused_before_anything(on_the_cluster,
+def test_what_a_trainjob_cannot_do_is_refused_before_anything(on_the_cluster, real_cluster,
                                                               synthetic_dataset, tmp_path,
                                                               capsys):
-    """operator trainjob (or auto without TFJobs) with an evaluator: refused with the reason
-    after the cluster was asked which operator it has, before anything is staged or
-    created."""
+    """operator trainjob with an evaluator: refused with the reason after the real API server
+    was asked which operator it has (only reads, seen by a fault-free fault proxy), before
+    anything is staged or created."""
+    from kubernetes import client
+
     from fmnist_kfp.kfp_components.train.step import train_step
     from fmnist_kfp.kubernetes.training_operators import ClusterDiscovery
+    from localcluster.fault_proxy import FaultProxy
 
-    with TrainerStandIn() as standin:
+    real_cluster.apply(yaml.safe_load(  # the runtime is there: what is refused is the job
+        (REPO / "manifests/trainer-runtime/cluster-training-runtime.yaml").read_text()))
+    with FaultProxy(real_cluster.kubeconfig) as proxy:  # no seed: a faithful recorder
         with pytest.raises(UserInputError, match="cannot run as a TrainJob.*evaluator needs a "
                                                  "replica apart from training"):
             train_step(config=TrainingConfig(model_type="basic"),
                        data_dir=str(synthetic_dataset), model_dir=str(tmp_path / "model"),
                        backend="kubernetes", evaluator=True, image=IMAGE,
-                       launcher_options={"operator": "auto"},
-                       discovery=ClusterDiscovery(standin.api_client()))
+                       launcher_options={"operator": "trainjob"},
+                       discovery=ClusterDiscovery(client.ApiClient(proxy.configuration())))
     assert "training operator: trainjob" in capsys.readouterr().out
-    assert [method for method, *_ in standin.calls] == ["GET"] * len(standin.calls)
+    assert proxy.requests and {method for method, *_ in proxy.requests} == {"GET"}
     assert list(on_the_cluster.iterdir()) == []  # nothing staged
 
 
 def test_a_cluster_without_either_operator_is_refused_naming_both(on_the_cluster,
                                                                   synthetic_dataset, tmp_path):
     from fmnist_kfp.kfp_components.train.step import train_step
-    from fmnist_kfp.kubernetes.training_operators import ClusterDiscovery
+    from tests.fmnist_kfp.kubernetes.test_trainjob import Static
 
-    with TrainerStandIn(trainer=False, tfjob_operator=False) as standin:
-        with pytest.raises(UserInputError, match="serves neither.*manifests/trainer-runtime.*"
-                                                 "Training Operator v1"):
-            train_step(config=TrainingConfig(model_type="basic"),
-                       data_dir=str(synthetic_dataset), model_dir=str(tmp_path / "model"),
-                       backend="kubernetes", image=IMAGE,
-                       discovery=ClusterDiscovery(standin.api_client()))
+    with pytest.raises(UserInputError, match="serves neither.*manifests/trainer-runtime.*"
+                                             "Training Operator v1"):
+        train_step(config=TrainingConfig(model_type="basic"),
+                   data_dir=str(synthetic_dataset), model_dir=str(tmp_path / "model"),
+                   backend="kubernetes", image=IMAGE, discovery=Static())
     assert list(on_the_cluster.iterdir()) == []
