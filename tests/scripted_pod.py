@@ -9,11 +9,12 @@ container's command (the trainer's, as the job builders make it) is ignored; eac
 ``mount_path``), keyed by the pod's hostname (a TFJob pod's name; a JobSet pod's stable
 ``<jobset>-node-0-0``), falling back to ``"*"``:
 
-    {"<hostname>": {"exits": [137, 0], "log": "lines to print", "seconds": 1.0}}
+    {"<hostname>": {"exits": [137, 0], "log": "lines to print", "seconds": 1.0, "before": 0}}
 
 The n-th start of a hostname (counted in ``starts/<hostname>`` on the claim, so a recreated pod
-and a restarted container both count) prints ``log``, sleeps ``seconds`` (default 1) and exits
-with ``exits[n]`` (the last one once they run out; 0 when none is given).
+and a restarted container both count) sleeps ``before`` seconds (default 0: a trainer's start
+before its first epoch line), prints ``log``, sleeps ``seconds`` (default 1) and exits with
+``exits[n]`` (the last one once they run out; 0 when none is given).
 """
 
 import json
@@ -37,6 +38,7 @@ def main() -> int:
         start = len(counter.read().splitlines())
         counter.write(f"{time.time()}\n")
     print(f"{host}: start {start}", flush=True)
+    time.sleep(script.get("before", 0))
     if script.get("log"):
         print(script["log"], end="" if script["log"].endswith("\n") else "\n", flush=True)
     time.sleep(script.get("seconds", 1.0))

@@ -170,14 +170,20 @@ MODEL_URI = ("s3://mlpipeline/v2/artifacts/fashion-mnist-training/run-1/select-b
              "best_model")
 
 
-def _train_log(tmp_path: Path) -> str:
-    """The training step's TFJob launcher against the training-operator stand-in (fake time),
-    two workers training the run's epochs (the chief's log: the trainer's line per epoch)."""
+def _train_log(tmp_path: Path, cluster) -> str:
+    """The training step's TFJob launcher on the real Training Operator (tests/cluster.py) in
+    the page's namespace, as the Role's ServiceAccount, its two workers of the image
+    ``scripted-pod`` (tests/scripted_pod.py): worker 0, the master, prints the trainer's line
+    for each of the run's epochs."""
+    from kubeflow.training import TrainingClient
+    from kubernetes import client
+
     from fmnist_kfp.launcher.tfjob_launcher import TFJobLauncher
     from fmnist_kfp.settings.jobs import KubernetesSettings
     from fmnist_kfp.settings.training import TrainingConfig
     from fmnist_kfp.training.training_job import TrainingJobSpec
-    from tests.standins.kubernetes import FakeTime, KubernetesStandIn
+    from tests.cluster import SCRIPTED_IMAGE
+    from tests.fmnist_kfp.preflight.test_permissions_on_the_api_server import _standalone
 
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "result.json").write_text(json.dumps({"model_type": "basic"}))
@@ -186,18 +192,32 @@ def _train_log(tmp_path: Path) -> str:
         f"epochs={EPOCHS} loss={0.52 - 0.02 * epoch:.4f} accuracy={0.81 + 0.006 * epoch:.4f} "
         f"val_loss={0.39 - 0.005 * epoch:.4f} val_accuracy={0.86 + 0.004 * epoch:.4f}\n"
         for epoch in range(1, EPOCHS + 1))
+    cluster.install("TRAINING_OPERATOR_V1")
+    _standalone(cluster, NAMESPACE)
+    client.CoreV1Api(cluster.api_client).create_namespaced_persistent_volume_claim(NAMESPACE, {
+        "metadata": {"name": "fmnist-data"},
+        "spec": {"accessModes": ["ReadWriteMany"],
+                 "resources": {"requests": {"storage": "1Gi"}}}})
+    claim = cluster.claim_dir(NAMESPACE, "fmnist-data")
+    claim.mkdir(parents=True, exist_ok=True)
+    (claim / "scripts.json").write_text(json.dumps({
+        "fmnist-basic-3f2a9c-worker-0": {"before": 5, "log": log, "seconds": 3},
+        "*": {"seconds": 8}}))
     out = io.StringIO()
-    time = FakeTime()
-    with KubernetesStandIn(logs={"worker-0": log}, running_ticks=4) as standin:
-        TFJobLauncher(KubernetesSettings(image="ghcr.io/fmnist-kfp/fmnist-kfp:0.2.0",
-                                         namespace=NAMESPACE, pvc_name="fmnist-data"),
-                      training_client=standin.training_client(), poll_seconds=10,
-                      timeout_seconds=600, out=out, request_timeout_seconds=2, clock=time,
-                      sleep=time.sleep).run(TrainingJobSpec(
+    try:
+        TFJobLauncher(KubernetesSettings(image=SCRIPTED_IMAGE, namespace=NAMESPACE,
+                                         pvc_name="fmnist-data", cpu="100m", memory="256Mi"),
+                      training_client=TrainingClient(
+                          client_configuration=cluster.configuration_as(NAMESPACE,
+                                                                        "pipeline-runner"),
+                          namespace=NAMESPACE, job_kind="TFJob"),
+                      poll_seconds=0.5, timeout_seconds=120, out=out).run(TrainingJobSpec(
                           name="fmnist-basic-3f2a9c",
                           config=TrainingConfig(model_type="basic", epochs=EPOCHS),
                           data_dir="/mnt/fmnist/datasets/0c1d", work_dir=str(tmp_path / "model"),
                           export_dir=str(tmp_path / "model" / "1"), num_workers=2))
+    finally:
+        cluster.delete_namespace(NAMESPACE)
     return out.getvalue()
 
 
@@ -236,7 +256,7 @@ def _deploy_log(tmp_path: Path) -> str:
     return "\n".join(lines)
 
 
-PRINTED_BY = {"train": _train_log, "tune": _tune_log, "deploy": _deploy_log}
+PRINTED_BY = {"tune": _tune_log, "deploy": _deploy_log}
 
 
 def test_the_steps_print_for_the_run_the_page_starts():
@@ -258,10 +278,20 @@ def test_what_each_step_prints_is_what_the_page_shows(step, tmp_path):
         f"the page shows for {step}:\n{block.body}\nit printed:\n{printed}")
 
 
+def test_what_the_train_step_prints_on_the_real_operator_is_what_the_page_shows(
+        real_cluster, tmp_path):
+    real_cluster.require_node()
+    [block] = [b for b in blocks() if b.kind == "printed-by train"]
+    printed = _train_log(tmp_path, real_cluster)
+    assert contains_in_order(block.body, printed), (
+        f"the page shows for train:\n{block.body}\nit printed:\n{printed}")
+
+
 def test_every_block_of_the_page_is_run_by_a_test():
     kinds = {b.kind for b in blocks()}
     # "trainjob": the TrainJob path, run by tests/fmnist_kfp/preflight/test_training_operator.py
-    assert kinds == {"step", "stale-katib", "trainjob"} | {f"printed-by {s}" for s in PRINTED_BY}
+    assert kinds == {"step", "stale-katib", "trainjob", "printed-by train"} | {
+        f"printed-by {s}" for s in PRINTED_BY}
     text = ROOT.joinpath("docs", "first-run.md").read_text()
     # Every fenced block is marked, so none escapes these tests.
     fences = re.findall(r"^```[a-z]+$", text, re.M)
