@@ -35,15 +35,17 @@ def retryable(code: int) -> bool:
     return code >= 128
 
 
-def _trial_command(tmp_path: Path, early_stopping: bool, **values: str) -> list[str]:
-    """The primary container's command of a trial, as Katib renders it from our Experiment."""
+def _trial_command(tmp_path: Path, early_stopping: bool, data_dir: str = "",
+                   **values: str) -> list[str]:
+    """The primary container's command of a trial, as Katib renders it from our Experiment
+    (on ``data_dir``; by default one that does not exist)."""
     settings = ExperimentSettings(
         name="fmnist-tune", model_type="dropout", max_trial_count=4, parallel_trial_count=2,
         kubernetes=KubernetesSettings(image="registry.example/fmnist:1.0", namespace="team-a",
                                       pvc_name="fmnist-pvc", mount_path=str(tmp_path)),
         early_stopping=EarlyStopping() if early_stopping else None)
     manifest = to_manifest(build_experiment(settings, SearchSpace.default("tpe", "dropout"),
-                                            str(tmp_path / "no-dataset")))
+                                            data_dir or str(tmp_path / "no-dataset")))
     text = json.dumps(manifest["spec"]["trialTemplate"]["trialSpec"])
     defaults = {"learning_rate": "0.001", "batch_size": "64", "filters": "16",
                 "dropout_rate": "0.3", "trialName": "fmnist-tune-a1b2c3d4", **values}
@@ -95,11 +97,15 @@ class Container:
 
 
 @pytest.fixture
-def container_factory(tmp_path):
+def container_factory(tmp_path, synthetic_dataset):
+    """Trial containers on a real dataset: their trainer lives for seconds, so a signal sent
+    to it arrives while it runs (on a missing dataset it could end on its own first, exit 1,
+    before a loaded machine's test signals it)."""
     made = []
 
     def make(early_stopping: bool, **values) -> Container:
-        container = Container(_trial_command(tmp_path, early_stopping, **values), tmp_path,
+        container = Container(_trial_command(tmp_path, early_stopping,
+                                             str(synthetic_dataset), **values), tmp_path,
                               early_stopping)
         made.append(container)
         return container
