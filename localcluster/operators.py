@@ -13,7 +13,7 @@ import os
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -67,16 +67,8 @@ TRAINER_V2_1 = Operator(
 
 # Kubeflow 26.03.1's Trainer and the JobSet release its manifests install
 # (manifests/third-party/jobset/kustomization.yaml at v2.2.0: v0.11.0).
-JOBSET_V0_11 = Operator(
-    name="jobset-0.11", module=JOBSET_0_11, upstream="sigs.k8s.io/jobset",
-    kustomization="config/default", images={"jobset": "jobset"},
-    namespace="jobset-system", deployment="jobset-controller-manager")
-TRAINER_V2_2 = Operator(
-    name="trainer-2.2", module=TRAINER_2_2, upstream="github.com/kubeflow/trainer/v2",
-    kustomization="manifests/overlays/manager",
-    images={"trainer-controller-manager": "trainer-controller-manager"},
-    namespace="kubeflow-system", deployment="kubeflow-trainer-controller-manager",
-    without=("../../third-party/jobset",))
+JOBSET_V0_11 = replace(JOBSET_V0_10, name="jobset-0.11", module=JOBSET_0_11)
+TRAINER_V2_2 = replace(TRAINER_V2_1, name="trainer-2.2", module=TRAINER_2_2)
 
 # By the name `python -m localcluster up --operators` takes, in the order they install (Trainer
 # needs JobSet's CRDs).
