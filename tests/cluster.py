@@ -142,6 +142,20 @@ class RealCluster:
         configuration.api_key = {"authorization": f"Bearer {token}"}
         return configuration
 
+    def read_or_none(self, path: str) -> dict[str, Any] | None:
+        """The object at REST ``path`` as the admin reads it; None where the API server
+        answers 404 (any other error is raised)."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return self.api_client.call_api(
+                path, "GET", response_type="object", auth_settings=["BearerToken"],
+                _return_http_data_only=True)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+            return None
+
     def delete_namespace(self, name: str) -> None:
         """Deletes namespace ``name`` and so everything in it (the namespace controller): a
         test's jobs left running would hold the node's CPU that the next tests request."""

@@ -97,15 +97,7 @@ def _finish(tmp_path) -> None:
 
 
 def _tfjob(cluster, namespace: str) -> dict | None:
-    from kubernetes.client.exceptions import ApiException
-
-    try:
-        return cluster.api_client.call_api(
-            f"/apis/kubeflow.org/v1/namespaces/{namespace}/tfjobs/{NAME}", "GET",
-            response_type="object", auth_settings=["BearerToken"], _return_http_data_only=True)
-    except ApiException as error:
-        assert error.status == 404
-        return None
+    return cluster.read_or_none(f"/apis/kubeflow.org/v1/namespaces/{namespace}/tfjobs/{NAME}")
 
 
 def _gone(cluster, namespace: str, seconds: float = 30) -> bool:

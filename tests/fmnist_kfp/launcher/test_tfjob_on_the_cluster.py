@@ -120,15 +120,7 @@ def _job_logs(cluster, job: str) -> str:
 
 
 def _tfjob(cluster, job: str) -> dict | None:
-    from kubernetes.client.exceptions import ApiException
-
-    try:
-        return cluster.api_client.call_api(
-            f"/apis/kubeflow.org/v1/namespaces/{NAMESPACE}/tfjobs/{job}", "GET",
-            response_type="object", auth_settings=["BearerToken"], _return_http_data_only=True)
-    except ApiException as error:
-        assert error.status == 404
-        return None
+    return cluster.read_or_none(f"/apis/kubeflow.org/v1/namespaces/{NAMESPACE}/tfjobs/{job}")
 
 
 def test_a_two_worker_tfjob_trains_and_exports_the_model(cluster, claim):

@@ -124,24 +124,12 @@ def _finish(tmp_path) -> None:
     (tmp_path / "model" / "result.json").write_text(json.dumps({"model_type": "basic"}))
 
 
-def _get(cluster, path: str) -> dict | None:
-    from kubernetes.client.exceptions import ApiException
-
-    try:
-        return cluster.api_client.call_api(
-            path, "GET", response_type="object", auth_settings=["BearerToken"],
-            _return_http_data_only=True)
-    except ApiException as error:
-        assert error.status == 404
-        return None
-
-
 def _trainjob(cluster, namespace: str) -> dict | None:
-    return _get(cluster, TRAINJOBS.format(namespace=namespace) + f"/{NAME}")
+    return cluster.read_or_none(TRAINJOBS.format(namespace=namespace) + f"/{NAME}")
 
 
 def _jobset(cluster, namespace: str) -> dict | None:
-    return _get(cluster, JOBSETS.format(namespace=namespace) + f"/{NAME}")
+    return cluster.read_or_none(JOBSETS.format(namespace=namespace) + f"/{NAME}")
 
 
 def _pods(cluster, namespace: str) -> list:
