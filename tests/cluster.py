@@ -164,15 +164,26 @@ class RealCluster:
         client.CoreV1Api(self.api_client).delete_namespace(name)
 
     def ensure_namespace(self, name: str) -> None:
+        """Namespace ``name``, created if missing, once the controller manager has settled it:
+        its `default` ServiceAccount and its `kube-root-ca.crt` ConfigMap (rootcacertpublisher,
+        kubernetes v1.34.1 pkg/controller/certificates/rootcacertpublisher/publisher.go) exist.
+        A test that lists or watches the namespace's ConfigMaps then sees its own only."""
         from kubernetes import client
         from kubernetes.client.exceptions import ApiException
 
+        core = client.CoreV1Api(self.api_client)
         try:
-            client.CoreV1Api(self.api_client).create_namespace(
+            core.create_namespace(
                 {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
         except ApiException as error:
             if error.status != 409:
                 raise
+        _wait_for_default_service_account(core, name)
+        deadline = time.monotonic() + 60
+        while self.read_or_none(f"/api/v1/namespaces/{name}/configmaps/kube-root-ca.crt") is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no kube-root-ca.crt ConfigMap in {name} after 60 s")
+            time.sleep(0.1)
 
 
 def install_crds(api_client) -> None:
