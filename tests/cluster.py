@@ -10,10 +10,13 @@ one worker (``SHARED_FIXTURES``), so the cluster starts once per ``make test``.
 
 from __future__ import annotations
 
+import copy
+import json
 import os
 import shutil
 import sys
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,6 +53,9 @@ TEST_CRDS = (
     "scheduling.x-k8s.io_podgroups.yaml",
 )
 CRD_ESTABLISHED_SECONDS = 60
+# The RBAC authorizer reads Roles and bindings from informers: a Role just written grants its
+# rules a moment later.
+GRANT_SECONDS = 30
 # The upstream operators whose images the node runs (installed by the tests that need them).
 OPERATORS = ("TRAINING_OPERATOR_V1", "JOBSET_V0_10", "TRAINER_V2_1")
 # Kubeflow 26.03.1's Trainer and JobSet, on a cluster of their own (real_cluster_trainer_2_2).
@@ -185,6 +191,90 @@ class RealCluster:
                 raise TimeoutError(f"no kube-root-ca.crt ConfigMap in {name} after 60 s")
             time.sleep(0.1)
 
+    def grant_pipeline_runner(self, namespace: str, role_edit=None) -> None:
+        """Namespace ``namespace`` as the README's setup leaves it for standalone KFP: the
+        ``pipeline-runner`` ServiceAccount bound to manifests/standalone-rbac's Role (through
+        ``role_edit(role)`` where given), once the authorizer grants it."""
+        from tests.setup_manifests import build
+
+        self.ensure_namespace(namespace)
+        self.apply({"apiVersion": "v1", "kind": "ServiceAccount",
+                    "metadata": {"name": "pipeline-runner", "namespace": namespace}})
+        for obj in build("standalone-rbac"):  # for namespace `kubeflow`, standalone KFP's
+            obj = copy.deepcopy(obj)
+            obj["metadata"]["namespace"] = namespace
+            if obj["kind"] == "RoleBinding":
+                obj["subjects"][0]["namespace"] = namespace
+            if obj["kind"] == "Role" and role_edit:
+                obj = role_edit(obj)
+            self.apply(obj)
+        self.wait_until_granted(namespace, "pipeline-runner")
+
+    def wait_until_granted(self, namespace: str, account: str) -> None:
+        """Until the authorizer has seen the account's binding (it reads Roles and bindings
+        from informers): its pods list, granted by every role here, is allowed."""
+        from kubernetes import client
+
+        review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+                  "spec": {"user": f"system:serviceaccount:{namespace}:{account}",
+                           "groups": ["system:serviceaccounts",
+                                      f"system:serviceaccounts:{namespace}"],
+                           "resourceAttributes": {"namespace": namespace, "verb": "list",
+                                                  "resource": "pods"}}}
+        api = client.AuthorizationV1Api(self.api_client)
+        deadline = time.monotonic() + GRANT_SECONDS
+        while not api.create_subject_access_review(review).status.allowed:
+            assert time.monotonic() < deadline, f"{account}'s role never took effect"
+            time.sleep(0.1)
+
+    def add_claim(self, namespace: str, claim: str = "fmnist-data",
+                  dataset: Path | None = None) -> Path:
+        """A ReadWriteMany claim of the node's default StorageClass: its directory on the
+        node, holding a copy of ``dataset`` at ``dataset/`` where given."""
+        from kubernetes import client
+
+        client.CoreV1Api(self.api_client).create_namespaced_persistent_volume_claim(
+            namespace, {"metadata": {"name": claim},
+                        "spec": {"accessModes": ["ReadWriteMany"],
+                                 "resources": {"requests": {"storage": "1Gi"}}}})
+        root = self.claim_dir(namespace, claim)
+        root.mkdir(parents=True, exist_ok=True)
+        if dataset is not None:
+            shutil.copytree(dataset, root / "dataset")
+        return root
+
+    def apply_training_runtime(self) -> None:
+        """Our ClusterTrainingRuntime, applied as a cluster admin applies it
+        (``kubectl apply -k manifests/trainer-runtime``)."""
+        from tests.setup_manifests import build
+
+        for obj in build("trainer-runtime"):
+            self.apply(obj)
+
+    def script_pods(self, namespace: str, scripts: dict, claim: str = "fmnist-data") -> None:
+        """What each pod of SCRIPTED_IMAGE does (tests/scripted_pod.py), keyed by hostname:
+        written where those pods mount ``claim``."""
+        root = self.claim_dir(namespace, claim)
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "scripts.json").write_text(json.dumps(scripts))
+
+    def step_namespace(self, prefix: str, dataset: Path | None = None,
+                       claim: str = "fmnist-data", name: str = "") -> str:
+        """A new namespace ``<prefix>-<6 hex>`` (or ``name``: a fault proxy's faults follow
+        the paths) where a train step can run: the pipeline-runner ServiceAccount and its Role
+        (:meth:`grant_pipeline_runner`) and the claim (:meth:`add_claim`). The test deletes it
+        (:meth:`delete_namespace`)."""
+        name = name or f"{prefix}-{uuid.uuid4().hex[:6]}"
+        self.grant_pipeline_runner(name)
+        self.add_claim(name, claim, dataset)
+        return name
+
+
+def leave_scripted_result(work_dir: Path) -> None:
+    """What a finished job's chief (or node 0) leaves in its work directory, for a job of
+    SCRIPTED_IMAGE that trains nothing: ``result.json`` naming the model."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    (work_dir / "result.json").write_text(json.dumps({"model_type": "basic"}))
 
 def install_crds(api_client) -> None:
     """Creates the upstream CRDs and waits until the API server serves each."""

@@ -1,20 +1,19 @@
-"""The steps' cluster flows, compact, against the API stand-ins: what they send to the API
-server is what ``preflight`` checks and what the roles grant (permissions derived, not listed),
-and, all but train, they get through the stand-ins' fault mode
-(``tests.standins.loopback.FaultMode``: latency, transient 409/429/5xx, reads that time out)
-with three seeds. The train step's jobs get through faults on the real API server and the real
-operators instead (tests/fmnist_kfp/launcher/test_faults_on_the_cluster.py, through
-localcluster/fault_proxy.py); its flow here only records what it sends.
+"""The steps' cluster flows, compact: what they send to the API server is what ``preflight``
+checks and what the roles grant (permissions derived, not listed), and, all but train, they get
+through faults with three seeds.
 
-Each flow drives a step's cluster code as the step runs it, with the stand-ins' helpers of the
-step's own tests, in the pipeline's order, on the cluster ``kubernetes.operator`` names
-(:data:`CLUSTERS`): tune (the Katib launcher, trials of the operator it chooses: an Experiment
-that succeeds, one past the step's deadline, deleted), train (the operator chosen as the step
-chooses it, then its launcher: a job that succeeds, one that fails and is deleted; its
-Tensorboard), batch-predict (an Indexed Job that fails and is deleted), deploy in both modes (a
-first model created, a better one promoted: through a canary in Serverless, a candidate
-InferenceService in Standard), serve_early (two promotions). Outcomes only are asserted: under
-faults the logs legitimately differ."""
+Each flow drives a step's cluster code as the step runs it, in the pipeline's order. On the
+stand-ins (``tests.standins.loopback.FaultMode`` their faults: latency, transient 409/429/5xx,
+reads that time out): tune (the Katib launcher, on the cluster ``kubernetes.operator`` names,
+:data:`CLUSTERS`: trials of the operator it chooses, an Experiment that succeeds, one past the
+step's deadline, deleted), deploy in both modes (a first model created, a better one promoted:
+through a canary in Serverless, a candidate InferenceService in Standard), serve_early (two
+promotions). On the real cluster (tests/cluster.py), through localcluster/fault_proxy.py (a
+recorder without a seed, the seed's faults with one): train (the operator chosen as the step
+chooses it, then its launcher: a job that succeeds, one that fails and is deleted; its jobs
+get through faults in tests/fmnist_kfp/launcher/test_faults_on_the_cluster.py), its
+Tensorboard, batch-predict (an Indexed Job that fails and is deleted). Outcomes only are
+asserted: under faults the logs legitimately differ."""
 
 from __future__ import annotations
 
@@ -37,12 +36,55 @@ CHOSEN = {"tfjob": "tfjob", "trainjob": "trainjob", "auto": "tfjob"}
 OPERATORS = tuple(CLUSTERS)
 
 
-def train(tmp_path, operator: str = "tfjob") -> None:
-    """The train step's cluster path on the cluster ``operator`` names: the operator chosen as
-    the step chooses it (:func:`training_operator`, from what the API server serves), then a
-    job that succeeds and one whose first worker fails with a bug, deleted."""
+def on_the_cluster(cluster, operator: str, tmp_path, seed: int | None = None) -> set:
+    """The flows that run on the real cluster (tests/cluster.py), in a namespace of their own,
+    as the pipeline-runner ServiceAccount through localcluster/fault_proxy.py: train (where
+    ``seed`` is None; under faults it is tests/fmnist_kfp/launcher/test_faults_on_the_cluster.py),
+    its Tensorboard, batch-predict. ``seed`` None: the proxy only records; else every request
+    that follows one without a fault gets one of that seed's. Returns the
+    ``request_attributes`` of every request they sent."""
+    from localcluster.fault_proxy import FaultProxy
+    from tests.standins.loopback import request_attributes
+
+    # Named by the flow, not at random: the seed's faults follow the requests' paths.
+    namespace = cluster.step_namespace("", name=f"flows-{operator}-{seed or 'recorded'}")
+    try:
+        # Rate 1: every request of a key that did not just get one gets a fault (never two in
+        # a row), so every first create, read and delete meets one, whatever the timing.
+        with FaultProxy(cluster.kubeconfig, seed, rate=1.0, latency=0.02) as proxy:
+            configuration = proxy.configuration(cluster.token_for(namespace, "pipeline-runner"))
+            if seed is None:
+                train(cluster, namespace, configuration, operator, tmp_path / "train")
+            tensorboard(cluster, namespace, configuration)
+            batch_predict(cluster, namespace, configuration)
+    finally:
+        cluster.delete_namespace(namespace)
+    if seed is not None:
+        assert proxy.injected  # faults were given
+    return {attributes[:4] for method, path, _ in proxy.requests
+            if (attributes := request_attributes(method, path)) is not None}
+
+
+def _gone(cluster, path: str, seconds: float = 60) -> bool:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while cluster.read_or_none(path) is not None:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def train(cluster, namespace: str, configuration, operator: str, tmp_path) -> None:
+    """The train step's cluster path: the operator chosen as the step chooses it
+    (:func:`training_operator`, from what the API server serves), then a job that succeeds and
+    one whose first replica fails with a bug, deleted. Its pods are scripted
+    (tests/scripted_pod.py)."""
     import io
-    import json
+
+    from kubeflow.training import TrainingClient
+    from kubernetes.client import ApiClient
 
     from fmnist_kfp.errors import TrainingJobError
     from fmnist_kfp.kfp_components.train.step import training_operator
@@ -52,50 +94,72 @@ def train(tmp_path, operator: str = "tfjob") -> None:
     from fmnist_kfp.settings.jobs import KubernetesSettings
     from fmnist_kfp.settings.training import TrainingConfig
     from fmnist_kfp.training.training_job import TrainingJobSpec
-    from tests.standins.kubernetes import FakeTime
-    from tests.standins.trainer_v2 import TrainerStandIn
+    from tests.cluster import SCRIPTED_IMAGE, leave_scripted_result
 
-    (tmp_path / "model").mkdir(exist_ok=True)  # what the chief leaves when the job succeeds
-    (tmp_path / "model" / "result.json").write_text(json.dumps({"model_type": "basic"}))
-    spec = TrainingJobSpec(name="fmnist-basic-3f2a9c", config=TrainingConfig(),
-                           data_dir="/mnt/fmnist/dataset", num_workers=2,
-                           export_dir=str(tmp_path / "model" / "1"),
-                           work_dir=str(tmp_path / "model"))
-    settings = KubernetesSettings(namespace="kubeflow", operator=operator)
-    pods = KubernetesSettings(image="ghcr.io/fmnist-kfp/fmnist-kfp:0.1.0",
-                              namespace="kubeflow", pvc_name="fmnist-pvc")
+    leave_scripted_result(tmp_path / "model")
+    settings = KubernetesSettings(namespace=namespace, operator=operator)
+    pods = KubernetesSettings(image=SCRIPTED_IMAGE, namespace=namespace,
+                              pvc_name="fmnist-data", cpu="100m", memory="256Mi")
+    chosen, shape = training_operator(settings, ClusterDiscovery(ApiClient(configuration)))
+    assert chosen == CHOSEN[operator]
     for failing in (False, True):
-        first = {"worker-0": [2], "node-0": [2]} if failing else {}
-        with TrainerStandIn(scripts=first, **CLUSTERS[operator]) as standin:
-            chosen, shape = training_operator(settings, ClusterDiscovery(standin.api_client()))
-            assert chosen == CHOSEN[operator]
-            time = FakeTime()  # every wait bounded in fake seconds
-            timing = dict(poll_seconds=5, timeout_seconds=600, out=io.StringIO(),
-                          request_timeout_seconds=2, clock=time, sleep=time.sleep)
-            launcher = (TrainJobLauncher(pods, api_client=standin.api_client(), shape=shape,
-                                         **timing) if chosen == "trainjob" else
-                        TFJobLauncher(pods, training_client=standin.training_client(),
-                                      **timing))
-            if not failing:
-                assert launcher.run(spec).result == {"model_type": "basic"}
-                continue
-            with pytest.raises(TrainingJobError):
-                launcher.run(spec)
-            assert standin.jobs == {} and not standin.trainjobs  # deleted
+        name = f"fmnist-basic-{'failing' if failing else 'good'}"
+        first = f"{name}-worker-0" if chosen == "tfjob" else f"{name}-node-0-0"
+        cluster.script_pods(namespace, {first: {"exits": [2]}} if failing else
+                            {"*": {"seconds": 1}})
+        spec = TrainingJobSpec(name=name, config=TrainingConfig(),
+                               data_dir="/mnt/fmnist/dataset", num_workers=2,
+                               export_dir=str(tmp_path / "model" / "1"),
+                               work_dir=str(tmp_path / "model"))
+        timing = dict(poll_seconds=0.5, timeout_seconds=300, out=io.StringIO())
+        launcher = (
+            TrainJobLauncher(pods, api_client=ApiClient(configuration), shape=shape, **timing)
+            if chosen == "trainjob" else
+            TFJobLauncher(pods, training_client=TrainingClient(
+                client_configuration=configuration, namespace=namespace, job_kind="TFJob"),
+                **timing))
+        if not failing:
+            assert launcher.run(spec).result == {"model_type": "basic"}
+            continue
+        with pytest.raises(TrainingJobError):
+            launcher.run(spec)
+        collection = ("trainer.kubeflow.org/v1alpha1", "trainjobs") if chosen == "trainjob" \
+            else ("kubeflow.org/v1", "tfjobs")
+        assert _gone(cluster, f"/apis/{collection[0]}/namespaces/{namespace}/"
+                              f"{collection[1]}/{name}")  # deleted
 
 
-def tensorboard() -> None:
-    from fmnist_kfp.kubernetes.tensorboard import build_tensorboard, ensure_tensorboard
-    from tests.fmnist_kfp.batch.test_batch_kubernetes import _runner
-    from tests.fmnist_kfp.kubernetes.test_tensorboard import tensorboard_schema
-    from tests.standins.batch_job import JobStandIn
+@pytest.fixture(scope="module")
+def training_cluster(real_cluster):
+    """The session's real cluster serving both training operators (``auto`` would pick the
+    TFJob): the Training Operator v1.9.2, Trainer v2.1.0 with JobSet v0.10.1, our runtime."""
+    real_cluster.require_node()
+    for operator in ("TRAINING_OPERATOR_V1", "JOBSET_V0_10", "TRAINER_V2_1"):
+        real_cluster.install(operator)
+    real_cluster.apply_training_runtime()
+    return real_cluster
 
-    manifest = build_tensorboard("fmnist-tb-basic-0123456789", "kubeflow",
+
+def tensorboard(cluster, namespace: str, configuration) -> None:
+    """The train step's Tensorboard: created, then re-attached (a retried step)."""
+    from kubernetes.client import ApiClient, CustomObjectsApi
+
+    from fmnist_kfp.kubernetes.runner import RemoteJobRunner
+    from fmnist_kfp.kubernetes.tensorboard import (
+        API_VERSION,
+        PLURAL,
+        build_tensorboard,
+        ensure_tensorboard,
+    )
+
+    name = "fmnist-tb-basic-0123456789"
+    manifest = build_tensorboard(name, namespace,
                                  "pvc://fmnist-data/jobs/fmnist-basic-1/tensorboard")
-    with JobStandIn(tensorboard_schema=tensorboard_schema()) as standin:
-        for _ in range(2):  # created, then re-attached
-            ensure_tensorboard(manifest, custom_api=standin.custom_api(), runner=_runner([]))
-        assert ("kubeflow", "fmnist-tb-basic-0123456789") in standin.tensorboards
+    runner = RemoteJobRunner(poll_seconds=0.2, timeout_seconds=120, log=lambda line: None)
+    for _ in range(2):
+        ensure_tensorboard(manifest, custom_api=CustomObjectsApi(ApiClient(configuration)),
+                           runner=runner)
+    assert cluster.read_or_none(f"/apis/{API_VERSION}/namespaces/{namespace}/{PLURAL}/{name}")
 
 
 def tune(tmp_path, operator: str = "tfjob") -> None:
@@ -125,26 +189,30 @@ def tune(tmp_path, operator: str = "tfjob") -> None:
         assert standin.experiments == {}
 
 
-def batch_predict(tmp_path) -> None:
+def batch_predict(cluster, namespace: str, configuration) -> None:
+    """The batch-predict step's Indexed Job, every pod exiting 1 (tests/scripted_pod.py):
+    failed BackoffLimitExceeded by the Job controller, then deleted."""
     from dataclasses import replace
 
-    from fmnist_kfp.batch.indexed_job_scorer import IndexedJobScorer
-    from fmnist_kfp.kubernetes.runner import JobFailed
-    from tests.fmnist_kfp.batch import test_batch_kubernetes as t
-    from tests.standins.batch_job import JobStandIn
+    from kubernetes.client import ApiClient, BatchV1Api
 
-    states = [{"type": "Failed", "reason": "BackoffLimitExceeded", "message": "limit"}]
-    mount = tmp_path / "volume"
-    (tmp_path / "model").mkdir(exist_ok=True)
-    spec = t._spec(model_dir=str(tmp_path / "model"), data_dir="",
-                   output_dir=str(tmp_path / "o"))
-    with JobStandIn(run_pods=False, states=states) as standin:
-        scorer = IndexedJobScorer(t._settings(mount), batch_api=standin.batch_api(),
-                                  runner=t._runner([]))
-        scorer.remote_spec = lambda s: replace(s, output_dir=str(mount / "out"))
-        with pytest.raises(JobFailed, match="BackoffLimitExceeded"):
-            scorer.run(spec)
-        assert any(call[0] == "DELETE" for call in standin.calls)
+    from fmnist_kfp.batch.indexed_job_scorer import IndexedJobScorer
+    from fmnist_kfp.kubernetes.runner import JobFailed, RemoteJobRunner
+    from fmnist_kfp.settings.jobs import KubernetesSettings
+    from tests.cluster import SCRIPTED_IMAGE
+    from tests.fmnist_kfp.batch import test_batch_kubernetes as t
+
+    cluster.script_pods(namespace, {"*": {"exits": [1], "seconds": 0.2}})
+    spec = t._spec(model_dir="/mnt/fmnist/model", data_dir="", output_dir="/mnt/fmnist/o")
+    scorer = IndexedJobScorer(
+        KubernetesSettings(image=SCRIPTED_IMAGE, namespace=namespace, pvc_name="fmnist-data",
+                           cpu="100m", memory="256Mi"),
+        batch_api=BatchV1Api(ApiClient(configuration)),
+        runner=RemoteJobRunner(poll_seconds=0.2, timeout_seconds=120, log=lambda line: None))
+    scorer.remote_spec = lambda s: replace(s, output_dir="/mnt/fmnist/out")  # nothing staged
+    with pytest.raises(JobFailed, match="BackoffLimitExceeded"):
+        scorer.run(spec)
+    assert _gone(cluster, f"/apis/batch/v1/namespaces/{namespace}/jobs/{spec.name}")
 
 
 def _serving(standin) -> None:
@@ -173,38 +241,36 @@ def serve_early(lag: int = 1) -> None:
         assert t._promote(standin, t.BETTER, "batchnorm").action == "promoted"
 
 
-def every_flow(tmp_path, lag: int = 1, operator: str = "tfjob", with_train: bool = True) -> None:
-    """Every step's cluster flow, in the pipeline's order. ``lag``: the KServe controller's
-    reconcile lag, in reads (tests/standins/kserve.py); ``operator``: the train and tune steps'
-    ``kubernetes.operator`` and the cluster it runs on (:data:`CLUSTERS`); ``with_train``
-    False: without the train step's (under faults, tested on the real cluster instead)."""
-    for name in ("train", "tune", "batch"):
-        (tmp_path / name).mkdir(exist_ok=True)
+def every_flow(tmp_path, lag: int = 1, operator: str = "tfjob") -> None:
+    """Every step's cluster flow on the stand-ins, in the pipeline's order (the others:
+    :func:`on_the_cluster`). ``lag``: the KServe controller's reconcile lag, in reads
+    (tests/standins/kserve.py); ``operator``: the tune step's ``kubernetes.operator`` and the
+    cluster it runs on (:data:`CLUSTERS`)."""
+    (tmp_path / "tune").mkdir(exist_ok=True)
     tune(tmp_path / "tune", operator)
-    if with_train:
-        train(tmp_path / "train", operator)
-    tensorboard()
-    batch_predict(tmp_path / "batch")
     deploy("Serverless", lag)
     deploy("RawDeployment", lag)
     serve_early(lag)
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory) -> set:
-    """``(verb, group, resource, subresource)`` of every request the flows sent."""
+def recorded(tmp_path_factory, training_cluster) -> set:
+    """``(verb, group, resource, subresource)`` of every request the flows sent, with
+    ``kubernetes.operator`` tfjob."""
     with recording() as found:
         every_flow(tmp_path_factory.mktemp("flows"))
-    return {attributes[:4] for attributes in found}
+    return {attributes[:4] for attributes in found} | on_the_cluster(
+        training_cluster, "tfjob", tmp_path_factory.mktemp("train"))
 
 
 @pytest.fixture(scope="module")
-def recorded_trainjob(tmp_path_factory) -> set:
-    """What the flows sent on a cluster with Trainer v2 and no TFJob CRD, with
-    ``kubernetes.operator`` trainjob."""
+def recorded_trainjob(tmp_path_factory, training_cluster) -> set:
+    """What the flows sent with ``kubernetes.operator`` trainjob (tune's on a cluster with
+    Trainer v2 and no TFJob CRD, as 26.03 ships)."""
     with recording() as found:
         every_flow(tmp_path_factory.mktemp("flows-trainjob"), operator="trainjob")
-    return {attributes[:4] for attributes in found}
+    return {attributes[:4] for attributes in found} | on_the_cluster(
+        training_cluster, "trainjob", tmp_path_factory.mktemp("train-trainjob"))
 
 
 def test_the_recorded_api_calls_are_exactly_what_preflight_checks(recorded):
@@ -269,14 +335,16 @@ SEEDS = (11, 22, 33)
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("seed", "operator"), list(zip(SEEDS, OPERATORS, strict=True)))
-def test_every_flow_gets_through_the_fault_mode(seed, operator, tmp_path):
-    """Each seed on another cluster: the Training Operator v1's, Trainer v2's with no TFJob
-    CRD (``kubernetes.operator`` trainjob), and one with both (``auto``: tune's trials are
-    TFJobs). The train flow is not run here: its jobs get through faults on the real API
-    server (tests/fmnist_kfp/launcher/test_faults_on_the_cluster.py)."""
+def test_every_flow_gets_through_the_fault_mode(seed, operator, tmp_path, training_cluster):
+    """Each seed on another cluster for the stand-ins' flows: the Training Operator v1's,
+    Trainer v2's with no TFJob CRD (``kubernetes.operator`` trainjob), and one with both
+    (``auto``: tune's trials are TFJobs); the real cluster's flows through the fault proxy with
+    the same seed. The train step's jobs get through faults in
+    tests/fmnist_kfp/launcher/test_faults_on_the_cluster.py."""
     with faults(seed) as mode:
-        every_flow(tmp_path, lag=3, operator=operator, with_train=False)
+        every_flow(tmp_path, lag=3, operator=operator)
     assert mode.injected  # faults were given
+    on_the_cluster(training_cluster, operator, tmp_path, seed)
 
 
 def test_the_api_server_stand_in_refuses_a_body_of_another_kind_or_version():

@@ -103,18 +103,41 @@ PINNED: dict[str, tuple[str, str]] = {
 }
 
 
-def bind_socket(host: str, port: int) -> socket.socket:
+class PortInUse(OSError):
+    """A port the server was told to listen on cannot be had: the message names it."""
+
+
+def bind_socket(host: str, port: int, what: str = "HTTP", flag: str = "--http_port"
+                ) -> socket.socket:
     """A listening TCP socket on ``host:port`` (0: any free port), bound here so the server,
-    not its caller, owns the port from the start."""
+    not its caller, owns the port from the start. No ``SO_REUSEPORT``: a port another process
+    listens on is refused (:class:`PortInUse`, naming ``what`` port and its ``flag``), never
+    shared."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP named, not 0: asyncio sets TCP_NODELAY only on sockets that say so, and
     # without it a response waits for the client's delayed ACK (40 ms here).
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(2048)
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as error:
+        sock.close()
+        raise PortInUse(f"cannot listen for {what} on {host}:{port}: "
+                        f"{error.strerror or error}; pick another {flag}, or stop what uses "
+                        "it") from None
     sock.set_inheritable(True)
     return sock
+
+
+def check_ports(host: str, http_port: int, grpc_port: int | None) -> None:
+    """Fails (:class:`PortInUse`) where ``host:http_port`` or ``host:grpc_port`` (None: no
+    gRPC; 0: any free port) cannot be listened on: asked before the model loads, by the rule
+    the server binds with."""
+    for port, what, flag in ((http_port, "HTTP", "--http_port"),
+                             (grpc_port, "gRPC", "--grpc_port")):
+        if port:
+            bind_socket(host, port, what, flag).close()
 
 
 async def _invalid_input(request, error: InvalidInput):
@@ -176,6 +199,8 @@ class BoundGRPCServer(GRPCServer):
                  self._kwargs.get("grpc_max_send_message_length")),
                 ("grpc.max_receive_message_length",
                  self._kwargs.get("grpc_max_receive_message_length")),
+                # gRPC's default SO_REUSEPORT would let a second server share a port in use.
+                ("grpc.so_reuseport", 0),
             ],
         )
         grpc_predict_v2_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(

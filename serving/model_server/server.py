@@ -29,7 +29,11 @@ import warnings
 
 from kserve.logging import logger
 
-from fmnist_kfp.serving.model_server.kserve_internals import LoopbackModelServer
+from fmnist_kfp.serving.model_server.kserve_internals import (
+    LoopbackModelServer,
+    PortInUse,
+    check_ports,
+)
 from fmnist_kfp.serving.model_server.request_gate import DEFAULT_MAX_BODY_BYTES
 from fmnist_kfp.settings.serving import DeploySettings, ServingSettings
 from fmnist_kfp.training.quiet_start import import_tensorflow_quietly
@@ -128,6 +132,10 @@ def start(model, args: argparse.Namespace, *, report_progress: bool = True) -> N
     """Loads ``model`` and serves it as ``args`` say until the server stops;
     ``report_progress``: log what was served every ``PROGRESS_SECONDS`` (a model with a
     batcher)."""
+    try:
+        check_ports(args.host, args.http_port, None if args.no_grpc else args.grpc_port)
+    except PortInUse as error:
+        sys.exit(f"error: {error}")
     model.load()
     # Long-lived objects (TensorFlow's, when loaded) stay: keep the collector from walking them.
     gc.collect()

@@ -13,7 +13,6 @@ controller makes it (``tests/kubeflow_roles``) and katib-controller started at i
 from __future__ import annotations
 
 import io
-import json
 import re
 from pathlib import Path
 
@@ -176,33 +175,25 @@ def _train_log(tmp_path: Path, cluster) -> str:
     ``scripted-pod`` (tests/scripted_pod.py): worker 0, the master, prints the trainer's line
     for each of the run's epochs."""
     from kubeflow.training import TrainingClient
-    from kubernetes import client
 
     from fmnist_kfp.launcher.tfjob_launcher import TFJobLauncher
     from fmnist_kfp.settings.jobs import KubernetesSettings
     from fmnist_kfp.settings.training import TrainingConfig
     from fmnist_kfp.training.training_job import TrainingJobSpec
-    from tests.cluster import SCRIPTED_IMAGE
-    from tests.fmnist_kfp.preflight.test_permissions_on_the_api_server import _standalone
+    from tests.cluster import SCRIPTED_IMAGE, leave_scripted_result
 
-    (tmp_path / "model").mkdir()
-    (tmp_path / "model" / "result.json").write_text(json.dumps({"model_type": "basic"}))
+    leave_scripted_result(tmp_path / "model")
     log = "".join(
         f"2026-01-05T11:{20 + epoch // 2:02d}:{epoch % 2 * 30 + 1:02d}.000000Z epoch={epoch} "
         f"epochs={EPOCHS} loss={0.52 - 0.02 * epoch:.4f} accuracy={0.81 + 0.006 * epoch:.4f} "
         f"val_loss={0.39 - 0.005 * epoch:.4f} val_accuracy={0.86 + 0.004 * epoch:.4f}\n"
         for epoch in range(1, EPOCHS + 1))
     cluster.install("TRAINING_OPERATOR_V1")
-    _standalone(cluster, NAMESPACE)
-    client.CoreV1Api(cluster.api_client).create_namespaced_persistent_volume_claim(NAMESPACE, {
-        "metadata": {"name": "fmnist-data"},
-        "spec": {"accessModes": ["ReadWriteMany"],
-                 "resources": {"requests": {"storage": "1Gi"}}}})
-    claim = cluster.claim_dir(NAMESPACE, "fmnist-data")
-    claim.mkdir(parents=True, exist_ok=True)
-    (claim / "scripts.json").write_text(json.dumps({
+    cluster.grant_pipeline_runner(NAMESPACE)
+    cluster.add_claim(NAMESPACE)
+    cluster.script_pods(NAMESPACE, {
         "fmnist-basic-3f2a9c-worker-0": {"before": 5, "log": log, "seconds": 3},
-        "*": {"seconds": 8}}))
+        "*": {"seconds": 8}})
     out = io.StringIO()
     try:
         TFJobLauncher(KubernetesSettings(image=SCRIPTED_IMAGE, namespace=NAMESPACE,

@@ -1,16 +1,18 @@
 """The kubernetes paths of the training and tuning steps, end to end, as a KFP pod runs them.
 
-The pipeline is compiled with ``FMNIST_COMPONENT_IMAGE=registry.example/team/fmnist:9.9.9`` and
-``FMNIST_GPU_IMAGE=registry.example/team/fmnist-cuda:9.9.9``; each step's code then runs in a
-process whose environment is only what the compiled YAML sets for its executor
+The pipeline is compiled with ``FMNIST_COMPONENT_IMAGE=registry.example/team/fmnist-kfp:9.9.9``
+and ``FMNIST_GPU_IMAGE=registry.example/team/fmnist-kfp:9.9.9-cuda`` (a team's own registry;
+the real cluster's node runs a repository named ``fmnist-kfp`` as the project's image); each
+step's code then runs with only the environment the compiled YAML sets for its executor
 (``deploymentSpec.executors.<exec>.container.env``: kubeflow/pipelines 2.15.0
-backend/src/v2/driver/driver.go lines 250-254 copy it into the pod), with the
-``image``/``gpu_image`` inputs its task passes (constants in ``root.dag``), against the API
-stand-ins. Their "operator" runs the
-TFJob's pods as processes here, with the TF_CONFIG the training operator injects, on the shared
-directory that stands for the claim, so staging the dataset, training, exporting and copying the
-model back all really happen. Every wait is bounded. One test chains tune, train, select, deploy
-and predict, each step's outputs the next one's inputs, as the pipeline wires them.
+backend/src/v2/driver/driver.go lines 250-254 copy it into the pod) and the
+``image``/``gpu_image`` inputs its task passes (constants in ``root.dag``). The train step runs
+in a pod of the real cluster (tests/cluster.py), its jobs run by the real training operators;
+the tune step against the Katib stand-in, whose "operator" runs the trials' pods as processes
+here, and deploy against the KServe stand-in (until Katib and KServe run here for real).
+Staging the dataset, training, exporting and copying the model back all really happen. Every
+wait is bounded. One test chains tune, train, select, deploy and predict, each step's outputs
+the next one's inputs, as the pipeline wires them.
 """
 
 from __future__ import annotations
@@ -26,14 +28,14 @@ import pytest
 import yaml
 
 from fmnist_kfp.errors import UserInputError
+from fmnist_kfp.settings.platform import MOUNT_PATH
 from fmnist_kfp.settings.training import TrainingConfig
 from tests import ROOT
 from tests.standins.katib import KatibStandIn
-from tests.standins.trainer_v2 import TrainerStandIn
 
 REPO = ROOT
-IMAGE = "registry.example/team/fmnist:9.9.9"
-GPU_IMAGE = "registry.example/team/fmnist-cuda:9.9.9"
+IMAGE = "registry.example/team/fmnist-kfp:9.9.9"
+GPU_IMAGE = "registry.example/team/fmnist-kfp:9.9.9-cuda"
 STEP_SECONDS = 600  # the most one step here may take (2 shared cores), under pytest's 900
 
 
@@ -188,62 +190,77 @@ def test_the_batch_job_and_the_serving_runtime_run_the_compiled_image(compiled, 
     assert found == [IMAGE]
 
 
-_TRAIN_SCRIPT = """
-    import json
-    import fmnist_kfp.settings.platform as platform
-    platform.MOUNT_PATH = {volume!r}  # where the claim is mounted on this machine
-    from fmnist_kfp.kubernetes.training_operators import ClusterDiscovery
-    from fmnist_kfp.launcher.tfjob_launcher import TFJobLauncher
-    from fmnist_kfp.launcher.trainjob_launcher import TrainJobLauncher
-    from fmnist_kfp.settings.training import TrainingConfig
-    from fmnist_kfp.kfp_components.train.step import train_step
-    from tests.standins.trainer_v2 import TrainerStandIn
-
-    class Remote(TrainerStandIn):
-        def __init__(self):
-            pass
-        url = {url!r}
-
-    def make_launcher(settings, operator, shape):
-        if operator == "trainjob":
-            return TrainJobLauncher(settings, api_client=Remote().api_client(), shape=shape,
-                                    poll_seconds=0.2, timeout_seconds={timeout})
-        return TFJobLauncher(settings, training_client=Remote().training_client(),
-                             poll_seconds=0.2, timeout_seconds={timeout})
-
-    config = {config}
-    result = train_step(
-        config=config, data_dir={data!r}, model_dir={model!r},
-        backend="kubernetes", num_workers=2, max_restarts=1,
-        launcher_options={kubernetes!r},
-        image={image!r}, gpu_image={gpu_image!r}, make_launcher=make_launcher,
-        discovery=ClusterDiscovery(Remote().api_client()))
-    print(json.dumps(result.model_metadata()))
-"""
+# The kubernetes parameter the chained test's steps get (with namespace and operator added).
+_KUBERNETES = {"cpu": "500m", "memory": "2Gi"}  # two replicas fit the 2-CPU node
 
 
-# What _TRAIN_SCRIPT trains, as source: two epochs of the basic CNN on 512 examples.
-_TRAIN_CONFIG = ('TrainingConfig(model_type="basic", epochs=2, train_examples=512, '
-                 'batch_size=64, filters=8)')
-# The kubernetes parameter _TRAIN_SCRIPT's step gets (with "operator" added).
-_KUBERNETES = {"namespace": "kubeflow", "cpu": "1", "memory": "2Gi"}
+@pytest.fixture(scope="module")
+def training_cluster(real_cluster):
+    """The session's real cluster (tests/cluster.py) with both training operators running, as
+    a Kubeflow serving both: the Training Operator v1.9.2, and Trainer v2.1.0 with JobSet
+    v0.10.1 and our ClusterTrainingRuntime."""
+    real_cluster.require_node()
+    for operator in ("TRAINING_OPERATOR_V1", "JOBSET_V0_10", "TRAINER_V2_1"):
+        real_cluster.install(operator)
+    real_cluster.apply_training_runtime()
+    return real_cluster
 
 
-def _train_on(standin, compiled, synthetic_dataset, tmp_path, operator: str,
-              config: str = _TRAIN_CONFIG) -> tuple:
-    """The train executor's train_step against ``standin`` with kubernetes.operator
-    ``operator``: its metadata, the model directory and the shared volume (the claim,
-    ``tmp_path/volume``, made here unless an earlier step made it). ``config``: the
-    TrainingConfig it trains, as source."""
-    volume, model_dir = tmp_path / "volume", tmp_path / "artifacts" / "model"
-    volume.mkdir(exist_ok=True)
-    inputs = compiled["exec-train-model"]["constants"]
-    metadata = _run_step(compiled, "exec-train-model", _TRAIN_SCRIPT.format(
-        volume=str(volume), url=standin.url, timeout=STEP_SECONDS - 60,
-        data=str(synthetic_dataset), model=str(model_dir),
-        kubernetes={**_KUBERNETES, "operator": operator}, image=inputs["image"],
-        gpu_image=inputs["gpu_image"], config=config), tmp_path)
-    return metadata, model_dir, volume
+def _core_api(cluster):
+    from kubernetes import client
+
+    return client.CoreV1Api(cluster.api_client)
+
+
+def _run_step_pod(cluster, namespace: str, compiled: dict, executor: str,
+                  script: str) -> tuple[dict, str]:
+    """Runs ``script`` as KFP runs the executor's step: a pod of the compiled image with the
+    compiled environment, as the pipeline-runner ServiceAccount, the claim that the compiled
+    environment names mounted at the platform's mount path. (The artifact paths it is given
+    are this machine's: the node runs pods as processes here.) Its last output line is JSON:
+    (that, the pod's log)."""
+    import time
+
+    step = compiled[executor]
+    claim = step["env"]["FMNIST_PVC_NAME"]
+    name = executor.removeprefix("exec-")
+    _core_api(cluster).create_namespaced_pod(namespace, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"serviceAccountName": "pipeline-runner", "restartPolicy": "Never",
+                 "containers": [{
+                     "name": "main", "image": step["image"],
+                     "command": ["python", "-c", textwrap.dedent(script)],
+                     "env": [{"name": k, "value": v} for k, v in step["env"].items()],
+                     "volumeMounts": [{"name": "claim", "mountPath": MOUNT_PATH}]}],
+                 "volumes": [{"name": "claim",
+                              "persistentVolumeClaim": {"claimName": claim}}]}})
+    core = _core_api(cluster)
+    deadline = time.monotonic() + STEP_SECONDS
+    while (phase := core.read_namespaced_pod(name, namespace).status.phase) not in (
+            "Succeeded", "Failed"):
+        assert time.monotonic() < deadline, f"step pod {name} still {phase}"
+        time.sleep(1)
+    log = core.read_namespaced_pod_log(name, namespace)
+    assert phase == "Succeeded", log[-6000:]
+    return json.loads(log.strip().splitlines()[-1]), log
+
+
+def _training_job(cluster, namespace: str, kind: str) -> tuple[dict, list, list]:
+    """The one job of ``kind`` (TFJob or TrainJob) in ``namespace``, its pods, and the jobs of
+    the other kind there."""
+    from kubernetes import client
+
+    paths = {"TFJob": ("kubeflow.org", "v1", "tfjobs", "training.kubeflow.org/job-name"),
+             "TrainJob": ("trainer.kubeflow.org", "v1alpha1", "trainjobs",
+                          "jobset.sigs.k8s.io/jobset-name")}
+    custom = client.CustomObjectsApi(cluster.api_client)
+    found = {k: custom.list_namespaced_custom_object(group, version, namespace, plural)["items"]
+             for k, (group, version, plural, _) in paths.items()}
+    [job] = found.pop(kind)
+    [others] = found.values()
+    pods = _core_api(cluster).list_namespaced_pod(
+        namespace, label_selector=f"{paths[kind][3]}={job['metadata']['name']}").items
+    return job, pods, others
 
 
 def _best_of_succeeded_trials(experiment: dict, trials: dict, volume: Path) -> dict:
@@ -325,34 +342,46 @@ BEST_MODEL_URI = ("minio://mlpipeline/v2/artifacts/fashion-mnist-training/run-ch
                   "select-best-model/task-select/best_model")
 
 
+@pytest.fixture
+def chain_namespace(training_cluster, compiled):
+    """A namespace of the real cluster set up as the README's setup does: the pipeline-runner
+    ServiceAccount and its Role, and the claim the compiled pipeline names."""
+    name = training_cluster.step_namespace(
+        "chain", claim=compiled["exec-train-model"]["env"]["FMNIST_PVC_NAME"])
+    yield name
+    training_cluster.delete_namespace(name)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("operator", list(CHAINED_CLUSTERS))
 def test_the_pipeline_runs_chained_on_the_operator_the_cluster_serves(
-        compiled, synthetic_dataset, tmp_path, monkeypatch, operator):
+        compiled, synthetic_dataset, tmp_path, monkeypatch, training_cluster, chain_namespace,
+        operator):
     """tune -> train -> select -> deploy -> predict chained as fashion_mnist_pipeline wires
     them: each step as its executor runs it (its compiled environment, its task's image
     inputs), one step's outputs the next one's inputs (the tune step's hyperparameters, the
-    Model artifacts, the deploy step's url). With kubernetes.operator ``trainjob`` on a Kubeflow
-    with Trainer v2 and no TFJob CRD (26.03 as it ships) the trials and the training job are
-    TrainJobs; with ``auto`` on one serving both, TFJobs (the Training Operator v1 first).
+    Model artifacts, the deploy step's url). With kubernetes.operator ``trainjob`` the trials
+    and the training job are TrainJobs; with ``auto`` on a cluster serving both, TFJobs (the
+    Training Operator v1 first).
 
-    The cluster is the API stand-ins, separate servers, one per API group a step calls: Katib
-    with Trainer v2 (and the TFJob operator for ``auto``) for tune, Trainer v2 (and the TFJob
-    operator) for train, KServe (with its cluster network and a real model server) for deploy
-    and predict. What is under test is the hand-off of artifacts and the operator chosen on
-    each cluster, not one API server's state shared between steps. The claim
-    (``tmp_path/volume``) is shared by tune and train, which mount it; select, deploy and
-    predict mount none, so it is gone before they run. The pipeline's one ``kubernetes``
-    parameter goes to tune and train alike; the trials run one worker (the tune step's
-    default) to stay cheap, the training job two."""
+    The train step runs on the real cluster (tests/cluster.py): in a pod, its TFJob or TrainJob
+    run by the real operators. Tune runs against the Katib stand-in (its trials on the
+    training operators' stand-ins, with Trainer v2 only for ``trainjob``, as 26.03 ships, and
+    both for ``auto``), deploy and predict against the KServe stand-in (with its cluster
+    network and a real model server): those are the stand-ins until Katib and KServe run here
+    for real. The claim (the real cluster's, in a namespace of its own) is shared by tune and
+    train, which mount it; select, deploy and predict mount none, so it is gone before they
+    run. The pipeline's one ``kubernetes`` parameter goes to tune and train alike; the trials
+    run one worker (the tune step's default) to stay cheap, the training job two."""
     cluster, chosen, kind = CHAINED_CLUSTERS[operator]
-    kubernetes = {**_KUBERNETES, "operator": operator}
-    volume, artifacts = tmp_path / "volume", tmp_path / "artifacts"
-    volume.mkdir()
+    namespace = chain_namespace
+    kubernetes = {**_KUBERNETES, "namespace": namespace, "operator": operator}
+    claim = compiled["exec-train-model"]["env"]["FMNIST_PVC_NAME"]
+    volume, artifacts = training_cluster.claim_dir(namespace, claim), tmp_path / "artifacts"
 
     # tune: a Katib Experiment of two trials; its output is the hyperparameters train takes.
     inputs = compiled["exec-tune-hyperparameters"]["constants"]
-    with KatibStandIn(run=True, namespaces=("kubeflow",), work_dir=tmp_path / "katib",
+    with KatibStandIn(run=True, namespaces=(namespace,), work_dir=tmp_path / "katib",
                       **cluster) as katib:
         tuned = _run_step(compiled, "exec-tune-hyperparameters", f"""
             import json
@@ -401,6 +430,8 @@ def test_the_pipeline_runs_chained_on_the_operator_the_cluster_serves(
 
     # train: the train component's config from the tune step's output, on the same claim. KFP
     # hands a dict parameter on as a protobuf Struct, whose numbers are doubles (64 -> 64.0).
+    # The step runs as KFP runs it: a pod of its image and compiled environment, as the
+    # pipeline-runner ServiceAccount, the claim mounted where the compiled platform says.
     from google.protobuf import json_format, struct_pb2
 
     passed = struct_pb2.Struct()
@@ -408,19 +439,25 @@ def test_the_pipeline_runs_chained_on_the_operator_the_cluster_serves(
     passed = json_format.MessageToDict(passed)
     config = ('TrainingConfig(model_type="basic", epochs=2, precision="auto", '
               f'train_examples=512, profile_steps=0).with_hyperparameters({passed!r})')
-    with TrainerStandIn(run_processes=True, work_dir=tmp_path / "pods", **cluster) as trainer:
-        metadata, model_dir, _ = _train_on(trainer, compiled, synthetic_dataset, tmp_path,
-                                           operator, config)
-        [job] = trainer.posts()
-        if chosen == "trainjob":
-            [((_, job_name), controller)] = trainer.trainjobs.items()
-            other = trainer.jobs
-        else:
-            [((_, job_name), controller)] = trainer.jobs.items()
-            other = trainer.trainjobs
-        pods = list(controller.pods_created)
-    assert other == {} and trainer.deleted_trainjobs == {}  # none of the other operator
-    assert job["kind"] == kind and _images(job) == {IMAGE}
+    model_dir = artifacts / "model"
+    inputs = compiled["exec-train-model"]["constants"]
+    metadata, log = _run_step_pod(training_cluster, namespace, compiled, "exec-train-model", f"""
+        import json
+        from fmnist_kfp.kfp_components.train.step import train_step
+        from fmnist_kfp.settings.training import TrainingConfig
+
+        result = train_step(
+            config={config}, data_dir={str(synthetic_dataset)!r}, model_dir={str(model_dir)!r},
+            backend="kubernetes", num_workers=2, max_restarts=1,
+            launcher_options={kubernetes!r},
+            image={inputs["image"]!r}, gpu_image={inputs["gpu_image"]!r})
+        print(json.dumps(result.model_metadata()))
+    """)
+    job, pods, others = _training_job(training_cluster, namespace, kind)
+    assert others == []  # none of the other operator
+    job_name = job["metadata"]["name"]
+    assert f"created {kind} {namespace}/{job_name}" in log, log[-4000:]
+    assert _images(job) == {IMAGE}
     assert metadata["backend"] == "kubernetes" and metadata["operator"] == chosen
     assert metadata["job_name"] == job_name
     assert metadata["replicas"] == 2 and metadata["restarts"] == 0
@@ -430,32 +467,37 @@ def test_the_pipeline_runs_chained_on_the_operator_the_cluster_serves(
     assert {k: trained["hyperparameters"][k] for k in hyperparameters} == hyperparameters
     assert isinstance(trained["hyperparameters"]["batch_size"], int)
     assert metadata["hyperparameters"] == trained["hyperparameters"]
-    claim = compiled["exec-train-model"]["env"]["FMNIST_PVC_NAME"]
+    core = _core_api(training_cluster)
+    logs = {}
     if chosen == "trainjob":
         assert job["spec"]["trainer"]["numNodes"] == 2
         [override] = job["spec"]["podTemplateOverrides"]  # Trainer 2.1's shape
         volumes = override["spec"]["volumes"]
-        assert sorted(p.hostname for p in pods) == [f"{job_name}-node-0-0",
-                                                    f"{job_name}-node-0-1"]
-        logs = {p.env["JOB_COMPLETION_INDEX"]: p.log() for p in pods}
-        for index in ("0", "1"):
-            assert f"TF_CONFIG from the JobSet environment: worker {index} of 127.0.0.1:" in \
-                logs[index], logs[index][-2000:]
+        assert sorted(p.spec.hostname for p in pods) == [f"{job_name}-node-0-0",
+                                                         f"{job_name}-node-0-1"]
+        for pod in pods:
+            index = pod.metadata.annotations["batch.kubernetes.io/job-completion-index"]
+            logs[index] = core.read_namespaced_pod_log(pod.metadata.name, namespace)
+            assert f"TF_CONFIG from the JobSet environment: worker {index} of " \
+                f"{job_name}-node-0-0.{job_name}:" in logs[index], logs[index][-2000:]
     else:
         worker = job["spec"]["tfReplicaSpecs"]["Worker"]
         assert worker["replicas"] == 2
         assert job["spec"]["runPolicy"]["backoffLimit"] == 2  # max_restarts 1
         volumes = worker["template"]["spec"]["volumes"]
         container = worker["template"]["spec"]["containers"][0]
-        assert container["volumeMounts"][0]["mountPath"] == str(volume)
-        assert container["resources"]["limits"]["cpu"] == "1"  # the user's kubernetes
-        # TF_CONFIG as the operator injects it (tensorflow.go v1.9.2 lines 136-184).
-        configs = {p.name: json.loads(p.env["TF_CONFIG"]) for p in pods}
+        assert container["volumeMounts"][0]["mountPath"] == MOUNT_PATH
+        assert container["resources"]["limits"]["cpu"] == "500m"  # the user's kubernetes
+        # TF_CONFIG as the operator injected it (tensorflow.go v1.9.2 lines 136-184).
+        configs = {p.metadata.name: json.loads(next(
+            e.value for e in p.spec.containers[0].env if e.name == "TF_CONFIG")) for p in pods}
         assert {name: c["task"] for name, c in configs.items()} == {
             f"{job_name}-worker-{i}": {"type": "worker", "index": i} for i in (0, 1)}
         assert all(len(c["cluster"]["worker"]) == 2 and c["environment"] == "cloud"
                    for c in configs.values())
-        logs = {str(configs[p.name]["task"]["index"]): p.log() for p in pods}
+        for pod in pods:
+            index = str(configs[pod.metadata.name]["task"]["index"])
+            logs[index] = core.read_namespaced_pod_log(pod.metadata.name, namespace)
         assert "Z epoch=1 epochs=2" in logs["0"]  # timestamped lines
     assert volumes[0]["persistentVolumeClaim"]["claimName"] == claim
     assert "epoch=2 epochs=2" in logs["0"], logs["0"][-2000:]
@@ -464,7 +506,7 @@ def test_the_pipeline_runs_chained_on_the_operator_the_cluster_serves(
     assert (staged / "metadata.json").exists()
 
     # select, deploy and predict mount no claim.
-    volume.rename(tmp_path / "claim-unmounted")
+    volume.rename(volume.with_name(f"{claim}-unmounted"))
 
     # select: the train step's Model artifact the only candidate (one model type); no cluster
     # call (its pod cannot even import the Kubernetes client here).
@@ -746,8 +788,7 @@ def test_what_a_trainjob_cannot_do_is_refused_before_anything(on_the_cluster, re
     from fmnist_kfp.kubernetes.training_operators import ClusterDiscovery
     from localcluster.fault_proxy import FaultProxy
 
-    real_cluster.apply(yaml.safe_load(  # the runtime is there: what is refused is the job
-        (REPO / "manifests/trainer-runtime/cluster-training-runtime.yaml").read_text()))
+    real_cluster.apply_training_runtime()  # the runtime is there: what is refused is the job
     with FaultProxy(real_cluster.kubeconfig) as proxy:  # no seed: a faithful recorder
         with pytest.raises(UserInputError, match="cannot run as a TrainJob.*evaluator needs a "
                                                  "replica apart from training"):

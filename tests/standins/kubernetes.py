@@ -258,11 +258,8 @@ class KubernetesStandIn(FaultyServer):
 
     def __init__(self, *, scripts: dict | None = None, run_processes: bool = False,
                  running_ticks: int = 2, work_dir: Path | None = None,
-                 logs: dict[str, str] | None = None, gang_scheduler: str = "",
-                 gang_placed_after_ticks: int = 0):
+                 logs: dict[str, str] | None = None):
         self._init_faults()
-        self.gang_scheduler = gang_scheduler  # the operator's --gang-scheduler-name
-        self.gang_placed_after_ticks = gang_placed_after_ticks
         self.scripts = scripts or {}
         self.run_processes = run_processes
         self.logs = logs or {}  # replica name -> the log text of a scripted pod
@@ -303,9 +300,7 @@ class KubernetesStandIn(FaultyServer):
 
     def controller_for(self, job: dict) -> TFJobController:
         return TFJobController(job, self.kubelet, self.clock, scripts=self.scripts,
-                               run_processes=self.run_processes,
-                               gang_scheduler=self.gang_scheduler,
-                               gang_placed_after_ticks=self.gang_placed_after_ticks)
+                               run_processes=self.run_processes)
 
     def read_then_reconcile(self, handler, controllers: dict, key: tuple, what: str,
                             before_tick=None) -> None:

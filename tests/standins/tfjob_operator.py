@@ -208,8 +208,7 @@ class TFJobController:
     runs the real commands instead."""
 
     def __init__(self, job: dict, kubelet: Kubelet, clock, *, scripts: dict | None = None,
-                 run_processes: bool = False, mutate_pod=None, gang_scheduler: str = "",
-                 gang_placed_after_ticks: int = 0):
+                 run_processes: bool = False, mutate_pod=None):
         self.job = job
         self.kubelet = kubelet
         self.clock = clock
@@ -221,14 +220,6 @@ class TFJobController:
         self.pods_created: list[Pod] = []
         self.status: dict = {}
         self.created_seen = False
-        # The operator's --gang-scheduler-name ("" off; "volcano"; any other: scheduler-plugins)
-        # and the PodGroup it keeps for the job; Volcano moves it to Inqueue after
-        # ``gang_placed_after_ticks`` reconciles (its enqueue action: volcano v1.15.1
-        # pkg/scheduler/actions/enqueue/enqueue.go line 97).
-        self.gang_scheduler = gang_scheduler
-        self.gang_placed_after_ticks = gang_placed_after_ticks
-        self.pod_group: dict | None = None
-        self.gang_ticks = 0
         # Headless services have stable names; on this machine a loopback port stands for each.
         self.ports = {(rtype, i): _free_port() for rtype, spec in self.replicas.items()
                       for i in range(spec.get("replicas", 1))}
@@ -293,16 +284,6 @@ class TFJobController:
                   else self._restart_policy(rtype))
         template_spec = self.replicas[rtype]["template"]["spec"]
         pod.scheduler_name = template_spec.get("schedulerName") or "default-scheduler"
-        if self.gang_scheduler:
-            # control/podgroup_control.go lines 61-74 (Volcano) and 131-144
-            # (scheduler-plugins); pod.go 437-447: a template's own schedulerName is kept.
-            if not template_spec.get("schedulerName"):
-                pod.scheduler_name = self.gang_scheduler
-            if self.gang_scheduler.lower() == "volcano":
-                pod.annotations.update({"scheduling.k8s.io/group-name": self.name,
-                                        "volcano.sh/task-spec": rt})
-            else:
-                pod.labels["scheduling.x-k8s.io/pod-group"] = self.name
         if self.mutate_pod is not None:
             self.mutate_pod(self, pod)
         return pod
@@ -336,14 +317,11 @@ class TFJobController:
         if (self.job["spec"].get("runPolicy") or {}).get("suspend"):
             # common/job.go v1.9.2 lines 146-166: a suspended job's pods are deleted — every
             # one, whatever cleanPodPolicy says, the job being unfinished (DeletePodsAndServices,
-            # lines 43-69) — with its PodGroup where gang scheduling is on (CleanUpResources,
-            # lines 366-390), each replica type's active count set to 0; Running goes False
+            # lines 43-69), each replica type's active count set to 0; Running goes False
             # and Suspended True, both reason TFJobSuspended. Resumed (Kueue's re-admission),
             # every pod is created anew under a new UID (below).
             for pod in list(self.pods.values()):
                 self._delete_pod(pod)
-            if self.gang_scheduler:
-                self.pod_group, self.gang_ticks = None, 0
             for counts in (self.status.get("replicaStatuses") or {}).values():
                 counts["active"] = 0
             message = f"TFJob {self.name} is suspended."
@@ -365,46 +343,12 @@ class TFJobController:
             self._condition("Failed", "TFJobFailed", f"Job {self.name} has failed because it "
                             "has reached the specified backoff limit")
             return
-        if self.gang_scheduler and self._delay_for_pod_group():
-            return  # job.go lines 322-326: no pods until Volcano's PodGroup is Inqueue
         replica_statuses = {}
         for rtype in TYPE_ORDER:
             if rtype in self.replicas:
                 replica_statuses[rtype] = self._reconcile_pods(rtype)
         self.status["replicaStatuses"] = replica_statuses
         self._update_job_status(replica_statuses)
-
-    def _delay_for_pod_group(self) -> bool:
-        """kubeflow/trainer v1.9.2 pkg/controller.v1/common/job.go lines 250-334: the PodGroup
-        named and owned as the job (common/scheduling.go 50-58), minMember the policy's
-        minAvailable or every replica, Volcano's queue (``default`` when none) and priority
-        class, scheduler-plugins' timeout; with Volcano, pods wait while the PodGroup's phase is
-        empty or Pending (control/podgroup_control.go 81-87), scheduler-plugins never delays
-        them (151-153)."""
-        policy = (self.job["spec"].get("runPolicy") or {}).get("schedulingPolicy") or {}
-        members = policy.get("minAvailable") or sum(
-            spec.get("replicas", 1) for spec in self.replicas.values())
-        volcano = self.gang_scheduler.lower() == "volcano"
-        metadata = {"name": self.name, "namespace": self.namespace,
-                    "ownerReferences": [{"apiVersion": "kubeflow.org/v1", "kind": "TFJob",
-                                         "name": self.name,
-                                         "uid": self.job["metadata"].get("uid", "u"),
-                                         "controller": True, "blockOwnerDeletion": True}]}
-        if volcano:
-            spec = {"minMember": members, "queue": policy.get("queue") or "default",
-                    "priorityClassName": policy.get("priorityClass", "")}
-            group = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup"}
-        else:
-            spec = {"minMember": members}
-            if policy.get("scheduleTimeoutSeconds"):
-                spec["scheduleTimeoutSeconds"] = policy["scheduleTimeoutSeconds"]
-            group = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup"}
-        status = (self.pod_group or {}).get("status") or {"phase": "Pending"}
-        self.gang_ticks += 1
-        if volcano and self.gang_ticks > self.gang_placed_after_ticks:
-            status = {**status, "phase": "Inqueue"}
-        self.pod_group = {**group, "metadata": metadata, "spec": spec, "status": status}
-        return volcano and status["phase"] == "Pending"
 
     def _past_backoff_limit(self) -> bool:
         """common/job.go v1.9.2 lines 176-198 with FakeWorkQueue.NumRequeues() == 0

@@ -1,12 +1,15 @@
 """Batch prediction on Kubernetes: the Indexed Job (checked against the Kubernetes API's own
-models and the API server's rules), run through the remote-job runner against a stand-in that
-runs its pods as local processes; and the training step's Tensorboard created or re-attached
-the same way."""
+models and the real API server's rules), run through the remote-job runner on the real cluster
+(tests/cluster.py: kube-controller-manager's Job controller, its pods run on the node agent) as
+the pipeline-runner ServiceAccount; and the training step's Tensorboard created or re-attached
+the same way. A Job in a Kueue queue runs on the batch Job stand-in (tests/standins/
+batch_job.py) until Kueue runs here."""
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,13 +24,14 @@ from fmnist_kfp.kubernetes.runner import JobFailed, RemoteJobRunner
 from fmnist_kfp.kubernetes.tensorboard import build_tensorboard, ensure_tensorboard
 from fmnist_kfp.scoring.scoring_job import ScoringJobSpec
 from fmnist_kfp.settings.jobs import KubernetesSettings
-from tests.fmnist_kfp.kubernetes.test_tensorboard import tensorboard_schema
-from tests.standins.batch_job import JobStandIn, job_problems
+from tests.cluster import SCRIPTED_IMAGE
+from tests.standins.batch_job import JobStandIn
 
 
 def _settings(mount: Path, **overrides) -> KubernetesSettings:
-    return KubernetesSettings(image="registry.example.com/fmnist-kfp:0.1.0", namespace="team-a",
-                              pvc_name="fmnist-data", mount_path=str(mount), **overrides)
+    values = dict(image="registry.example.com/fmnist-kfp:0.1.0", namespace="team-a",
+                  pvc_name="fmnist-data", mount_path=str(mount))
+    return KubernetesSettings(**{**values, **overrides})
 
 
 def _spec(**overrides) -> ScoringJobSpec:
@@ -42,14 +46,47 @@ class _Response:
         self.data = json.dumps(data)
 
 
-def test_the_indexed_job_is_what_the_kubernetes_api_knows():
+@pytest.fixture
+def namespace(real_cluster):
+    """A namespace of the real cluster with the pipeline-runner ServiceAccount, its Role, and
+    the claim ``fmnist-data``."""
+    real_cluster.require_node()
+    name = real_cluster.step_namespace("batch")
+    yield name
+    real_cluster.delete_namespace(name)
+
+
+def _as_runner(real_cluster, namespace: str):
+    """An ``ApiClient`` of the pipeline-runner ServiceAccount, as the step pod has."""
+    from kubernetes.client import ApiClient
+
+    return ApiClient(real_cluster.configuration_as(namespace, "pipeline-runner"))
+
+
+def _dry_run(real_cluster, namespace: str, manifest: dict) -> str:
+    """The real API server's answer to creating ``manifest`` (dryRun=All: validated, admitted,
+    not stored): "" where accepted, else its message."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        real_cluster.create({**manifest, "metadata": {**manifest["metadata"],
+                                                      "namespace": namespace}},
+                            namespace=namespace, dry_run=True)
+    except ApiException as error:
+        assert error.status == 422, error
+        return json.loads(error.body)["message"]
+    return ""
+
+
+def test_the_indexed_job_is_what_the_kubernetes_api_knows(real_cluster, namespace):
     """Every field survives a round trip through the kubernetes client's V1Job model (its
-    OpenAPI types): nothing the API server would drop or misread."""
+    OpenAPI types): nothing the API server would drop or misread; and the API server accepts
+    it."""
     from kubernetes.client import ApiClient
 
     manifest = to_manifest(build_indexed_job(_spec(), _settings(Path("/mnt/fmnist"))))
     assert to_manifest(ApiClient().deserialize(_Response(manifest), "V1Job")) == manifest
-    assert job_problems(manifest) == []
+    assert _dry_run(real_cluster, namespace, manifest) == ""
     spec = manifest["spec"]
     assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == ("Indexed", 3, 3)
     assert spec["backoffLimit"] == 2 and spec["ttlSecondsAfterFinished"] == 3600
@@ -65,14 +102,17 @@ def test_the_indexed_job_is_what_the_kubernetes_api_knows():
     assert manifest["metadata"]["namespace"] == "team-a"
 
 
-def test_the_api_servers_rules_refuse_what_it_refuses():
+def test_the_api_servers_rules_refuse_what_it_refuses(real_cluster, namespace):
     manifest = to_manifest(build_indexed_job(_spec(), _settings(Path("/mnt/fmnist"))))
     always = json.loads(json.dumps(manifest))
     always["spec"]["template"]["spec"]["restartPolicy"] = "Always"
-    assert "restartPolicy: Unsupported value" in job_problems(always)[0]
+    # kube-apiserver v1.34.1's words (the stand-in this replaced had said "Unsupported value").
+    assert 'spec.template.spec.restartPolicy: Required value: valid values: "OnFailure", ' \
+        '"Never"' in _dry_run(real_cluster, namespace, always)
     no_completions = json.loads(json.dumps(manifest))
     del no_completions["spec"]["completions"]
-    assert "spec.completions: Required value" in job_problems(no_completions)[0]
+    assert "spec.completions: Required value" in _dry_run(real_cluster, namespace,
+                                                          no_completions)
     with pytest.raises(UserInputError, match="DNS-1035 label of at most 56"):
         build_indexed_job(_spec(name="fmnist-batch-" + "a" * 50), _settings(Path("/m")))
 
@@ -160,36 +200,45 @@ def _runner(lines: list[str]) -> RemoteJobRunner:
 
 @pytest.mark.slow
 def test_an_indexed_job_scores_every_shard_and_a_retry_reattaches(
-        exported_model, synthetic_dataset, tmp_path):
-    mount = tmp_path / "volume"
+        real_cluster, namespace, exported_model, synthetic_dataset, tmp_path):
+    """The step's Indexed Job of 2 shards on the real Job controller: each pod scores the shard
+    of its completion index into the step's output; a retried step re-attaches to the Job (the
+    create answered 409) and starts no second set of pods."""
+    from kubernetes import client
+
+    mount = real_cluster.claim_dir(namespace, "fmnist-data")  # the pods mount it here too
     output = tmp_path / "artifact" / "predictions"
     lines: list[str] = []
-    with JobStandIn() as standin:
-        def scorer():
-            return IndexedJobScorer(_settings(mount), batch_api=standin.batch_api(),
-                                    runner=_runner(lines))
 
-        metadata = batch_predict_step(
-            model_dir=str(exported_model), data_dir=str(synthetic_dataset),
-            output_dir=str(output), workers=2, backend="kubernetes",
-            scorer=scorer()).artifact_metadata()
-        assert metadata["rows"] == metadata["labelled"] == 500 and metadata["errors"] == 0
-        assert sorted(e["JOB_COMPLETION_INDEX"] for e in standin.pod_env) == ["0", "1"]
-        assert sorted(p.name for p in output.glob("*.jsonl")) == [
-            "predictions-00000-of-00002.jsonl", "predictions-00001-of-00002.jsonl"]
-        name = job_name(str(output))
-        assert (mount / "batch" / name / "model" / "1" / "saved_model.pb").exists()
-        assert [m for m in standin.methods() if m[0] == "POST"] == [
-            ("POST", "/apis/batch/v1/namespaces/team-a/jobs")]
-        assert f"created Job team-a/{name} (Indexed, 2 shard(s))" in lines
-        # A retried step pod: the create answers 409 and the runner re-attaches.
-        again = batch_predict_step(
-            model_dir=str(exported_model), data_dir=str(synthetic_dataset),
-            output_dir=str(output), workers=2, backend="kubernetes",
-            scorer=scorer()).artifact_metadata()
-        assert again["accuracy"] == metadata["accuracy"]
-        assert f"re-attaching to the existing Job team-a/{name}" in lines
-        assert len(standin.pod_env) == 2  # no second set of pods
+    def scorer():
+        return IndexedJobScorer(_settings(mount, namespace=namespace, cpu="500m",
+                                          memory="2Gi"),
+                                batch_api=client.BatchV1Api(_as_runner(real_cluster, namespace)),
+                                runner=_runner(lines))
+
+    metadata = batch_predict_step(
+        model_dir=str(exported_model), data_dir=str(synthetic_dataset),
+        output_dir=str(output), workers=2, backend="kubernetes",
+        scorer=scorer()).artifact_metadata()
+    name = job_name(str(output))
+    assert metadata["rows"] == metadata["labelled"] == 500 and metadata["errors"] == 0, lines
+    core = client.CoreV1Api(real_cluster.api_client)
+    pods = core.list_namespaced_pod(namespace, label_selector=f"job-name={name}").items
+    assert sorted(p.metadata.annotations["batch.kubernetes.io/job-completion-index"]
+                  for p in pods) == ["0", "1"]
+    assert sorted(p.name for p in output.glob("*.jsonl")) == [
+        "predictions-00000-of-00002.jsonl", "predictions-00001-of-00002.jsonl"]
+    assert (mount / "batch" / name / "model" / "1" / "saved_model.pb").exists()
+    assert f"created Job {namespace}/{name} (Indexed, 2 shard(s))" in lines
+    # A retried step pod: the create answers 409 and the runner re-attaches.
+    again = batch_predict_step(
+        model_dir=str(exported_model), data_dir=str(synthetic_dataset),
+        output_dir=str(output), workers=2, backend="kubernetes",
+        scorer=scorer()).artifact_metadata()
+    assert again["accuracy"] == metadata["accuracy"]
+    assert f"re-attaching to the existing Job {namespace}/{name}" in lines
+    assert len(core.list_namespaced_pod(
+        namespace, label_selector=f"job-name={name}").items) == 2  # no second set of pods
 
 
 @pytest.mark.slow
@@ -216,46 +265,61 @@ def test_a_queued_job_is_shown_queued_then_scores_once_admitted(
     assert metadata["rows"] == 500 and metadata["errors"] == 0
 
 
-def test_a_failed_job_fails_the_step_with_its_reason_and_is_deleted(tmp_path):
+def test_a_failed_job_fails_the_step_with_its_reason_and_is_deleted(real_cluster, namespace,
+                                                                  tmp_path):
+    """Every shard's pod exits 1 (the image ``scripted-pod``, tests/scripted_pod.py): past the
+    Job's backoffLimit the Job controller fails it BackoffLimitExceeded; the step fails with
+    that reason and deletes the Job."""
+    from kubernetes import client
+
+    real_cluster.script_pods(namespace, {"*": {"exits": [1], "seconds": 0.2}})
     lines: list[str] = []
-    states = [{"type": "Failed", "reason": "BackoffLimitExceeded",
-               "message": "Job has reached the specified backoff limit"}]
-    mount = tmp_path / "volume"
     (tmp_path / "model").mkdir()
     spec = _spec(model_dir=str(tmp_path / "model"), data_dir="", output_dir=str(tmp_path / "o"))
-    with JobStandIn(run_pods=False, states=states) as standin:
-        scorer = IndexedJobScorer(_settings(mount), batch_api=standin.batch_api(),
-                                  runner=_runner(lines))
-        scorer.remote_spec = lambda s: replace(s, output_dir=str(mount / "out"))
-        with pytest.raises(JobFailed, match="BackoffLimitExceeded"):
-            scorer.run(spec)
-        [delete] = [c for c in standin.calls if c[0] == "DELETE"]
-        assert delete[1].startswith(f"/apis/batch/v1/namespaces/team-a/jobs/{spec.name}")
-        assert "Background" in json.dumps(delete)
+    # The scripted pods read their script where the settings' default mount path puts the claim.
+    scorer = IndexedJobScorer(
+        KubernetesSettings(image=SCRIPTED_IMAGE, namespace=namespace, pvc_name="fmnist-data",
+                           cpu="100m", memory="256Mi"),
+        batch_api=client.BatchV1Api(_as_runner(real_cluster, namespace)), runner=_runner(lines))
+    scorer.remote_spec = lambda s: replace(s, output_dir="/mnt/fmnist/out")  # nothing staged
+    with pytest.raises(JobFailed, match="BackoffLimitExceeded"):
+        scorer.run(spec)
+    deadline = time.monotonic() + 60
+    while real_cluster.read_or_none(
+            f"/apis/batch/v1/namespaces/{namespace}/jobs/{spec.name}") is not None:
+        assert time.monotonic() < deadline, "the failed Job was not deleted"
+        time.sleep(0.2)
 
 
 def test_a_source_the_pods_cannot_read_is_refused_before_anything_is_created(tmp_path):
-    with JobStandIn() as standin:
-        scorer = IndexedJobScorer(_settings(tmp_path / "volume"), batch_api=standin.batch_api())
-        with pytest.raises(UserInputError, match="not where the Job's pods can read it"):
-            scorer.run(_spec(source="/home/me/images"))
-        assert standin.calls == []
+    scorer = IndexedJobScorer(_settings(tmp_path / "volume"), batch_api=object())  # no calls
+    with pytest.raises(UserInputError, match="not where the Job's pods can read it"):
+        scorer.run(_spec(source="/home/me/images"))
     with pytest.raises(UserInputError, match="needs the shared claim"):
         IndexedJobScorer(KubernetesSettings(image="x:1", namespace="team-a"))
 
 
-def test_the_tensorboard_is_created_once_and_reattached_on_a_retry():
+def test_the_tensorboard_is_created_once_and_reattached_on_a_retry(real_cluster, namespace):
+    """On the real API server (Kubeflow's Tensorboard CRD, tests/crds), as the pipeline-runner
+    ServiceAccount: created, re-attached on a retry, left in place (it outlives the step);
+    one without a logspath refused by the CRD's schema."""
+    from kubernetes import client
+
     lines: list[str] = []
-    manifest = build_tensorboard("fmnist-tb-basic-0123456789", "team-a",
+    name = "fmnist-tb-basic-0123456789"
+    manifest = build_tensorboard(name, namespace,
                                  "pvc://fmnist-data/jobs/fmnist-basic-1/tensorboard")
-    with JobStandIn(tensorboard_schema=tensorboard_schema()) as standin:
-        for _ in range(2):
-            ensure_tensorboard(manifest, custom_api=standin.custom_api(), runner=_runner(lines))
-        assert standin.tensorboards[("team-a", "fmnist-tb-basic-0123456789")] == manifest
-        assert lines[0].startswith("created Tensorboard team-a/fmnist-tb-basic-0123456789")
-        assert "re-attaching to the existing Tensorboard team-a/fmnist-tb-basic-0123456789" in lines
-        assert not [c for c in standin.calls if c[0] == "DELETE"]  # it outlives the step
-        broken = {**manifest, "spec": {}}
-        broken["metadata"] = {**manifest["metadata"], "name": "fmnist-tb-other"}
-        with pytest.raises(Exception, match="logspath"):
-            ensure_tensorboard(broken, custom_api=standin.custom_api(), runner=_runner(lines))
+    custom_api = client.CustomObjectsApi(_as_runner(real_cluster, namespace))
+    for _ in range(2):
+        ensure_tensorboard(manifest, custom_api=custom_api, runner=_runner(lines))
+    from fmnist_kfp.kubernetes.tensorboard import API_VERSION, PLURAL
+
+    stored = real_cluster.read_or_none(
+        f"/apis/{API_VERSION}/namespaces/{namespace}/{PLURAL}/{name}")
+    assert stored is not None and stored["spec"] == manifest["spec"]  # it outlives the step
+    assert lines[0].startswith(f"created Tensorboard {namespace}/{name}")
+    assert f"re-attaching to the existing Tensorboard {namespace}/{name}" in lines
+    broken = {**manifest, "spec": {}}
+    broken["metadata"] = {**manifest["metadata"], "name": "fmnist-tb-other"}
+    with pytest.raises(Exception, match="logspath"):
+        ensure_tensorboard(broken, custom_api=custom_api, runner=_runner(lines))

@@ -20,17 +20,14 @@ repeats the DELETE, which the API server answers 404)."""
 from __future__ import annotations
 
 import io
-import shutil
 import time
 
 import pytest
 import yaml
 
 from localcluster.fault_proxy import FaultProxy
-from tests.fmnist_kfp.preflight.test_permissions_on_the_api_server import _standalone
 
 IMAGE = "ghcr.io/fmnist-kfp/fmnist-kfp:0.2.0"
-ROOT = __import__("pathlib").Path(__file__).resolve().parents[3]
 STEP_SECONDS = 300
 RATE = 0.2
 # seed -> the operator its jobs run on; what the proxy gives the failing job's create, the good
@@ -51,9 +48,7 @@ def cluster(real_cluster):
     real_cluster.install("TRAINING_OPERATOR_V1")
     real_cluster.install("JOBSET_V0_10")
     real_cluster.install("TRAINER_V2_1")
-    runtime = yaml.safe_load(
-        (ROOT / "manifests/trainer-runtime/cluster-training-runtime.yaml").read_text())
-    real_cluster.apply(runtime)
+    real_cluster.apply_training_runtime()
     return real_cluster
 
 
@@ -70,15 +65,9 @@ def step(cluster, synthetic_dataset, request):
     token)."""
     seed = request.param
     namespace = _namespace(seed)
-    _standalone(cluster, namespace)
-    core = _core(cluster.api_client)
-    core.create_namespaced_persistent_volume_claim(namespace, {
-        "metadata": {"name": "fmnist-data"},
-        "spec": {"accessModes": ["ReadWriteMany"],
-                 "resources": {"requests": {"storage": "5Gi"}}}})
-    claim = cluster.claim_dir(namespace, "fmnist-data")
-    shutil.copytree(synthetic_dataset, claim / "dataset")
-    token = core.create_namespaced_service_account_token(
+    cluster.grant_pipeline_runner(namespace)
+    claim = cluster.add_claim(namespace, "fmnist-data", synthetic_dataset)
+    token = _core(cluster.api_client).create_namespaced_service_account_token(
         "pipeline-runner", namespace, {"spec": {"expirationSeconds": 3600}}).status.token
     proxy = FaultProxy(cluster.kubeconfig, seed, rate=RATE, latency=0.02).start()
     try:

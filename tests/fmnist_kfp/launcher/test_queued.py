@@ -116,48 +116,6 @@ def test_with_kueues_tfjob_integration_off_the_queue_is_ignored(tmp_path):
     assert standin.workloads == {}
 
 
-@pytest.mark.parametrize("scheduler", ["volcano", "scheduler-plugins"])
-def test_a_gang_job_gets_one_pod_group_holding_every_replica(tmp_path, scheduler):
-    """With the training operator started with --gang-scheduler-name (kubeflow/trainer v1.9.2
-    cmd/training-operator.v1/main.go lines 191-202), a gang TFJob gets one PodGroup of all its
-    replicas, and every pod is in it and goes to the gang scheduler; under Volcano no pod
-    exists before the PodGroup is Inqueue."""
-    from tests.standins.kubernetes import KubernetesStandIn
-
-    seen_pods: list[int] = []
-    with KubernetesStandIn(gang_scheduler=scheduler, gang_placed_after_ticks=3) as standin:
-        launcher = _launcher(standin, {"gang": scheduler})
-        original = launcher.runner.log
-
-        def log(message: str) -> None:  # pods that exist at each progress line
-            seen_pods.append(len(list(standin.pods("kubeflow"))))
-            original(message)
-
-        launcher.runner.log = log
-        outcome = launcher.run(_spec(tmp_path))
-        controller = standin.jobs[("kubeflow", NAME)]
-        group = controller.pod_group
-        pods = [pod.manifest() for pod in controller.pods.values()]
-    assert outcome.result == {"model_type": "basic"}
-    name = {"volcano": "volcano", "scheduler-plugins": "scheduler-plugins-scheduler"}[scheduler]
-    if scheduler == "volcano":
-        validate_strict({k: v for k, v in group.items() if k != "status"},
-                        "scheduling.volcano.sh_podgroups.yaml", "v1beta1")
-        assert group["spec"] == {"minMember": 2, "queue": "default", "priorityClassName": ""}
-        assert seen_pods[1] == 0  # created, then waiting for the gang: no pod yet
-    else:
-        validate_strict(group, "scheduling.x-k8s.io_podgroups.yaml", "v1alpha1")
-        assert group["spec"] == {"minMember": 2}
-    assert group["metadata"]["name"] == NAME
-    assert len(pods) == 2  # the succeeded workers, kept by cleanPodPolicy Running
-    for pod in pods:
-        assert pod["spec"]["schedulerName"] == name
-        if scheduler == "volcano":
-            assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == NAME
-        else:
-            assert pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == NAME
-
-
 def _chief_and_workers(tmp_path, **overrides) -> TrainingJobSpec:
     spec = _spec(tmp_path)
     spec.use_chief = True
@@ -303,31 +261,3 @@ def test_without_creation_timestamps_pods_go_in_the_latest_generation():
     assert count.update([], [_pod("a0", "worker", 0, None)]) == 0
     assert count.update([resumed], [_pod("b0", "worker", 0, None)]) == 0
     assert count.update([resumed], [_pod("b0x", "worker", 0, None)]) == 1
-
-
-def test_a_pending_volcano_gang_counts_against_the_run_deadline_not_the_start_deadline(
-        tmp_path):
-    """Issue 29 item 9: what start_deadline_minutes counts, as its help now says. Only Kueue's
-    suspension is a queue to the launcher; a TFJob whose Volcano PodGroup stays Pending (the
-    operator makes no pod meanwhile: kubeflow/trainer v1.9.2 pkg/controller.v1/common/job.go
-    lines 322-326) is running as far as it can tell, so a 1-minute start deadline never fires
-    and the 10-minute run deadline does."""
-    from fmnist_kfp.kubernetes.runner import DeadlineExceeded
-    from fmnist_kfp.settings.scheduling import SchedulingSettings
-    from tests.standins.kubernetes import KubernetesStandIn
-
-    with KubernetesStandIn(gang_scheduler="volcano", gang_placed_after_ticks=10**6) as standin:
-        launcher = _launcher(standin, {"gang": "volcano", "start_deadline_minutes": 1},
-                             timeout_seconds=600)
-        with pytest.raises(DeadlineExceeded) as failure:
-            launcher.run(_spec(tmp_path))
-        # Deleted at the deadline, never past Created: the gang was never placed.
-        assert [c["type"] for c in standin.job(NAME)["status"]["conditions"]] == ["Created"]
-    assert not isinstance(failure.value, StartDeadlineExceeded)
-    assert "did not finish within the step's 600 s" in str(failure.value)
-    assert not any(state.startswith("queued") for state in _states(launcher))
-    [setting] = SchedulingSettings.__dataclass_fields__["start_deadline_minutes"] \
-        .metadata.values()
-    text = setting.help
-    assert "pods unscheduled)" not in text  # no longer claimed as counted
-    assert "Only Kueue's suspension counts" in text and "Volcano" in text

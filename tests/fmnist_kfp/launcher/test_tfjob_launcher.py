@@ -10,10 +10,8 @@ from objects as the API returns them, at the bottom."""
 from __future__ import annotations
 
 import io
-import json
 import threading
 import time
-import uuid
 from types import SimpleNamespace
 
 import pytest
@@ -23,8 +21,7 @@ from fmnist_kfp.launcher.tfjob_launcher import TFJobLauncher
 from fmnist_kfp.settings.jobs import KubernetesSettings
 from fmnist_kfp.settings.training import TrainingConfig
 from fmnist_kfp.training.training_job import TrainingJobSpec
-from tests.cluster import SCRIPTED_IMAGE
-from tests.fmnist_kfp.preflight.test_permissions_on_the_api_server import _standalone
+from tests.cluster import SCRIPTED_IMAGE, leave_scripted_result
 
 NAME = "fmnist-basic-3f2a9c"
 STEP_SECONDS = 120  # real seconds: each job here takes a few
@@ -40,24 +37,9 @@ def cluster(real_cluster):
 @pytest.fixture
 def namespace(cluster):
     """A namespace of its own per test, with the Role's ServiceAccount and the claim."""
-    from kubernetes import client
-
-    name = f"tfjob-{uuid.uuid4().hex[:6]}"
-    _standalone(cluster, name)
-    core = client.CoreV1Api(cluster.api_client)
-    core.create_namespaced_persistent_volume_claim(name, {
-        "metadata": {"name": "fmnist-data"},
-        "spec": {"accessModes": ["ReadWriteMany"],
-                 "resources": {"requests": {"storage": "1Gi"}}}})
+    name = cluster.step_namespace("tfjob")
     yield name
     cluster.delete_namespace(name)  # with a job a test leaves running, as a refused read does
-
-
-def _script(cluster, namespace: str, scripts: dict) -> None:
-    """What each pod does (tests/scripted_pod.py), keyed by pod name."""
-    root = cluster.claim_dir(namespace, "fmnist-data")
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "scripts.json").write_text(json.dumps(scripts))
 
 
 def _spec(tmp_path, **overrides) -> TrainingJobSpec:
@@ -90,12 +72,6 @@ def _launcher(cluster, namespace: str, restart_policy: str = "ExitCode", proxy=N
     return TFJobLauncher(_settings(namespace, restart_policy), **values)
 
 
-def _finish(tmp_path) -> None:
-    """What the chief leaves on shared storage when the job succeeds."""
-    (tmp_path / "model").mkdir(exist_ok=True)
-    (tmp_path / "model" / "result.json").write_text(json.dumps({"model_type": "basic"}))
-
-
 def _tfjob(cluster, namespace: str) -> dict | None:
     return cluster.read_or_none(f"/apis/kubeflow.org/v1/namespaces/{namespace}/tfjobs/{NAME}")
 
@@ -118,8 +94,8 @@ def _pods(cluster, namespace: str, selector: str = "") -> list:
 
 
 def test_a_tfjob_runs_to_success_and_returns_the_chiefs_result(cluster, namespace, tmp_path):
-    _finish(tmp_path)
-    _script(cluster, namespace, {"*": {"seconds": 2}})
+    leave_scripted_result(tmp_path / "model")
+    cluster.script_pods(namespace, {"*": {"seconds": 2}})
     launcher = _launcher(cluster, namespace)
     outcome = launcher.run(_spec(tmp_path))
     assert outcome.result == {"model_type": "basic"} and outcome.restarts == 0
@@ -137,7 +113,7 @@ def test_a_tfjob_runs_to_success_and_returns_the_chiefs_result(cluster, namespac
 
 def test_a_failed_tfjob_fails_the_step_with_the_operators_reason_and_is_deleted(
         cluster, namespace, tmp_path):
-    _script(cluster, namespace, {f"{NAME}-worker-0": {"exits": [2], "log": "Traceback: boom"},
+    cluster.script_pods(namespace, {f"{NAME}-worker-0": {"exits": [2], "log": "Traceback: boom"},
                                  "*": {"seconds": 60}})
     launcher = _launcher(cluster, namespace)
     with pytest.raises(TrainingJobError) as failure:
@@ -156,8 +132,8 @@ def test_a_failed_tfjob_fails_the_step_with_the_operators_reason_and_is_deleted(
 
 def test_the_masters_log_is_printed_once_per_line_and_only_the_masters(
         cluster, namespace, tmp_path):
-    _finish(tmp_path)
-    _script(cluster, namespace, {
+    leave_scripted_result(tmp_path / "model")
+    cluster.script_pods(namespace, {
         f"{NAME}-worker-0": {"log": "epoch=1 epochs=2 loss=0.5\nepoch=2 epochs=2 loss=0.3",
                              "seconds": 3},
         f"{NAME}-worker-1": {"log": "not the master", "seconds": 3}})
@@ -170,10 +146,10 @@ def test_the_masters_log_is_printed_once_per_line_and_only_the_masters(
 
 def test_the_master_is_the_chief_and_pods_carry_the_operators_labels(cluster, namespace,
                                                                      tmp_path):
-    _finish(tmp_path)
+    leave_scripted_result(tmp_path / "model")
     # The workers end first: the job succeeds with its chief, and cleanPodPolicy Running would
     # delete a worker still running then.
-    _script(cluster, namespace, {f"{NAME}-chief-0": {"log": "from the chief", "seconds": 6},
+    cluster.script_pods(namespace, {f"{NAME}-chief-0": {"log": "from the chief", "seconds": 6},
                                  "*": {"log": "from a worker", "seconds": 1}})
     launcher = _launcher(cluster, namespace)
     launcher.run(_spec(tmp_path, use_chief=True))
@@ -193,8 +169,8 @@ def test_a_retried_launcher_reattaches_instead_of_creating_a_second_job(cluster,
     from fmnist_kfp.kubernetes.manifest import to_manifest
     from fmnist_kfp.kubernetes.tfjob import build_tfjob
 
-    _finish(tmp_path)
-    _script(cluster, namespace, {"*": {"seconds": 3}})
+    leave_scripted_result(tmp_path / "model")
+    cluster.script_pods(namespace, {"*": {"seconds": 3}})
     launcher = _launcher(cluster, namespace)
     cluster.create(to_manifest(build_tfjob(_spec(tmp_path), launcher.settings)),
                    namespace=namespace)  # the first try's job, still running
@@ -205,7 +181,7 @@ def test_a_retried_launcher_reattaches_instead_of_creating_a_second_job(cluster,
 
 
 def test_a_job_deleted_behind_our_back_is_an_error_naming_it(cluster, namespace, tmp_path):
-    _script(cluster, namespace, {"*": {"seconds": 60}})
+    cluster.script_pods(namespace, {"*": {"seconds": 60}})
     launcher = _launcher(cluster, namespace)
 
     def delete_once_running():
@@ -233,8 +209,8 @@ def test_a_retryable_exit_recreates_the_pod_within_the_budget_and_the_log_follow
     """Exit code 137 under ExitCode: the operator deletes the pod and makes it anew (v1.9.2
     pkg/controller.v1/common/pod.go); the launcher counts one restart and prints the new pod's
     log from its own start."""
-    _finish(tmp_path)
-    _script(cluster, namespace, {f"{NAME}-worker-0": {"exits": [137, 0], "log": "epoch=1"},
+    leave_scripted_result(tmp_path / "model")
+    cluster.script_pods(namespace, {f"{NAME}-worker-0": {"exits": [137, 0], "log": "epoch=1"},
                                  "*": {"seconds": 10}})
     launcher = _launcher(cluster, namespace)
     outcome = launcher.run(_spec(tmp_path, max_restarts=1))
@@ -248,7 +224,7 @@ def test_max_restarts_is_the_restart_budget_on_kubernetes_too(cluster, namespace
     """Under ExitCode the operator recreates a killed pod forever: backoffLimit only counts
     container restarts of running pods (kubeflow/training-operator v1.9.2 pkg/core/job.go
     95-133, kubeflow/trainer#2045). The launcher stops it at max_restarts and deletes it."""
-    _script(cluster, namespace, {f"{NAME}-worker-0": {"exits": [137], "seconds": 0.5},
+    cluster.script_pods(namespace, {f"{NAME}-worker-0": {"exits": [137], "seconds": 0.5},
                                  "*": {"seconds": 60}})
     launcher = _launcher(cluster, namespace)
     with pytest.raises(TrainingJobError, match="2 restarts, more than max_restarts=1"):
@@ -259,8 +235,8 @@ def test_max_restarts_is_the_restart_budget_on_kubernetes_too(cluster, namespace
 def test_container_restarts_in_place_count_too(cluster, namespace, tmp_path):
     """restartPolicy OnFailure: the kubelet restarts the container inside its pod
     (restartCount; the first back-off is 10 s), and the job carries on."""
-    _finish(tmp_path)
-    _script(cluster, namespace, {f"{NAME}-worker-0": {"exits": [1, 0]}, "*": {"seconds": 15}})
+    leave_scripted_result(tmp_path / "model")
+    cluster.script_pods(namespace, {f"{NAME}-worker-0": {"exits": [1, 0]}, "*": {"seconds": 15}})
     outcome = _launcher(cluster, namespace, restart_policy="OnFailure").run(
         _spec(tmp_path, max_restarts=1))
     assert outcome.restarts == 1
@@ -273,7 +249,7 @@ def test_no_restarts_means_backoff_limit_zero_which_fails_at_the_first_failure(
     """max_restarts 0 sends backoffLimit 0: the operator fails the job at the first
     container restart (v1.9.2 pkg/controller.v1/common/job.go 193-198), and so does the
     launcher's count; whichever reads first, the step fails and the job is deleted."""
-    _script(cluster, namespace, {f"{NAME}-worker-1": {"exits": [1, 0]}, "*": {"seconds": 30}})
+    cluster.script_pods(namespace, {f"{NAME}-worker-1": {"exits": [1, 0]}, "*": {"seconds": 30}})
     launcher = _launcher(cluster, namespace, restart_policy="OnFailure")
     with pytest.raises(TrainingJobError,
                        match="backoff limit|1 restarts, more than max_restarts=0"):
@@ -282,7 +258,7 @@ def test_no_restarts_means_backoff_limit_zero_which_fails_at_the_first_failure(
 
 
 def test_the_step_deadline_deletes_the_job(cluster, namespace, tmp_path):
-    _script(cluster, namespace, {"*": {"seconds": 120}})
+    cluster.script_pods(namespace, {"*": {"seconds": 120}})
     launcher = _launcher(cluster, namespace, timeout_seconds=5)
     with pytest.raises(TimeoutError, match="within the step's 5 s"):
         launcher.run(_spec(tmp_path))
@@ -359,8 +335,8 @@ def test_a_transient_answer_mid_run_leaves_the_job_alive_and_the_step_succeeds(
     """One bad answer while the TFJob runs (at 1cd2394 it deleted the running job and failed
     the step): a status the runner retries; a dropped or stalled read that the client's urllib3
     repeats before the runner sees it."""
-    _finish(tmp_path)
-    _script(cluster, namespace, {"*": {"seconds": 4}})
+    leave_scripted_result(tmp_path / "model")
+    cluster.script_pods(namespace, {"*": {"seconds": 4}})
     with _proxy(cluster, kind, _once_running(cluster, namespace, "GET", path_has),
                 hold=1.5) as proxy:
         launcher = _launcher(cluster, namespace, proxy=proxy, request_timeout_seconds=1)
@@ -381,7 +357,7 @@ def test_an_auth_or_gone_answer_mid_run_leaves_the_tfjob_running(cluster, namesp
     pods says nothing about the job: it is left for a retried step to re-attach to (Kubernetes
     API conventions, "HTTP Status codes", kubernetes/community api-conventions.md 1514-1530 and
     1562-1566 at 24e7d8f). Until the fix the runner deleted it."""
-    _script(cluster, namespace, {"*": {"seconds": 60}})
+    cluster.script_pods(namespace, {"*": {"seconds": 60}})
     with _proxy(cluster, status, _once_running(cluster, namespace, "GET", path_has)
                 ) as proxy:
         launcher = _launcher(cluster, namespace, proxy=proxy)
@@ -400,8 +376,8 @@ def test_a_failed_log_read_is_skipped_and_the_lines_come_on_the_next_poll(
         cluster, namespace, tmp_path, status):
     """Logs are a courtesy: a read of the master's log answered with an error is skipped, not
     retried as the job's state is, and its lines come with the next poll, once each."""
-    _finish(tmp_path)
-    _script(cluster, namespace, {f"{NAME}-worker-0": {"log": "line one\nline two",
+    leave_scripted_result(tmp_path / "model")
+    cluster.script_pods(namespace, {f"{NAME}-worker-0": {"log": "line one\nline two",
                                                       "seconds": 4}, "*": {"seconds": 4}})
     with _proxy(cluster, status, _once_running(cluster, namespace, "GET", "/log")
                 ) as proxy:
@@ -440,7 +416,7 @@ def test_sigterm_while_the_create_call_is_in_flight_deletes_what_was_created(
 
     from tests.launcher_harness import drain, spawn_script
 
-    _script(cluster, namespace, {"*": {"seconds": 60}})
+    cluster.script_pods(namespace, {"*": {"seconds": 60}})
     seen: list[str] = []
     with _proxy(cluster, "hold", lambda method, target: method == "POST" and "/tfjobs" in
                 target, hold=3) as proxy:

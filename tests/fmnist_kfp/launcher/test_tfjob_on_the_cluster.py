@@ -6,13 +6,10 @@ authorizer judges every call it makes; the model is exported to the shared claim
 
 from __future__ import annotations
 
-import shutil
 import textwrap
 import time
 
 import pytest
-
-from tests.fmnist_kfp.preflight.test_permissions_on_the_api_server import _standalone
 
 NAMESPACE = "kubeflow"
 pytestmark = pytest.mark.slow  # trains real models
@@ -24,7 +21,7 @@ STEP_SECONDS = 600
 def cluster(real_cluster):
     real_cluster.require_node()
     real_cluster.install("TRAINING_OPERATOR_V1")
-    _standalone(real_cluster, NAMESPACE)  # the pipeline-runner ServiceAccount and its Role
+    real_cluster.grant_pipeline_runner(NAMESPACE)
     return real_cluster
 
 
@@ -48,13 +45,7 @@ def _step_pod(name: str, script: str) -> dict:
 @pytest.fixture(scope="module")
 def claim(cluster, synthetic_dataset):
     """The shared claim with the dataset, as the ingest step leaves it."""
-    _core(cluster).create_namespaced_persistent_volume_claim(NAMESPACE, {
-        "metadata": {"name": "fmnist-data"},
-        "spec": {"accessModes": ["ReadWriteMany"],
-                 "resources": {"requests": {"storage": "5Gi"}}}})
-    root = cluster.claim_dir(NAMESPACE, "fmnist-data")
-    shutil.copytree(synthetic_dataset, root / "dataset")
-    return root
+    return cluster.add_claim(NAMESPACE, "fmnist-data", synthetic_dataset)
 
 
 def _start_step(cluster, pod: str, job: str, epochs: int = 1, max_restarts: int = 2,

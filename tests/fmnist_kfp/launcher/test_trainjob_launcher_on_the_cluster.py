@@ -13,15 +13,12 @@ faults through the fault proxy: test_faults_on_the_cluster.py.)"""
 from __future__ import annotations
 
 import io
-import json
 import re
 import signal
 import threading
 import time
-import uuid
 
 import pytest
-import yaml
 
 from fmnist_kfp.errors import TrainingJobError, UserInputError
 from fmnist_kfp.kubernetes.trainjob import (
@@ -34,21 +31,17 @@ from fmnist_kfp.launcher.trainjob_launcher import TrainJobLauncher
 from fmnist_kfp.settings.jobs import KubernetesSettings
 from fmnist_kfp.settings.training import TrainingConfig
 from fmnist_kfp.training.training_job import TrainingJobSpec
-from tests.cluster import SCRIPTED_IMAGE
-from tests.fmnist_kfp.preflight.test_permissions_on_the_api_server import _standalone
+from tests.cluster import SCRIPTED_IMAGE, leave_scripted_result
 
 NAME = "fmnist-basic-3f2a9c"
 STEP_SECONDS = 120  # real seconds: each job here takes a few
-ROOT = __import__("pathlib").Path(__file__).resolve().parents[3]
 TRAINJOBS = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs"
 JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets"
 
 
 def _with_runtime(cluster):
     cluster.require_node()
-    runtime = yaml.safe_load(
-        (ROOT / "manifests/trainer-runtime/cluster-training-runtime.yaml").read_text())
-    cluster.apply(runtime)
+    cluster.apply_training_runtime()
     return cluster
 
 
@@ -63,15 +56,7 @@ def cluster(real_cluster):
 
 def _namespace(cluster) -> str:
     """A namespace of its own, with the Role's ServiceAccount and the claim."""
-    from kubernetes import client
-
-    name = f"trainjob-{uuid.uuid4().hex[:6]}"
-    _standalone(cluster, name)
-    client.CoreV1Api(cluster.api_client).create_namespaced_persistent_volume_claim(name, {
-        "metadata": {"name": "fmnist-data"},
-        "spec": {"accessModes": ["ReadWriteMany"],
-                 "resources": {"requests": {"storage": "1Gi"}}}})
-    return name
+    return cluster.step_namespace("trainjob")
 
 
 @pytest.fixture
@@ -79,13 +64,6 @@ def namespace(cluster):
     name = _namespace(cluster)
     yield name
     cluster.delete_namespace(name)
-
-
-def _script(cluster, namespace: str, scripts: dict) -> None:
-    """What each node does (tests/scripted_pod.py), keyed by hostname (``<job>-node-0-<i>``)."""
-    root = cluster.claim_dir(namespace, "fmnist-data")
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "scripts.json").write_text(json.dumps(scripts))
 
 
 def _host(node: int) -> str:
@@ -116,12 +94,6 @@ def _launcher(cluster, namespace: str, shape: str = OVERRIDES, settings: dict | 
                   timeout_seconds=STEP_SECONDS, out=io.StringIO(), request_timeout_seconds=10)
     values.update(kwargs)
     return TrainJobLauncher(_settings(namespace, **(settings or {})), **values)
-
-
-def _finish(tmp_path) -> None:
-    """What node 0 leaves on shared storage when the job succeeds."""
-    (tmp_path / "model").mkdir(exist_ok=True)
-    (tmp_path / "model" / "result.json").write_text(json.dumps({"model_type": "basic"}))
 
 
 def _trainjob(cluster, namespace: str) -> dict | None:
@@ -169,8 +141,8 @@ def _node_log(out: str, node: int) -> list[str]:
 def _runs_to_success(cluster, namespace: str, tmp_path, shape: str) -> None:
     from fmnist_kfp.kubernetes.trainjob import build_trainjob
 
-    _finish(tmp_path)
-    _script(cluster, namespace, {_host(0): {"log": "epoch 1\nepoch 2", "seconds": 3},
+    leave_scripted_result(tmp_path / "model")
+    cluster.script_pods(namespace, {_host(0): {"log": "epoch 1\nepoch 2", "seconds": 3},
                                  "*": {"log": "not node 0", "seconds": 3}})
     launcher = _launcher(cluster, namespace, shape)
     # What the launcher sends is what this Trainer's CRD takes, every field of it (strict
@@ -223,9 +195,9 @@ def test_a_node_killed_restarts_the_jobset_within_max_restarts(cluster, namespac
     anew under the next restart attempt (jobset v0.10.1 pkg/controllers/failure_policy.go
     41-78, jobset_controller.go 275-315). Within max_restarts the job goes on and succeeds,
     and node 0's log is followed into the new attempt."""
-    _finish(tmp_path)
+    leave_scripted_result(tmp_path / "model")
     # Node 1 fails 3 s in: node 0's first pod lives that long, for the launcher to read.
-    _script(cluster, namespace, {_host(1): {"exits": [137, 0], "seconds": 3},
+    cluster.script_pods(namespace, {_host(1): {"exits": [137, 0], "seconds": 3},
                                  "*": {"log": "training", "seconds": 6}})
     launcher = _launcher(cluster, namespace)
     outcome = launcher.run(_spec(tmp_path, max_restarts=1))
@@ -244,7 +216,7 @@ def test_more_restarts_than_max_restarts_fail_and_delete_the_job(cluster, namesp
     """The runtime allows 5 JobSet restarts; the job's budget is 1: the launcher stops it at
     the second restart and deletes it. (Each attempt's pods live 2 s: the launcher, polling
     every 0.5 s, sees each attempt.)"""
-    _script(cluster, namespace, {_host(0): {"exits": [137], "seconds": 2},
+    cluster.script_pods(namespace, {_host(0): {"exits": [137], "seconds": 2},
                                  "*": {"seconds": 30}})
     launcher = _launcher(cluster, namespace)
     with pytest.raises(TrainingJobError,
@@ -263,7 +235,7 @@ def test_the_runtimes_max_restarts_is_the_ceiling_and_jobset_fails_the_job_there
     (attempt 5 is the last JobSet makes), JobSet fails the JobSet at the 6th failure with
     ReachedMaxRestarts (jobset v0.10.1 pkg/controllers/failure_policy.go 219-227), and Trainer
     copies it: the step fails with JobSet's reason."""
-    _script(cluster, namespace, {_host(0): {"exits": [137], "seconds": 0.2},
+    cluster.script_pods(namespace, {_host(0): {"exits": [137], "seconds": 0.2},
                                  "*": {"seconds": 30}})
     launcher = _launcher(cluster, namespace)
     with pytest.raises(TrainingJobError) as failure:
@@ -283,7 +255,7 @@ def test_a_bug_fails_the_job_at_once_with_jobsets_reason(cluster, namespace, tmp
     FailJobSet rule the JobSet, unretried (jobset v0.10.1 failure_policy.go); Trainer copies
     JobSet's Failed condition (trainer v2.1.0 plugins/jobset/jobset.go 323-326). Node 0's
     traceback is printed before the job is deleted."""
-    _script(cluster, namespace, {_host(0): {"exits": [1], "log": "Traceback: boom"},
+    cluster.script_pods(namespace, {_host(0): {"exits": [1], "log": "Traceback: boom"},
                                  "*": {"seconds": 30}})
     launcher = _launcher(cluster, namespace)
     with pytest.raises(TrainingJobError) as failure:
@@ -302,8 +274,8 @@ def test_a_retried_launcher_reattaches_instead_of_creating_a_second_job(cluster,
                                                                         tmp_path):
     from fmnist_kfp.kubernetes.trainjob import build_trainjob
 
-    _finish(tmp_path)
-    _script(cluster, namespace, {"*": {"seconds": 3}})
+    leave_scripted_result(tmp_path / "model")
+    cluster.script_pods(namespace, {"*": {"seconds": 3}})
     launcher = _launcher(cluster, namespace)
     cluster.create(build_trainjob(_spec(tmp_path), launcher.settings),
                    namespace=namespace)  # the first try's job, still running
@@ -342,8 +314,8 @@ def test_suspension_is_queued_time_and_no_restart(cluster, namespace, tmp_path):
     jobset_controller.go 391-512). The launcher shows Kueue's reason while it is suspended,
     and counts no restart. Here the test is Kueue: it suspends the job once it was created,
     admits it, suspends it again once both nodes run (preemption), and re-admits it."""
-    _finish(tmp_path)
-    _script(cluster, namespace, {"*": {"seconds": 6}})
+    leave_scripted_result(tmp_path / "model")
+    cluster.script_pods(namespace, {"*": {"seconds": 6}})
     launcher = _launcher(cluster, namespace)
     path = TRAINJOBS.format(namespace=namespace) + f"/{NAME}"
     why = "couldn't assign flavors to pod set node: insufficient quota for cpu"
@@ -437,7 +409,7 @@ def _workload(cluster, namespace: str, job: dict, why: str) -> None:
 
 
 def test_a_job_deleted_behind_our_back_is_an_error_naming_it(cluster, namespace, tmp_path):
-    _script(cluster, namespace, {"*": {"seconds": 30}})
+    cluster.script_pods(namespace, {"*": {"seconds": 30}})
     launcher = _launcher(cluster, namespace)
 
     def delete_once_running():
@@ -459,7 +431,7 @@ def test_a_job_deleted_behind_our_back_is_an_error_naming_it(cluster, namespace,
 
 
 def test_the_step_deadline_deletes_the_job(cluster, namespace, tmp_path):
-    _script(cluster, namespace, {"*": {"seconds": 60}})
+    cluster.script_pods(namespace, {"*": {"seconds": 60}})
     launcher = _launcher(cluster, namespace, timeout_seconds=4)
     with pytest.raises(TimeoutError, match="within the step's 4 s"):
         launcher.run(_spec(tmp_path))
@@ -492,7 +464,7 @@ launcher.run(_spec(Path({tmp!r})))
 def test_sigterm_while_waiting_deletes_the_trainjob(cluster, namespace, tmp_path):
     from tests.launcher_harness import drain, read_until, spawn_script
 
-    _script(cluster, namespace, {"*": {"seconds": 60}})
+    cluster.script_pods(namespace, {"*": {"seconds": 60}})
     configuration = cluster.configuration_as(namespace, "pipeline-runner")
     seen: list[str] = []
     process, lines = spawn_script(
@@ -530,7 +502,7 @@ def test_on_trainer_2_2_its_active_deadline_fails_the_job(cluster_2_2, tmp_path)
     v2.2.0 pkg/controller/trainjob_controller.go 171-209): the step fails with that reason
     before its own, later deadline, and deletes the TrainJob."""
     namespace = _namespace(cluster_2_2)
-    _script(cluster_2_2, namespace, {"*": {"seconds": 60}})
+    cluster_2_2.script_pods(namespace, {"*": {"seconds": 60}})
     launcher = _launcher(cluster_2_2, namespace, PATCHES,
                          settings={"active_deadline_seconds": 3})
     assert launcher.runner.timeout_seconds == STEP_SECONDS

@@ -7,20 +7,14 @@ the ServiceAccount bound to manifests/standalone-rbac's Role."""
 
 from __future__ import annotations
 
-import shutil
 import textwrap
 import time
-import uuid
 
 import pytest
-import yaml
-
-from tests.fmnist_kfp.preflight.test_permissions_on_the_api_server import _standalone
 
 pytestmark = pytest.mark.slow  # trains real models
 IMAGE = "ghcr.io/fmnist-kfp/fmnist-kfp:0.2.0"
 STEP_SECONDS = 600
-ROOT = __import__("pathlib").Path(__file__).resolve().parents[3]
 
 
 # The TrainJob field of the pod settings each Trainer release serves (trainer v2.2.0 dropped
@@ -41,24 +35,14 @@ def cluster(request, real_cluster):
         cluster.install("TRAINER_V2_1")
     else:
         cluster = request.getfixturevalue("real_cluster_trainer_2_2")
-    runtime = yaml.safe_load(
-        (ROOT / "manifests/trainer-runtime/cluster-training-runtime.yaml").read_text())
-    cluster.apply(runtime)
+    cluster.apply_training_runtime()
     return cluster
 
 
 @pytest.fixture
 def namespace(cluster, synthetic_dataset):
     """A namespace with the Role's ServiceAccount and a claim holding the dataset."""
-    from kubernetes import client
-
-    name = f"trainjob-{uuid.uuid4().hex[:6]}"
-    _standalone(cluster, name)
-    client.CoreV1Api(cluster.api_client).create_namespaced_persistent_volume_claim(name, {
-        "metadata": {"name": "fmnist-data"},
-        "spec": {"accessModes": ["ReadWriteMany"],
-                 "resources": {"requests": {"storage": "5Gi"}}}})
-    shutil.copytree(synthetic_dataset, cluster.claim_dir(name, "fmnist-data") / "dataset")
+    name = cluster.step_namespace("trainjob", synthetic_dataset)
     yield name
     cluster.delete_namespace(name)
 

@@ -6,7 +6,6 @@ controller manager's ClusterRole aggregation controller, as on a cluster)."""
 
 from __future__ import annotations
 
-import copy
 import time
 
 import pytest
@@ -14,10 +13,8 @@ import pytest
 from fmnist_kfp.preflight.common import Cluster
 from fmnist_kfp.preflight.permissions import check_permissions
 from tests.kubeflow_roles import kubeflow_profile
-from tests.setup_manifests import build
 
-# The RBAC authorizer reads Roles and bindings from informers, so a Role just written grants its
-# rules a moment later; the aggregation controller fills kubeflow-edit's rules shortly after.
+# The aggregation controller fills kubeflow-edit's rules a moment after the roles are written.
 SETTLE_SECONDS = 30
 
 
@@ -33,42 +30,8 @@ def _denied(real_cluster, cluster: Cluster, operator: str) -> list[str]:
     return [row.check for row in rows if not row.ok]
 
 
-def _standalone(real_cluster, namespace: str, role_edit=None) -> None:
-    real_cluster.ensure_namespace(namespace)
-    real_cluster.apply({"apiVersion": "v1", "kind": "ServiceAccount",
-                        "metadata": {"name": "pipeline-runner", "namespace": namespace}})
-    for obj in build("standalone-rbac"):  # for namespace `kubeflow`, standalone KFP's
-        obj = copy.deepcopy(obj)
-        obj["metadata"]["namespace"] = namespace
-        if obj["kind"] == "RoleBinding":
-            obj["subjects"][0]["namespace"] = namespace
-        if obj["kind"] == "Role" and role_edit:
-            obj = role_edit(copy.deepcopy(obj))
-        real_cluster.apply(obj)
-    _wait_until_granted(real_cluster, namespace, "pipeline-runner")
-
-
-def _wait_until_granted(real_cluster, namespace: str, account: str) -> None:
-    """Until the authorizer has seen the account's binding: its pods read (granted by every
-    role here) is allowed."""
-    from kubernetes import client
-
-    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
-              "spec": {"user": f"system:serviceaccount:{namespace}:{account}",
-                       "groups": ["system:serviceaccounts",
-                                  f"system:serviceaccounts:{namespace}"],
-                       "resourceAttributes": {"namespace": namespace, "verb": "list",
-                                              "resource": "pods"}}}
-    api = client.AuthorizationV1Api(real_cluster.api_client)
-    deadline = time.monotonic() + SETTLE_SECONDS
-    while not api.create_subject_access_review(review).status.allowed:
-        assert time.monotonic() < deadline, f"{account}'s role never took effect"
-        time.sleep(0.1)
-
-
-@pytest.mark.parametrize("operator", ["tfjob", "trainjob"])
 def test_the_standalone_role_grants_every_permission_the_steps_use(real_cluster, operator):
-    _standalone(real_cluster, "kubeflow")
+    real_cluster.grant_pipeline_runner("kubeflow")
     assert _denied(real_cluster, _cluster("kubeflow", "pipeline-runner", False), operator) == []
 
 
@@ -79,7 +42,7 @@ def test_a_rule_missing_from_the_role_is_a_denied_permission(real_cluster):
         role["rules"] = [r for r in role["rules"] if "trainjobs" not in r["resources"]]
         return role
 
-    _standalone(real_cluster, "rbac-probe", without_trainjobs)
+    real_cluster.grant_pipeline_runner("rbac-probe", without_trainjobs)
     denied = _denied(real_cluster, _cluster("rbac-probe", "pipeline-runner", False), "trainjob")
     assert denied == ["pipeline-runner may create trainjobs.trainer.kubeflow.org",
                       "pipeline-runner may get trainjobs.trainer.kubeflow.org",
@@ -104,7 +67,7 @@ def test_a_profiles_default_editor_gets_every_permission_from_kubeflow_edit(
             real_cluster.apply(obj)
 
     kubeflow_profile(Store, namespace, kubeflow, training_operator=operator == "tfjob")
-    _wait_until_granted(real_cluster, namespace, "default-editor")
+    real_cluster.wait_until_granted(namespace, "default-editor")
     cluster = _cluster(namespace, "default-editor", True)
     deadline = time.monotonic() + SETTLE_SECONDS
     while (denied := _denied(real_cluster, cluster, operator)) and time.monotonic() < deadline:

@@ -38,20 +38,15 @@ import json
 import textwrap
 import time
 import uuid
-from pathlib import Path
 
 import pytest
-import yaml
 
 from fmnist_kfp.kubernetes.trainjob import RUNTIME_APPLY, RUNTIME_NAME
 from fmnist_kfp.preflight import Row, ready, render
 from fmnist_kfp.settings.serving import KFP_STORE_SERVICE_ACCOUNT
-from tests.fmnist_kfp.preflight.test_permissions_on_the_api_server import _standalone
 from tests.setup_manifests import build
 
 IMAGE = "ghcr.io/fmnist-kfp/fmnist-kfp:0.2.0"  # a pod of it runs this checkout's Python
-ROOT = Path(__file__).resolve().parents[3]
-RUNTIME = ROOT / "manifests" / "trainer-runtime" / "cluster-training-runtime.yaml"
 POD_SECONDS = 180
 SETTLE_SECONDS = 60
 # The rows that cannot be green on this cluster (the module docstring says why), and what each
@@ -73,7 +68,7 @@ def trainer(real_cluster):
     """Trainer v2.1.0 and JobSet v0.10.1 installed, our runtime applied."""
     real_cluster.install("JOBSET_V0_10")
     real_cluster.install("TRAINER_V2_1")
-    real_cluster.apply(yaml.safe_load(RUNTIME.read_text()))
+    real_cluster.apply_training_runtime()
     _wait_for_webhook(real_cluster, "default", accepted=True)
     return real_cluster
 
@@ -85,7 +80,7 @@ def _namespace(cluster) -> str:
     from kubernetes import client
 
     name = f"preflight-{uuid.uuid4().hex[:6]}"
-    _standalone(cluster, name)
+    cluster.grant_pipeline_runner(name)
     for obj in build("pvc", namespace=name) + build("serving-credentials", namespace=name):
         if obj["kind"] != "Job":  # the claim's permissions Job readies its files, not needed
             cluster.apply(obj)
@@ -223,7 +218,7 @@ def test_without_the_runtime_preflight_is_red_naming_it(trainer):
             serving_service_account=KFP_STORE_SERVICE_ACCOUNT, multi_user=False,
             operator="trainjob"), check_backend=False)
     finally:
-        trainer.apply(yaml.safe_load(RUNTIME.read_text()))
+        trainer.apply_training_runtime()
         _wait_for_webhook(trainer, namespace, accepted=True)
     for rows in (in_pod, admin):
         report = render(rows)

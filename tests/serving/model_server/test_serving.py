@@ -650,3 +650,29 @@ def test_stock_v2_clients_classify_real_test_images(trained_server, trained_mode
     assert result["accuracy_image"] == result["accuracy_pixels"] >= 0.85, result
     assert result["agree"], result
     assert result["agree_unit"], result  # before issue 22: HTTP 200 and about 10% right
+
+
+@pytest.mark.parametrize("taken", ["HTTP", "gRPC"])
+def test_a_port_in_use_fails_the_second_server_naming_it(server, exported_model, taken):
+    """A second model server asked for a port the first one listens on exits with an error
+    that names the port, before loading the model; never listening beside it (gRPC's default
+    SO_REUSEPORT would have let two servers share one gRPC port, each answering some
+    clients)."""
+    import psutil
+
+    port = server.http_port if taken == "HTTP" else server.grpc_port
+    flags = {"HTTP": "--http_port", "gRPC": "--grpc_port"}
+    ports = {flag: (port if name == taken else 0) for name, flag in flags.items()}
+    done = subprocess.run(
+        [sys.executable, "-m", "fmnist_kfp.serving.model_server.server",
+         f"--model_dir={exported_model}", *(f"{flag}={value}" for flag, value in ports.items())],
+        capture_output=True, text=True, timeout=180,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"error: cannot listen for {taken} on 127.0.0.1:{port}: Address already in use; pick "
+        f"another {flags[taken]}, or stop what uses it")
+    assert "Traceback" not in done.stderr
+    listeners = [c for c in psutil.net_connections("tcp")
+                 if c.status == psutil.CONN_LISTEN and c.laddr.port == port]
+    assert {c.pid for c in listeners} == {server.process.pid}  # the first server's alone
