@@ -74,9 +74,16 @@ def _refuse(args: argparse.Namespace, why: str, *names: str) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    if args.local == bool(args.host):
+    if args.local and args.host:
+        raise UserInputError("--local and --host: give one, --local to run on this machine or "
+                             "--host URL to run on Kubeflow")
+    if not args.local and not args.host:
         raise UserInputError("say where to run: --local (this machine) or --host URL (Kubeflow)")
     if args.host:
+        if args.backend not in (None, "kubernetes"):
+            raise UserInputError(f"--backend {args.backend}: a run on Kubeflow (--host) uses the "
+                                 "kubernetes backend (its jobs and its served model are the "
+                                 "cluster's); leave --backend out, or use --local")
         from fmnist_kfp.kfp_client import DEFAULT_EXPERIMENT, submit_run
 
         _refuse(args, "only for runs on this machine (--local); a run on Kubeflow keeps its "
@@ -91,7 +98,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     _refuse(args, "only for runs on Kubeflow (--host); --local runs every step on this "
                   "machine", "package", "image", "gpu_image", "experiment", "run_name", "wait")
     if args.backend not in (None, "local"):
-        raise UserInputError("--local runs use the local backend; use --host for a cluster")
+        raise UserInputError(f"--backend {args.backend}: --local runs use the local backend; "
+                             "leave --backend out, or use --host URL for a cluster")
     require("all", "fmnist-kfp run --local")  # every step runs here: ingest to serving
     from fmnist_kfp.local_run import run_local
 
@@ -115,7 +123,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"Report:  {summary['report_path']}",
             f"         {summary['report_markdown_path']}",
             *(f"Tuning:  {path}" for path in summary.get("tuning_reports", {}).values()),
-            _serving_line(summary["deployment"]),
+            _serving_line(summary),
             _batch_line(summary["batch_prediction"]),
             f"Summary: {summary['summary_path']}",
             f"Log:     {summary['log_path']}",
@@ -212,10 +220,16 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serving_line(deployment: dict) -> str:
+def _serving_line(summary: dict) -> str:
+    """What is served, why, and what its accuracy over HTTP is measured on: a sample of the
+    test split (``prediction_images``), not the whole split the test accuracy above is."""
+    deployment = summary["deployment"]
     blessing = deployment.get("blessing") or {}
+    images = (summary.get("parameters") or {}).get("prediction_images")
+    sample = (f" on a sample of {images:,} test images (the test accuracy above: the whole "
+              "test split)" if images else "")
     return (f"Serving: {deployment['url']} ({deployment['action']}: {blessing.get('reason')}); "
-            f"served accuracy {deployment['served_accuracy']:.4f} over HTTP\n"
+            f"served accuracy {deployment['served_accuracy']:.4f} over HTTP{sample}\n"
             f"         stop it with: fmnist-kfp deployment stop --name {deployment['model_name']}")
 
 
@@ -248,7 +262,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                              "(a directory the training step exported) or run the pipeline "
                              "first (make run)")
     _check_listen(args.host, args.port)
-    print(f"serving {model_dir} as {args.model_name} on http://{args.host}:{args.port}")
+    # Not "serving" yet: the server says "listening on …" once it does.
+    print(f"loading {model_dir} as {args.model_name} …", flush=True)
     # No SavedModel there, or one that cannot be read: the predictor's UserInputError says
     # what to pass.
     serve_main([f"--model_dir={model_dir}", f"--model_name={args.model_name}",
@@ -277,7 +292,7 @@ def cmd_deployment(args: argparse.Namespace) -> int:
 
 def cmd_lineage(args: argparse.Namespace) -> int:
     """The chain from a model (or a run's served model) back to the dataset."""
-    from fmnist_kfp.lineage_report import chain, format_chain, resolve, verify
+    from fmnist_kfp.lineage_report import chain, format_chain, resolve, verification_line, verify
 
     index, start = resolve(args.path)
     nodes = chain(index, start)
@@ -286,6 +301,9 @@ def cmd_lineage(args: argparse.Namespace) -> int:
         changed = verify(nodes)
         for uri in changed:
             print(f"changed since it was recorded: {uri}", file=sys.stderr)
+        if not changed:
+            # On stderr: `lineage --verify --json` stays JSON on stdout.
+            print(verification_line(nodes), file=sys.stderr)
         return 1 if changed else 0
     return 0
 
@@ -368,6 +386,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     use_tensorflow_env()  # for the steps, trainers and servers it starts, before any imports TF
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    # A refused connection is reported once, as our error or preflight's row: not also as
+    # urllib3's "Retrying (Retry(total=0, …))" warning beside it.
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
     with warnings.catch_warnings():
         warnings.showwarning = _our_warnings_as_lines(warnings.showwarning)
         return _dispatch(args)
@@ -382,6 +403,12 @@ def _dispatch(args: argparse.Namespace) -> int:
     except RuntimeError as err:  # kfp.local reports a failed step this way
         print(f"error: {err}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        # The reader left (`fmnist-kfp lineage --json | head -1`): no traceback, and none at
+        # exit either, when Python flushes stdout into the closed pipe (the recipe of the
+        # signal module's documentation, "Note on SIGPIPE").
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # what a shell reports for a command ended by SIGPIPE (128 + 13)
 
 
 if __name__ == "__main__":

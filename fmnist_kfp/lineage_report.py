@@ -161,12 +161,27 @@ def chain(index: Index, start: Artifact) -> list[dict[str, Any]]:
 
 def verify(nodes: list[dict[str, Any]]) -> list[str]:
     """Artifacts whose files no longer have the digest their lineage recorded."""
-    changed = []
+    return [uri for uri, same in _checked(nodes) if not same]
+
+
+def _checked(nodes: list[dict[str, Any]]) -> list[tuple[str, bool]]:
+    """(uri, whether its files still have the recorded digest) of each artifact that has a
+    digest and files on this machine, each once."""
+    found: dict[str, bool] = {}
     for node in nodes:
         uri, recorded = node.get("uri", ""), node.get("digest", "")
-        if recorded and os.path.exists(uri) and content_digest(uri) != recorded:
-            changed.append(uri)
-    return changed
+        if recorded and uri not in found and os.path.exists(uri):
+            found[uri] = content_digest(uri) == recorded
+    return list(found.items())
+
+
+def verification_line(nodes: list[dict[str, Any]]) -> str:
+    """What ``lineage --verify`` checked, said when nothing changed."""
+    checked = len(_checked(nodes))
+    unchecked = len({n.get("uri") for n in nodes}) - checked
+    rest = (f"; {unchecked} without a digest or files on this machine, not checked"
+            if unchecked else "")
+    return f"verified: the {checked} artifacts with files here match their recorded digests{rest}"
 
 
 def _short(digest: str) -> str:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from fmnist_kfp import __version__
 from fmnist_kfp.errors import UserInputError
-from fmnist_kfp.settings.names import has_tag, image_rule
+from fmnist_kfp.settings.names import has_tag, image_problem, image_rule
 from fmnist_kfp.settings.schema import Settings, setting
 
 IMAGE_ENV = "FMNIST_COMPONENT_IMAGE"
@@ -83,9 +83,10 @@ def component_image(image: str | None = None) -> str:
     run pull different code."""
     given = (image or "").strip()
     image = given or os.environ.get(IMAGE_ENV, "").strip() or RELEASE_IMAGE
-    if not has_tag(image):
+    problem = image_problem(image, __version__)
+    if problem:
         source = f"the image {image!r}" if given else f"{IMAGE_ENV}={image!r}"
-        raise UserInputError(f"{source} has no tag; pin one, e.g. {image}:{__version__}")
+        raise UserInputError(f"{source} {problem}")
     return image
 
 
@@ -138,10 +139,9 @@ def gpu_image(explicit: str | None = None, image: str | None = None) -> str:
         given, source = os.environ.get(GPU_IMAGE_ENV, "").strip(), f"{GPU_IMAGE_ENV}="
     if not given:
         return derived_gpu_image(component_image(image))
-    if not has_tag(given):
-        raise UserInputError(
-            f"{source}{given!r} has no tag; pin one, e.g. "
-            f"{given}:{__version__}{GPU_TAG_SUFFIX}")
+    problem = image_problem(given, f"{__version__}{GPU_TAG_SUFFIX}")
+    if problem:
+        raise UserInputError(f"{source}{given!r} {problem}")
     return given
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.settings.names import (
     DNS_1123_SUBDOMAIN,
-    has_tag,
+    image_problem,
     is_dns_1035_label,
     is_dns_1123_subdomain,
     namespace_rule,
@@ -276,10 +276,9 @@ class ServingSettings(Settings):
             problems.append(
                 f"min_replicas={self.min_replicas} is greater than max_replicas="
                 f"{self.max_replicas}; raise max_replicas or lower min_replicas")
-        if self.runtime == FMNIST_RUNTIME and self.image and not has_tag(self.image):
-            image = self.image
-            problems.append(f"predictor image {image!r} has no tag; pin one (e.g. {image}:0.1.0)"
-                            " so every replica serves with the same code")
+        problem = self.image and image_problem(self.image)
+        if self.runtime == FMNIST_RUNTIME and problem:
+            problems.append(f"predictor image {self.image!r} {problem}")
         if self.runtime == TENSORFLOW_RUNTIME and (
                 self.max_batch_latency_ms < 1
                 or int(self.max_batch_latency_ms) != self.max_batch_latency_ms):

@@ -23,13 +23,17 @@ class BlessingDecision:
         return asdict(self)
 
 
+# Why a first model is blessed: read after the action ("created: nothing was served before").
+NOTHING_SERVED = "nothing was served before"
+
+
 def bless(candidate_accuracy: float, serving_accuracy: float | None,
           tolerance: float) -> BlessingDecision:
     """Decides whether the candidate may replace the serving model."""
     check_tolerance(tolerance)
     if serving_accuracy is None:
         return BlessingDecision(True, candidate_accuracy, None, tolerance,
-                                "no model is being served")
+                                NOTHING_SERVED)
     threshold = serving_accuracy - tolerance
     if candidate_accuracy >= threshold:
         reason = (f"test accuracy {candidate_accuracy:.4f} >= serving {serving_accuracy:.4f} "
@@ -51,7 +55,7 @@ def bless_early(candidate_validation: float, served_validation: float | None,
     check_tolerance(tolerance)
     if served_validation is None and served_test is None:
         return BlessingDecision(True, candidate_validation, None, tolerance,
-                                "no model is being served")
+                                NOTHING_SERVED)
     if served_validation is not None:
         better = candidate_validation > served_validation
         comparison = (f"validation accuracy {candidate_validation:.4f} "

@@ -320,7 +320,9 @@ class LoopbackModelServer(ModelServer):
 
     def _announce(self, grpc_port: int | None) -> None:
         grpc = f", gRPC {self.host}:{grpc_port}" if grpc_port else ""
-        logger.info("listening on http://%s:%d%s (%d REST worker%s)", self.host, self.http_port,
-                    grpc, self.workers, "s" if self.workers > 1 else "")
+        # Printed, not logged: the one line a person at `fmnist-kfp serve` needs, whatever
+        # level KServe's logger is at.
+        print(f"listening on http://{self.host}:{self.http_port}{grpc} ({self.workers} REST "
+              f"worker{'s' if self.workers > 1 else ''})", flush=True)
         if self.port_file:
             write_port_file(self.port_file, self.http_port, grpc_port)

@@ -54,7 +54,6 @@ def case(*argv: str, code: int = 2, words: tuple[str, ...] = (), offline: bool =
 BAD_INPUT = [
     # run, either way
     case("run", words=("say where to run", "--local", "--host")),
-    case("run", "--local", "--host", "{refused}", words=("say where to run",)),
     case("run", "--local", "--epochs", "-1", words=("epochs must be a positive integer",)),
     case("run", "--local", "--batch-size", "abc", words=("--batch-size must be an integer",)),
     case("run", "--local", "--kubernetes", "{bad", words=("--kubernetes is not a JSON object",)),
@@ -62,7 +61,13 @@ BAD_INPUT = [
     case("run", "--local", "--model-types", "vgg", words=("unknown model type 'vgg'",)),
     case("run", "--local", "--strategy", "sideways", words=("unknown strategy 'sideways'",)),
     case("run", "--local", "--freshness", "soon", words=("freshness 'soon'",)),
+    case("run", "--local", "--validation-examples", "70000",
+         words=("validation_examples=70000 is more than the official training files can set "
+                "aside", "give at most 59990")),
     case("run", "--local", "--backend", "kubernetes", words=("--local runs use the local",)),
+    case("run", "--local", "--host", "{refused}", words=("--local and --host: give one",)),
+    case("run", "--host", "{refused}", "--backend", "local", *BACKEND,
+         words=("--backend local: a run on Kubeflow (--host) uses the kubernetes backend",)),
     case("run", "--local", "--data-source", "{missing}", words=("does not exist",)),
     case("run", "--local", "--data-source", "not a url", words=("'not a url' does not exist",)),
     case("run", "--local", "--pipeline-root", "{file}/root",
@@ -96,6 +101,15 @@ BAD_INPUT = [
     case("compile", "--output-dir", "{file}/compiled", words=("cannot be made a directory",)),
     case("compile", "--output-dir", "{out}", "--gpu-image", "r.example/f",
          words=("'r.example/f' has no tag",)),
+    # Image references a container runtime would refuse (distribution/reference's grammar).
+    case("compile", "--output-dir", "{out}", "--image", "registry.example.com/ml/fmnist-kfp:",
+         words=("is not an image reference: it ends in ':' with nothing after it",)),
+    case("compile", "--output-dir", "{out}", "--image", "Registry.example.com/ML/fmnist-kfp:1",
+         words=("is not an image reference: the repository name must be lowercase",)),
+    case("compile", "--output-dir", "{out}", "--image", "http://registry.example.com/fmnist:1",
+         words=("is not an image reference: an image reference has no scheme",)),
+    case("compile", "--output-dir", "{out}", "--gpu-image", "r.example/fmnist@sha256:abc",
+         words=("its digest is not <algorithm>:<hex digits>",)),
     case("compile", "--package", "{file}", words=("unrecognized arguments: --package",)),
     # upload
     case("upload", "--host", "not a url", words=("is not a URL",)),
@@ -311,6 +325,8 @@ def test_preflight_still_reports_its_table_when_nothing_answers(world, tmp_path)
     assert "Kubernetes API server" in rows[1] and "cannot reach https://127.0.0.1:" in rows[1]
     assert "fix: check the kubeconfig's cluster" in done.stdout
     assert "NOT ready: 2 missing" in done.stdout
+    # The table says it all: no client library's retry warnings beside it.
+    assert "Retrying" not in done.stderr and "urllib3" not in done.stderr, done.stderr
 
 
 def test_an_api_that_refuses_the_token_is_an_error_naming_it(world, tmp_path):

@@ -147,6 +147,21 @@ def test_a_model_directory_and_a_run_directory_start_their_own_chains(local_root
     assert start.task == "deploy-model" and start.run == local_root["second"].name
 
 
+def test_verify_says_what_it_checked(local_root, capsys):
+    """`lineage --verify` that finds nothing changed says so, and what it checked: not the
+    plain chain alone, as if no check had run."""
+    assert cli_main(["lineage", str(local_root["root"])]) == 0
+    plain = capsys.readouterr()
+    assert cli_main(["lineage", str(local_root["root"]), "--verify"]) == 0
+    verified = capsys.readouterr()
+    assert verified.out == plain.out
+    nodes = chain(*resolve(local_root["root"]))
+    checked = len({n["uri"] for n in nodes if n.get("digest") and Path(n["uri"]).exists()})
+    assert checked >= 2
+    assert verified.err.startswith(f"verified: the {checked} artifacts with files here match "
+                                   "their recorded digests")
+
+
 def test_a_changed_artifact_is_reported_by_verify(local_root, capsys):
     (local_root["trained"] / "1" / "saved_model.pb").write_bytes(b"tampered")
     assert cli_main(["lineage", str(local_root["root"]), "--verify"]) == 1
@@ -164,3 +179,25 @@ def test_paths_outside_a_run_are_refused_with_what_to_pass(tmp_path, capsys):
         resolve(tmp_path / "loose")
     assert cli_main(["lineage", str(tmp_path / "nothing")]) == 2
     assert "pass a model artifact, a run directory or the pipeline root" in capsys.readouterr().err
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback(local_root, tmp_path):
+    """`fmnist-kfp lineage --json | head -1`: the reader has gone before the JSON is written
+    (here always: its end of the pipe is closed first). The command ends quietly."""
+    import os
+    import subprocess
+    import sys
+
+    from tests import ROOT
+
+    read, write = os.pipe()
+    os.close(read)  # the reader left
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "fmnist_kfp.cli", "lineage", "--json",
+             str(local_root["root"])], stdout=write, stderr=subprocess.PIPE, text=True,
+            timeout=120, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    finally:
+        os.close(write)
+    assert done.returncode == 141
+    assert done.stderr == "", done.stderr

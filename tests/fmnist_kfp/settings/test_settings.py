@@ -244,3 +244,19 @@ def test_every_groups_check_across_fields_runs_for_the_pipelines_parameters(monk
     monkeypatch.undo()
     assert "GPUs were asked for" in " ".join(
         PipelineParameters(gpus_per_worker=1, num_workers=0).problems())
+
+
+def test_the_validation_split_is_checked_against_the_official_training_files():
+    """The up-front rule's count is the official release's (fmnist_kfp/dataset/official.py):
+    at most all but one image of each class; derived files (own digests) are left to ingest,
+    which counts the files it reads."""
+    from fmnist_kfp.dataset.official import NUM_CLASSES, OFFICIAL_FILES
+    from fmnist_kfp.settings.data import OFFICIAL_TRAIN_IMAGES_PER_CLASS, DataSettings
+
+    [train] = [f for f in OFFICIAL_FILES if (f.split, f.kind) == ("train", "labels")]
+    assert OFFICIAL_TRAIN_IMAGES_PER_CLASS * NUM_CLASSES == train.num_examples
+    most = (OFFICIAL_TRAIN_IMAGES_PER_CLASS - 1) * NUM_CLASSES
+    assert DataSettings(validation_examples=most).problems() == []
+    assert "give at most 59990" in DataSettings(validation_examples=most + 1).problems()[0]
+    assert DataSettings(validation_examples=most + 1,
+                        expected_sha256={"train-labels-idx1-ubyte.gz": "ab"}).problems() == []

@@ -513,7 +513,13 @@ def test_make_serve_serves_the_latest_selected_model(exported_model, tmp_path, i
     # What the person who typed it reads: no TensorFlow start-up lines about a GPU this
     # machine does not have (fmnist_kfp.training.quiet_start), no traceback for a bad request.
     shown = terminal.read_text(errors="replace")
-    assert f"serving {exported_model} as {NAME}" in shown
+    # Said in order: loading, then listening on the ports it got (gRPC's too), never
+    # "serving" before it does.
+    loading = shown.index(f"loading {exported_model} as {NAME}")
+    ports = read_port_file(port_file, 1, lambda: False)
+    listening = (f"listening on http://127.0.0.1:{ports['http_port']}, gRPC "
+                 f"127.0.0.1:{ports['grpc_port']}")
+    assert listening in shown[loading:], shown
     assert "Traceback" not in shown, shown
     assert f"POST /v1/models/{NAME}:predict: 400 " in shown
     assert f"POST /v1/models/{NAME}:predict: 415 instance 0.image_bytes.b64: HEIC" in shown
