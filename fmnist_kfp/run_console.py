@@ -72,6 +72,25 @@ def without_tracebacks(text: str) -> str:
     return "\n".join(kept)
 
 
+def _in_executor_input(step: _Step, line: str, text: str) -> bool:
+    """Whether ``line`` belongs to the executor input kfp logs at the step's start (and moves
+    along it: see ``_Step.executor_input``)."""
+    if step.executor_input is None:
+        if text.endswith("Got executor_input:"):
+            step.executor_input = ""
+            return True
+        return False
+    if step.executor_input == "":
+        if text != "{":
+            step.executor_input = None  # not the JSON after all
+            return False
+        step.executor_input = line[:len(line) - len(line.lstrip())]
+        return True
+    if line == step.executor_input + "}":
+        step.executor_input = None
+    return True
+
+
 def plain(text: str) -> str:
     """``text`` without the terminal colours kfp.local puts into its messages."""
     return _ANSI.sub("", text)
@@ -88,6 +107,10 @@ class _Step:
     record: dict = field(default_factory=dict)  # its entry in RunConsole.steps
     last_metrics: dict = field(default_factory=dict)
     trials: str = ""
+    # Inside the executor input kfp's executor logs at a step's start (kfp/dsl/executor_main.py:
+    # "Got executor_input:" and the JSON, indent 4): "" before its "{", then the "{" line's
+    # indent, whose "}" closes it. Kept from the step's last lines: it is no part of an error.
+    executor_input: str | None = None
 
 
 class _Lines(io.TextIOBase):
@@ -203,6 +226,8 @@ class RunConsole(logging.Filter):
                 self._console.print(text, markup=False)
             step = self._current
             if step is None:
+                return
+            if _in_executor_input(step, plain(line).rstrip(), text):
                 return
             step.lines.append(plain(line).rstrip())  # indented: where a traceback's frames are
             self._read_progress(step, text)

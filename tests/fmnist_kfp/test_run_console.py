@@ -134,3 +134,25 @@ def test_code_that_asks_the_streams_encoding_gets_one(tmp_path):
         seen.append(sys.stdout.encoding)
         print("é".encode(sys.stdout.encoding).decode(sys.stdout.encoding))
     assert seen == ["utf-8"] and "é" in (tmp_path / "run.log").read_text(encoding="utf-8")
+
+
+def test_a_failed_steps_last_lines_are_its_own_not_kfps_executor_input(tmp_path):
+    """A step that fails at once: its last lines are its output and the error, not the ~20
+    lines of executor input JSON kfp logs first (kfp/dsl/executor_main.py); the log file keeps
+    them."""
+    lines = ["    [KFP Executor 2026-11-27 10:36:48,260 INFO]: Got executor_input:",
+             "    {",
+             '        "inputs": {',
+             '            "parameterValues": {',
+             '                "kubernetes": "{\\"namespace\\": \\"team-a\\"}"',
+             "            }",
+             "        },",
+             '        "outputs": {}',
+             "    }",
+             "    staging the dataset",
+             "    error: the claim is not mounted"]
+    shown, logged, _ = _run(tmp_path, {"train-model": lines}, fail="train-model")
+    tail = shown[shown.index("its last lines:"):]
+    assert "staging the dataset" in tail and "error: the claim is not mounted" in tail
+    assert "executor_input" not in tail and "parameterValues" not in tail and "{" not in tail
+    assert "parameterValues" in logged
