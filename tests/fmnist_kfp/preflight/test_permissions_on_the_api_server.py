@@ -30,6 +30,7 @@ def _denied(real_cluster, cluster: Cluster, operator: str) -> list[str]:
     return [row.check for row in rows if not row.ok]
 
 
+@pytest.mark.parametrize("operator", ["tfjob", "trainjob"])
 def test_the_standalone_role_grants_every_permission_the_steps_use(real_cluster, operator):
     real_cluster.grant_pipeline_runner("kubeflow")
     assert _denied(real_cluster, _cluster("kubeflow", "pipeline-runner", False), operator) == []
