@@ -10,9 +10,11 @@ import sys
 
 # What TensorFlow's C++ runtime writes to stderr as it starts on a machine without an NVIDIA
 # GPU, before its logging is set up (so TF_CPP_MIN_LOG_LEVEL does not reach it): the missing GPU,
-# said three ways, and the CPU instructions the build was not compiled for. Nothing to act on.
+# said three ways, the CPU instructions the build was not compiled for, and that oneDNN's
+# operations are on (as they are by default on x86). Nothing to act on.
 _NO_GPU_STARTUP_LINES = re.compile(
     r"WARNING: All log messages before absl::InitializeLog\(\) is called"
+    r"|port\.cc:\d+\] oneDNN custom operations are on"
     r"|cudart_stub\.cc:\d+\] Could not find cuda drivers"
     r"|cuda_platform\.cc:\d+\] failed call to cuInit"
     r"|cpu_feature_guard\.cc:\d+\]|To enable the following instructions: |rebuild TensorFlow with")
