@@ -153,11 +153,12 @@ def _add_serving_history(markdown_path: str, html_path: str,
 def _add_step_times(markdown_path: str, html_path: str, steps: list[dict[str, Any]],
                     total_seconds: float) -> None:
     """Where the run's time went: each step's wall time and its share of the run."""
-    rows = [[s["step"], "cached" if s["cache_hit"] else s["status"].lower(),
+    rows = [[s["step"] + (f" ({s['model']})" if s.get("model") else ""),
+             "cached" if s["cache_hit"] else s["status"].lower(),
              f"{s['seconds']:.1f}", f"{100 * s['share']:.1f}%"] for s in steps]
     rows.append(["the run", "", f"{total_seconds:.1f}", "100.0%"])
     _append_table(markdown_path, html_path, "Where the time went",
-                  ["step", "", "seconds", "share of the run"], rows)
+                  ["step", "outcome", "seconds", "share of the run"], rows)
 
 
 def _batch_summary(predictions) -> dict[str, Any]:

@@ -35,6 +35,8 @@ _EPOCH = re.compile(r"\[(?P<job>[^\]/]+)/[\w-]+\] \S+ epoch=(?P<epoch>\d+) epoch
                     r"(?P<metrics>.*)$")
 # The local search's first line and its line per finished trial (fmnist_kfp.katib.optuna_search).
 _SEARCH = re.compile(r"search of .*?: (?P<total>\d+) trials,")
+# The tune step with tuning off (kfp_components/tune/component.py): it hands values on.
+_TUNING_OFF = re.compile(r"^tuning off for (?P<model>\w+):")
 _TRIAL = re.compile(r"\| (?P<done>\d+)/(?P<total>\d+) done \([^|]*(?:\| best (?P<best>[\d.]+))?")
 _METRIC = re.compile(r"(\w+)=([-\d.e]+)")
 # Our own warnings (fmnist_kfp.cli prints them as "warning: ..."), the run's or a step's: a
@@ -267,7 +269,7 @@ class RunConsole(logging.Filter):
                 return
             seconds = round(when - step.started, 2)
             step.record.update(seconds=seconds, ended_seconds=round(when - self.origin, 2),
-                               status=status)
+                               status=status, model=step.model)
             label = f"{name} ({step.model})" if step.model else name
             detail = ""
             if step.last_metrics.get("val_accuracy"):
@@ -287,7 +289,9 @@ class RunConsole(logging.Filter):
 
     def _read_progress(self, step: _Step, line: str) -> None:
         searching = step.name.startswith("tune")  # its trials' epochs are not the step's
-        if match := _TRAINING.search(line):
+        if match := _TUNING_OFF.search(line):
+            step.model, step.trials = match["model"], "tuning off"
+        elif match := _TRAINING.search(line):
             step.model = step.model or match["model"]
         elif (match := _SEARCH.search(line)) and self._progress is not None:
             self._progress.update(self._task, total=int(match["total"]), completed=0,

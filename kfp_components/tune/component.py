@@ -89,6 +89,8 @@ def tune_hyperparameters(
     given = Hyperparameters(learning_rate=learning_rate, batch_size=batch_size, filters=filters,
                             dropout_rate=dropout_rate)
     result = None
+    if not enabled:  # the run's console shows it beside the step (fmnist_kfp.run_console)
+        print(f"tuning off for {model_type}: the given hyperparameters go on unchanged")
     if enabled:
         base = TrainingConfig(model_type=model_type, precision=precision).with_hyperparameters(
             given)

@@ -156,3 +156,13 @@ def test_a_failed_steps_last_lines_are_its_own_not_kfps_executor_input(tmp_path)
     assert "staging the dataset" in tail and "error: the claim is not mounted" in tail
     assert "executor_input" not in tail and "parameterValues" not in tail and "{" not in tail
     assert "parameterValues" in logged
+
+
+def test_a_tune_step_with_tuning_off_says_so_beside_its_model(tmp_path):
+    """With tune off the three tune steps still run (they hand the given values on): each is
+    shown with its model and "tuning off", not as three bare tune-hyperparameters lines."""
+    shown, _, console = _run(tmp_path, {"tune-hyperparameters": [
+        "    tuning off for dropout: the given hyperparameters go on unchanged"]})
+    ended = [line for line in shown.splitlines() if "tune-hyperparameters (" in line]
+    assert len(ended) == 1 and ended[0].endswith("tuning off"), shown
+    assert console.steps[0]["model"] == "dropout"
