@@ -228,9 +228,13 @@ def _serving_line(summary: dict) -> str:
     images = (summary.get("parameters") or {}).get("prediction_images")
     sample = (f" on a sample of {images:,} test images (the test accuracy above: the whole "
               "test split)" if images else "")
+    root = summary.get("pipeline_root")
+    whose = (f" --pipeline-root {root}"
+             if root and os.path.abspath(root) != os.path.abspath(LOCAL_ROOT) else "")
     return (f"Serving: {deployment['url']} ({deployment['action']}: {blessing.get('reason')}); "
             f"served accuracy {deployment['served_accuracy']:.4f} over HTTP{sample}\n"
-            f"         stop it with: fmnist-kfp deployment stop --name {deployment['model_name']}")
+            f"         stop it with: fmnist-kfp deployment stop --name "
+            f"{deployment['model_name']}{whose}")
 
 
 def _batch_line(batch: dict) -> str:
@@ -274,16 +278,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_deployment(args: argparse.Namespace) -> int:
     """Local deployments started by pipeline runs: where they are, and stopping them."""
     require("serving", "fmnist-kfp deployment")
-    from fmnist_kfp.serving.deploy.local_deployer import running_server, stop_server
+    from fmnist_kfp.serving.deploy.local_deployer import (
+        deployments_of,
+        running_server,
+        stop_server,
+    )
 
     DeploySettings(model_name=args.name).validate()  # a name, never a path
-    if args.action == "stop":
-        stopped = stop_server(args.name)
-        print(f"stopped {args.name}" if stopped else f"no local deployment called {args.name}")
-        return 0
-    server = running_server(args.name)
+    with deployments_of(args.pipeline_root) as kept:
+        if args.action == "stop":
+            stopped = stop_server(args.name)
+            print(f"stopped {args.name}" if stopped else
+                  f"no local deployment called {args.name} (deployments here: {kept})")
+            return 0
+        server = running_server(args.name)
     if server is None:
-        print(f"no local deployment called {args.name} is running")
+        print(f"no local deployment called {args.name} is running (deployments here: {kept})")
         return 1
     print(json.dumps({"name": server.name, "url": server.url, "pid": server.pid,
                       "test_accuracy": server.test_accuracy, "log": server.log_file}, indent=2))

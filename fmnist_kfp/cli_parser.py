@@ -202,6 +202,9 @@ def build_parser(functions: Mapping[str, Command]) -> argparse.ArgumentParser:
     dep = commands.add_parser("deployment", help="local deployments made by pipeline runs")
     dep.add_argument("action", choices=("status", "stop"))
     dep.add_argument("--name", default=_DEFAULTS.model_name, help="default %(default)s")
+    dep.add_argument("--pipeline-root", default=LOCAL_ROOT,
+                     help="the pipeline root of the runs that made it: each root keeps its own "
+                          "deployments, in <root>/deployments (default %(default)s)")
     dep.set_defaults(func=functions["deployment"])
 
     tbd = commands.add_parser("tensorboard",

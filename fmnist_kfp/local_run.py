@@ -206,7 +206,17 @@ def run_local(
     (beside it, the reports as ``report.html`` and ``report.md``). The terminal shows a line
     per step and the progress of training and tuning; everything the steps print goes to a
     log file in ``<pipeline_root>/logs/`` (:mod:`fmnist_kfp.run_console`), and with
-    ``verbose`` to the terminal too."""
+    ``verbose`` to the terminal too. A model it serves locally is a deployment of
+    ``pipeline_root`` (``<pipeline_root>/deployments``): runs under another root keep theirs."""
+    from fmnist_kfp.serving.deploy.local_deployer import deployments_of
+
+    with deployments_of(os.path.abspath(pipeline_root)):
+        return _run_local(parameters, pipeline_root=pipeline_root, summary_path=summary_path,
+                          enable_caching=enable_caching, verbose=verbose)
+
+
+def _run_local(parameters: PipelineParameters, *, pipeline_root: str,
+               summary_path: str | None, enable_caching: bool, verbose: bool) -> dict[str, Any]:
     validate_parameters(parameters)
     if parameters.backend == "local" and (parameters.kubernetes or {}).get("scheduling"):
         # Accepted, so one parameter set serves both; nothing here queues or gangs processes.
@@ -280,6 +290,7 @@ def run_local(
         "report_markdown_artifact_path": outputs.outputs["report_markdown"].path,
         "total_seconds": total,
         "log_path": console.log_path,
+        "pipeline_root": pipeline_root,  # whose local deployment the served model is
         "steps": console.steps_with_shares(total),
         "cache_hits": sorted({s["step"] for s in console.steps if s["cache_hit"]}),
         "all_steps_cached": all(

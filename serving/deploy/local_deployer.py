@@ -1,10 +1,13 @@
 """The local deployment backend: the predictor as a long-running process on loopback.
 
-A deployment is named (like an InferenceService). Its record (pid, URL, model, test accuracy)
-lives in ``$FMNIST_SERVING_STATE_DIR`` (default ``~/.cache/fmnist-kfp/serving``), so a later
-pipeline run finds it: the same model is reused as is; a new, blessed model is started next to
-the running one (blue/green), checked with real predictions, and only then replaces it; if
-the check fails, the running server stays and the new one is stopped.
+A deployment is named (like an InferenceService) and belongs to the pipeline root of the runs
+that made it: its record (pid, URL, model, test accuracy) lives in ``<pipeline root>/deployments``
+(:func:`deployments_of`; ``$FMNIST_SERVING_STATE_DIR`` names another place, and outside a run
+the default is ``~/.cache/fmnist-kfp/serving``), so a later run of the same root finds it, and
+another root's runs and ``fmnist-kfp deployment`` never see or stop it. The same model is
+reused as is; a new, blessed model is started next to the running one (blue/green), checked
+with real predictions, and only then replaces it; if the check fails, the running server stays
+and the new one is stopped.
 """
 
 from __future__ import annotations
@@ -40,6 +43,26 @@ def state_dir() -> Path:
     path = Path(os.environ.get(STATE_DIR_ENV) or Path.home() / ".cache" / "fmnist-kfp" / "serving")
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def deployments_dir(pipeline_root: str) -> Path:
+    """Where the local deployments of the runs under ``pipeline_root`` are recorded."""
+    return Path(pipeline_root).resolve() / "deployments"
+
+
+@contextlib.contextmanager
+def deployments_of(pipeline_root: str):
+    """While the block runs, local deployments are those of ``pipeline_root``
+    (:func:`deployments_dir`), for this process and the steps it starts (they inherit
+    ``$FMNIST_SERVING_STATE_DIR``), unless that is already set. Yields the directory."""
+    if os.environ.get(STATE_DIR_ENV):
+        yield state_dir()
+        return
+    os.environ[STATE_DIR_ENV] = str(deployments_dir(pipeline_root))
+    try:
+        yield state_dir()
+    finally:
+        os.environ.pop(STATE_DIR_ENV, None)
 
 
 @dataclass

@@ -16,7 +16,9 @@ from fmnist_kfp.kfp_components.deploy.step import (
 )
 from fmnist_kfp.serving.deploy.client import v1_image_request
 from fmnist_kfp.serving.deploy.local_deployer import (
+    STATE_DIR_ENV,
     deploy_locally,
+    deployments_of,
     running_server,
     start_server,
     state_dir,
@@ -98,6 +100,54 @@ def test_local_deployment_lifecycle(exported_model, synthetic_dataset, tmp_path,
     finally:
         stop_server(NAME)
     assert running_server(NAME) is None
+
+
+def test_two_pipeline_roots_keep_their_local_deployments_apart(exported_model,
+                                                               synthetic_dataset, tmp_path,
+                                                               monkeypatch):
+    """Two projects on one machine, each with its own pipeline root, deploy a model of the
+    same name: each is a first deployment ("created"), not blessed against the other's; the
+    CLI, as a user runs it, stops one root's and leaves the other's serving. Before, every
+    root shared ~/.cache/fmnist-kfp/serving: the second run was compared with the first
+    project's model, and `deployment stop` stopped it."""
+    import json
+    import subprocess
+    import sys
+
+    monkeypatch.delenv(STATE_DIR_ENV, raising=False)  # each root's own, as `run --local` has
+    roots = {"a": tmp_path / "project-a" / "runs", "b": tmp_path / "project-b" / "runs"}
+    models = {"a": str(exported_model),
+              "b": str(export_untrained_model(tmp_path / "other", seed=8))}
+    common = {"data_dir": str(synthetic_dataset), "backend": "local", "model_name": NAME,
+              "tolerance": 0.005, "verification_images": 16, "serving": {}, "model_uri": ""}
+    env = {k: v for k, v in os.environ.items() if k != STATE_DIR_ENV}
+
+    def cli(*args: str, root) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "fmnist_kfp.cli", "deployment", *args,
+                               "--name", NAME, "--pipeline-root", str(root)], env=env,
+                              cwd=tmp_path, capture_output=True, text=True, timeout=120)
+
+    urls = {}
+    try:
+        for key in ("a", "b"):
+            with deployments_of(str(roots[key])) as kept:
+                decision = deploy(model_dir=models[key], test_accuracy=0.90, **common)
+            assert kept == roots[key].resolve() / "deployments"
+            assert decision["action"] == "created", decision  # nothing of its own served
+            urls[key] = decision["url"]
+        assert urls["a"] != urls["b"]
+        stopped = cli("stop", root=roots["a"])
+        assert stopped.stdout.strip() == f"stopped {NAME}", stopped.stderr
+        with pytest.raises(httpx.TransportError):
+            _answers(urls["a"])
+        assert _answers(urls["b"])  # the other project's server serves on
+        status = cli("status", root=roots["b"])
+        assert json.loads(status.stdout)["url"] == urls["b"]
+        assert cli("status", root=roots["a"]).returncode == 1
+    finally:
+        for root in roots.values():
+            with deployments_of(str(root)):
+                stop_server(NAME)
 
 
 def test_a_started_server_binds_its_own_port_and_reports_it(exported_model, tmp_path,
