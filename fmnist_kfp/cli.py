@@ -231,8 +231,13 @@ def _serving_line(summary: dict) -> str:
     root = summary.get("pipeline_root")
     whose = (f" --pipeline-root {root}"
              if root and os.path.abspath(root) != os.path.abspath(LOCAL_ROOT) else "")
+    from fmnist_kfp.serving.deploy.client import query_examples
+
+    curl, python = query_examples(deployment["url"], deployment["model_name"])
     return (f"Serving: {deployment['url']} ({deployment['action']}: {blessing.get('reason')}); "
             f"served accuracy {deployment['served_accuracy']:.4f} over HTTP{sample}\n"
+            f"         ask it about a photo: {curl}\n"
+            f"                           or: {python}\n"
             f"         stop it with: fmnist-kfp deployment stop --name "
             f"{deployment['model_name']}{whose}")
 
@@ -243,6 +248,15 @@ def _batch_line(batch: dict) -> str:
             f"{batch['images_per_second']:.0f} images/s: {batch['path']}")
 
 
+def _run_command() -> str:
+    """The command that runs the pipeline here, for messages: ``make run`` in the project's
+    checkout (its Makefile and package in this directory), else the installed CLI's (a pip
+    user's project has no Makefile of ours)."""
+    checkout = os.path.isfile("Makefile") and os.path.isdir("fmnist_kfp") and \
+        os.path.isdir("kfp_components")
+    return "make run" if checkout else "fmnist-kfp run --local"
+
+
 def _latest_model_dir(summary_path: str) -> str:
     try:
         with open(summary_path) as handle:
@@ -250,7 +264,7 @@ def _latest_model_dir(summary_path: str) -> str:
     except (OSError, KeyError, json.JSONDecodeError):
         raise UserInputError(
             f"no selected model: {summary_path} is missing or has no best_model_path; run the "
-            "pipeline first (make run) or pass --model-dir"
+            f"pipeline first ({_run_command()}) or pass --model-dir"
         ) from None
 
 
@@ -264,7 +278,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if "://" not in model_dir and not os.path.isdir(model_dir):
         raise UserInputError(f"model directory {model_dir!r} does not exist; pass --model-dir "
                              "(a directory the training step exported) or run the pipeline "
-                             "first (make run)")
+                             f"first ({_run_command()})")
     _check_listen(args.host, args.port)
     # Not "serving" yet: the server says "listening on …" once it does.
     print(f"loading {model_dir} as {args.model_name} …", flush=True)
@@ -327,7 +341,7 @@ def _tensorboard_logs(summary_path: str) -> dict[str, str]:
     if not logs:
         raise UserInputError(
             f"no TensorBoard logs: {summary_path} is missing or names none; run the pipeline "
-            "first (make run) or pass --logdir")
+            f"first ({_run_command()}) or pass --logdir")
     gone = [path for path in logs.values() if "://" not in path and not os.path.isdir(path)]
     if gone:
         raise UserInputError(f"the TensorBoard logs {summary_path} names are gone "

@@ -37,6 +37,20 @@ def predict_url(base_url: str, model_name: str) -> str:
     return f"{base_url.rstrip('/')}/v1/models/{model_name}:predict"
 
 
+def query_examples(base_url: str, model_name: str, image: str = "shirt.png") -> list[str]:
+    """How a person asks the served model about a photo ``image``: a ``curl`` command line
+    and a Python one, each printing the V1 answer (shown where a run prints the URL; run as
+    written by tests/serving/model_server/test_serving.py)."""
+    url = predict_url(base_url, model_name)
+    return [
+        f'curl -s {url} -d "{{\\"instances\\": [{{\\"image_bytes\\": '
+        f'{{\\"b64\\": \\"$(base64 -w0 {image})\\"}}}}]}}"',
+        f"python -c \"import base64, httpx; print(httpx.post('{url}', json={{'instances': "
+        f"[{{'image_bytes': {{'b64': base64.b64encode(open('{image}', 'rb').read())"
+        f".decode()}}}}]}}).json())\"",
+    ]
+
+
 def wait_until_ready(base_url: str, model_name: str, timeout: float = 120.0,
                      is_alive=None) -> None:
     """Polls ``GET /v1/models/<name>`` until the model reports ready."""

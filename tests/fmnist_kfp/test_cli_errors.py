@@ -97,6 +97,12 @@ BAD_INPUT = [
          words=("--image, --wait: only for runs on Kubeflow (--host)",)),
     case("run", "--host", "{refused}", "--no-cache",
          words=("--no-cache: only for runs on this machine (--local)",)),
+    # serve and tensorboard, from a project of the user's (no checkout of ours): the command
+    # to run first is the installed CLI's, not `make run`
+    case("serve", "--summary", "{missing}",
+         words=("run the pipeline first (fmnist-kfp run --local) or pass --model-dir",)),
+    case("tensorboard", "--summary", "{missing}",
+         words=("run the pipeline first (fmnist-kfp run --local) or pass --logdir",)),
     # compile
     case("compile", "--output-dir", "{file}/compiled", words=("cannot be made a directory",)),
     case("compile", "--output-dir", "{out}", "--gpu-image", "r.example/f",
@@ -149,7 +155,6 @@ BAD_INPUT = [
          words=("unrecognized arguments: --epochs",)),
     # serve
     case("serve", "--model-dir", "{missing}", words=("does not exist", "--model-dir")),
-    case("serve", "--summary", "{missing}", words=("no selected model", "make run")),
     case("serve", "--model-dir", "{dir}", "--port", "-1", words=("--port -1 is not a TCP port",)),
     case("serve", "--model-dir", "{dir}", "--port", "70000", words=("is not a TCP port",)),
     case("serve", "--model-dir", "{dir}", "--port", "abc", words=("invalid int value: 'abc'",)),

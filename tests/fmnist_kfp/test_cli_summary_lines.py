@@ -18,3 +18,8 @@ def test_a_first_deployment_says_it_was_created_because_nothing_was_served():
         "Serving: http://127.0.0.1:43293 (created: nothing was served before); served accuracy "
         "0.9440 over HTTP on a sample of 1,000 test images (the test accuracy above: the whole "
         "test split)")
+    assert line.splitlines()[1].startswith(
+        "         ask it about a photo: curl -s "
+        "http://127.0.0.1:43293/v1/models/fashion-mnist:predict")
+    assert line.splitlines()[-1] == (
+        "         stop it with: fmnist-kfp deployment stop --name fashion-mnist")

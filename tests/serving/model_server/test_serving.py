@@ -683,3 +683,19 @@ def test_a_port_in_use_fails_the_second_server_naming_it(server, exported_model,
     listeners = [c for c in psutil.net_connections("tcp")
                  if c.status == psutil.CONN_LISTEN and c.laddr.port == port]
     assert {c.pid for c in listeners} == {server.process.pid}  # the first server's alone
+
+
+def test_the_query_examples_a_run_prints_work_as_written(server, images, tmp_path):
+    """The curl and Python lines printed beside a served model's URL
+    (fmnist_kfp.serving.deploy.client.query_examples), run by a shell as a person pastes
+    them, in a directory holding the photo they name."""
+    from fmnist_kfp.serving.deploy.client import png_bytes, query_examples
+
+    (tmp_path / "shirt.png").write_bytes(png_bytes(images[0]))
+    curl, python = query_examples(server.url, NAME)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    answers = [subprocess.run(["bash", "-c", line], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=60) for line in (curl, python)]
+    assert all(a.returncode == 0 for a in answers), [a.stderr for a in answers]
+    [prediction] = json.loads(answers[0].stdout)["predictions"]
+    assert prediction["class_name"] in answers[1].stdout
