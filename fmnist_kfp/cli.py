@@ -117,8 +117,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"Best model: {summary['best_model_type']} — test accuracy "
             f"{summary['best_test_accuracy']:.4f} (chosen on validation accuracy "
             f"{summary['best_validation_accuracy']:.4f})",
-            *(f"  {name:10s} validation accuracy {m['validation_accuracy']:.4f}, trained in "
-              f"{m['train_seconds']:.0f} s" for name, m in summary["models"].items()),
+            *(f"  {name:10s} validation accuracy {m['validation_accuracy']:.4f} (the exported "
+              f"model, scored by selection), trained in {m['train_seconds']:.0f} s"
+              for name, m in summary["models"].items()),
             f"Model:   {summary['best_model_path']}",
             f"Report:  {summary['report_path']}",
             f"         {summary['report_markdown_path']}",

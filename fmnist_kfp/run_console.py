@@ -273,7 +273,10 @@ class RunConsole(logging.Filter):
             label = f"{name} ({step.model})" if step.model else name
             detail = ""
             if step.last_metrics.get("val_accuracy"):
-                detail = f"  validation accuracy {float(step.last_metrics['val_accuracy']):.4f}"
+                # The last epoch's, as training measured it; the run's summary gives the
+                # exported model's, as selection scores it (they can differ a little).
+                detail = (f"  last epoch's validation accuracy "
+                          f"{float(step.last_metrics['val_accuracy']):.4f}")
             if step.trials:
                 detail += f"  {step.trials}"
             if status == "SUCCESS":

@@ -67,7 +67,7 @@ def test_a_line_per_step_and_everything_else_in_the_log(tmp_path):
     assert lines[2].split() == ["train-model", "started"]
     # The model, its seconds, the last epoch's validation accuracy (the chief's, once).
     assert lines[3].split()[:2] == ["train-model", "(basic)"]
-    assert lines[3].endswith("validation accuracy 0.7710")
+    assert lines[3].endswith("last epoch's validation accuracy 0.7710")  # not selection's
     assert len(lines) == 4
     for line in STEP_LINES:
         assert line in log
