@@ -37,6 +37,7 @@ _EPOCH = re.compile(r"\[(?P<job>[^\]/]+)/[\w-]+\] \S+ epoch=(?P<epoch>\d+) epoch
 _SEARCH = re.compile(r"search of .*?: (?P<total>\d+) trials,")
 # The tune step with tuning off (kfp_components/tune/component.py): it hands values on.
 _TUNING_OFF = re.compile(r"^tuning off for (?P<model>\w+):")
+TUNING_OFF = "tuning off"
 _TRIAL = re.compile(r"\| (?P<done>\d+)/(?P<total>\d+) done \([^|]*(?:\| best (?P<best>[\d.]+))?")
 _METRIC = re.compile(r"(\w+)=([-\d.e]+)")
 # Our own warnings (fmnist_kfp.cli prints them as "warning: ..."), the run's or a step's: a
@@ -279,7 +280,9 @@ class RunConsole(logging.Filter):
                           f"{float(step.last_metrics['val_accuracy']):.4f}")
             if step.trials:
                 detail += f"  {step.trials}"
-            if status == "SUCCESS":
+            if status == "SUCCESS" and step.trials == TUNING_OFF:
+                pass  # it handed values on: in the log and the summary, not worth a line here
+            elif status == "SUCCESS":
                 self.say(f"  {label:<28} {seconds:6.1f} s{detail}")
             else:
                 self.say(f"  {label:<28} {status} after {seconds:.1f} s; its last lines:")
@@ -293,7 +296,7 @@ class RunConsole(logging.Filter):
     def _read_progress(self, step: _Step, line: str) -> None:
         searching = step.name.startswith("tune")  # its trials' epochs are not the step's
         if match := _TUNING_OFF.search(line):
-            step.model, step.trials = match["model"], "tuning off"
+            step.model, step.trials = match["model"], TUNING_OFF
         elif match := _TRAINING.search(line):
             step.model = step.model or match["model"]
         elif (match := _SEARCH.search(line)) and self._progress is not None:

@@ -158,11 +158,14 @@ def test_a_failed_steps_last_lines_are_its_own_not_kfps_executor_input(tmp_path)
     assert "parameterValues" in logged
 
 
-def test_a_tune_step_with_tuning_off_says_so_beside_its_model(tmp_path):
-    """With tune off the three tune steps still run (they hand the given values on): each is
-    shown with its model and "tuning off", not as three bare tune-hyperparameters lines."""
-    shown, _, console = _run(tmp_path, {"tune-hyperparameters": [
+def test_tune_steps_with_tuning_off_are_not_listed(tmp_path):
+    """With tune off the three tune steps still run (they hand the given values on in a
+    moment): none gets the line a step gets when it ends (a terminal without a progress bar
+    still says each started); the log, the summary's steps (and so "where the time went") keep
+    them, each with its model."""
+    shown, logged, console = _run(tmp_path, {"tune-hyperparameters": [
         "    tuning off for dropout: the given hyperparameters go on unchanged"]})
-    ended = [line for line in shown.splitlines() if "tune-hyperparameters (" in line]
-    assert len(ended) == 1 and ended[0].endswith("tuning off"), shown
-    assert console.steps[0]["model"] == "dropout"
+    assert not [line for line in shown.splitlines() if "tune-hyperparameters (" in line], shown
+    assert "tuning off for dropout" in logged
+    assert (console.steps[0]["step"], console.steps[0]["model"]) == ("tune-hyperparameters",
+                                                                      "dropout")
