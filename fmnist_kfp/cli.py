@@ -182,8 +182,11 @@ def cmd_schedule(args: argparse.Namespace) -> int:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
+    from fmnist_kfp.settings.platform import component_image, gpu_image
     from fmnist_kfp.validation import writable_directory
 
+    component_image(args.image)  # both refused before anything is made, as compiling would
+    gpu_image(args.gpu_image, args.image)
     writable_directory(args.output_dir, "--output-dir")
     from fmnist_kfp.pipelines.compile import compile_all
 

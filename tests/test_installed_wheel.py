@@ -108,6 +108,20 @@ def test_the_cli_runs_beside_the_users_own_packages(user):
     assert "Traceback" not in done.stderr and "No such file" not in done.stderr
 
 
+def test_what_a_pip_user_is_told_is_true_of_their_install(user):
+    """Issue 40, as a pip user met it (the base install, in a folder of their own): an image
+    reference a container runtime would refuse fails compile, writing nothing; `run` given
+    both --local and --host names both, not "say where to run"."""
+    out = user.home / "refused"
+    done = user.run(user.cli, "compile", "--output-dir", out, "--image",
+                    "registry.example.com/ml/fmnist-kfp:")
+    assert done.returncode == 2 and not out.exists()
+    assert "is not an image reference: it ends in ':' with nothing after it" in done.stderr
+    done = user.run(user.cli, "run", "--local", "--host", "http://127.0.0.1:9")
+    assert done.returncode == 2
+    assert "--local and --host: give one" in done.stderr, done.stderr
+
+
 def test_the_python_api_compiles_for_the_users_image(user):
     found = json.loads(user.script(f"""
         import json, pathlib, sys
