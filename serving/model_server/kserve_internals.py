@@ -42,7 +42,7 @@ from kserve.protocol.rest.multiprocess.server import RESTServerMultiProcess
 from kserve.protocol.rest.server import RESTServer
 from uvicorn.importer import import_from_string
 
-from fmnist_kfp.serving.model_server.ports import write_port_file
+from fmnist_kfp.serving.model_server.ports import bind_socket, write_port_file
 from fmnist_kfp.serving.model_server.protocol import binary_infer_request
 from fmnist_kfp.serving.model_server.request_gate import DEFAULT_MAX_BODY_BYTES, RequestGate
 
@@ -101,43 +101,6 @@ PINNED: dict[str, tuple[str, str]] = {
     "kserve.model_server.ModelServer.register_signal_handler":
         ("LoopbackModelServer", "47a1339a5fcf3d26b509a7d22d4611b0b4eba6c514bc8af9291bf98ccfed6e2e"),
 }
-
-
-class PortInUse(OSError):
-    """A port the server was told to listen on cannot be had: the message names it."""
-
-
-def bind_socket(host: str, port: int, what: str = "HTTP", flag: str = "--http_port"
-                ) -> socket.socket:
-    """A listening TCP socket on ``host:port`` (0: any free port), bound here so the server,
-    not its caller, owns the port from the start. No ``SO_REUSEPORT``: a port another process
-    listens on is refused (:class:`PortInUse`, naming ``what`` port and its ``flag``), never
-    shared."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # IPPROTO_TCP named, not 0: asyncio sets TCP_NODELAY only on sockets that say so, and
-    # without it a response waits for the client's delayed ACK (40 ms here).
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-        sock.listen(2048)
-    except OSError as error:
-        sock.close()
-        raise PortInUse(f"cannot listen for {what} on {host}:{port}: "
-                        f"{error.strerror or error}; pick another {flag}, or stop what uses "
-                        "it") from None
-    sock.set_inheritable(True)
-    return sock
-
-
-def check_ports(host: str, http_port: int, grpc_port: int | None) -> None:
-    """Fails (:class:`PortInUse`) where ``host:http_port`` or ``host:grpc_port`` (None: no
-    gRPC; 0: any free port) cannot be listened on: asked before the model loads, by the rule
-    the server binds with."""
-    for port, what, flag in ((http_port, "HTTP", "--http_port"),
-                             (grpc_port, "gRPC", "--grpc_port")):
-        if port:
-            bind_socket(host, port, what, flag).close()
 
 
 async def _invalid_input(request, error: InvalidInput):

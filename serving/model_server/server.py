@@ -29,11 +29,8 @@ import warnings
 
 from kserve.logging import logger
 
-from fmnist_kfp.serving.model_server.kserve_internals import (
-    LoopbackModelServer,
-    PortInUse,
-    check_ports,
-)
+from fmnist_kfp.serving.model_server.kserve_internals import LoopbackModelServer
+from fmnist_kfp.serving.model_server.ports import PortInUse, check_ports
 from fmnist_kfp.serving.model_server.request_gate import DEFAULT_MAX_BODY_BYTES
 from fmnist_kfp.settings.serving import DeploySettings, ServingSettings
 from fmnist_kfp.training.quiet_start import import_tensorflow_quietly
