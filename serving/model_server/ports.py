@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from fmnist_kfp.errors import UserInputError
+
 
 def write_port_file(path: str, http_port: int, grpc_port: int | None) -> None:
     """Writes the ports atomically: a reader sees the whole file or none."""
@@ -39,8 +41,9 @@ def read_port_file(path: str | Path, timeout: float,
     raise TimeoutError(f"the model server wrote no port file in {timeout:.0f} s")
 
 
-class PortInUse(OSError):
-    """A port the server was told to listen on cannot be had: the message names it."""
+class PortInUse(UserInputError):
+    """A port the server was told to listen on cannot be had: the message names it and the
+    flag that picks another."""
 
 
 def bind_socket(host: str, port: int, what: str = "HTTP", flag: str = "--http_port"
