@@ -91,7 +91,8 @@ def test_the_terminal_shows_each_step_and_the_log_file_holds_everything_else(rea
         assert sum(line.split()[:2] == [step["step"], "started"] for line in lines) >= 1
     trained = [line for line in lines if line.lstrip().startswith("train-model (")]
     assert sorted(line.split()[1] for line in trained) == ["(basic)", "(batchnorm)", "(dropout)"]
-    assert all(re.search(r" \d+\.\d s  validation accuracy 0\.\d{4}$", line) for line in trained)
+    assert all(re.search(r" \d+\.\d s  last epoch's validation accuracy 0\.\d{4}$", line)
+               for line in trained), trained
     # None of kfp.local's executor input/output, TensorFlow's start-up or a trainer's epochs.
     for noise in ("executor_input", "Executor", "cuda", "oneDNN", "epoch=", "Streamed logs"):
         assert noise not in terminal, noise
@@ -103,6 +104,8 @@ def test_the_terminal_shows_each_step_and_the_log_file_holds_everything_else(rea
     assert all(0 <= share <= 1 for share in shares) and 0.5 < sum(shares) <= 1.0
     report = Path(summary["report_markdown_path"]).read_text()
     section = report.split("## Where the time went")[1]
-    assert section.count("| train-model |") == 3
+    assert sorted(re.findall(r"\| train-model \((\w+)\) \|", section)) == [
+        "basic", "batchnorm", "dropout"]
+    assert "| step | outcome | seconds | share of the run |" in section
     assert f"| the run |  | {summary['total_seconds']:.1f} | 100.0% |" in section
     assert "Where the time went" in Path(summary["report_path"]).read_text()
