@@ -162,6 +162,28 @@ class RealCluster:
                 raise
             return None
 
+    def gone(self, path: str, seconds: float = 60) -> bool:
+        """Whether the object at REST ``path`` is deleted within ``seconds``."""
+        deadline = time.monotonic() + seconds
+        while self.read_or_none(path) is not None:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.2)
+        return True
+
+    def pod_finished(self, namespace: str, pod: str, seconds: float,
+                     every: float = 1.0) -> tuple[str, str]:
+        """Waits (at most ``seconds``) for ``pod`` to succeed or fail: (phase, its log)."""
+        from kubernetes import client
+
+        core = client.CoreV1Api(self.api_client)
+        deadline = time.monotonic() + seconds
+        while (phase := core.read_namespaced_pod(pod, namespace).status.phase) not in (
+                "Succeeded", "Failed"):
+            assert time.monotonic() < deadline, f"pod {namespace}/{pod} still {phase}"
+            time.sleep(every)
+        return phase, core.read_namespaced_pod_log(pod, namespace)
+
     def delete_namespace(self, name: str) -> None:
         """Deletes namespace ``name`` and so everything in it (the namespace controller): a
         test's jobs left running would hold the node's CPU that the next tests request."""
@@ -269,6 +291,16 @@ class RealCluster:
         self.add_claim(name, claim, dataset)
         return name
 
+
+
+def until(condition, what: str, seconds: float = 60, every: float = 0.2):
+    """``condition()``'s first true value, asked every ``every`` seconds; fails the test with
+    ``what`` when none comes within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not (value := condition()):
+        assert time.monotonic() < deadline, f"not {what} after {seconds:.0f} s"
+        time.sleep(every)
+    return value
 
 def leave_scripted_result(work_dir: Path) -> None:
     """What a finished job's chief (or node 0) leaves in its work directory, for a job of

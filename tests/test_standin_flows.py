@@ -65,17 +65,6 @@ def on_the_cluster(cluster, operator: str, tmp_path, seed: int | None = None) ->
             if (attributes := request_attributes(method, path)) is not None}
 
 
-def _gone(cluster, path: str, seconds: float = 60) -> bool:
-    import time
-
-    deadline = time.monotonic() + seconds
-    while cluster.read_or_none(path) is not None:
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.2)
-    return True
-
-
 def train(cluster, namespace: str, configuration, operator: str, tmp_path) -> None:
     """The train step's cluster path: the operator chosen as the step chooses it
     (:func:`training_operator`, from what the API server serves), then a job that succeeds and
@@ -125,8 +114,8 @@ def train(cluster, namespace: str, configuration, operator: str, tmp_path) -> No
             launcher.run(spec)
         collection = ("trainer.kubeflow.org/v1alpha1", "trainjobs") if chosen == "trainjob" \
             else ("kubeflow.org/v1", "tfjobs")
-        assert _gone(cluster, f"/apis/{collection[0]}/namespaces/{namespace}/"
-                              f"{collection[1]}/{name}")  # deleted
+        assert cluster.gone(f"/apis/{collection[0]}/namespaces/{namespace}/"
+                            f"{collection[1]}/{name}")  # deleted
 
 
 @pytest.fixture(scope="module")
@@ -212,7 +201,7 @@ def batch_predict(cluster, namespace: str, configuration) -> None:
     scorer.remote_spec = lambda s: replace(s, output_dir="/mnt/fmnist/out")  # nothing staged
     with pytest.raises(JobFailed, match="BackoffLimitExceeded"):
         scorer.run(spec)
-    assert _gone(cluster, f"/apis/batch/v1/namespaces/{namespace}/jobs/{spec.name}")
+    assert cluster.gone(f"/apis/batch/v1/namespaces/{namespace}/jobs/{spec.name}")
 
 
 def _serving(standin) -> None:

@@ -219,7 +219,6 @@ def _run_step_pod(cluster, namespace: str, compiled: dict, executor: str,
     environment names mounted at the platform's mount path. (The artifact paths it is given
     are this machine's: the node runs pods as processes here.) Its last output line is JSON:
     (that, the pod's log)."""
-    import time
 
     step = compiled[executor]
     claim = step["env"]["FMNIST_PVC_NAME"]
@@ -234,13 +233,7 @@ def _run_step_pod(cluster, namespace: str, compiled: dict, executor: str,
                      "volumeMounts": [{"name": "claim", "mountPath": MOUNT_PATH}]}],
                  "volumes": [{"name": "claim",
                               "persistentVolumeClaim": {"claimName": claim}}]}})
-    core = _core_api(cluster)
-    deadline = time.monotonic() + STEP_SECONDS
-    while (phase := core.read_namespaced_pod(name, namespace).status.phase) not in (
-            "Succeeded", "Failed"):
-        assert time.monotonic() < deadline, f"step pod {name} still {phase}"
-        time.sleep(1)
-    log = core.read_namespaced_pod_log(name, namespace)
+    phase, log = cluster.pod_finished(namespace, name, STEP_SECONDS)
     assert phase == "Succeeded", log[-6000:]
     return json.loads(log.strip().splitlines()[-1]), log
 

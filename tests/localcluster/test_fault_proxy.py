@@ -7,6 +7,7 @@ answered 409 AlreadyExists), a stalled read, a watch cut mid-stream; repeatably 
 
 from __future__ import annotations
 
+import functools
 import http.client
 import json
 import textwrap
@@ -17,8 +18,11 @@ import uuid
 import pytest
 
 from localcluster.fault_proxy import KINDS, FaultProxy, streaming
+from tests.cluster import until
 
 WAIT_SECONDS = 60
+# Watches and streams are asked after often: what arrives when is what these tests check.
+_until = functools.partial(until, every=0.05)  # within 60 s, as WAIT_SECONDS
 
 
 @pytest.fixture
@@ -159,14 +163,6 @@ def test_a_watch_streams_through_the_proxy_as_it_does_directly(real_cluster, nam
         assert [e[:2] for e in seen["proxy"]] == [("ADDED", f"w{i}") for i in range(3)]
     finally:
         proxy.stop()
-
-
-def _until(condition, what: str, seconds: float = WAIT_SECONDS):
-    deadline = time.monotonic() + seconds
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"not {what} after {seconds:.0f} s"
-        time.sleep(0.05)
-    return value
 
 
 def test_a_pods_log_through_the_proxy_is_the_api_servers(real_cluster, namespace):

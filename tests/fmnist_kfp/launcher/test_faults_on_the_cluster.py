@@ -20,12 +20,12 @@ repeats the DELETE, which the API server answers 404)."""
 from __future__ import annotations
 
 import io
-import time
 
 import pytest
 import yaml
 
 from localcluster.fault_proxy import FaultProxy
+from tests.cluster import until
 
 IMAGE = "ghcr.io/fmnist-kfp/fmnist-kfp:0.2.0"
 STEP_SECONDS = 300
@@ -123,14 +123,6 @@ def _job(cluster, operator: str, namespace: str, name: str) -> dict | None:
         return None
 
 
-def _until(condition, what: str, seconds: float = 60):
-    deadline = time.monotonic() + seconds
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"not {what} after {seconds:.0f} s"
-        time.sleep(0.2)
-    return value
-
-
 def _created_as_the_seed_says(log: str, fault) -> None:
     if fault == "lost":  # the create went through; its retry was told so and re-attached
         assert "re-attaching to the existing" in log, log
@@ -153,7 +145,7 @@ def test_the_train_steps_jobs_get_through_the_faults(cluster, step, operator):
     log = out.getvalue()
     assert f"deleting the failed {'TFJob' if operator == 'tfjob' else 'TrainJob'}" in log, log
     _created_as_the_seed_says(log, SEEDS[seed][1])
-    _until(lambda: _job(cluster, operator, namespace, failing) is None, "the failed job deleted")
+    until(lambda: _job(cluster, operator, namespace, failing) is None, "the failed job deleted")
 
     good, out = f"fmnist-ok-{seed}", io.StringIO()
     outcome = _launcher(operator, namespace, claim, proxy, token, out).run(

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from tests.cluster import SCRIPTED_IMAGE, leave_scripted_result
+from tests.cluster import SCRIPTED_IMAGE, leave_scripted_result, until
 
 NAME = "fmnist-basic-gang"
 WAIT_SECONDS = 120
@@ -27,14 +27,6 @@ OPERATOR = ("kubeflow", "training-operator")  # namespace, Deployment (its stand
 # lines 191-202; pkg/controller.v1/control/podgroup_control.go).
 SCHEDULERS = {"volcano": ("volcano", "scheduling.volcano.sh/v1beta1"),
               "scheduler-plugins": ("scheduler-plugins-scheduler", "scheduling.x-k8s.io/v1alpha1")}
-
-
-def _until(condition, what: str, seconds: float = WAIT_SECONDS):
-    deadline = time.monotonic() + seconds
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"not {what} after {seconds:.0f} s"
-        time.sleep(0.2)
-    return value
 
 
 def _operator_running(cluster, command: list[str]) -> None:
@@ -66,7 +58,7 @@ def _operator_running(cluster, command: list[str]) -> None:
             f"{k}={v}" for k, v in deployment.spec.selector.match_labels.items())).items
         return len(pods) == 1 and pods[0].spec.containers[0].command == command
 
-    _until(rolled_out, f"the training operator running {command}")
+    until(rolled_out, f"the training operator running {command}", WAIT_SECONDS)
     wait_webhooks_serving(cluster.api_client, [o["metadata"]["name"] for o in render(
         TRAINING_OPERATOR_V1) if o["kind"] in WEBHOOK_KINDS])
 
@@ -167,7 +159,8 @@ def test_a_gang_job_gets_one_pod_group_holding_every_replica(gang, namespace, tm
     thread = threading.Thread(target=lambda: outcome.append(_run(launcher, tmp_path)),
                               daemon=True)
     thread.start()
-    group = _until(lambda: _pod_group(cluster, namespace, scheduler), "a PodGroup made")
+    group = until(lambda: _pod_group(cluster, namespace, scheduler), "a PodGroup made",
+                  WAIT_SECONDS)
     assert group["apiVersion"] == api
     assert group["spec"]["minMember"] == 2
     [owner] = group["metadata"]["ownerReferences"]
@@ -180,8 +173,8 @@ def test_a_gang_job_gets_one_pod_group_holding_every_replica(gang, namespace, tm
             f"/apis/{api}/namespaces/{namespace}/podgroups/{NAME}", "PATCH",
             body={"status": {"phase": "Inqueue"}}, auth_settings=["BearerToken"],
             header_params={"Content-Type": "application/merge-patch+json"})
-    pods = _until(lambda: (found := _pods(cluster, namespace)) and len(found) == 2 and found,
-                  "both workers' pods made")
+    pods = until(lambda: (found := _pods(cluster, namespace)) and len(found) == 2 and found,
+                 "both workers' pods made", WAIT_SECONDS)
     for pod in pods:
         assert pod.spec.scheduler_name == scheduler_name
         if scheduler == "volcano":
@@ -219,7 +212,8 @@ def test_a_pending_volcano_gang_counts_against_the_run_deadline_not_the_start_de
     clock = FakeTime()
 
     def sleep(seconds: float) -> None:
-        _until(lambda: _pod_group(cluster, namespace, scheduler), "a PodGroup made")
+        until(lambda: _pod_group(cluster, namespace, scheduler), "a PodGroup made",
+              WAIT_SECONDS)
         time.sleep(0.05)  # the operator's reconciles go on in real time
         clock.sleep(seconds)
 

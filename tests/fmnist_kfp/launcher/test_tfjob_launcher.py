@@ -72,18 +72,17 @@ def _launcher(cluster, namespace: str, restart_policy: str = "ExitCode", proxy=N
     return TFJobLauncher(_settings(namespace, restart_policy), **values)
 
 
+def _tfjob_path(namespace: str) -> str:
+    return f"/apis/kubeflow.org/v1/namespaces/{namespace}/tfjobs/{NAME}"
+
+
 def _tfjob(cluster, namespace: str) -> dict | None:
-    return cluster.read_or_none(f"/apis/kubeflow.org/v1/namespaces/{namespace}/tfjobs/{NAME}")
+    return cluster.read_or_none(_tfjob_path(namespace))
 
 
-def _gone(cluster, namespace: str, seconds: float = 30) -> bool:
+def _gone(cluster, namespace: str) -> bool:
     """Whether the TFJob is deleted (its finalizer-free delete completes at once)."""
-    deadline = time.monotonic() + seconds
-    while _tfjob(cluster, namespace) is not None:
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.2)
-    return True
+    return cluster.gone(_tfjob_path(namespace), 30)
 
 
 def _pods(cluster, namespace: str, selector: str = "") -> list:

@@ -7,9 +7,10 @@ authorizer judges every call it makes; the model is exported to the shared claim
 from __future__ import annotations
 
 import textwrap
-import time
 
 import pytest
+
+from tests.cluster import until
 
 NAMESPACE = "kubeflow"
 pytestmark = pytest.mark.slow  # trains real models
@@ -73,21 +74,7 @@ def _start_step(cluster, pod: str, job: str, epochs: int = 1, max_restarts: int 
 
 
 def _finished(cluster, pod: str) -> tuple[str, str]:
-    core = _core(cluster)
-    deadline = time.monotonic() + STEP_SECONDS + 60
-    while (phase := core.read_namespaced_pod(pod, NAMESPACE).status.phase) not in (
-            "Succeeded", "Failed"):
-        assert time.monotonic() < deadline
-        time.sleep(1)
-    return phase, core.read_namespaced_pod_log(pod, NAMESPACE)
-
-
-def _until(condition, what: str, seconds: float = 300):
-    deadline = time.monotonic() + seconds
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"not {what} after {seconds:.0f} s"
-        time.sleep(0.2)
-    return value
+    return cluster.pod_finished(NAMESPACE, pod, STEP_SECONDS + 60)
 
 
 def _workers(cluster, job: str) -> list:
@@ -163,7 +150,7 @@ def test_a_job_the_scheduler_cannot_place_says_why_while_it_waits(cluster, claim
     assert (f"waiting for {job}-worker-0: Unschedulable: 0/1 nodes are available: "
             "1 Insufficient cpu") in log, log
     assert "did not finish within the step's 40 s" in log, log
-    _until(lambda: _tfjob(cluster, job) is None, "the TFJob deleted", 60)
+    until(lambda: _tfjob(cluster, job) is None, "the TFJob deleted", 60)
 
 
 def test_a_killed_worker_is_restarted_and_training_resumes_from_its_checkpoint(cluster, claim):
@@ -180,8 +167,8 @@ def test_a_killed_worker_is_restarted_and_training_resumes_from_its_checkpoint(c
     # (and, rarely, the restarted one losing that peer in turn).
     _start_step(cluster, "train-killed", job, epochs=12, max_restarts=4)
     history = claim / "models" / job / "history.jsonl"
-    _until(lambda: history.exists() and history.read_text().count("\n") >= 1,
-           "an epoch checkpointed")
+    until(lambda: history.exists() and history.read_text().count("\n") >= 1,
+          "an epoch checkpointed", 300)
     [worker] = [p for p in _workers(cluster, job) if p.metadata.name.endswith("worker-1")]
     [status] = worker.status.container_statuses
     os.kill(int(status.container_id.removeprefix("process://")), signal.SIGKILL)
@@ -201,10 +188,10 @@ def test_terminating_the_step_deletes_its_tfjob(cluster, claim):
     deletes the TFJob before it exits (fmnist_kfp.kubernetes.runner)."""
     job = "fmnist-basic-stopped"
     _start_step(cluster, "train-stopped", job, epochs=50)
-    _until(lambda: len(_workers(cluster, job)) == 2, "two workers")
+    until(lambda: len(_workers(cluster, job)) == 2, "two workers", 300)
     _core(cluster).delete_namespaced_pod("train-stopped", NAMESPACE, grace_period_seconds=30)
-    _until(lambda: _tfjob(cluster, job) is None, "the TFJob deleted", 60)
-    _until(lambda: not _workers(cluster, job), "the workers gone", 60)
+    until(lambda: _tfjob(cluster, job) is None, "the TFJob deleted", 60)
+    until(lambda: not _workers(cluster, job), "the workers gone", 60)
 
 
 def test_a_retried_step_finds_its_running_tfjob(cluster, claim):
@@ -217,12 +204,12 @@ def test_a_retried_step_finds_its_running_tfjob(cluster, claim):
 
     job = "fmnist-basic-retried"
     _start_step(cluster, "train-first", job, epochs=6)
-    _until(lambda: len(_workers(cluster, job)) == 2, "two workers")
+    until(lambda: len(_workers(cluster, job)) == 2, "two workers", 300)
     [status] = _core(cluster).read_namespaced_pod("train-first", NAMESPACE).status \
         .container_statuses
     os.kill(int(status.container_id.removeprefix("process://")), signal.SIGKILL)
-    _until(lambda: _core(cluster).read_namespaced_pod("train-first", NAMESPACE).status.phase
-           == "Failed", "the first step failed")
+    until(lambda: _core(cluster).read_namespaced_pod("train-first", NAMESPACE).status.phase
+          == "Failed", "the first step failed", 300)
     uid = _tfjob(cluster, job)["metadata"]["uid"]
     _start_step(cluster, "train-retry", job, epochs=6)
     phase, log = _finished(cluster, "train-retry")

@@ -31,7 +31,7 @@ from fmnist_kfp.launcher.trainjob_launcher import TrainJobLauncher
 from fmnist_kfp.settings.jobs import KubernetesSettings
 from fmnist_kfp.settings.training import TrainingConfig
 from fmnist_kfp.training.training_job import TrainingJobSpec
-from tests.cluster import SCRIPTED_IMAGE, leave_scripted_result
+from tests.cluster import SCRIPTED_IMAGE, leave_scripted_result, until
 
 NAME = "fmnist-basic-3f2a9c"
 STEP_SECONDS = 120  # real seconds: each job here takes a few
@@ -111,20 +111,12 @@ def _pods(cluster, namespace: str) -> list:
         namespace, label_selector=f"jobset.sigs.k8s.io/jobset-name={NAME}").items
 
 
-def _until(predicate, what: str, seconds: float = 60):
-    deadline = time.monotonic() + seconds
-    while not (value := predicate()):
-        assert time.monotonic() < deadline, f"no {what} within {seconds} s"
-        time.sleep(0.2)
-    return value
-
-
 def _gone(cluster, namespace: str) -> bool:
     """The TrainJob deleted, and with it (owner references, the garbage collector) its
     JobSet and pods."""
-    _until(lambda: _trainjob(cluster, namespace) is None, "TrainJob deleted", 30)
-    _until(lambda: _jobset(cluster, namespace) is None, "JobSet collected", 30)
-    _until(lambda: not _pods(cluster, namespace), "pods collected", 30)
+    until(lambda: _trainjob(cluster, namespace) is None, "TrainJob deleted", 30)
+    until(lambda: _jobset(cluster, namespace) is None, "JobSet collected", 30)
+    until(lambda: not _pods(cluster, namespace), "pods collected", 30)
     return True
 
 
@@ -344,16 +336,16 @@ def test_suspension_is_queued_time_and_no_restart(cluster, namespace, tmp_path):
         return not _pods(cluster, namespace) and shown(f"queued: {why}") == times
 
     def kueue() -> None:
-        job = _until(lambda: _trainjob(cluster, namespace), "TrainJob created")
+        job = until(lambda: _trainjob(cluster, namespace), "TrainJob created")
         patch_suspend(True)  # Kueue's webhook creates it suspended: its JobSet may be first
         _workload(cluster, namespace, job, why)
-        _until(lambda: suspended(1), "the job held")
+        until(lambda: suspended(1), "the job held")
         patch_suspend(False)  # admitted
-        _until(lambda: running() and shown("Running (2/2 nodes)") == 1, "2 nodes running")
+        until(lambda: running() and shown("Running (2/2 nodes)") == 1, "2 nodes running")
         patch_suspend(True)  # preempted
-        _until(lambda: suspended(2), "the job held again")
+        until(lambda: suspended(2), "the job held again")
         patch_suspend(False)  # admitted again
-        _until(lambda: running() or shown("Complete"), "2 nodes running again")
+        until(lambda: running() or shown("Complete"), "2 nodes running again")
 
     errors = []
 
@@ -413,7 +405,7 @@ def test_a_job_deleted_behind_our_back_is_an_error_naming_it(cluster, namespace,
     launcher = _launcher(cluster, namespace)
 
     def delete_once_running():
-        _until(lambda: any(p.status.phase == "Running" for p in _pods(cluster, namespace)),
+        until(lambda: any(p.status.phase == "Running" for p in _pods(cluster, namespace)),
                "a node running")
         cluster.api_client.call_api(TRAINJOBS.format(namespace=namespace) + f"/{NAME}",
                                     "DELETE", auth_settings=["BearerToken"])

@@ -8,7 +8,6 @@ the ServiceAccount bound to manifests/standalone-rbac's Role."""
 from __future__ import annotations
 
 import textwrap
-import time
 
 import pytest
 
@@ -81,12 +80,7 @@ def _run_step(cluster, namespace: str, job: str, timeout: int) -> tuple[str, str
                                  "volumeMounts": [{"name": "data", "mountPath": "/mnt/fmnist"}]}],
                  "volumes": [{"name": "data",
                               "persistentVolumeClaim": {"claimName": "fmnist-data"}}]}})
-    deadline = time.monotonic() + timeout + 60
-    while (phase := core.read_namespaced_pod("train-step", namespace).status.phase) not in (
-            "Succeeded", "Failed"):
-        assert time.monotonic() < deadline
-        time.sleep(1)
-    return phase, core.read_namespaced_pod_log("train-step", namespace)
+    return cluster.pod_finished(namespace, "train-step", timeout + 60)
 
 
 def test_a_two_node_trainjob_trains_and_exports_the_model(cluster, namespace, request):

@@ -152,12 +152,7 @@ def _preflight_in_a_pod(cluster, namespace: str, operator: str) -> list[Row]:
         "spec": {"serviceAccountName": "pipeline-runner", "restartPolicy": "Never",
                  "containers": [{"name": "main", "image": IMAGE,
                                  "command": ["python", "-c", textwrap.dedent(script)]}]}})
-    deadline = time.monotonic() + POD_SECONDS
-    while (phase := core.read_namespaced_pod(pod, namespace).status.phase) not in (
-            "Succeeded", "Failed"):
-        assert time.monotonic() < deadline, f"preflight's pod still {phase}"
-        time.sleep(0.5)
-    log = core.read_namespaced_pod_log(pod, namespace)
+    phase, log = cluster.pod_finished(namespace, pod, POD_SECONDS, every=0.5)
     assert phase == "Succeeded", log
     (line,) = [line for line in log.splitlines() if line.startswith("ROWS ")]
     return [Row(**row) for row in json.loads(line[len("ROWS "):])]
