@@ -293,12 +293,14 @@ class RealCluster:
 
 
 
-def until(condition, what: str, seconds: float = 60, every: float = 0.2):
+def until(condition, what: str, seconds: float = 60, every: float = 0.2, shown=None):
     """``condition()``'s first true value, asked every ``every`` seconds; fails the test with
-    ``what`` when none comes within ``seconds``."""
+    ``what``, and ``shown()`` where given (the state that was last seen), when none comes
+    within ``seconds``."""
     deadline = time.monotonic() + seconds
     while not (value := condition()):
-        assert time.monotonic() < deadline, f"not {what} after {seconds:.0f} s"
+        assert time.monotonic() < deadline, f"not {what} after {seconds:.0f} s" + (
+            f": {shown()}" if shown else "")
         time.sleep(every)
     return value
 

@@ -25,8 +25,10 @@ every update, 409 AlreadyExists on a second create.
 
 1. **The claim.** A promotion reads the InferenceService and then the claim (its data: the model
    promoted early last, its validation accuracy, and the uid of the InferenceService it was
-   made on, empty when made to create it; a claim made on an InferenceService that is gone is
-   void), compares (:func:`fmnist_kfp.serving.deploy.blessing.bless_early`; without a claim,
+   made on, empty when made to create it and bound to the service's uid by the first
+   promotion that finds the service there, its holder or another, on every path; a claim
+   made on an InferenceService that is gone is void), compares
+   (:func:`fmnist_kfp.serving.deploy.blessing.bless_early`; without a claim,
    the served model's test accuracy as blessing does), and, if better, writes its own claim
    with that read's ``resourceVersion`` (or creates it). A 409 means another promotion wrote
    first: it reads again and decides again. So claims only ever rise, and each was decided
@@ -183,6 +185,7 @@ def promote_with_kserve(settings: KServeSettings, *, storage_uri: str,
             else:
                 config_map = rollout.retrying(lambda: api.get_claim(name),  # noqa: B023
                                               f"read ConfigMap {name}")
+                config_map = _bind_unbound(rollout, config_map, current)
                 claimed, claimed_uri, claimed_type = claim_of(config_map, current)
                 served_test = (served_accuracy(current)[0]
                                if claimed is None and current is not None else None)
@@ -227,6 +230,9 @@ def promote_with_kserve(settings: KServeSettings, *, storage_uri: str,
                     raise
                 _bind(rollout, data)
                 return result
+            # Held over a service this promotion did not create (another's create won the
+            # race, or a retried step's claim): bound to it before it is rolled.
+            _bind(rollout, data, current)
             return rollout.update(current, decision, model_uri_of(current))
         except Exception as error:  # the runner may wrap what a write raised
             superseded = _superseded(error)
@@ -261,8 +267,8 @@ def _swap_if_ours(rollout: Rollout, data: dict[str, str], new: dict[str, str], w
     api, name = rollout.api, claim_name(rollout.name)
     try:
         config_map = api.get_claim(name)
-        if config_map is None or (config_map.get("data") or {}).get(CLAIM_MODEL_URI) != \
-                data[CLAIM_MODEL_URI]:
+        held = (config_map or {}).get("data") or {}
+        if held.get(CLAIM_MODEL_URI) != data[CLAIM_MODEL_URI] or held == new:
             return
         _write_claim(api, rollout.settings, config_map, new)
         rollout.log(f"[kserve] serve_early: {why}")
@@ -270,21 +276,47 @@ def _swap_if_ours(rollout: Rollout, data: dict[str, str], new: dict[str, str], w
         rollout.log(f"[kserve] serve_early: could not update ConfigMap {name} ({error})")
 
 
-def _bind(rollout: Rollout, data: dict[str, str]) -> None:
-    """Records the uid of the InferenceService just created in this model's claim: a claim
-    then dies with its InferenceService (:func:`claim_of`). The service is made already: a
-    read answered transiently is asked again, and one that still fails leaves the claim
-    unbound rather than failing a promotion that served its model."""
-    try:
-        isvc = retrying(rollout.api.get, rollout.name)
-    except Exception as error:
-        rollout.log(f"[kserve] serve_early: could not read {rollout.where} to bind the claim "
-                    f"to it ({error}); the claim stays unbound")
-        return
-    uid = ((isvc or {}).get("metadata") or {}).get("uid")
-    if uid:
+def _uid(isvc: dict | None) -> str:
+    return ((isvc or {}).get("metadata") or {}).get("uid") or ""
+
+
+def _bind(rollout: Rollout, data: dict[str, str], isvc: dict | None = None) -> None:
+    """Records in this model's claim the uid of the InferenceService it holds (``isvc``, or
+    the one just created, read here): a claim then dies with its InferenceService
+    (:func:`claim_of`). The service is made already: a read answered transiently is asked
+    again, and one that still fails leaves the claim unbound rather than failing a promotion
+    that served its model."""
+    if isvc is None:
+        try:
+            isvc = retrying(rollout.api.get, rollout.name)
+        except Exception as error:
+            rollout.log(f"[kserve] serve_early: could not read {rollout.where} to bind the "
+                        f"claim to it ({error}); the claim stays unbound")
+            return
+    if uid := _uid(isvc):
         _swap_if_ours(rollout, data, {**data, CLAIM_UID: uid},
                       f"the claim is bound to {rollout.where} ({uid})")
+
+
+def _bind_unbound(rollout: Rollout, config_map: dict | None, isvc: dict | None) -> dict | None:
+    """Another promotion's claim read with no uid while the InferenceService exists: made
+    before any service was, so this one was created since, to serve it (or a racing
+    promotion's was, that it rolls out over). Bound to it here, with the read's
+    ``resourceVersion``, so that it dies with the service even if its holder stopped before
+    binding it; a conflict leaves it to whoever wrote since. Returns the claim as it now is."""
+    data = (config_map or {}).get("data") or {}
+    if config_map is None or not data or data.get(CLAIM_UID) or not _uid(isvc):
+        return config_map
+    try:
+        bound = _write_claim(rollout.api, rollout.settings, config_map,
+                             {**data, CLAIM_UID: _uid(isvc)})
+    except (Conflict, TransientApiError) as error:
+        rollout.log(f"[kserve] serve_early: could not bind the claim to {rollout.where} "
+                    f"({error}); deciding on it as read")
+        return config_map
+    rollout.log(f"[kserve] serve_early: bound the claim left unbound to {rollout.where} "
+                f"({_uid(isvc)})")
+    return bound
 
 
 def _release(rollout: Rollout, data: dict[str, str]) -> None:

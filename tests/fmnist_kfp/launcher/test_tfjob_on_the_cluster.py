@@ -131,12 +131,19 @@ def test_parameter_servers_and_an_evaluator_train_and_export_the_model(cluster, 
     assert "chief-0: ParameterServerStrategy coordinating 2 worker(s) and 1 parameter " \
            "server(s)" in log, log
     # The chief ran to the end; the PS and the workers, which serve until they are stopped,
-    # were deleted with the job's running pods (cleanPodPolicy Running), and so was the
-    # evaluator if it was still scoring the last checkpoint when the job succeeded.
-    finished = {p.metadata.name.removeprefix(job + "-"): p.status.phase
+    # are deleted with the job's running pods (cleanPodPolicy Running), and so is the
+    # evaluator if it was still scoring the last checkpoint when the job succeeded. The
+    # operator does that in the reconcile after the one that wrote Succeeded, which the
+    # launcher may already have seen (kubeflow/training-operator v1.9.2
+    # pkg/controller.v1/common/job.go, ReconcileJobs: IsFinished -> CleanUpResources), and a
+    # deleted pod is Running until its process has stopped: hence the wait.
+    def finished() -> dict:
+        return {p.metadata.name.removeprefix(job + "-"): p.status.phase
                 for p in _workers(cluster, job)}
-    assert finished in ({"chief-0": "Succeeded", "evaluator-0": "Succeeded"},
-                        {"chief-0": "Succeeded"}), finished
+
+    until(lambda: finished() in ({"chief-0": "Succeeded", "evaluator-0": "Succeeded"},
+                                 {"chief-0": "Succeeded"}),
+          "only the chief (and a finished evaluator) left", 60, shown=finished)
 
 
 def test_a_job_the_scheduler_cannot_place_says_why_while_it_waits(cluster, claim):

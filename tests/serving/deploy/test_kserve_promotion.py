@@ -279,6 +279,9 @@ def test_racing_promotions_from_a_cold_start_serve_the_better_model(monkeypatch,
         address = (f"http://fashion-mnist.{NS}.svc.cluster.local" if mode == "Serverless"
                    else f"http://fashion-mnist-predictor.{NS}.svc.cluster.local")
         assert standin.answering(address)[0] == BETTER
+        # Issue 41: the claim is bound to the service, also when its holder's create was
+        # answered 409 and it rolled out over the other's (first == "worse").
+        assert _claim(standin)[CLAIM_UID] == standin.isvc()["metadata"]["uid"], logs
         # Standard mode: no candidate is left behind.
         assert [key for key in standin.objects if key[0] == "InferenceService"] == [
             ("InferenceService", NS, "fashion-mnist")]
@@ -345,6 +348,34 @@ def test_a_claim_made_on_an_inference_service_deleted_since_is_void(standin):
     api.delete("fashion-mnist")
     _until(lambda: api.get("fashion-mnist") is None, "the deletion")
     assert _promote(standin, WORSE, "basic").action == "created"
+    assert _served(standin) == WORSE and _claim(standin)[CLAIM_MODEL_URI] == WORSE
+
+
+@pytest.mark.parametrize("holder", ["this model", "another model"])
+def test_a_claim_left_unbound_is_bound_and_dies_with_its_inference_service(standin, holder):
+    """Issue 41 item 4: a claim made while no InferenceService existed (``inference-service-uid``
+    empty) whose holder stopped before binding it: a retried step of the same model, or
+    another model's promotion. The next promotion that finds the service binds it, so that
+    deleting the service voids it as docs/serving.md says; before, a uid-less claim was honoured
+    against any service, and a worse model was refused with nothing served."""
+    serve_old_model(standin, accuracy=0.90)
+    client = standin.kserve_client(NS)
+    api = kserve_api.KServeApi(client.api_instance.api_client, NS)
+    api.create_claim({"apiVersion": "v1", "kind": "ConfigMap",
+                      "metadata": {"name": claim_name("fashion-mnist"), "namespace": NS},
+                      "data": {CLAIM_ACCURACY: f"{ACCURACY[BETTER]:.6f}",
+                               CLAIM_MODEL_URI: BETTER, CLAIM_MODEL_TYPE: "batchnorm",
+                               CLAIM_UID: ""}})
+    logs: list[str] = []
+    if holder == "this model":  # the retried step: it rolls its model out
+        assert _promote(standin, BETTER, "batchnorm", logs).action == "promoted", logs
+    else:  # a worse model: refused against the claim, which it binds
+        assert _promote(standin, WORSE, "basic", logs).action == "rejected", logs
+    assert _claim(standin)[CLAIM_UID] == standin.isvc()["metadata"]["uid"], logs
+    api.delete("fashion-mnist")
+    _until(lambda: api.get("fashion-mnist") is None, "the deletion")
+    logs.clear()
+    assert _promote(standin, WORSE, "basic", logs).action == "created", logs
     assert _served(standin) == WORSE and _claim(standin)[CLAIM_MODEL_URI] == WORSE
 
 
