@@ -122,7 +122,7 @@ def claim_of(config_map: dict | None, isvc: dict | None) -> tuple[float | None, 
         return early_claim(isvc) if isvc is not None else (None, "", "")
     data = config_map.get("data") or {}
     uid = data.get(CLAIM_UID, "")
-    if uid and uid != ((isvc or {}).get("metadata") or {}).get("uid"):
+    if uid and uid != _uid(isvc):
         return None, "", ""  # made on an InferenceService deleted since
     try:
         accuracy = float(data[CLAIM_ACCURACY])
@@ -143,6 +143,11 @@ class EarlyClaim:
         return {ANNOTATION_MODEL_URI: uri}
 
     def guard(self) -> None:
+        self.held_claim()
+
+    def held_claim(self) -> dict:
+        """The claim ConfigMap, read now; raises :class:`Superseded` unless it is still this
+        model's."""
         api: KServeApi = self.api
         name = claim_name(self.name)
         config_map = self.retrying(lambda: api.get_claim(name), f"read ConfigMap {name}")
@@ -152,6 +157,7 @@ class EarlyClaim:
                 f"{self.where}: {data.get(CLAIM_MODEL_TYPE) or data.get(CLAIM_MODEL_URI) or 'no'}"
                 f" claim (validation accuracy {data.get(CLAIM_ACCURACY)}) replaced this one "
                 "meanwhile; this promotion stops and leaves the better model to finish")
+        return config_map
 
 
 def _superseded(error: BaseException) -> Superseded | None:
@@ -180,12 +186,11 @@ def promote_with_kserve(settings: KServeSettings, *, storage_uri: str,
         rollout.claimed_uri = storage_uri
         api, name = rollout.api, claim_name(settings.name)
         try:
-            if held:
-                rollout.guard()  # still ours? (else Superseded)
-            else:
-                config_map = rollout.retrying(lambda: api.get_claim(name),  # noqa: B023
-                                              f"read ConfigMap {name}")
-                config_map = _bind_unbound(rollout, config_map, current)
+            config_map = (rollout.held_claim() if held  # still ours? (else Superseded)
+                          else rollout.retrying(lambda: api.get_claim(name),  # noqa: B023
+                                                f"read ConfigMap {name}"))
+            config_map = _bind_unbound(rollout, config_map, current)
+            if not held:
                 claimed, claimed_uri, claimed_type = claim_of(config_map, current)
                 served_test = (served_accuracy(current)[0]
                                if claimed is None and current is not None else None)
@@ -204,9 +209,9 @@ def promote_with_kserve(settings: KServeSettings, *, storage_uri: str,
                     if not decision.blessed:
                         return rollout.result("rejected", decision, current,
                                               reason=decision.reason)
-                    uid = ((current or {}).get("metadata") or {}).get("uid", "")
                     try:
-                        _write_claim(api, settings, config_map, {**data, CLAIM_UID: uid})
+                        _write_claim(api, settings, config_map,
+                                     {**data, CLAIM_UID: _uid(current)})
                     except Conflict as error:
                         log(f"[kserve] serve_early: {rollout.where} changed since it was read "
                             f"(its claim: {error}); deciding again ({attempt}/{attempts})")
@@ -230,9 +235,6 @@ def promote_with_kserve(settings: KServeSettings, *, storage_uri: str,
                     raise
                 _bind(rollout, data)
                 return result
-            # Held over a service this promotion did not create (another's create won the
-            # race, or a retried step's claim): bound to it before it is rolled.
-            _bind(rollout, data, current)
             return rollout.update(current, decision, model_uri_of(current))
         except Exception as error:  # the runner may wrap what a write raised
             superseded = _superseded(error)
@@ -280,28 +282,27 @@ def _uid(isvc: dict | None) -> str:
     return ((isvc or {}).get("metadata") or {}).get("uid") or ""
 
 
-def _bind(rollout: Rollout, data: dict[str, str], isvc: dict | None = None) -> None:
-    """Records in this model's claim the uid of the InferenceService it holds (``isvc``, or
-    the one just created, read here): a claim then dies with its InferenceService
-    (:func:`claim_of`). The service is made already: a read answered transiently is asked
-    again, and one that still fails leaves the claim unbound rather than failing a promotion
-    that served its model."""
-    if isvc is None:
-        try:
-            isvc = retrying(rollout.api.get, rollout.name)
-        except Exception as error:
-            rollout.log(f"[kserve] serve_early: could not read {rollout.where} to bind the "
-                        f"claim to it ({error}); the claim stays unbound")
-            return
+def _bind(rollout: Rollout, data: dict[str, str]) -> None:
+    """Records the uid of the InferenceService just created in this model's claim: a claim
+    then dies with its InferenceService (:func:`claim_of`). The service is made already: a
+    read answered transiently is asked again, and one that still fails leaves the claim
+    unbound rather than failing a promotion that served its model."""
+    try:
+        isvc = retrying(rollout.api.get, rollout.name)
+    except Exception as error:
+        rollout.log(f"[kserve] serve_early: could not read {rollout.where} to bind the claim "
+                    f"to it ({error}); the claim stays unbound")
+        return
     if uid := _uid(isvc):
         _swap_if_ours(rollout, data, {**data, CLAIM_UID: uid},
                       f"the claim is bound to {rollout.where} ({uid})")
 
 
 def _bind_unbound(rollout: Rollout, config_map: dict | None, isvc: dict | None) -> dict | None:
-    """Another promotion's claim read with no uid while the InferenceService exists: made
-    before any service was, so this one was created since, to serve it (or a racing
-    promotion's was, that it rolls out over). Bound to it here, with the read's
+    """A claim read with no uid while the InferenceService exists, this promotion's or
+    another's: made before any service was, so this one was created since, to serve it (or a
+    racing promotion's was, that its holder rolls out over: a 409 ``CreatedMeanwhile``, a
+    retried step). Bound to it here, on every path that reads the claim, with the read's
     ``resourceVersion``, so that it dies with the service even if its holder stopped before
     binding it; a conflict leaves it to whoever wrote since. Returns the claim as it now is."""
     data = (config_map or {}).get("data") or {}
