@@ -45,8 +45,9 @@ def _validity(builder: x509.CertificateBuilder) -> x509.CertificateBuilder:
         now + datetime.timedelta(days=30))
 
 
-def make_ca(directory: Path, common_name: str = "fmnist-kfp-local-ca") -> tuple:
-    """A CA (``ca.crt``, ``ca.key``) in ``directory``; returns (certificate, key)."""
+def make_ca(directory: Path, common_name: str = "fmnist-kfp-local-ca",
+            stem: str = "ca") -> tuple:
+    """A CA (``<stem>.crt``, ``<stem>.key``) in ``directory``; returns (certificate, key)."""
     key = _key()
     cert = _validity(x509.CertificateBuilder()).subject_name(_name(common_name)).issuer_name(
         _name(common_name)).public_key(key.public_key()).serial_number(
@@ -56,29 +57,43 @@ def make_ca(directory: Path, common_name: str = "fmnist-kfp-local-ca") -> tuple:
                       content_commitment=False, key_encipherment=False, data_encipherment=False,
                       key_agreement=False, encipher_only=False, decipher_only=False),
         critical=True).sign(key, hashes.SHA256())
-    _write_cert(cert, directory / "ca.crt")
-    _write_key(key, directory / "ca.key")
+    _write_cert(cert, directory / f"{stem}.crt")
+    _write_key(key, directory / f"{stem}.key")
     return cert, key
+
+
+def _issue(directory: Path, stem: str, ca: tuple, subject: str,
+           extensions: list[x509.ExtensionType]) -> tuple[Path, Path]:
+    """A certificate for ``subject`` with ``extensions``, signed by ``ca``: ``<stem>.crt``
+    and ``<stem>.key``."""
+    ca_cert, ca_key = ca
+    key = _key()
+    builder = _validity(x509.CertificateBuilder()).subject_name(_name(subject)).issuer_name(
+        ca_cert.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
+    for extension in extensions:
+        builder = builder.add_extension(extension, critical=False)
+    cert_path, key_path = directory / f"{stem}.crt", directory / f"{stem}.key"
+    _write_cert(builder.sign(ca_key, hashes.SHA256()), cert_path)
+    _write_key(key, key_path)
+    return cert_path, key_path
 
 
 def make_serving_cert(directory: Path, stem: str, ca: tuple, dns_names: tuple[str, ...],
                       ips: tuple[str, ...]) -> tuple[Path, Path]:
     """A serving certificate signed by ``ca`` for the names and addresses given:
     ``<stem>.crt`` and ``<stem>.key``."""
-    ca_cert, ca_key = ca
-    key = _key()
     alt_names = [x509.DNSName(n) for n in dns_names] + [
         x509.IPAddress(ipaddress.ip_address(a)) for a in ips]
-    cert = _validity(x509.CertificateBuilder()).subject_name(_name(dns_names[0])).issuer_name(
-        ca_cert.subject).public_key(key.public_key()).serial_number(
-        x509.random_serial_number()).add_extension(
-        x509.SubjectAlternativeName(alt_names), critical=False).add_extension(
-        x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False).sign(
-        ca_key, hashes.SHA256())
-    cert_path, key_path = directory / f"{stem}.crt", directory / f"{stem}.key"
-    _write_cert(cert, cert_path)
-    _write_key(key, key_path)
-    return cert_path, key_path
+    return _issue(directory, stem, ca, dns_names[0], [
+        x509.SubjectAlternativeName(alt_names),
+        x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH])])
+
+
+def make_client_cert(directory: Path, stem: str, ca: tuple,
+                     common_name: str) -> tuple[Path, Path]:
+    """A client certificate for ``common_name`` signed by ``ca``: ``<stem>.crt``, ``.key``."""
+    return _issue(directory, stem, ca, common_name,
+                  [x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH])])
 
 
 def make_service_account_keys(directory: Path) -> tuple[Path, Path]:

@@ -105,6 +105,10 @@ class ControlPlane:
             pki, "apiserver", ca, certs.API_SERVER_NAMES,
             ("127.0.0.1", API_SERVICE_IP, *pod_gateway))
         sa_key, sa_pub = certs.make_service_account_keys(pki)
+        # The aggregator's client identity towards aggregated API servers (Kueue's visibility
+        # API): they authenticate the API server by this CA, as kubeadm sets it up.
+        front_proxy_ca = certs.make_ca(pki, "front-proxy-ca", stem="front-proxy-ca")
+        certs.make_client_cert(pki, "front-proxy-client", front_proxy_ca, "front-proxy-client")
         self.identities = {
             "admin": Identity("kubernetes-admin", ("system:masters",)),
             "controller-manager": Identity("system:kube-controller-manager"),
@@ -159,6 +163,13 @@ class ControlPlane:
             # Webhooks and aggregated APIs are called at their Services' endpoints (the pods'
             # addresses), not at virtual ClusterIPs: no kube-proxy here.
             "--enable-aggregator-routing=true",
+            f"--requestheader-client-ca-file={self.state_dir / 'pki' / 'front-proxy-ca.crt'}",
+            "--requestheader-allowed-names=front-proxy-client",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={self.state_dir / 'pki' / 'front-proxy-client.crt'}",
+            f"--proxy-client-key-file={self.state_dir / 'pki' / 'front-proxy-client.key'}",
             "--profiling=false", "--v=1"])
         ssl_context = ssl.create_default_context(cafile=str(self.ca_file))
         self._wait_until("kube-apiserver", lambda: _get(

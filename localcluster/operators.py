@@ -21,6 +21,7 @@ from localcluster.build import HERE, build, go_command
 from localcluster.programs import (
     JOBSET_0_10,
     JOBSET_0_11,
+    KUEUE,
     KUSTOMIZE,
     TRAINER_2_1,
     TRAINER_2_2,
@@ -70,10 +71,17 @@ TRAINER_V2_1 = Operator(
 JOBSET_V0_11 = replace(JOBSET_V0_10, name="jobset-0.11", module=JOBSET_0_11)
 TRAINER_V2_2 = replace(TRAINER_V2_1, name="trainer-2.2", module=TRAINER_2_2)
 
+# Kueue as its release's manifests.yaml installs it (config/default: internal cert rotation,
+# webhooks, the visibility API served through the aggregator), with its default configuration:
+# the kubeflow.org/tfjob integration off, as v0.19 ships it.
+KUEUE_V0_19 = Operator(
+    name="kueue", module=KUEUE, upstream="sigs.k8s.io/kueue", kustomization="config/default",
+    images={"kueue": "kueue"}, namespace="kueue-system", deployment="kueue-controller-manager")
+
 # By the name `python -m localcluster up --operators` takes, in the order they install (Trainer
 # needs JobSet's CRDs).
 BY_NAME = {o.name: o for o in (TRAINING_OPERATOR_V1, JOBSET_V0_10, TRAINER_V2_1,
-                                JOBSET_V0_11, TRAINER_V2_2)}
+                                JOBSET_V0_11, TRAINER_V2_2, KUEUE_V0_19)}
 
 
 def module_dir(module: GoModule, upstream: str) -> Path:

@@ -60,10 +60,13 @@ TRAINER_2_2 = GoModule("trainer-v2.2.0", "trainer-v2.2.0", _TRAINER)
 TRAINING_OPERATOR = GoModule(
     "training-operator-v1.9.2", "training-operator-v1.9.2",
     {"training-operator": "github.com/kubeflow/training-operator/cmd/training-operator.v1"})
+# Kueue v0.19.2, the newest the module proxy serves: go 1.26, k8s.io v0.36 and
+# controller-runtime v0.24, a client two minors past the API server (Kueue's CI runs such skew).
+KUEUE = GoModule("kueue-v0.19.2", "kueue-v0.19.2", {"kueue": "sigs.k8s.io/kueue/cmd/kueue"})
 # kustomize renders the operators' own install manifests from their modules, as `kubectl apply
 # -k` does (kubectl v1.34 embeds kustomize v5.7.1).
 KUSTOMIZE = GoModule("kustomize-v5.7.1", "kustomize-v5.7.1",
                      {"kustomize": "sigs.k8s.io/kustomize/kustomize/v5"})
 # What `python -m localcluster build` (and so `make test`) builds: what the tests run.
 MODULES = (CONTROL_PLANE, KUSTOMIZE, JOBSET_0_10, TRAINER_2_1, JOBSET_0_11, TRAINER_2_2,
-           TRAINING_OPERATOR)
+           TRAINING_OPERATOR, KUEUE)

@@ -58,8 +58,11 @@ CRD_ESTABLISHED_SECONDS = 60
 GRANT_SECONDS = 30
 # The upstream operators whose images the node runs (installed by the tests that need them).
 OPERATORS = ("TRAINING_OPERATOR_V1", "JOBSET_V0_10", "TRAINER_V2_1")
-# Kubeflow 26.03.1's Trainer and JobSet, on a cluster of their own (real_cluster_trainer_2_2).
+# Kubeflow 26.03.1's Trainer and JobSet, on a cluster of their own (real_cluster_trainer_2_2),
+# whose node also runs Kueue (which queues TrainJobs from Trainer 2.2 on) and, for the TFJobs
+# it queues, the Training Operator; those two are installed by the tests that use them.
 TRAINER_2_2 = ("JOBSET_V0_11", "TRAINER_V2_2")
+TRAINER_2_2_NODE = (*TRAINER_2_2, "TRAINING_OPERATOR_V1", "KUEUE_V0_19")
 # A training image whose pods do what a test scripts instead of training (tests/scripted_pod.py).
 SCRIPTED_IMAGE = "scripted-pod:1"
 

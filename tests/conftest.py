@@ -103,12 +103,14 @@ def real_cluster(tmp_path_factory):
 @pytest.fixture(scope="session")
 def real_cluster_trainer_2_2(real_cluster, tmp_path_factory):
     """A second control plane whose node runs Kubeflow Trainer v2.2.0 with JobSet v0.11.0
-    (Kubeflow 26.03.1), both installed: one node runs one version of each image. Its tests
-    use ``real_cluster`` too, so they share its work unit and this starts once."""
-    from tests.cluster import TRAINER_2_2, start_real_cluster
+    (Kubeflow 26.03.1), both installed (one node runs one version of each image), and the
+    Training Operator and Kueue v0.19.2, which the Kueue tests install. Its tests use
+    ``real_cluster`` too, so they share its work unit and this starts once."""
+    from tests.cluster import TRAINER_2_2, TRAINER_2_2_NODE, start_real_cluster
 
     real_cluster.require_node()
-    plane, cluster = start_real_cluster(tmp_path_factory.mktemp("trainer-2.2"), TRAINER_2_2)
+    plane, cluster = start_real_cluster(tmp_path_factory.mktemp("trainer-2.2"),
+                                        TRAINER_2_2_NODE)
     try:
         for operator in TRAINER_2_2:
             cluster.install(operator)

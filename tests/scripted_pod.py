@@ -13,8 +13,9 @@ container's command (the trainer's, as the job builders make it) is ignored; eac
 
 The n-th start of a hostname (counted in ``starts/<hostname>`` on the claim, so a recreated pod
 and a restarted container both count) sleeps ``before`` seconds (default 0: a trainer's start
-before its first epoch line), prints ``log``, sleeps ``seconds`` (default 1) and exits with
-``exits[n]`` (the last one once they run out; 0 when none is given).
+before its first epoch line), prints ``log``, sleeps ``seconds`` (default 1; a list: its n-th,
+as for exits) and exits with ``exits[n]`` (the last one once they run out; 0 when none is
+given).
 """
 
 import json
@@ -41,9 +42,15 @@ def main() -> int:
     time.sleep(script.get("before", 0))
     if script.get("log"):
         print(script["log"], end="" if script["log"].endswith("\n") else "\n", flush=True)
-    time.sleep(script.get("seconds", 1.0))
-    exits = script.get("exits") or [0]
-    return exits[min(start, len(exits) - 1)]
+    time.sleep(_nth(script.get("seconds", 1.0), start))
+    return _nth(script.get("exits") or 0, start)
+
+
+def _nth(value, start: int):
+    """``value``, or where it is a list its ``start``-th item (the last once they run out)."""
+    if isinstance(value, list):
+        return value[min(start, len(value) - 1)]
+    return value
 
 
 if __name__ == "__main__":

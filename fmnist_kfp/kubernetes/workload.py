@@ -49,9 +49,14 @@ def queued_reason(labels: dict[str, str], workload: dict[str, Any] | str) -> str
     where = f"LocalQueue {queue}" if queue else "its queue"
     if isinstance(workload, str):
         return f"waiting for Kueue to admit it to {where}; {workload}"
-    for condition in (workload.get("status") or {}).get("conditions") or []:
+    status = workload.get("status") or {}
+    for condition in status.get("conditions") or []:
         if condition.get("type") == "QuotaReserved" and condition.get("status") == "False":
             return condition.get("message") or condition.get("reason") or "pending"
+        if condition.get("type") == "Admitted" and condition.get("status") == "True":
+            # Admitted, and the job not unsuspended yet: a moment until the next read.
+            cluster_queue = (status.get("admission") or {}).get("clusterQueue") or "its queue"
+            return f"admitted by Kueue to ClusterQueue {cluster_queue}, starting"
     return f"waiting for Kueue to admit it to {where}"
 
 

@@ -264,7 +264,10 @@ class _Watch:
                                  launcher.request_timeout_seconds)
         self.restarts = self.counter.update(conditions, pods)
         last = conditions[-1] if conditions else None
-        state = last.type if last else "Pending (no status yet)"
+        # The operator's latest condition; one that is False says its reason instead (a
+        # resumed job's last is Suspended False, TFJobResumed, until it runs).
+        state = "Pending (no status yet)" if last is None else (
+            last.type if last.status == "True" else last.reason or f"not {last.type}")
         held = why_not_running(pods)
         progress = state + (f", {self.restarts} restart(s)" if self.restarts else "") + (
             f" ({last.message})" if last is not None and last.message else "") + (

@@ -44,8 +44,7 @@ def preflight(endpoint, api_client, cluster: Cluster, *, check_backend: bool = T
         rows.append(check_katib_watch(api_client, core, operator))
         if training.job is not None and not training.job.unbuilt:  # trials like the job
             rows.append(check_experiment(api_client, cluster, operator, training.shape))
-    rows += check_scheduling(api_client, cluster,
-                             training.job if operator == "tfjob" else None, operator)
+    rows += check_scheduling(api_client, cluster, training.job, operator)
     serving = KServeApi(api_client, cluster.serving_namespace)
     rows.append(check_mode(serving))
     rows.append(check_pvc(core, cluster))

@@ -1,6 +1,7 @@
 """What the run's ``kubernetes.scheduling`` needs on the cluster (:func:`check_scheduling`):
-for ``queue`` Kueue, the LocalQueue, and that Kueue manages TFJobs (the server-side dry run of
-the run's TFJob, as ``build_tfjob`` makes it with the queue's label, comes back suspended:
+for ``queue`` Kueue, the LocalQueue, and that Kueue manages the run's training jobs (the
+server-side dry run of the run's TFJob or TrainJob, as the train step builds it with the
+queue's label, comes back suspended:
 :func:`fmnist_kfp.preflight.training_operator.check_training`); for ``priority_class`` the
 PriorityClass (and, with a queue, Kueue's WorkloadPriorityClass); for ``gang`` the scheduler's
 PodGroup API, Volcano's queue, and the training operator's ``--gang-scheduler-name``. Each is
@@ -42,6 +43,21 @@ KUEUE_ENABLE_TFJOB = (
     "enable kubeflow.org/tfjob in integrations.frameworks of ConfigMap kueue-manager-config in "
     "kueue-system (off by default since Kueue v0.19), and restart kueue-controller-manager "
     "(kubectl rollout restart deployment/kueue-controller-manager -n kueue-system)")
+# The TrainJob integration is on by default (the same file, line 62): off only where an admin
+# took it out. Kueue writes the TrainJob's spec.runtimePatches, which Trainer serves from 2.2.
+KUEUE_ENABLE_TRAINJOB = (
+    "ask the cluster admin to keep trainer.kubeflow.org/trainjob in integrations.frameworks of "
+    "ConfigMap kueue-manager-config in kueue-system (on by default), and restart "
+    "kueue-controller-manager (kubectl rollout restart deployment/kueue-controller-manager -n "
+    "kueue-system)")
+# Where Kueue's mutating webhook holds each kind: spec.runPolicy.suspend for a TFJob
+# (pkg/controller/jobs/kubeflow/kubeflowjob/kubeflowjob_controller.go lines 50-56),
+# spec.suspend for a TrainJob (pkg/controller/jobs/trainjob/trainjob_controller.go 116-136); the
+# integration's name, and how to turn it on.
+KUEUE_HOLDS = {
+    "TFJob": (("runPolicy", "suspend"), "kubeflow.org/tfjob", KUEUE_ENABLE_TFJOB),
+    "TrainJob": (("suspend",), "trainer.kubeflow.org/trainjob", KUEUE_ENABLE_TRAINJOB),
+}
 # Gang schedulers: the PodGroup API the training operator creates, and the install (kubeflow/
 # trainer v1.9.2 cmd/training-operator.v1/main.go lines 191-202 and 260-269: it exits at start
 # when the CRD of its --gang-scheduler-name is missing; its CI installs either scheduler as
@@ -77,20 +93,20 @@ def _gang_flag_fix(gang: str) -> str:
 
 def check_kueue(api_client, cluster: Cluster, job=None) -> tuple[list[Row], str]:
     """The ``queue`` key: Kueue's API, the LocalQueue in the run's namespace, and whether Kueue
-    manages TFJobs; returns the rows and the Kueue API version served ("" when none). ``job``:
-    the dry run of the run's TFJob (a :class:`fmnist_kfp.preflight.training_operator.DryRun`;
-    None where TFJobs are not what the run creates).
+    manages the run's training jobs; returns the rows and the Kueue API version served ("" when
+    none). ``job``: the dry run of the run's TFJob or TrainJob (a
+    :class:`fmnist_kfp.preflight.training_operator.DryRun`; None where none was tried).
 
-    Whether Kueue manages TFJobs is asked of Kueue itself: the run's TFJob, labelled with the
-    queue by ``build_tfjob``, is sent as a server-side dry run (``dryRun=All``: admission runs,
-    mutating webhooks included, nothing is stored) and must come back with
-    ``spec.runPolicy.suspend: true``, which Kueue's mutating webhook sets on every job of a
-    queue (kubernetes-sigs/kueue v0.19.2 pkg/controller/jobframework/base_webhook.go lines
-    69-82, defaults.go lines 36-46,
-    pkg/controller/jobs/kubeflow/kubeflowjob/kubeflowjob_controller.go lines 50-56; the webhook
-    declares ``sideEffects=None``, so it runs on dry runs: tfjob_controller.go line 50). With
-    the ``kubeflow.org/tfjob`` integration off — the default since v0.19 — the webhook is a
-    no-op (jobframework/setup.go lines 108-111) and the job runs at once, its queue ignored."""
+    Whether Kueue manages them is asked of Kueue itself: the run's job, labelled with the queue
+    by the train step's builder, is sent as a server-side dry run (``dryRun=All``: admission
+    runs, mutating webhooks included, nothing is stored) and must come back suspended, which
+    Kueue's mutating webhook makes every job of a queue (kubernetes-sigs/kueue v0.19.2
+    pkg/controller/jobframework/base_webhook.go lines 69-82, defaults.go lines 36-46; where
+    each kind holds it: :data:`KUEUE_HOLDS`; the webhooks declare ``sideEffects=None``, so they
+    run on dry runs: tfjob_controller.go line 50). With the kind's integration off — for
+    ``kubeflow.org/tfjob`` the default since v0.19 — the webhook is a no-op
+    (jobframework/setup.go lines 108-111) and the job runs at once, its queue ignored. Run
+    against the real Kueue v0.19.2 by tests/fmnist_kfp/launcher/test_queued_on_the_cluster.py."""
     queue, namespace = cluster.scheduling.queue, cluster.namespace
     version, unknown = "", False
     for candidate in KUEUE_VERSIONS:
@@ -140,34 +156,36 @@ def check_kueue(api_client, cluster: Cluster, job=None) -> tuple[list[Row], str]
             rows.append(Row(what, True, f"ClusterQueue {cluster_queue}, active"))
 
     if job is not None:
-        rows.append(_check_kueue_manages_tfjobs(cluster, job))
+        rows.append(_check_kueue_manages(cluster, job))
     return rows, version
 
 
-def _check_kueue_manages_tfjobs(cluster: Cluster, job) -> Row:
-    """Whether Kueue suspended the run's TFJob, labelled with the queue: its server-side dry
-    run (:func:`check_kueue`)."""
-    queue, namespace = cluster.scheduling.queue, cluster.namespace
-    what = "Kueue manages TFJobs"
+def _check_kueue_manages(cluster: Cluster, job) -> Row:
+    """Whether Kueue suspended the run's TFJob or TrainJob, labelled with the queue: its
+    server-side dry run (:func:`check_kueue`)."""
+    queue, namespace, kind = cluster.scheduling.queue, cluster.namespace, job.kind
+    (path, integration, enable) = KUEUE_HOLDS[kind]
+    what = f"Kueue manages {kind}s"
     label = f"{KUEUE_QUEUE_LABEL}={queue}"
     if job.unbuilt:
-        return Row(what, None, "could not check: the run's TFJob was not built here ("
+        return Row(what, None, f"could not check: the run's {kind} was not built here ("
                                f"{job.unbuilt})")
     if job.error is not None:
-        return Row(what, None, f"could not check: the server-side dry run of the run's TFJob "
+        return Row(what, None, f"could not check: the server-side dry run of the run's {kind} "
                                f"(labelled {label}) in {namespace} was refused "
                                f"({refusal_message(job.error)})",
-                   "if Kueue's webhook failed, TFJobs cannot be created at all: check "
+                   f"if Kueue's webhook failed, {kind}s cannot be created at all: check "
                    "kueue-controller-manager in kueue-system; else ask the cluster admin "
-                   "whether Kueue's integrations.frameworks lists kubeflow.org/tfjob")
-    suspended = (((job.answer.get("spec") or {}).get("runPolicy") or {}).get("suspend"))
-    if suspended is True:
-        return Row(what, True, f"the run's TFJob, labelled {label}, is created suspended "
+                   f"whether Kueue's integrations.frameworks lists {integration}")
+    holder = job.answer.get("spec") or {}
+    for key in path[:-1]:
+        holder = holder.get(key) or {}
+    if holder.get(path[-1]) is True:
+        return Row(what, True, f"the run's {kind}, labelled {label}, is created suspended "
                                "(server-side dry run): Kueue holds it until admitted")
-    return Row(what, False, f"the run's TFJob, labelled {label}, is not suspended on create "
-                            "(server-side dry run): Kueue does not manage TFJobs, so the "
-                            "run's TFJobs would start at once, their queue ignored",
-               KUEUE_ENABLE_TFJOB)
+    return Row(what, False, f"the run's {kind}, labelled {label}, is not suspended on create "
+                            f"(server-side dry run): Kueue does not manage {kind}s, so the "
+                            f"run's {kind}s would start at once, their queue ignored", enable)
 
 
 def check_priority(api_client, cluster: Cluster, kueue_version: str) -> list[Row]:
@@ -315,10 +333,10 @@ def _check_operator_flag(api_client, gang: str) -> Row:
 def check_scheduling(api_client, cluster: Cluster, job=None,
                      operator: str = "tfjob") -> list[Row]:
     """What the run's ``kubernetes.scheduling`` needs on the cluster (nothing when it sets none
-    of queue, priority_class, gang). ``job``: the dry run of the run's TFJob (None where the
-    run creates no TFJobs, or they are not served). With TrainJobs (``operator`` ``trainjob``)
-    ``gang`` is refused by the train step before any work (a TrainJob's pods are gang-scheduled
-    by its runtime's podGroupPolicy, which a TrainJob cannot set:
+    of queue, priority_class, gang). ``job``: the dry run of the run's training job (None
+    where none was tried: its API is not served, or its runtime is missing). With TrainJobs
+    (``operator`` ``trainjob``) ``gang`` is refused by the train step before any work (a
+    TrainJob's pods are gang-scheduled by its runtime's podGroupPolicy, which it cannot set:
     ``fmnist_kfp.kubernetes.trainjob.trainjob_problems``), so it is a miss here too."""
     scheduling = cluster.scheduling
     rows: list[Row] = []

@@ -2,8 +2,8 @@
 models and the real API server's rules), run through the remote-job runner on the real cluster
 (tests/cluster.py: kube-controller-manager's Job controller, its pods run on the node agent) as
 the pipeline-runner ServiceAccount; and the training step's Tensorboard created or re-attached
-the same way. A Job in a Kueue queue runs on the batch Job stand-in (tests/standins/
-batch_job.py) until Kueue runs here."""
+the same way. (A Job in a Kueue queue, on the real Kueue: tests/fmnist_kfp/launcher/
+test_queued_on_the_cluster.py.)"""
 
 from __future__ import annotations
 
@@ -24,7 +24,6 @@ from fmnist_kfp.kubernetes.tensorboard import build_tensorboard, ensure_tensorbo
 from fmnist_kfp.scoring.scoring_job import ScoringJobSpec
 from fmnist_kfp.settings.jobs import KubernetesSettings
 from tests.cluster import SCRIPTED_IMAGE
-from tests.standins.batch_job import JobStandIn
 
 
 def _settings(mount: Path, **overrides) -> KubernetesSettings:
@@ -238,30 +237,6 @@ def test_an_indexed_job_scores_every_shard_and_a_retry_reattaches(
     assert f"re-attaching to the existing Job {namespace}/{name}" in lines
     assert len(core.list_namespaced_pod(
         namespace, label_selector=f"job-name={name}").items) == 2  # no second set of pods
-
-
-@pytest.mark.slow
-def test_a_queued_job_is_shown_queued_then_scores_once_admitted(
-        exported_model, synthetic_dataset, tmp_path):
-    """A batch Job in a Kueue queue (issue 23): created suspended, shown as queued (no
-    Workload to read here: the reason says so), then run to the end once admitted; its wait is
-    not counted against the run deadline (the runner's tests hold that)."""
-    mount = tmp_path / "volume"
-    lines: list[str] = []
-    with JobStandIn(queued_reads=3) as standin:
-        scorer = IndexedJobScorer(_settings(mount, scheduling={"queue": "team-a"}),
-                                  batch_api=standin.batch_api(), runner=_runner(lines))
-        metadata = batch_predict_step(
-            model_dir=str(exported_model), data_dir=str(synthetic_dataset),
-            output_dir=str(tmp_path / "out"), workers=2, backend="kubernetes",
-            scorer=scorer).artifact_metadata()
-    [posted] = [body for method, _, body in standin.calls if method == "POST"]
-    assert posted["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
-    queued = [line for line in lines if ": queued: " in line]
-    assert queued and queued[0].endswith(
-        ": queued: waiting for Kueue to admit it to LocalQueue team-a; its Workload could not "
-        "be read (HTTP 404 Not Found: /apis/kueue.x-k8s.io/v1beta1/namespaces/team-a/workloads)")
-    assert metadata["rows"] == 500 and metadata["errors"] == 0
 
 
 def test_a_failed_job_fails_the_step_with_its_reason_and_is_deleted(real_cluster, namespace,

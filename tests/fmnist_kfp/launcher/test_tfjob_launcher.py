@@ -12,12 +12,13 @@ from __future__ import annotations
 import io
 import threading
 import time
+from datetime import datetime
 from types import SimpleNamespace
 
 import pytest
 
 from fmnist_kfp.errors import TrainingJobError, UserInputError
-from fmnist_kfp.launcher.tfjob_launcher import TFJobLauncher
+from fmnist_kfp.launcher.tfjob_launcher import RestartCount, TFJobLauncher
 from fmnist_kfp.settings.jobs import KubernetesSettings
 from fmnist_kfp.settings.training import TrainingConfig
 from fmnist_kfp.training.training_job import TrainingJobSpec
@@ -395,7 +396,7 @@ import io, sys
 sys.path.insert(0, {repo!r})
 from pathlib import Path
 from kubeflow.training import TrainingClient
-from fmnist_kfp.launcher.tfjob_launcher import TFJobLauncher
+from fmnist_kfp.launcher.tfjob_launcher import RestartCount, TFJobLauncher
 from tests.fmnist_kfp.launcher.test_tfjob_launcher import _settings, _spec
 
 client = TrainingClient(config_file={kubeconfig!r}, namespace={namespace!r}, job_kind="TFJob")
@@ -483,3 +484,58 @@ def test_failed_wins_over_succeeded_when_both_hold(tmp_path):
     status = watch.status((job, []))
     assert status.done and status.failed
     assert status.reason == "TFJobFailed: 1 Worker replica(s) failed"
+
+
+def _dated(type_: str, status: str, at: str, reason: str = ""):
+    return SimpleNamespace(type=type_, status=status, reason=reason,
+                           last_transition_time=datetime.fromisoformat(at),
+                           last_update_time=None)
+
+
+def _replica(uid: str, rtype: str, index: int, created: str | None, restarts: int = 0):
+    return SimpleNamespace(
+        metadata=SimpleNamespace(
+            uid=uid, labels={"training.kubeflow.org/replica-type": rtype,
+                             "training.kubeflow.org/replica-index": str(index)},
+            creation_timestamp=datetime.fromisoformat(created) if created else None),
+        status=SimpleNamespace(container_statuses=[SimpleNamespace(restart_count=restarts)]))
+
+
+def test_pods_are_counted_in_the_generation_they_were_created_in():
+    """Kueue's preemptions as the launcher's polls may see them, which no run shows on cue
+    (the real one: test_queued_on_the_cluster.py): a poll that lists a terminating pod of the
+    previous admission beside the job's resume, one that missed a whole suspend/resume cycle,
+    and a read of the job made before the operator recorded the resume."""
+    created = _dated("Created", "True", "2025-01-01T00:00:00Z")
+    resumed_1 = _dated("Suspended", "False", "2025-01-01T00:00:10Z", "TFJobResumed")
+    suspended = _dated("Suspended", "True", "2025-01-01T00:05:00Z", "TFJobSuspended")
+    resumed_2 = _dated("Suspended", "False", "2025-01-01T00:07:00Z", "TFJobResumed")
+    resumed_3 = _dated("Suspended", "False", "2025-01-01T00:20:00Z", "TFJobResumed")
+    first = [_replica("a0", "worker", 0, "2025-01-01T00:00:11Z"),
+             _replica("a1", "worker", 1, "2025-01-01T00:00:11Z")]
+    second = [_replica("b0", "worker", 0, "2025-01-01T00:07:01Z"),
+              _replica("b1", "worker", 1, "2025-01-01T00:07:01Z")]
+    count = RestartCount()
+    assert count.update([created, resumed_1], first) == 0
+    # Read before the operator recorded the resume (Suspended still True), new pods listed.
+    assert count.update([created, suspended], second) == 0
+    # The resume recorded; a terminating pod of the first admission still listed.
+    assert count.update([created, resumed_2], [first[0], *second]) == 0
+    # A whole cycle missed between two polls: the third admission's pods only.
+    third = [_replica("c0", "worker", 0, "2025-01-01T00:20:00Z"),
+             _replica("c1", "worker", 1, "2025-01-01T00:20:01Z")]
+    assert count.update([created, resumed_3], third) == 0
+    # Within an admission a new UID is a restart, and so is a container restart.
+    assert count.update([created, resumed_3],
+                        [_replica("c0b", "worker", 0, "2025-01-01T00:21:00Z"), third[1]]) == 1
+    assert count.update([created, resumed_3],
+                        [_replica("c0b", "worker", 0, "2025-01-01T00:21:00Z", restarts=1),
+                         third[1]]) == 2
+
+
+def test_without_creation_timestamps_pods_go_in_the_latest_generation():
+    count = RestartCount()
+    resumed = _dated("Suspended", "False", "2025-01-01T00:07:00Z", "TFJobResumed")
+    assert count.update([], [_replica("a0", "worker", 0, None)]) == 0
+    assert count.update([resumed], [_replica("b0", "worker", 0, None)]) == 0
+    assert count.update([resumed], [_replica("b0x", "worker", 0, None)]) == 1

@@ -4,11 +4,11 @@ through the kubernetes client as the ServiceAccount bound to manifests/standalon
 The nodes run the image ``scripted-pod`` (tests/scripted_pod.py): each exits as the test
 scripts it, so Trainer's webhook and conditions, JobSet's restarts and failure policy, the Job
 controller's Indexed Jobs and pod failure policy, and the garbage collector are what the
-launcher meets, in seconds. Kueue is played by the test where a job is suspended: it patches
-the TrainJob's ``spec.suspend`` and writes the Workload as Kueue would; the rest is the real
-programs. Trainer v2.2.0 with JobSet v0.11.0 (its own TrainJob shape, its own deadline) runs on
-a cluster of its own, at the bottom. (Training for real: test_trainjob_on_the_cluster.py; API
-faults through the fault proxy: test_faults_on_the_cluster.py.)"""
+launcher meets, in seconds. (Kueue suspending, preempting and resuming TrainJobs for real, on
+Trainer 2.2: test_queued_on_the_cluster.py.) Trainer v2.2.0 with JobSet v0.11.0 (its own
+TrainJob shape, its own deadline) runs on a cluster of its own, at the bottom. (Training for
+real: test_trainjob_on_the_cluster.py; API faults through the fault proxy:
+test_faults_on_the_cluster.py.)"""
 
 from __future__ import annotations
 
@@ -296,79 +296,6 @@ def test_a_missing_runtime_is_refused_by_trainers_webhook(cluster, namespace, tm
     assert _trainjob(cluster, namespace) is None
 
 
-def test_suspension_is_queued_time_and_no_restart(cluster, namespace, tmp_path):
-    """Suspended as Kueue suspends a TrainJob (``spec.suspend``, with a Workload whose
-    QuotaReserved condition says why): Trainer suspends the JobSet, JobSet its Jobs, the Job
-    controller deletes their pods without counting them failed (kubernetes v1.34.1
-    pkg/controller/job/job_controller.go 1653-1661, deleteJobPods drops the tracking
-    finalizer first); resumed, the same Jobs make new pods under the same restart attempt
-    (trainer v2.1.0 plugins/jobset/jobset.go 242-254 and 296; jobset v0.10.1
-    jobset_controller.go 391-512). The launcher shows Kueue's reason while it is suspended,
-    and counts no restart. Here the test is Kueue: it suspends the job once it was created,
-    admits it, suspends it again once both nodes run (preemption), and re-admits it."""
-    leave_scripted_result(tmp_path / "model")
-    cluster.script_pods(namespace, {"*": {"seconds": 6}})
-    launcher = _launcher(cluster, namespace)
-    path = TRAINJOBS.format(namespace=namespace) + f"/{NAME}"
-    why = "couldn't assign flavors to pod set node: insufficient quota for cpu"
-    seen: dict[str, set] = {}
-
-    def patch_suspend(value: bool) -> None:
-        cluster.api_client.call_api(
-            path, "PATCH", body={"spec": {"suspend": value}},
-            header_params={"Content-Type": "application/merge-patch+json"},
-            auth_settings=["BearerToken"])
-
-    def running() -> bool:
-        """Both nodes run (pods being deleted aside); notes every pod's restart attempt."""
-        pods = _pods(cluster, namespace)
-        for pod in pods:
-            seen.setdefault(pod.metadata.uid, set()).add(
-                pod.metadata.labels[RESTART_ATTEMPT_LABEL])
-        return len([p for p in pods if p.status.phase == "Running"
-                    and p.metadata.deletion_timestamp is None]) == 2
-
-    def shown(text: str) -> int:
-        return launcher.out.getvalue().count(f"{NAME}: {text}")
-
-    def suspended(times: int) -> bool:
-        """The job's pods deleted, and the launcher showed it queued ``times`` times."""
-        return not _pods(cluster, namespace) and shown(f"queued: {why}") == times
-
-    def kueue() -> None:
-        job = until(lambda: _trainjob(cluster, namespace), "TrainJob created")
-        patch_suspend(True)  # Kueue's webhook creates it suspended: its JobSet may be first
-        _workload(cluster, namespace, job, why)
-        until(lambda: suspended(1), "the job held")
-        patch_suspend(False)  # admitted
-        until(lambda: running() and shown("Running (2/2 nodes)") == 1, "2 nodes running")
-        patch_suspend(True)  # preempted
-        until(lambda: suspended(2), "the job held again")
-        patch_suspend(False)  # admitted again
-        until(lambda: running() or shown("Complete"), "2 nodes running again")
-
-    errors = []
-
-    def kueue_or_delete() -> None:  # a Kueue that failed lets the launcher end: job deleted
-        if not _catch(kueue, errors):
-            cluster.api_client.call_api(path, "DELETE", auth_settings=["BearerToken"])
-
-    thread = threading.Thread(target=kueue_or_delete)
-    thread.start()
-    try:
-        outcome = launcher.run(_spec(tmp_path))
-    finally:
-        thread.join()
-        assert not errors, (errors, launcher.out.getvalue())  # the cause of any failure
-    assert outcome.restarts == 0
-    assert _jobset(cluster, namespace)["status"].get("restarts", 0) == 0
-    assert len(seen) >= 4 and set().union(*seen.values()) == {"0"}  # 2 generations, attempt 0
-    job = _trainjob(cluster, namespace)
-    assert ("Suspended", "False", "Resumed") in _conditions(job)
-    out = launcher.out.getvalue()
-    assert "restart(s)" not in out
-
-
 def _catch(function, errors: list) -> bool:
     try:
         function()
@@ -376,28 +303,6 @@ def _catch(function, errors: list) -> bool:
         errors.append(error)
         return False
     return True
-
-
-def _workload(cluster, namespace: str, job: dict, why: str) -> None:
-    """The Workload Kueue makes for a job it holds, labelled with the job's uid, and the
-    QuotaReserved=False condition its scheduler sets (kueue v0.19.2)."""
-    path = f"/apis/kueue.x-k8s.io/v1beta1/namespaces/{namespace}/workloads"
-    created = cluster.api_client.call_api(
-        path, "POST", body={
-            "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
-            "metadata": {"name": f"trainjob-{NAME}-abcde",
-                         "labels": {"kueue.x-k8s.io/job-uid": job["metadata"]["uid"]}},
-            "spec": {"queueName": "team-a", "podSets": [{
-                "name": "node", "count": 2,
-                "template": {"spec": {"containers": [{"name": "node",
-                                                      "image": SCRIPTED_IMAGE}]}}}]}},
-        response_type="object", auth_settings=["BearerToken"], _return_http_data_only=True)
-    created["status"] = {"conditions": [{
-        "type": "QuotaReserved", "status": "False", "reason": "Pending", "message": why,
-        "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
-    cluster.api_client.call_api(
-        f"{path}/{created['metadata']['name']}/status", "PUT", body=created,
-        auth_settings=["BearerToken"])
 
 
 def test_a_job_deleted_behind_our_back_is_an_error_naming_it(cluster, namespace, tmp_path):

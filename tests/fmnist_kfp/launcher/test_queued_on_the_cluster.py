@@ -1,0 +1,447 @@
+"""Kueue v0.19.2 for real (issue 41): the kueue-controller-manager built from its Go module,
+installed from its own manifests (config/default: webhooks, internal cert rotation, the
+visibility API through the aggregator) with its default configuration, beside Trainer v2.2.0,
+JobSet v0.11.0 and the Training Operator v1.9.2 on the Trainer 2.2 cluster (tests/cluster.py).
+The cluster admin's part is ``manifests/scheduling`` (ClusterQueue, flavor, LocalQueue, the
+priorities), its CPU quota cut to one job's pods (:data:`SHARE`) so that a second job waits on
+this one node, and the tfjob integration turned on as docs/scheduling.md tells the admin to.
+
+The launchers run as the train step runs them, as the ``pipeline-runner`` ServiceAccount bound
+to manifests/standalone-rbac's Role; the pods are the image ``scripted-pod``
+(tests/scripted_pod.py), which sleeps as a test says. What Kueue does is Kueue's own: the
+webhook that creates a job suspended, the Workload and its conditions, admission, preemption by
+priority (Evicted, Preempted, Requeued), re-admission; the operators then delete and recreate
+the pods."""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+
+import pytest
+import yaml
+
+from fmnist_kfp.errors import FmnistError
+from fmnist_kfp.kubernetes.runner import StartDeadlineExceeded
+from fmnist_kfp.kubernetes.trainjob import PATCHES
+from fmnist_kfp.kubernetes.workload import JOB_UID_LABEL
+from fmnist_kfp.settings.jobs import KubernetesSettings
+from fmnist_kfp.settings.training import TrainingConfig
+from fmnist_kfp.training.training_job import TrainingJobSpec
+from tests.cluster import SCRIPTED_IMAGE, leave_scripted_result, until
+from tests.setup_manifests import build
+
+QUEUE = "fmnist"  # manifests/scheduling's LocalQueue
+# The ClusterQueue's CPU quota here: one job's pods (2 × POD_CPU) at a time. The node has the
+# machine's CPUs less what Kueue and JobSet request (500m each); a job's pods fit beside them.
+POD_CPU = "250m"
+SHARE = "500m"
+KUEUE = "kueue-system"
+KUEUE_CONFIG = "kueue-manager-config"
+KUEUE_DEPLOYMENT = "kueue-controller-manager"
+WORKLOADS = "/apis/kueue.x-k8s.io/v1beta2/namespaces/{namespace}/workloads"
+STEP_SECONDS = 180
+PATHS = {"tfjob": "/apis/kubeflow.org/v1/namespaces/{namespace}/tfjobs/{name}",
+         "trainjob": "/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}"}
+KINDS = {"tfjob": "TFJob", "trainjob": "TrainJob"}
+
+
+@pytest.fixture(scope="module")
+def cluster(real_cluster_trainer_2_2):
+    """The Trainer 2.2 cluster with the Training Operator, Kueue (its default configuration),
+    our runtime, and manifests/scheduling's cluster-scoped objects, the quota cut to
+    :data:`SHARE`."""
+    cluster = real_cluster_trainer_2_2
+    cluster.install("TRAINING_OPERATOR_V1")
+    cluster.install("KUEUE_V0_19")
+    cluster.apply_training_runtime()
+    for obj in build("scheduling"):
+        if obj["kind"] == "ClusterQueue":
+            for flavor in obj["spec"]["resourceGroups"][0]["flavors"]:
+                for resource in flavor["resources"]:
+                    if resource["name"] == "cpu":
+                        resource["nominalQuota"] = SHARE
+        if obj["kind"] != "LocalQueue":  # namespaced: each test's own (:func:`_namespace`)
+            cluster.apply(obj)
+    return cluster
+
+
+@pytest.fixture(scope="module")
+def kueue_with_tfjobs(cluster):
+    """Kueue with kubeflow.org/tfjob enabled (:func:`_enable_tfjob_integration`)."""
+    if "kubeflow.org/tfjob" not in _frameworks(cluster):
+        _enable_tfjob_integration(cluster)
+    return cluster
+
+
+def _namespace(cluster, role_edit=None) -> str:
+    """A namespace of the train step's: the ServiceAccount and its Role (``role_edit``ed),
+    the claim, and the LocalQueue (applied with -n, as manifests/scheduling says)."""
+    import uuid
+
+    name = f"queued-{uuid.uuid4().hex[:6]}"
+    cluster.grant_pipeline_runner(name, role_edit)
+    cluster.add_claim(name)
+    [local_queue] = [o for o in build("scheduling") if o["kind"] == "LocalQueue"]
+    cluster.apply(local_queue, namespace=name)
+    return name
+
+
+@pytest.fixture
+def namespace(kueue_with_tfjobs):
+    name = _namespace(kueue_with_tfjobs)
+    yield name
+    kueue_with_tfjobs.delete_namespace(name)
+
+
+def _frameworks(cluster) -> list[str]:
+    config_map = cluster.read_or_none(f"/api/v1/namespaces/{KUEUE}/configmaps/{KUEUE_CONFIG}")
+    config = yaml.safe_load(config_map["data"]["controller_manager_config.yaml"])
+    return config["integrations"]["frameworks"]
+
+
+def _enable_tfjob_integration(cluster) -> None:
+    """What docs/scheduling.md (and preflight's fix) tell the admin: add kubeflow.org/tfjob to
+    integrations.frameworks in ConfigMap kueue-manager-config, then ``kubectl rollout restart
+    deployment/kueue-controller-manager`` (a new template annotation: the Deployment
+    controller starts a new pod, which takes the lease once the old one has stopped), until
+    the new pod serves Kueue's webhooks."""
+    from datetime import datetime, timezone
+
+    from localcluster import operators
+
+    path = f"/api/v1/namespaces/{KUEUE}/configmaps/{KUEUE_CONFIG}"
+    config_map = cluster.read_or_none(path)
+    config = yaml.safe_load(config_map["data"]["controller_manager_config.yaml"])
+    config["integrations"]["frameworks"].append("kubeflow.org/tfjob")
+    config_map["data"]["controller_manager_config.yaml"] = yaml.safe_dump(config)
+    cluster.api_client.call_api(path, "PUT", body=config_map, auth_settings=["BearerToken"])
+    deployment = f"/apis/apps/v1/namespaces/{KUEUE}/deployments/{KUEUE_DEPLOYMENT}"
+    restarted = {"spec": {"template": {"metadata": {"annotations": {
+        "kubectl.kubernetes.io/restartedAt": datetime.now(timezone.utc).isoformat()}}}}}
+    cluster.api_client.call_api(
+        deployment, "PATCH", body=restarted, auth_settings=["BearerToken"],
+        header_params={"Content-Type": "application/strategic-merge-patch+json"})
+
+    def rolled_out() -> bool:
+        found = cluster.read_or_none(deployment)
+        status = found.get("status") or {}
+        return (status.get("observedGeneration") == found["metadata"]["generation"]
+                and status.get("updatedReplicas") == status.get("replicas") ==
+                status.get("availableReplicas") == 1)
+
+    until(rolled_out, "kueue-controller-manager rolled out", 120,
+          shown=lambda: cluster.read_or_none(deployment).get("status"))
+    operators.wait_webhooks_serving(cluster.api_client, [
+        "kueue-mutating-webhook-configuration", "kueue-validating-webhook-configuration"])
+
+
+def _spec(name: str, tmp_path, **values) -> TrainingJobSpec:
+    """Two workers (or nodes) that train nothing: the result a chief leaves is written here,
+    where the launcher reads it."""
+    work_dir = tmp_path / name
+    leave_scripted_result(work_dir)
+    return TrainingJobSpec(name=name, config=TrainingConfig(model_type="basic"),
+                           data_dir="/mnt/fmnist/dataset", export_dir=str(work_dir / "1"),
+                           work_dir=str(work_dir), num_workers=2, **values)
+
+
+def _launcher(cluster, kind: str, namespace: str, scheduling: dict, **kwargs):
+    """The train step's launcher of ``kind``, as the step's ServiceAccount."""
+    settings = KubernetesSettings(image=SCRIPTED_IMAGE, namespace=namespace,
+                                  pvc_name="fmnist-data", cpu=POD_CPU, memory="256Mi",
+                                  operator=kind, scheduling=scheduling)
+    configuration = cluster.configuration_as(namespace, "pipeline-runner")
+    values = dict(poll_seconds=0.5, timeout_seconds=STEP_SECONDS, out=io.StringIO(),
+                  request_timeout_seconds=10)
+    values.update(kwargs)
+    if kind == "tfjob":
+        from kubeflow.training import TrainingClient
+
+        from fmnist_kfp.launcher.tfjob_launcher import TFJobLauncher
+
+        client = TrainingClient(client_configuration=configuration, namespace=namespace,
+                                job_kind="TFJob")
+        return TFJobLauncher(settings, training_client=client, **values)
+    from kubernetes.client import ApiClient
+
+    from fmnist_kfp.launcher.trainjob_launcher import TrainJobLauncher
+
+    return TrainJobLauncher(settings, api_client=ApiClient(configuration), shape=PATCHES,
+                            **values)
+
+
+class Step(threading.Thread):
+    """A launcher's run in a thread of its own, as a step runs beside another: its outcome or
+    its error, and the states it printed."""
+
+    def __init__(self, launcher, spec: TrainingJobSpec, kind: str):
+        super().__init__(daemon=True)
+        self.launcher, self.spec, self.kind = launcher, spec, kind
+        self.outcome = self.error = None
+        self.started = self.ended = 0.0
+
+    def run(self) -> None:
+        self.started = time.monotonic()
+        try:
+            self.outcome = self.launcher.run(self.spec)
+        except BaseException as error:  # shown by finish()
+            self.error = error
+        self.ended = time.monotonic()
+
+    def finish(self):
+        self.join(STEP_SECONDS + 30)
+        assert not self.is_alive(), self.printed()
+        assert self.error is None, f"{self.error!r}\n{self.printed()}"
+        return self.outcome
+
+    def printed(self) -> str:
+        return self.launcher.out.getvalue()
+
+    def states(self) -> list[str]:
+        prefix = f"{KINDS[self.kind]} {self.launcher.namespace}/{self.spec.name}: "
+        return [line.removeprefix(prefix) for line in self.printed().splitlines()
+                if line.startswith(prefix)]
+
+
+def _pods(cluster, namespace: str) -> list:
+    from kubernetes import client
+
+    return client.CoreV1Api(cluster.api_client).list_namespaced_pod(namespace).items
+
+
+def _running(cluster, namespace: str, job: str) -> bool:
+    pods = [p for p in _pods(cluster, namespace) if p.metadata.name.startswith(job)]
+    return len(pods) == 2 and all(p.status.phase == "Running" for p in pods)
+
+
+def _workload(cluster, kind: str, namespace: str, name: str) -> dict | None:
+    """The Workload Kueue made of job ``name``, found by its job-uid label."""
+    job = cluster.read_or_none(PATHS[kind].format(namespace=namespace, name=name))
+    if job is None:
+        return None
+    listed = cluster.api_client.call_api(
+        WORKLOADS.format(namespace=namespace), "GET",
+        query_params=[("labelSelector", f"{JOB_UID_LABEL}={job['metadata']['uid']}")],
+        response_type="object", auth_settings=["BearerToken"], _return_http_data_only=True)
+    return (listed["items"] or [None])[0]
+
+
+def _conditions(workload: dict | None) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"])
+            for c in ((workload or {}).get("status") or {}).get("conditions") or []}
+
+
+def _preflight(cluster, namespace: str, operator: str) -> dict:
+    """`fmnist-kfp preflight --scheduling '{"queue": "fmnist"}'` as the cluster admin who set
+    Kueue up runs it (the steps' Role may not read LocalQueues), its Kueue rows by name."""
+    from fmnist_kfp.preflight import Cluster, preflight
+    from fmnist_kfp.settings.scheduling import SchedulingSettings
+
+    target = Cluster(namespace=namespace, runner_service_account="pipeline-runner",
+                     pvc="fmnist-data", credentials_secret="", serving_namespace=namespace,
+                     serving_service_account="default", multi_user=False,
+                     scheduling=SchedulingSettings(queue=QUEUE), operator=operator)
+    return {row.check: row for row in preflight(None, cluster.api_client, target,
+                                                 check_backend=False)
+            if row.check.startswith("Kueue")}
+
+
+def test_preflight_finds_tfjobs_unqueued_until_the_admin_enables_them(cluster, tmp_path):
+    """Kueue v0.19 ships kubeflow.org/tfjob off (config/components/manager/
+    controller_manager_config.yaml line 55, kubernetes-sigs/kueue#12606): preflight says so
+    of the run's TFJob and gives the fix, and a queued TFJob runs at once, its queue ignored.
+    TrainJobs are queued out of the box. After the fix it gives, both are green."""
+    assert "kubeflow.org/tfjob" not in _frameworks(cluster)  # the default, first
+    namespace = _namespace(cluster)
+    try:
+        tfjob_rows = _preflight(cluster, namespace, "tfjob")
+        assert tfjob_rows["Kueue"].ok and tfjob_rows[f"Kueue LocalQueue {namespace}/{QUEUE}"].ok
+        unmanaged = tfjob_rows["Kueue manages TFJobs"]
+        assert unmanaged.ok is False, unmanaged
+        assert "not suspended on create" in unmanaged.found
+        assert "kubectl rollout restart deployment/kueue-controller-manager" in unmanaged.fix
+        trainjob_rows = _preflight(cluster, namespace, "trainjob")
+        assert trainjob_rows["Kueue manages TrainJobs"].ok, trainjob_rows
+
+        cluster.script_pods(namespace, {"*": {"seconds": 1}})
+        step = Step(_launcher(cluster, "tfjob", namespace, {"queue": QUEUE}),
+                    _spec("fmnist-unqueued", tmp_path), "tfjob")
+        step.start()
+        assert step.finish().result == {"model_type": "basic"}
+        assert not any(s.startswith("queued") for s in step.states()), step.states()
+        assert _workload(cluster, "tfjob", namespace, "fmnist-unqueued") is None
+
+        _enable_tfjob_integration(cluster)
+        managed = _preflight(cluster, namespace, "tfjob")["Kueue manages TFJobs"]
+        assert managed.ok, managed
+        assert "is created suspended (server-side dry run)" in managed.found
+    finally:
+        cluster.delete_namespace(namespace)
+
+
+@pytest.mark.parametrize("first, second", [("trainjob", "tfjob"), ("tfjob", "trainjob")])
+def test_a_job_past_the_quota_waits_queued_then_runs_once_admitted(kueue_with_tfjobs,
+                                                                   namespace, tmp_path,
+                                                                   first, second):
+    """The first job holds the ClusterQueue's whole quota; the second is created suspended by
+    Kueue's webhook and waits, its step quoting the Workload's QuotaReserved message, until
+    the first finishes and Kueue admits it. Its wait counts against no run deadline: the step
+    allows 12 s of running and waited longer than that in the queue."""
+    cluster = kueue_with_tfjobs
+    cluster.script_pods(namespace, {f"holder-{n}": {"seconds": 15} for n in (
+        "worker-0", "worker-1", "node-0-0", "node-0-1")} | {"*": {"seconds": 2}})
+    holder = Step(_launcher(cluster, first, namespace, {"queue": QUEUE}),
+                  _spec("holder", tmp_path), first)
+    holder.start()
+    until(lambda: _running(cluster, namespace, "holder"), "the first job's pods running", 60,
+          shown=lambda: holder.printed())
+    waiter = Step(_launcher(cluster, second, namespace, {"queue": QUEUE}, timeout_seconds=12),
+                  _spec("waiter", tmp_path), second)
+    waiter.start()
+    assert holder.finish().restarts == 0
+    outcome = waiter.finish()
+    assert outcome.result == {"model_type": "basic"} and outcome.restarts == 0
+    states = waiter.states()
+    pod_set = {"tfjob": "worker", "trainjob": "node"}[second]
+    # Kueue's words, from the Workload's QuotaReserved condition once its scheduler has tried.
+    assert states[0].startswith("queued: "), states
+    assert (f"queued: couldn't assign flavors to pod set {pod_set}: insufficient unused quota "
+            f"for cpu in flavor fmnist-default, {SHARE} more needed") in states, states
+    assert not any(s.startswith("Suspended") for s in states), states
+    assert any(s.startswith("Running") for s in states[1:]), states
+    assert waiter.ended - waiter.started > 12, states
+    admitted = _conditions(_workload(cluster, second, namespace, "waiter"))
+    assert admitted["Admitted"] == ("True", "Admitted"), admitted
+
+
+@pytest.mark.parametrize("low, high", [("tfjob", "trainjob"), ("trainjob", "tfjob")])
+def test_a_job_preempted_by_a_higher_priority_resumes_with_no_restart_counted(
+        kueue_with_tfjobs, namespace, tmp_path, low, high):
+    """A fmnist-low job runs; a fmnist-high one comes. Kueue preempts the low one within the
+    ClusterQueue (withinClusterQueue: LowerPriority): its Workload Evicted and Preempted, the
+    job suspended, every pod deleted by its operator; the high one runs; the low one is
+    requeued, admitted again, and its operator makes all its pods anew. With max_restarts=1
+    those new pods are no restarts: the step succeeds with 0 (kubeflow/trainer v1.9.2
+    pkg/controller.v1/common/job.go lines 43-69 and 146-173; JobSet's suspension, Trainer
+    v2.2.0 pkg/runtime/framework/plugins/jobset)."""
+    cluster = kueue_with_tfjobs
+    # The low job's first start outlasts the test; after its re-admission it finishes.
+    cluster.script_pods(namespace, {f"low-{n}": {"seconds": [300, 2]} for n in (
+        "worker-0", "worker-1", "node-0-0", "node-0-1")} | {"*": {"seconds": 2}})
+    lower = Step(_launcher(cluster, low, namespace,
+                           {"queue": QUEUE, "priority_class": "fmnist-low"}),
+                 _spec("low", tmp_path, max_restarts=1), low)
+    lower.start()
+    until(lambda: _running(cluster, namespace, "low"), "the low job's pods running", 60,
+          shown=lambda: lower.printed())
+    first_pods = {p.metadata.uid for p in _pods(cluster, namespace)}
+    higher = Step(_launcher(cluster, high, namespace,
+                            {"queue": QUEUE, "priority_class": "fmnist-high"}),
+                  _spec("high", tmp_path), high)
+    higher.start()
+    preempted = until(
+        lambda: (c := _conditions(_workload(cluster, low, namespace, "low"))).get(
+            "Preempted", ("", ""))[0] == "True" and c, "the low job preempted", 60,
+        shown=lambda: lower.printed())
+    assert preempted["Evicted"] == ("True", "Preempted"), preempted
+    assert preempted["Preempted"] == ("True", "InClusterQueue"), preempted
+    assert higher.finish().restarts == 0
+    outcome = lower.finish()
+    assert outcome.result == {"model_type": "basic"}
+    assert outcome.restarts == 0, lower.states()
+    states = lower.states()
+    evicted_at = next(i for i, s in enumerate(states) if s.startswith("queued: ")
+                      and any(r.startswith("Running") for r in states[:i]))
+    assert any(s.startswith("Running") for s in states[evicted_at:]), states
+    assert not any("restart" in s for s in states), states
+    # Every pod the low job finished with is new: none of those that ran before.
+    last_pods = {p.metadata.uid for p in _pods(cluster, namespace)
+                 if p.metadata.name.startswith("low")}
+    assert len(last_pods) == 2 and not last_pods & first_pods
+    final = _conditions(_workload(cluster, low, namespace, "low"))
+    assert final["Admitted"] == ("True", "Admitted") and final["Evicted"][0] == "False", final
+
+
+@pytest.mark.slow  # scores for real
+def test_a_batch_prediction_job_waits_queued_then_scores_once_admitted(
+        kueue_with_tfjobs, namespace, exported_model, synthetic_dataset, tmp_path):
+    """The batch-prediction step's Indexed Job in the queue (Kueue's batch/job integration, on
+    by default): created suspended by Kueue's webhook behind a TFJob that holds the quota,
+    shown queued in Kueue's words, then admitted and scored by its two pods."""
+    from kubernetes import client
+
+    from fmnist_kfp.batch.indexed_job_scorer import IndexedJobScorer
+    from fmnist_kfp.kfp_components.batch_predict.step import batch_predict_step
+    from fmnist_kfp.kubernetes.runner import RemoteJobRunner
+
+    cluster = kueue_with_tfjobs
+    cluster.script_pods(namespace, {f"holder-worker-{n}": {"seconds": 15} for n in (0, 1)})
+    holder = Step(_launcher(cluster, "tfjob", namespace, {"queue": QUEUE}),
+                  _spec("holder", tmp_path), "tfjob")
+    holder.start()
+    until(lambda: _running(cluster, namespace, "holder"), "the TFJob's pods running", 60,
+          shown=lambda: holder.printed())
+    lines: list[str] = []
+    settings = KubernetesSettings(
+        image="registry.example.com/fmnist-kfp:0.1.0", namespace=namespace,
+        pvc_name="fmnist-data", mount_path=str(cluster.claim_dir(namespace, "fmnist-data")),
+        cpu=POD_CPU, memory="2Gi", scheduling={"queue": QUEUE})
+    as_runner = client.ApiClient(cluster.configuration_as(namespace, "pipeline-runner"))
+    scorer = IndexedJobScorer(settings, batch_api=client.BatchV1Api(as_runner),
+                              runner=RemoteJobRunner(poll_seconds=0.5, timeout_seconds=300,
+                                                     log=lines.append))
+    metadata = batch_predict_step(
+        model_dir=str(exported_model), data_dir=str(synthetic_dataset),
+        output_dir=str(tmp_path / "predictions"), workers=2, backend="kubernetes",
+        scorer=scorer).artifact_metadata()
+    holder.finish()
+    assert metadata["rows"] == 500 and metadata["errors"] == 0, lines
+    queued = [line.split(": queued: ", 1)[1] for line in lines if ": queued: " in line]
+    assert ("couldn't assign flavors to pod set main: insufficient unused quota for cpu in "
+            f"flavor fmnist-default, {SHARE} more needed") in queued, lines
+
+
+def _without_workloads(role: dict) -> dict:
+    role["rules"] = [r for r in role["rules"] if "workloads" not in r.get("resources", [])]
+    return role
+
+
+@pytest.mark.parametrize("readable", [True, False], ids=["workloads read",
+                                                          "workloads forbidden"])
+def test_a_job_never_admitted_fails_at_its_start_deadline_and_is_deleted(kueue_with_tfjobs,
+                                                                         tmp_path, readable):
+    """A LocalQueue the namespace lacks: Kueue's Workload says so, and the step quotes it
+    until its start deadline (10 minutes of a clock that runs 60 times fast) deletes the job.
+    Where the step's Role cannot read Workloads, it still waits queued, saying why it cannot
+    quote Kueue."""
+    cluster = kueue_with_tfjobs
+    namespace = _namespace(cluster, None if readable else _without_workloads)
+    try:
+        fake = [0.0]
+
+        def sleep(seconds: float) -> None:  # a poll every 30 fake seconds, 0.5 real ones
+            time.sleep(0.5)
+            fake[0] += seconds
+
+        launcher = _launcher(cluster, "tfjob", namespace,
+                             {"queue": "team-a", "start_deadline_minutes": 10},
+                             timeout_seconds=0, poll_seconds=30, clock=lambda: fake[0],
+                             sleep=sleep)
+        with pytest.raises(StartDeadlineExceeded) as failure:
+            launcher.run(_spec("fmnist-unadmitted", tmp_path))
+        message = str(failure.value)
+        assert "still queued after 10 minute(s), past its start deadline of 10 minute(s)" in \
+            message
+        assert "start_deadline_minutes" in message
+        if readable:
+            assert "LocalQueue team-a doesn't exist" in message, message
+        else:
+            assert ("waiting for Kueue to admit it to LocalQueue team-a; its Workload could "
+                    "not be read (HTTP 403") in message, message
+        assert cluster.gone(PATHS["tfjob"].format(namespace=namespace,
+                                                  name="fmnist-unadmitted"))
+        assert isinstance(failure.value, FmnistError)
+    finally:
+        cluster.delete_namespace(namespace)
