@@ -9,13 +9,15 @@ container's command (the trainer's, as the job builders make it) is ignored; eac
 ``mount_path``), keyed by the pod's hostname (a TFJob pod's name; a JobSet pod's stable
 ``<jobset>-node-0-0``), falling back to ``"*"``:
 
-    {"<hostname>": {"exits": [137, 0], "log": "lines to print", "seconds": 1.0, "before": 0}}
+    {"<hostname>": {"exits": [137, 0], "log": "lines to print", "seconds": 1.0, "before": 0,
+                    "until": "release"}}
 
 The n-th start of a hostname (counted in ``starts/<hostname>`` on the claim, so a recreated pod
 and a restarted container both count) sleeps ``before`` seconds (default 0: a trainer's start
 before its first epoch line), prints ``log``, sleeps ``seconds`` (default 1; a list: its n-th,
 as for exits) and exits with ``exits[n]`` (the last one once they run out; 0 when none is
-given).
+given). With ``until``, it first waits for that file to appear on the claim: a test holds the
+pod running until it has seen what it waits for, whatever the machine's load.
 """
 
 import json
@@ -40,6 +42,8 @@ def main() -> int:
         counter.write(f"{time.time()}\n")
     print(f"{host}: start {start}", flush=True)
     time.sleep(script.get("before", 0))
+    while script.get("until") and not os.path.exists(os.path.join(CLAIM, script["until"])):
+        time.sleep(0.2)
     if script.get("log"):
         print(script["log"], end="" if script["log"].endswith("\n") else "\n", flush=True)
     time.sleep(_nth(script.get("seconds", 1.0), start))
