@@ -63,11 +63,12 @@ def _operator_running(cluster, command: list[str]) -> None:
         TRAINING_OPERATOR_V1) if o["kind"] in WEBHOOK_KINDS])
 
 
-@pytest.fixture(scope="module", params=list(SCHEDULERS))
-def gang(request, real_cluster):
-    """The cluster's training operator started with ``--gang-scheduler-name`` for the
-    scheduler ``request.param`` (added as preflight's fix says:
-    fmnist_kfp/preflight/scheduling.py ``_gang_flag_fix``), back to no flag afterwards."""
+@pytest.fixture(scope="module")
+def operator(real_cluster):
+    """Runs the cluster's training operator with the command it is handed (``use``), and
+    with its own again, as kubeflow/manifests installs it, once the module is done. Each
+    restart waits for the old pod's leader lease: going from one scheduler's flag straight
+    to the other's saves one."""
     from kubernetes import client
 
     real_cluster.require_node()
@@ -77,13 +78,27 @@ def gang(request, real_cluster):
         name, namespace)
     plain = deployment.spec.template.spec.containers[0].command
     assert not any("gang" in word for word in plain)  # as kubeflow/manifests installs it
-    scheduler = request.param
-    flag = "volcano" if scheduler == "volcano" else "scheduler-plugins"
-    _operator_running(real_cluster, [plain[0], f"--gang-scheduler-name={flag}", *plain[1:]])
-    try:
-        yield real_cluster, scheduler
-    finally:
+    running = [plain]
+
+    def use(flag: str) -> None:
+        command = [plain[0], f"--gang-scheduler-name={flag}", *plain[1:]]
+        if running[0] != command:
+            _operator_running(real_cluster, command)
+            running[0] = command
+
+    yield use
+    if running[0] != plain:
         _operator_running(real_cluster, plain)
+
+
+@pytest.fixture(scope="module", params=list(SCHEDULERS))
+def gang(request, real_cluster, operator):
+    """The cluster's training operator started with ``--gang-scheduler-name`` for the
+    scheduler ``request.param`` (added as preflight's fix says:
+    fmnist_kfp/preflight/scheduling.py ``_gang_flag_fix``)."""
+    scheduler = request.param
+    operator("volcano" if scheduler == "volcano" else "scheduler-plugins")
+    return real_cluster, scheduler
 
 
 @pytest.fixture
