@@ -378,7 +378,7 @@ def test_a_job_preempted_by_a_higher_priority_resumes_with_no_restart_counted(
         shown=lambda: lower.printed())
     assert preempted["Evicted"] == ("True", "Preempted"), preempted
     assert preempted["Preempted"] == ("True", "InClusterQueue"), preempted
-    assert higher.finish().restarts == 0
+    assert higher.finish().restarts == 0, higher.printed()
     outcome = lower.finish()
     assert outcome.result == {"model_type": "basic"}
     assert outcome.restarts == 0, lower.states()
@@ -386,10 +386,18 @@ def test_a_job_preempted_by_a_higher_priority_resumes_with_no_restart_counted(
     # machine's timing: the Workload's conditions above are what says it was preempted.)
     states = lower.states()
     assert not any("restart" in s for s in states), states
-    # Every pod the low job finished with is new: none of those that ran before.
+    # What finished the job ran again after the re-admission, in new pods: its hosts started
+    # twice (tests/scripted_pod.py counts starts on the claim), and no pod left is one that
+    # ran before. A TFJob succeeds when worker 0 does, and the Training Operator then deletes
+    # a worker still running (cleanPodPolicy Running), which may not have started again; a
+    # TrainJob's JobSet needs both nodes.
+    starts = cluster.claim_dir(namespace, "fmnist-data") / "starts"
+    hosts = {"tfjob": ("low-worker-0",), "trainjob": ("low-node-0-0", "low-node-0-1")}[low]
+    assert [len((starts / host).read_text().splitlines()) for host in hosts] == [2] * len(
+        hosts), lower.printed()
     last_pods = {p.metadata.uid for p in _pods(cluster, namespace)
                  if p.metadata.name.startswith("low")}
-    assert len(last_pods) == 2 and not last_pods & first_pods
+    assert last_pods and not last_pods & first_pods, lower.printed()
     final = _conditions(_workload(cluster, low, namespace, "low"))
     assert final["Admitted"] == ("True", "Admitted") and final["Evicted"][0] == "False", final
 
