@@ -460,16 +460,21 @@ def _without_workloads(role: dict) -> dict:
 def test_a_job_never_admitted_fails_at_its_start_deadline_and_is_deleted(kueue_with_tfjobs,
                                                                          tmp_path, readable):
     """A LocalQueue the namespace lacks: Kueue's Workload says so, and the step quotes it
-    until its start deadline (10 minutes of a clock that runs 60 times fast) deletes the job.
-    Where the step's Role cannot read Workloads, it still waits queued, saying why it cannot
-    quote Kueue."""
+    until its start deadline (10 minutes of a fake clock, moved on once Kueue has said why)
+    deletes the job. Where the step's Role cannot read Workloads, it still waits queued,
+    saying why it cannot quote Kueue."""
     cluster = kueue_with_tfjobs
     namespace = _namespace(cluster, None if readable else _without_workloads)
     try:
         fake = [0.0]
 
-        def sleep(seconds: float) -> None:  # a poll every 30 fake seconds, 0.5 real ones
-            time.sleep(0.5)
+        def sleep(seconds: float) -> None:
+            """A poll every 30 fake seconds and 0.2 real ones; fake time moves only once
+            Kueue has said why the Workload waits, so the polls at the deadline read it."""
+            until(lambda: _conditions(_workload(cluster, "tfjob", namespace,
+                                                "fmnist-unadmitted")).get("QuotaReserved"),
+                  "Kueue's reason on the Workload", 60)
+            time.sleep(0.2)
             fake[0] += seconds
 
         launcher = _launcher(cluster, "tfjob", namespace,
