@@ -187,6 +187,23 @@ class RealCluster:
             time.sleep(every)
         return phase, core.read_namespaced_pod_log(pod, namespace)
 
+    def rolled_out(self, namespace: str, name: str) -> bool:
+        """Whether one-replica Deployment ``name`` runs its current template alone: the
+        Deployment controller has seen the change, its one pod is updated and available, and
+        the old pod is gone (never two controllers reconciling at once)."""
+        from kubernetes import client
+
+        apps = client.AppsV1Api(self.api_client)
+        deployment = apps.read_namespaced_deployment(name, namespace)
+        status = deployment.status
+        if (status.observed_generation or 0) < deployment.metadata.generation or \
+                status.updated_replicas != 1 or status.available_replicas != 1:
+            return False
+        selector = ",".join(f"{k}={v}" for k, v in
+                            deployment.spec.selector.match_labels.items())
+        return len(client.CoreV1Api(self.api_client).list_namespaced_pod(
+            namespace, label_selector=selector).items) == 1
+
     def delete_namespace(self, name: str) -> None:
         """Deletes namespace ``name`` and so everything in it (the namespace controller): a
         test's jobs left running would hold the node's CPU that the next tests request."""

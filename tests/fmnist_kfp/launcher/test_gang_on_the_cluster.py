@@ -42,23 +42,11 @@ def _operator_running(cluster, command: list[str]) -> None:
     )
 
     namespace, name = OPERATOR
-    apps = client.AppsV1Api(cluster.api_client)
-    apps.patch_namespaced_deployment(name, namespace, [
+    client.AppsV1Api(cluster.api_client).patch_namespaced_deployment(name, namespace, [
         {"op": "replace", "path": "/spec/template/spec/containers/0/command",
          "value": command}])
-    core = client.CoreV1Api(cluster.api_client)
-
-    def rolled_out() -> bool:
-        deployment = apps.read_namespaced_deployment(name, namespace)
-        status = deployment.status
-        if (status.observed_generation or 0) < deployment.metadata.generation or \
-                status.updated_replicas != 1 or status.available_replicas != 1:
-            return False
-        pods = core.list_namespaced_pod(namespace, label_selector=",".join(
-            f"{k}={v}" for k, v in deployment.spec.selector.match_labels.items())).items
-        return len(pods) == 1 and pods[0].spec.containers[0].command == command
-
-    until(rolled_out, f"the training operator running {command}", WAIT_SECONDS)
+    until(lambda: cluster.rolled_out(namespace, name),
+          f"the training operator running {command}", WAIT_SECONDS)
     wait_webhooks_serving(cluster.api_client, [o["metadata"]["name"] for o in render(
         TRAINING_OPERATOR_V1) if o["kind"] in WEBHOOK_KINDS])
 
