@@ -99,14 +99,15 @@ def _moment(value) -> datetime | None:
         return None
 
 
-def _suspension_changed_at(conditions) -> datetime | None:
-    """When the TFJob's ``Suspended`` condition last changed: the operator sets it True as it
-    suspends the job and deletes its pods, False (``TFJobResumed``) as it resumes it and
-    creates them again (kubeflow/trainer v1.9.2 pkg/controller.v1/common/job.go lines
-    146-173). None for a job never suspended."""
+def _suspension_changed_at(conditions) -> tuple[datetime, bool] | None:
+    """When the TFJob's ``Suspended`` condition last changed, and whether to suspended: the
+    operator sets it True as it suspends the job and deletes its pods, False
+    (``TFJobResumed``) as it resumes it and creates them again (kubeflow/trainer v1.9.2
+    pkg/controller.v1/common/job.go lines 146-173). None for a job never suspended."""
     for c in conditions:
         if c.type == "Suspended":
-            return _moment(c.last_transition_time or c.last_update_time)
+            moment = _moment(c.last_transition_time or c.last_update_time)
+            return None if moment is None else (moment, c.status == "True")
     return None
 
 
@@ -136,12 +137,18 @@ class RestartCount:
     pods: dict[str, tuple[str, str, datetime | None, datetime | None]] = field(
         default_factory=dict)
     container_restarts: dict[str, int] = field(default_factory=dict)
-    boundaries: set[datetime] = field(default_factory=set)  # each change of Suspended seen
+    # each change of Suspended seen: its moment -> whether it suspended the job
+    boundaries: dict[datetime, bool] = field(default_factory=dict)
 
     def _generation(self, created: datetime | None, fallback: datetime | None):
+        """A resumption starts a generation a little before its recorded moment (the pods'
+        and the condition's clocks may differ); a suspension only after its own second: no
+        pod is made while the job is suspended, so a pod of the same second or before it is
+        the previous generation's (Kueue preempts a job seconds after its pods were made)."""
         if created is None:
             return fallback
-        return max((start for start in self.boundaries if start - CLOCK_SKEW <= created),
+        return max((start for start, suspended in self.boundaries.items()
+                    if (created > start if suspended else start - CLOCK_SKEW <= created)),
                    default=None)
 
     def update(self, conditions, pods) -> int:
@@ -150,7 +157,7 @@ class RestartCount:
                 self.transitions.add(str(c.last_transition_time or c.last_update_time))
         changed = _suspension_changed_at(conditions)
         if changed is not None:
-            self.boundaries.add(changed)
+            self.boundaries[changed[0]] = changed[1]
         for pod in pods:
             uid = pod.metadata.uid
             labels = pod.metadata.labels or {}

@@ -25,7 +25,7 @@ import yaml
 from fmnist_kfp.errors import FmnistError
 from fmnist_kfp.kubernetes.runner import StartDeadlineExceeded
 from fmnist_kfp.kubernetes.trainjob import PATCHES
-from fmnist_kfp.kubernetes.workload import JOB_UID_LABEL
+from fmnist_kfp.kubernetes.workload import read_workload
 from fmnist_kfp.settings.jobs import KubernetesSettings
 from fmnist_kfp.settings.training import TrainingConfig
 from fmnist_kfp.training.training_job import TrainingJobSpec
@@ -40,7 +40,6 @@ SHARE = "500m"
 KUEUE = "kueue-system"
 KUEUE_CONFIG = "kueue-manager-config"
 KUEUE_DEPLOYMENT = "kueue-controller-manager"
-WORKLOADS = "/apis/kueue.x-k8s.io/v1beta2/namespaces/{namespace}/workloads"
 STEP_SECONDS = 180
 PATHS = {"tfjob": "/apis/kubeflow.org/v1/namespaces/{namespace}/tfjobs/{name}",
          "trainjob": "/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}"}
@@ -123,15 +122,8 @@ def _enable_tfjob_integration(cluster) -> None:
     cluster.api_client.call_api(
         deployment, "PATCH", body=restarted, auth_settings=["BearerToken"],
         header_params={"Content-Type": "application/strategic-merge-patch+json"})
-
-    def rolled_out() -> bool:
-        found = cluster.read_or_none(deployment)
-        status = found.get("status") or {}
-        return (status.get("observedGeneration") == found["metadata"]["generation"]
-                and status.get("updatedReplicas") == status.get("replicas") ==
-                status.get("availableReplicas") == 1)
-
-    until(rolled_out, "kueue-controller-manager rolled out", 120,
+    until(lambda: cluster.rolled_out(KUEUE, KUEUE_DEPLOYMENT),
+          "kueue-controller-manager rolled out", 120,
           shown=lambda: cluster.read_or_none(deployment).get("status"))
     operators.wait_webhooks_serving(cluster.api_client, [
         "kueue-mutating-webhook-configuration", "kueue-validating-webhook-configuration"])
@@ -217,15 +209,17 @@ def _running(cluster, namespace: str, job: str) -> bool:
 
 
 def _workload(cluster, kind: str, namespace: str, name: str) -> dict | None:
-    """The Workload Kueue made of job ``name``, found by its job-uid label."""
+    """The Workload Kueue made of job ``name``, as the launcher finds it
+    (:func:`fmnist_kfp.kubernetes.workload.read_workload`, by its job-uid label); None when
+    there is none (or no job)."""
+    from kubernetes import client
+
     job = cluster.read_or_none(PATHS[kind].format(namespace=namespace, name=name))
     if job is None:
         return None
-    listed = cluster.api_client.call_api(
-        WORKLOADS.format(namespace=namespace), "GET",
-        query_params=[("labelSelector", f"{JOB_UID_LABEL}={job['metadata']['uid']}")],
-        response_type="object", auth_settings=["BearerToken"], _return_http_data_only=True)
-    return (listed["items"] or [None])[0]
+    found = read_workload(client.CustomObjectsApi(cluster.api_client), namespace,
+                          job["metadata"]["uid"])
+    return found if isinstance(found, dict) else None
 
 
 def _conditions(workload: dict | None) -> dict[str, tuple[str, str]]:
@@ -385,7 +379,7 @@ def test_a_job_preempted_by_a_higher_priority_resumes_with_no_restart_counted(
     # (Whether a poll fell in the preempted seconds, to show it queued again, is the
     # machine's timing: the Workload's conditions above are what says it was preempted.)
     states = lower.states()
-    assert not any("restart" in s for s in states), states
+    assert not any("restart" in s for s in states), lower.printed()
     # What finished the job ran again after the re-admission, in new pods: its hosts started
     # twice (tests/scripted_pod.py counts starts on the claim), and no pod left is one that
     # ran before. A TFJob succeeds when worker 0 does, and the Training Operator then deletes

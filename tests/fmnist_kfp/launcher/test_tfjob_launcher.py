@@ -539,3 +539,22 @@ def test_without_creation_timestamps_pods_go_in_the_latest_generation():
     assert count.update([], [_replica("a0", "worker", 0, None)]) == 0
     assert count.update([resumed], [_replica("b0", "worker", 0, None)]) == 0
     assert count.update([resumed], [_replica("b0x", "worker", 0, None)]) == 1
+
+
+def test_a_job_preempted_seconds_after_its_pods_were_made_counts_no_restart():
+    """Found on the real Kueue: preempted a second after its pods were made, then resumed; a
+    poll that lists the new pods before the operator records the resume put the old pods in
+    the suspension's generation (the clocks' allowance) beside the new ones: 1 restart."""
+    created = _dated("Created", "True", "2025-01-01T00:00:00Z")
+    resumed = _dated("Suspended", "False", "2025-01-01T00:00:10Z", "TFJobResumed")
+    suspended = _dated("Suspended", "True", "2025-01-01T00:00:11Z", "TFJobSuspended")
+    first = [_replica("a0", "worker", 0, "2025-01-01T00:00:10Z"),
+             _replica("a1", "worker", 1, "2025-01-01T00:00:11Z")]
+    second = [_replica("b0", "worker", 0, "2025-01-01T00:00:30Z"),
+              _replica("b1", "worker", 1, "2025-01-01T00:00:30Z")]
+    count = RestartCount()
+    assert count.update([created, resumed], first) == 0
+    assert count.update([created, suspended], first) == 0  # being deleted
+    assert count.update([created, suspended], second) == 0  # resumed, not yet recorded
+    assert count.update([created, _dated("Suspended", "False", "2025-01-01T00:00:30Z",
+                                         "TFJobResumed")], second) == 0
