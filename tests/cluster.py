@@ -212,7 +212,8 @@ class RealCluster:
         client.CoreV1Api(self.api_client).delete_namespace(name)
 
     def ensure_namespace(self, name: str) -> None:
-        """Namespace ``name``, created if missing, once the controller manager has settled it:
+        """Namespace ``name``, created if missing (or once an earlier test's deletion of it has
+        finished), once the controller manager has settled it:
         its `default` ServiceAccount and its `kube-root-ca.crt` ConfigMap (rootcacertpublisher,
         kubernetes v1.34.1 pkg/controller/certificates/rootcacertpublisher/publisher.go) exist.
         A test that lists or watches the namespace's ConfigMaps then sees its own only."""
@@ -220,12 +221,23 @@ class RealCluster:
         from kubernetes.client.exceptions import ApiException
 
         core = client.CoreV1Api(self.api_client)
-        try:
-            core.create_namespace(
-                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-        except ApiException as error:
-            if error.status != 409:
-                raise
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                core.create_namespace(
+                    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+                break
+            except ApiException as error:
+                if error.status != 409:
+                    raise
+            # A namespace an earlier test deleted answers 409 while the namespace controller
+            # empties it, and refuses new objects (NamespaceTerminating) until it is gone.
+            existing = self.read_or_none(f"/api/v1/namespaces/{name}")
+            if existing is not None and existing["status"].get("phase") != "Terminating":
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"namespace {name} still terminating after 120 s")
+            time.sleep(0.2)
         _wait_for_default_service_account(core, name)
         deadline = time.monotonic() + 60
         while self.read_or_none(f"/api/v1/namespaces/{name}/configmaps/kube-root-ca.crt") is None:
