@@ -20,14 +20,20 @@ rule below follows the kubelet of Kubernetes v1.34.1 where it cites it.
   with a veth on the bridge and its own address (``status.podIP``). Names resolve through a
   hosts file per pod (``/etc/netns/<ns>/hosts``, which ``ip netns exec`` mounts over
   ``/etc/hosts``): the pod's own, ``<hostname>.<subdomain>.<namespace>.svc`` of every pod that
-  sets both, and each headless Service's names to its pods' addresses. No DNS server and no
-  kube-proxy: a ClusterIP Service's virtual address does not route. The API server is reached at
-  ``KUBERNETES_SERVICE_HOST``, the bridge's address, port 443, relayed to the API server on
-  loopback.
+  sets both, each headless Service's names to its pods' addresses, and a ClusterIP Service's
+  names to one ready pod's address where each of its ports is its target port (Katib's
+  database, db-manager and suggestion Services). No DNS server and no kube-proxy: a ClusterIP
+  Service's virtual address does not route, nor does a port it maps to another. The API
+  server is reached at ``KUBERNETES_SERVICE_HOST``, the bridge's address, port 443, relayed to
+  the API server on loopback.
+* **Processes.** Each container's processes are host processes; a pod that sets
+  ``shareProcessNamespace`` gets a PID namespace of its own, whose pid 1 reaps orphans as the
+  pause container does, with each container's process at parent pid 0 and a /proc of its own.
 * **Containers.** Init containers one after another, each to success, then the others together
   (pkg/kubelet/kuberuntime/kuberuntime_manager.go computePodActions). Env from values, the
   downward API, ConfigMaps and Secrets (``env`` and ``envFrom``; kubelet_pods.go
-  makeEnvironmentVariables); volumes as directories: emptyDir, PersistentVolumeClaim (one
+  makeEnvironmentVariables), ``$(VAR)`` expanded in env values, commands and args;
+  volumes as directories: emptyDir, PersistentVolumeClaim (one
   directory per claim, shared by every pod that mounts it: ReadWriteMany), ConfigMap, Secret,
   and projected ServiceAccount tokens (TokenRequest, as the kubelet's token manager asks), each
   bind-mounted at its mount path inside the container's own mount namespace
@@ -74,6 +80,19 @@ LEASE_SECONDS = 10
 STORAGE_CLASS = "local"
 PROVISIONER = "fmnist.kubeflow.org/node-agent"
 
+
+
+def _ports_pass_through(service: dict, pod: dict) -> bool:
+    """Whether each of ``service``'s ports is its target port on ``pod``, so that a client
+    reaches the pod at the Service's name and port with no kube-proxy to translate them."""
+    named = {port["name"]: port["containerPort"]
+             for container in pod["spec"].get("containers") or []
+             for port in container.get("ports") or [] if port.get("name")}
+    for port in service["spec"].get("ports") or []:
+        target = port.get("targetPort", port["port"])
+        if named.get(target, target) != port["port"]:
+            return False
+    return True
 
 
 # --- the API, as the agent uses it --------------------------------------------------------
@@ -284,8 +303,8 @@ class NodeAgent:
                     raise
 
     def write_hosts(self) -> None:
-        """Each running pod's hosts file: every pod's own names and each headless Service's
-        (see the module docstring)."""
+        """Each running pod's hosts file: every pod's own names and its Services' (see the
+        module docstring)."""
         with self.hosts_lock:
             self._write_hosts()
 
@@ -300,8 +319,9 @@ class NodeAgent:
                     names[f"{runner.hostname}.{spec['subdomain']}.{ns}{suffix}"] = runner.address
         for service in services:
             selector = (service.get("spec") or {}).get("selector")
-            if not selector or service["spec"].get("clusterIP") not in ("None", None):
+            if not selector:
                 continue
+            headless = service["spec"].get("clusterIP") in ("None", None)
             ns, name = service["metadata"]["namespace"], service["metadata"]["name"]
             ready_only = not service["spec"].get("publishNotReadyAddresses")
             for runner in sorted(runners, key=lambda r: r.name):
@@ -310,6 +330,8 @@ class NodeAgent:
                                                   for k, v in selector.items()):
                     if ready_only and runner.phase() != "Running":
                         continue
+                    if not headless and not _ports_pass_through(service, runner.pod):
+                        break
                     for suffix in ("", ".svc", ".svc.cluster.local"):
                         names.setdefault(f"{name}.{ns}{suffix}", runner.address)
                     break

@@ -106,6 +106,10 @@ def main(spec_path: str) -> None:
         os.makedirs(own_tmp, mode=0o1777, exist_ok=True)
         os.chmod(own_tmp, 0o1777)
         _mount("--rbind", own_tmp, "/tmp")
+    if spec.get("own_proc"):
+        # The pod's PID namespace (shareProcessNamespace): /proc shows its processes alone,
+        # with the pids they have there, as in a container.
+        _mount("-t", "proc", "proc", "/proc")
     os.chdir(spec["cwd"])
     try:
         if isinstance(program, int):
@@ -116,5 +120,26 @@ def main(spec_path: str) -> None:
         sys.exit(128)
 
 
+def pause() -> None:
+    """A PID namespace's first process (the pause container's part): pid 1 there, it reaps
+    the processes orphaned in it until the node agent kills it."""
+    import signal
+
+    def reap(*_args) -> None:
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                pass
+        except ChildProcessError:
+            pass
+
+    signal.signal(signal.SIGCHLD, reap)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    while True:
+        signal.pause()
+
+
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if sys.argv[1] == "--pause":
+        pause()
+    else:
+        main(sys.argv[1])

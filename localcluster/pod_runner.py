@@ -98,6 +98,9 @@ class PodRunner(threading.Thread):
         self.finished = False
         self.start_time = now()
         self.message = ""
+        # The pod's PID namespace where it shares one (see _start_pause).
+        self.pause: subprocess.Popen | None = None
+        self.pause_pid = 0
 
     # What the pod looks like from inside.
     @property
@@ -112,6 +115,8 @@ class PodRunner(threading.Thread):
             # /etc/hosts only if it exists when the process starts.
             self.agent.write_hosts()
             self.volumes = self._prepare_volumes()
+            if self.pod["spec"].get("shareProcessNamespace"):
+                self._start_pause()
         except Exception as error:  # the kubelet's sandbox or volume failure: stays Pending
             self.message = f"node agent could not set up the pod: {error}"
             self._report()
@@ -121,6 +126,25 @@ class PodRunner(threading.Thread):
         self._report()
         self._run_containers()
         self._finish()
+
+    def _start_pause(self) -> None:
+        """A PID namespace for the pod's containers (``shareProcessNamespace``), as the pause
+        container's: its first process is the namespace's pid 1 and reaps orphans, and each
+        container's process enters it with parent pid 0 there, which is how Katib's metrics
+        collector tells the containers' processes from its own children (kubeflow/katib
+        v0.19.0 pkg/metricscollector/v1beta1/common/pns.go 56-110)."""
+        self.pause = subprocess.Popen(
+            ["unshare", "--pid", "--fork", "--kill-child", sys.executable, "-m",
+             "localcluster.pod_exec", "--pause"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True, preexec_fn=_die_with_parent,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+        deadline = time.monotonic() + 10
+        while not (children := _children(self.pause.pid)):
+            if self.pause.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the pod's PID namespace did not start")
+            time.sleep(0.01)
+        self.pause_pid = children[0]
 
     def _run_containers(self) -> None:
         policy = self.pod["spec"].get("restartPolicy", "Always")
@@ -213,13 +237,13 @@ class PodRunner(threading.Thread):
         shutil.rmtree(scratch, ignore_errors=True)
         scratch.mkdir(parents=True)
         spec = {"hostname": self.hostname, "netns": self.netns, "scratch": str(scratch),
-                "env": env,
+                "env": env, "own_proc": self.pause is not None,
                 "cwd": run.spec.get("workingDir") or "/",
-                "argv": [*(run.spec.get("command") or []), *(run.spec.get("args") or [])],
+                "argv": [expand(word, env) for word in
+                         [*(run.spec.get("command") or []), *(run.spec.get("args") or [])]],
                 "mounts": self._mounts(run.spec), "private_tmp": program is not None}
         if program is not None:  # the image's entrypoint (its command, or none) is the program
-            spec["argv"] = [program, *(run.spec.get("args") or [])] if not run.spec.get(
-                "command") else [program, *run.spec["command"][1:], *(run.spec.get("args") or [])]
+            spec["argv"] = [program, *spec["argv"][1 if run.spec.get("command") else 0:]]
         if not spec["argv"]:
             run.terminated = {"exitCode": 128, "reason": "ContainerCannotRun", "message": (
                 "node agent: the container has no command (an image's entrypoint is not "
@@ -228,9 +252,12 @@ class PodRunner(threading.Thread):
         spec_file = self.dir / f"{run.name}-{run.restarts}.json"
         spec_file.write_text(json.dumps(spec))
         log = open(logs / f"{run.restarts}.log", "ab")
+        # In the pod's PID namespace where it has one: nsenter forks the container's process
+        # into it (parent pid 0 there) and exits with its exit status.
+        enter = ["nsenter", f"--target={self.pause_pid}", "--pid", "--"] if self.pause else []
         run.process = subprocess.Popen(
-            ["ip", "netns", "exec", self.netns, "unshare", "--uts", sys.executable, "-m",
-             "localcluster.pod_exec", str(spec_file)],
+            [*enter, "ip", "netns", "exec", self.netns, "unshare", "--uts", sys.executable,
+             "-m", "localcluster.pod_exec", str(spec_file)],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True, preexec_fn=_die_with_parent,
             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
@@ -268,7 +295,13 @@ class PodRunner(threading.Thread):
         """SIGTERM, then SIGKILL after the grace period (kuberuntime_container.go)."""
         live = [r for r in runs if r.process is not None and r.process.poll() is None]
         for run in live:
-            _signal_group(run.process, signal.SIGTERM)
+            if self.pause is not None:
+                # To the container's process alone, as a runtime signals its init: nsenter,
+                # its parent outside the namespace, must stay to report its exit status.
+                for child in _children(run.process.pid):
+                    _signal(child, signal.SIGTERM)
+            else:
+                _signal_group(run.process, signal.SIGTERM)
         grace = self.pod["metadata"].get("deletionGracePeriodSeconds")
         if grace is None:
             grace = self.pod["spec"].get("terminationGracePeriodSeconds", 30)
@@ -286,6 +319,9 @@ class PodRunner(threading.Thread):
 
     def _finish(self) -> None:
         self._kill(self.inits + self.mains)
+        if self.pause is not None:  # the namespace's pid 1: the kernel kills what is left
+            _signal_group(self.pause, signal.SIGKILL)
+            self.pause.wait()
         self.finished = True
         self.agent.network.remove_pod(self.netns)
         if not self.gone.is_set():
@@ -322,11 +358,8 @@ class PodRunner(threading.Thread):
 
     def _env_value(self, container: dict, variable: dict, env: dict) -> str | None:
         if "valueFrom" not in variable:
-            # $(VAR) references to earlier variables (third_party/forked/golang/expansion).
-            value = variable.get("value", "")
-            for name, known in env.items():
-                value = value.replace(f"$({name})", known)
-            return value
+            # $(VAR) references to earlier variables (kubelet_pods.go makeEnvironmentVariables).
+            return expand(variable.get("value", ""), env)
         source = variable["valueFrom"]
         if "fieldRef" in source:
             return self._field(source["fieldRef"]["fieldPath"])
@@ -542,11 +575,58 @@ def _items(source: dict, data: dict[str, bytes]) -> dict[str, bytes]:
     return data
 
 
+def expand(text: str, env: dict[str, str]) -> str:
+    """Kubernetes' variable expansion in env values, commands and args (kubernetes v1.34.1
+    third_party/forked/golang/expansion/expand.go): ``$(NAME)`` becomes the variable's value
+    where it is defined and stays as written where not, ``$$`` becomes ``$`` (so Katib's
+    ``$$$$.pid`` reaches the shell as ``$$.pid``), any other ``$`` stays."""
+    out, cursor = [], 0
+    while cursor < len(text):
+        char = text[cursor]
+        if char != "$" or cursor + 1 == len(text):
+            out.append(char)
+            cursor += 1
+            continue
+        following = text[cursor + 1]
+        if following == "$":
+            out.append("$")
+            cursor += 2
+        elif following == "(":
+            closer = text.find(")", cursor + 2)
+            if closer == -1:  # an incomplete reference: kept
+                out.append("$(")
+                cursor += 2
+            else:
+                name = text[cursor + 2:closer]
+                out.append(env[name] if name in env else f"$({name})")
+                cursor = closer + 1
+        else:
+            out.append("$" + following)
+            cursor += 2
+    return "".join(out)
+
+
 def _signal_group(process: subprocess.Popen, sig: int) -> None:
     try:
         os.killpg(process.pid, sig)
     except ProcessLookupError:
         pass
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _children(pid: int) -> list[int]:
+    """The host pids of process ``pid``'s children."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as handle:
+            return [int(word) for word in handle.read().split()]
+    except OSError:
+        return []
 
 
 

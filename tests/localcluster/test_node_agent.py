@@ -80,6 +80,7 @@ def test_a_pod_runs_with_its_environment_volumes_and_service_account(cluster, na
         from kubernetes import client, config
         print("hostname", socket.gethostname())
         print("env", *(os.environ[k] for k in ("GREETING", "PASSWORD", "POD", "POD_IP", "PLAIN")))
+        print("kept", os.environ["KEPT"])
         print("file", open("/etc/settings/greeting").read())
         config.load_incluster_config()
         me = client.CoreV1Api().read_namespaced_pod(os.environ["POD"], os.environ["NS"])
@@ -92,7 +93,8 @@ def test_a_pod_runs_with_its_environment_volumes_and_service_account(cluster, na
            {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
            {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-           {"name": "PLAIN", "value": "$(POD)-plain"}]
+           {"name": "PLAIN", "value": "$(POD)-plain"},
+           {"name": "KEPT", "value": "$$(POD) $(UNDEFINED)"}]
     core.create_namespaced_pod(namespace, _pod(
         "probe", script, container={"env": env, "volumeMounts": [
             {"name": "settings", "mountPath": "/etc/settings"}]},
@@ -103,6 +105,7 @@ def test_a_pod_runs_with_its_environment_volumes_and_service_account(cluster, na
     assert pod.spec.node_name == "local-node"
     assert "hostname probe" in log
     assert f"env hello s3cret probe {pod.status.pod_ip} probe-plain" in log
+    assert "kept $(POD) $(UNDEFINED)" in log  # $$ escapes, an unknown name stays
     assert "file hello" in log
     assert f"read myself {pod.metadata.uid}" in log
     # The token's folder exists for the pod alone: on the host, programs that look for it
@@ -151,6 +154,123 @@ def test_pods_reach_each_other_by_their_names_each_on_its_own_address(cluster, n
     assert "worker-0 worker-0" in log and "worker-1 worker-1" in log
     ips = {core.read_namespaced_pod(h, namespace).status.pod_ip for h in ("worker-0", "worker-1")}
     assert len(ips) == 2
+
+
+def test_a_clusterip_service_resolves_where_its_ports_need_no_translation(cluster, namespace):
+    """A ClusterIP Service whose port is its pods' port (Katib's database and db-manager) is
+    reached by its names; one that maps port 80 to 8080 has no name here, as no kube-proxy
+    translates the port: a client fails to resolve it rather than reach the wrong port."""
+    core = _core(cluster)
+    server = """
+        import http.server
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(200); self.end_headers(); self.wfile.write(b"served")
+        http.server.HTTPServer(("0.0.0.0", 6789), Handler).serve_forever()
+    """
+    core.create_namespaced_pod(namespace, _pod(
+        "db", server, meta={"labels": {"app": "db"}},
+        container={"ports": [{"name": "api", "containerPort": 6789}]}))
+    for name, port, target in (("db-manager", 6789, "api"), ("mapped", 80, 6789)):
+        core.create_namespaced_service(namespace, {
+            "metadata": {"name": name},
+            "spec": {"selector": {"app": "db"},
+                     "ports": [{"port": port, "targetPort": target}]}})
+    client_script = f"""
+        import socket, time, urllib.request
+        for attempt in range(100):
+            try:
+                print(urllib.request.urlopen("http://db-manager.{namespace}:6789/",
+                                             timeout=2).read().decode(),
+                      urllib.request.urlopen("http://db-manager:6789/", timeout=2).read().decode())
+                break
+            except OSError as error:
+                time.sleep(0.2)
+        else:
+            raise SystemExit(f"unreachable: {{error}}")
+        try:
+            socket.gethostbyname("mapped.{namespace}")
+            print("mapped resolves")
+        except OSError:
+            print("mapped has no name")
+    """
+    core.create_namespaced_pod(namespace, _pod("client", client_script))
+    pod = _wait_phase(cluster, namespace, "client")
+    log = core.read_namespaced_pod_log("client", namespace)
+    assert pod.status.phase == "Succeeded", log
+    assert "served served" in log
+    assert "mapped has no name" in log
+
+
+def test_a_pod_sharing_its_process_namespace_shows_its_containers_as_katib_reads_them(
+        cluster, namespace):
+    """``shareProcessNamespace``: a sidecar sees the other container's process at parent pid 0
+    beside its own and pid 1 (the pause process), in a /proc of the pod's own, and finds the
+    completion marker the main container's shell wrote under its own pid, as Katib's metrics
+    collector does (kubeflow/katib v0.19.0 pkg/metricscollector/v1beta1/common/pns.go 56-110;
+    the wrapper's ``$$$$.pid`` is pkg/webhook/v1beta1/pod/utils.go 218-222, which the kubelet's
+    expansion turns into the shell's ``$$``). Deleting the pod then ends the sidecar, which
+    SIGTERM reaches, within its grace period."""
+    core = _core(cluster)
+    main = {"name": "main", "image": IMAGE, "command": ["sh", "-c"],
+            "args": ["sleep 3 1>/var/log/katib/metrics.log 2>&1 && "
+                     "echo completed > /var/log/katib/$$$$.pid"],
+            "volumeMounts": [{"name": "logs", "mountPath": "/var/log/katib"}]}
+    sidecar = {"name": "collector", "image": IMAGE, "command": ["python", "-c", textwrap.dedent("""
+        import os, signal, sys, time
+        signal.signal(signal.SIGTERM, lambda *_: (print("terminated", flush=True), sys.exit(0)))
+        def ppid(pid):
+            return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+        time.sleep(1)
+        pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+        roots = [p for p in pids if ppid(p) == 0 and p not in (1, os.getpid())]
+        print("pids", len(pids), "me", os.getpid(), "ppid", ppid(os.getpid()), flush=True)
+        [main] = roots
+        print("main", open(f"/proc/{main}/cmdline").read().replace(chr(0), " "), flush=True)
+        while os.path.exists(f"/proc/{main}"):
+            time.sleep(0.1)
+        print("marker", open(f"/var/log/katib/{main}.pid").read().strip(), flush=True)
+        while True:
+            time.sleep(0.1)
+    """)], "volumeMounts": [{"name": "logs", "mountPath": "/var/log/katib"}]}
+    core.create_namespaced_pod(namespace, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "trial"},
+        "spec": {"restartPolicy": "Never", "shareProcessNamespace": True,
+                 "terminationGracePeriodSeconds": 5, "containers": [main, sidecar],
+                 "volumes": [{"name": "logs", "emptyDir": {}}]}})
+    deadline = time.monotonic() + WAIT_SECONDS
+    while "marker" not in (log := _log_or_empty(core, namespace, "trial", "collector")):
+        assert "Traceback" not in log, log
+        assert time.monotonic() < deadline, log
+        time.sleep(0.3)
+    assert "ppid 0" in log
+    assert "main sh -c sleep 3" in log and "$$.pid" in log
+    assert "marker completed" in log
+    pids = int(log.split("pids ")[1].split()[0])
+    assert pids < 10  # the pod's processes alone, not the host's
+    core.delete_namespaced_pod("trial", namespace)
+    from kubernetes.client.exceptions import ApiException
+
+    while True:
+        try:
+            pod = core.read_namespaced_pod("trial", namespace)
+        except ApiException as error:
+            assert error.status == 404
+            break
+        for status in pod.status.container_statuses or []:
+            if status.name == "collector" and status.state.terminated:
+                assert status.state.terminated.exit_code == 0
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+
+
+def _log_or_empty(core, namespace: str, pod: str, container: str) -> str:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        return core.read_namespaced_pod_log(pod, namespace, container=container)
+    except ApiException:
+        return ""
 
 
 def test_a_failing_job_is_retried_by_the_job_controller_and_fails(cluster, namespace):
