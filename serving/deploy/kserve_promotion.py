@@ -25,9 +25,10 @@ every update, 409 AlreadyExists on a second create.
 
 1. **The claim.** A promotion reads the InferenceService and then the claim (its data: the model
    promoted early last, its validation accuracy, and the uid of the InferenceService it was
-   made on, empty when made to create it and bound to the service's uid by the first
-   promotion that finds the service there, its holder or another, on every path; a claim
-   made on an InferenceService that is gone is void), compares
+   made on, empty when made to create it and bound to the service's uid (:func:`_bind`, on
+   every path) by the first promotion that finds the service there, its holder or another,
+   or that made it, even if its model then failed; a claim made on an InferenceService that
+   is gone is void), compares
    (:func:`fmnist_kfp.serving.deploy.blessing.bless_early`; without a claim,
    the served model's test accuracy as blessing does), and, if better, writes its own claim
    with that read's ``resourceVersion`` (or creates it). A 409 means another promotion wrote
@@ -47,7 +48,7 @@ A creation race (both find no InferenceService) is the same: both claim, one aft
 the second create is answered 409 (:class:`CreatedMeanwhile`) and that promotion, still
 holding the claim, rolls its model out over the InferenceService the other created (or finds
 it was overtaken). The claim of an InferenceService that was never created (its create
-refused) is released.
+refused) is released; one created whose model then failed keeps it, bound to it.
 """
 
 from __future__ import annotations
@@ -74,7 +75,6 @@ from fmnist_kfp.serving.deploy.kserve_api import (
     KServeApi,
     KServeRolloutError,
     TransientApiError,
-    retrying,
 )
 from fmnist_kfp.serving.deploy.kserve_deployer import prepare_rollout
 from fmnist_kfp.serving.deploy.rollout_base import Log, Rollout, Verify
@@ -82,6 +82,7 @@ from fmnist_kfp.serving.deploy.rollout_result import RolloutResult, SupersededRe
 from fmnist_kfp.settings.serving import KServeSettings
 
 CLAIM_ATTEMPTS = 10
+BIND_ATTEMPTS = 5
 CLAIM_SUFFIX = "-serve-early"
 CLAIM_LABEL = keys.key("serve-early-claim-of")
 # The claim ConfigMap's data keys.
@@ -189,7 +190,7 @@ def promote_with_kserve(settings: KServeSettings, *, storage_uri: str,
             config_map = (rollout.held_claim() if held  # still ours? (else Superseded)
                           else rollout.retrying(lambda: api.get_claim(name),  # noqa: B023
                                                 f"read ConfigMap {name}"))
-            config_map = _bind_unbound(rollout, config_map, current)
+            config_map = _bind(rollout, current, config_map)
             if not held:
                 claimed, claimed_uri, claimed_type = claim_of(config_map, current)
                 served_test = (served_accuracy(current)[0]
@@ -226,14 +227,14 @@ def promote_with_kserve(settings: KServeSettings, *, storage_uri: str,
             if current is None:
                 try:
                     result = rollout.create()
-                except CreatedMeanwhile as error:
+                except CreatedMeanwhile as error:  # the next read binds the claim to that one
                     log(f"[kserve] serve_early: {error}; this model holds the claim, so it "
                         "rolls out over that one")
                     continue
-                except Exception:
-                    _release(rollout, data)
+                except Exception:  # a service made but failing stays, and so does its claim
+                    _bind_or_release(rollout, data)
                     raise
-                _bind(rollout, data)
+                _bind_or_release(rollout, data)
                 return result
             return rollout.update(current, decision, model_uri_of(current))
         except Exception as error:  # the runner may wrap what a write raised
@@ -242,6 +243,7 @@ def promote_with_kserve(settings: KServeSettings, *, storage_uri: str,
                 raise
             log(f"[kserve] serve_early: {superseded}")
             return SupersededResult(reason=str(superseded), storage_uri=storage_uri)
+    _bind_or_release(rollout, data)  # after a last 409 CreatedMeanwhile: not left unbound
     raise KServeRolloutError(
         f"{settings.name}: the InferenceService kept changing under this promotion ({attempts} "
         "tries); is something else writing it?")
@@ -282,50 +284,55 @@ def _uid(isvc: dict | None) -> str:
     return ((isvc or {}).get("metadata") or {}).get("uid") or ""
 
 
-def _bind(rollout: Rollout, data: dict[str, str]) -> None:
-    """Records the uid of the InferenceService just created in this model's claim: a claim
-    then dies with its InferenceService (:func:`claim_of`). The service is made already: a
-    read answered transiently is asked again, and one that still fails leaves the claim
-    unbound rather than failing a promotion that served its model."""
+def _bind(rollout: Rollout, isvc: dict | None, config_map: dict | None) -> dict | None:
+    """The one place a claim is bound: a claim holding no uid (made while no InferenceService
+    existed) is given ``isvc``'s, the service it was made to serve (this promotion's, or one
+    created meanwhile that its holder rolls out over), so that it dies with that service
+    (:func:`claim_of`). Every path calls it: on each claim read of :func:`promote_with_kserve`
+    (a holder's too) and after a create, whether it succeeded or failed. A 409 or a transient
+    failure is read again and decided again (the write may have applied); one that persists
+    leaves the claim unbound, with a log line, for the next promotion to bind. Returns the
+    claim as it now is."""
+    api, name = rollout.api, claim_name(rollout.name)
+    for attempt in range(1, BIND_ATTEMPTS + 1):
+        data = (config_map or {}).get("data") or {}
+        uid = _uid(isvc)
+        if not data or data.get(CLAIM_UID) or not uid:
+            return config_map
+        try:
+            bound = _write_claim(api, rollout.settings, config_map, {**data, CLAIM_UID: uid})
+        except (Conflict, TransientApiError) as error:
+            rollout.log(f"[kserve] serve_early: binding the claim to {rollout.where} failed "
+                        f"({error}); reading it again ({attempt}/{BIND_ATTEMPTS})")
+            if isinstance(error, TransientApiError):
+                time.sleep(rollout.poll_seconds * attempt)
+            try:
+                config_map = rollout.retrying(lambda: api.get_claim(name),
+                                              f"read ConfigMap {name}")
+            except TransientApiError:
+                break
+            continue
+        rollout.log(f"[kserve] serve_early: the claim is bound to {rollout.where} ({uid})")
+        return bound
+    rollout.log(f"[kserve] serve_early: the claim on {rollout.where} stays unbound; the next "
+                "promotion that finds the service binds it")
+    return config_map
+
+
+def _bind_or_release(rollout: Rollout, data: dict[str, str]) -> None:
+    """After this promotion's create, or its last try: the claim is bound to the
+    InferenceService there (:func:`_bind`); with none there (nothing created), this model's
+    claim is released, so none is left to reject later models with. Best effort: it never
+    changes how the promotion ends."""
+    api, name = rollout.api, claim_name(rollout.name)
     try:
-        isvc = retrying(rollout.api.get, rollout.name)
-    except Exception as error:
-        rollout.log(f"[kserve] serve_early: could not read {rollout.where} to bind the claim "
-                    f"to it ({error}); the claim stays unbound")
-        return
-    if uid := _uid(isvc):
-        _swap_if_ours(rollout, data, {**data, CLAIM_UID: uid},
-                      f"the claim is bound to {rollout.where} ({uid})")
-
-
-def _bind_unbound(rollout: Rollout, config_map: dict | None, isvc: dict | None) -> dict | None:
-    """A claim read with no uid while the InferenceService exists, this promotion's or
-    another's: made before any service was, so this one was created since, to serve it (or a
-    racing promotion's was, that its holder rolls out over: a 409 ``CreatedMeanwhile``, a
-    retried step). Bound to it here, on every path that reads the claim, with the read's
-    ``resourceVersion``, so that it dies with the service even if its holder stopped before
-    binding it; a conflict leaves it to whoever wrote since. Returns the claim as it now is."""
-    data = (config_map or {}).get("data") or {}
-    if config_map is None or not data or data.get(CLAIM_UID) or not _uid(isvc):
-        return config_map
-    try:
-        bound = _write_claim(rollout.api, rollout.settings, config_map,
-                             {**data, CLAIM_UID: _uid(isvc)})
-    except (Conflict, TransientApiError) as error:
-        rollout.log(f"[kserve] serve_early: could not bind the claim to {rollout.where} "
-                    f"({error}); deciding on it as read")
-        return config_map
-    rollout.log(f"[kserve] serve_early: bound the claim left unbound to {rollout.where} "
-                f"({_uid(isvc)})")
-    return bound
-
-
-def _release(rollout: Rollout, data: dict[str, str]) -> None:
-    """A create that failed with nothing created leaves no claim behind to reject later
-    models with."""
-    try:
-        if rollout.api.get(rollout.name) is not None:
+        isvc = rollout.retrying(lambda: api.get(rollout.name), f"read {rollout.where}")
+        if isvc is None:
+            _swap_if_ours(rollout, data, {},
+                          f"released the claim: {rollout.where} was not created")
             return
-    except Exception:
-        return
-    _swap_if_ours(rollout, data, {}, f"released the claim: {rollout.where} was not created")
+        _bind(rollout, isvc,
+              rollout.retrying(lambda: api.get_claim(name), f"read ConfigMap {name}"))
+    except Exception as error:  # a claim left as it is is only less precise
+        rollout.log(f"[kserve] serve_early: could not bind or release ConfigMap {name} "
+                    f"({error})")

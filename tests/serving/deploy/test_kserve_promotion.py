@@ -25,6 +25,7 @@ from fmnist_kfp.kubernetes.inference_service import (
 from fmnist_kfp.serving.deploy import kserve_api
 from fmnist_kfp.serving.deploy.kserve_promotion import (
     CLAIM_ACCURACY,
+    CLAIM_ATTEMPTS,
     CLAIM_MODEL_TYPE,
     CLAIM_MODEL_URI,
     CLAIM_UID,
@@ -62,12 +63,15 @@ def raw():
 
 
 def _promote(standin, uri: str, model_type: str, logs: list | None = None,
-             client=None, **overrides) -> RolloutResult:
+             client=None, verify=None, attempts: int = CLAIM_ATTEMPTS,
+             **overrides) -> RolloutResult:
     return promote_with_kserve(
         settings(**overrides), storage_uri=uri, validation_accuracy=ACCURACY[uri],
-        model_type=model_type, tolerance=0.005, verify=Verifier(standin, ACCURACY, own=uri),
+        model_type=model_type, tolerance=0.005,
+        verify=verify or Verifier(standin, ACCURACY, own=uri),
         client=client or standin.kserve_client(NS),
-        poll_seconds=0.005, log=(logs.append if logs is not None else lambda line: None))
+        poll_seconds=0.005, log=(logs.append if logs is not None else lambda line: None),
+        attempts=attempts)
 
 
 def _served(standin) -> str | None:
@@ -377,6 +381,111 @@ def test_a_claim_left_unbound_is_bound_and_dies_with_its_inference_service(stand
     logs.clear()
     assert _promote(standin, WORSE, "basic", logs).action == "created", logs
     assert _served(standin) == WORSE and _claim(standin)[CLAIM_MODEL_URI] == WORSE
+
+
+def _api(standin) -> kserve_api.KServeApi:
+    return kserve_api.KServeApi(standin.kserve_client(NS).api_instance.api_client, NS)
+
+
+def _delete_isvc(standin) -> None:
+    api = _api(standin)
+    api.delete("fashion-mnist")
+    _until(lambda: api.get("fashion-mnist") is None, "the deletion")
+
+
+def _created_meanwhile(standin, monkeypatch) -> None:
+    """Another deploy creates the InferenceService right after the promotion's claim, made
+    while there was none, so the promotion's create is answered 409 ``CreatedMeanwhile``."""
+    create_claim = kserve_api.KServeApi.create_claim
+
+    def claim_then_someone_creates(api, body):
+        made = create_claim(api, body)
+        monkeypatch.setattr(kserve_api.KServeApi, "create_claim", create_claim)
+        serve_old_model(standin, accuracy=0.90)
+        return made
+
+    monkeypatch.setattr(kserve_api.KServeApi, "create_claim", claim_then_someone_creates)
+
+
+def test_a_claim_made_before_a_409_created_meanwhile_dies_with_the_service_it_rolled_over(
+        standin, monkeypatch):
+    """Issue 41 item 4: the claim is made while no InferenceService exists (uid empty), another
+    deploy creates one before this promotion's create (409 ``CreatedMeanwhile``), and the
+    promotion rolls its model out over that one. Once that service is deleted and another made,
+    the old claim must not refuse a model better than the new service's."""
+    _created_meanwhile(standin, monkeypatch)
+    logs: list[str] = []
+    assert _promote(standin, BETTER, "batchnorm", logs).action == "promoted", logs
+    assert any("rolls out over that one" in line for line in logs), logs
+    assert _claim(standin)[CLAIM_UID] == standin.isvc()["metadata"]["uid"], logs
+    _delete_isvc(standin)
+    standin.calls.clear()
+    serve_old_model(standin, accuracy=0.90)  # a new service, a new uid
+    logs.clear()
+    assert _promote(standin, WORSE, "basic", logs).action == "promoted", logs
+    assert _served(standin) == WORSE and _claim(standin)[CLAIM_MODEL_URI] == WORSE
+
+
+def test_a_last_try_answered_created_meanwhile_leaves_its_claim_bound(standin, monkeypatch):
+    """Issue 41 item 4: the 409 ``CreatedMeanwhile`` comes on the promotion's last try, so no
+    next read binds the claim: it is bound before the promotion gives up."""
+    _created_meanwhile(standin, monkeypatch)
+    with pytest.raises(kserve_api.KServeRolloutError, match="kept changing"):
+        _promote(standin, BETTER, "batchnorm", attempts=1)
+    assert _claim(standin)[CLAIM_UID] == standin.isvc()["metadata"]["uid"]
+
+
+@pytest.mark.parametrize("failure", ["verification", "readiness"])
+def test_a_cold_start_that_fails_after_creating_binds_its_claim(standin, failure):
+    """Issue 41 item 4: a promotion's create made the InferenceService, then its model failed
+    verification or never got ready. The service stays (the error says to delete it), and so
+    did the claim, unbound: once the service was deleted, nothing served, the next run's worse
+    model was refused against it. The claim is bound to the service it was made for."""
+    verify, ready_for = None, standin.ready_for
+    if failure == "verification":  # another model's answers: the verifier refuses them
+        verify = Verifier(standin, ACCURACY, own=WORSE)
+    else:
+        standin.ready_for = lambda isvc: False
+    with pytest.raises(kserve_api.KServeRolloutError):
+        _promote(standin, BETTER, "batchnorm", verify=verify, ready_timeout_seconds=0.3)
+    standin.ready_for = ready_for
+    assert _claim(standin)[CLAIM_UID] == standin.isvc()["metadata"]["uid"]
+    _delete_isvc(standin)
+    logs: list[str] = []
+    assert _promote(standin, WORSE, "basic", logs).action == "created", logs
+    assert _served(standin) == WORSE and _claim(standin)[CLAIM_MODEL_URI] == WORSE
+
+
+@pytest.mark.parametrize("applied", [False, True], ids=["lost", "applied"])
+@pytest.mark.parametrize("path", ["own create", "held over a service"])
+def test_a_transient_failure_binding_the_claim_is_asked_again(standin, monkeypatch, path,
+                                                              applied):
+    """Issue 41 item 4: the write that binds the claim answered 504 (before or after the API
+    server applied it) and the claim stayed unbound, outliving its InferenceService. The bind
+    is read and written again until it holds."""
+    if path == "held over a service":  # a claim left unbound by this model, a service made
+        serve_old_model(standin, accuracy=0.90)
+        _api(standin).create_claim({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": claim_name("fashion-mnist"), "namespace": NS},
+            "data": {CLAIM_ACCURACY: f"{ACCURACY[BETTER]:.6f}", CLAIM_MODEL_URI: BETTER,
+                     CLAIM_MODEL_TYPE: "batchnorm", CLAIM_UID: ""}})
+    replace_claim, faulted = kserve_api.KServeApi.replace_claim, []
+
+    def replace_faulted_once(api, body):
+        if not faulted and body["data"].get(CLAIM_UID):  # the bind's write
+            faulted.append(body["data"][CLAIM_UID])
+            if applied:
+                replace_claim(api, body)
+            raise kserve_api.TransientApiError("could not update configmaps: HTTP 504 injected")
+        return replace_claim(api, body)
+
+    monkeypatch.setattr(kserve_api.KServeApi, "replace_claim", replace_faulted_once)
+    logs: list[str] = []
+    expected = "created" if path == "own create" else "promoted"
+    assert _promote(standin, BETTER, "batchnorm", logs).action == expected, logs
+    assert faulted, logs
+    assert _claim(standin)[CLAIM_UID] == standin.isvc()["metadata"]["uid"], logs
 
 
 def test_standard_promotions_racing_keep_their_own_candidates():
