@@ -29,7 +29,11 @@ from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.settings.platform import use_tensorflow_env
 from fmnist_kfp.settings.schema import add_flags, given_values
 from fmnist_kfp.settings.training import TrainingConfig
-from fmnist_kfp.training.training_job import MAX_PARAMETERS_FLAG
+from fmnist_kfp.training.training_job import (
+    KATIB_EARLY_STOPPING_ENV,
+    MAX_PARAMETERS_FLAG,
+    OVER_BUDGET_VERDICT_SECONDS,
+)
 
 log = logging.getLogger("fmnist.trainer")
 
@@ -337,6 +341,11 @@ def over_parameter_budget(config: TrainingConfig, budget: int) -> bool:
           f"parameters, over the search's budget of {budget:,} (tuning.max_parameters)",
           flush=True)
     print(epoch_line({"epoch": 0, "val_accuracy": 0.0}, config.epochs, time.time()), flush=True)
+    if os.environ.get(KATIB_EARLY_STOPPING_ENV):
+        # Katib's collector may stop this trial on that objective: it is given the time to
+        # read it and decide (a SIGTERM then ends this process), rather than find the trial
+        # ended first (fmnist_kfp.katib.trial_process).
+        time.sleep(OVER_BUDGET_VERDICT_SECONDS)
     return True
 
 

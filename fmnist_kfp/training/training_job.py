@@ -15,6 +15,13 @@ from fmnist_kfp.settings.training import TrainingConfig
 TRAINER_MODULE = "fmnist_kfp.training.trainer"
 # The trainer's flag for a search's parameter budget (a Katib trial's; katib/parameter_budget.py).
 MAX_PARAMETERS_FLAG = "--max-parameters"
+# Set for a Katib trial's trainer whose Experiment stops trials early
+# (fmnist_kfp.katib.trial_process).
+KATIB_EARLY_STOPPING_ENV = "FMNIST_KATIB_EARLY_STOPPING"
+# How long such a trainer, not training a trial over the parameter budget, waits for Katib's
+# collector to read the objective 0 it printed and stop the trial on it (the collector follows
+# the log as it is written; the time allows for a loaded node).
+OVER_BUDGET_VERDICT_SECONDS = 15
 
 
 @dataclass

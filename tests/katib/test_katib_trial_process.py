@@ -166,9 +166,36 @@ def test_early_stopping_still_stops_the_trial_cleanly(container_factory):
     (container.dir / f"{container.shell.pid}.pid").write_text("early-stopped")
     children = psutil.Process(container.shell.pid).children()
     assert len(children) == 1, [c.cmdline() for c in children]
+    trainer = container.trainer()
     children[0].terminate()
+    trainer.wait(timeout=WAIT)
+    # Held: the wrapper outlives the trainer until the pod is deleted (trial_process's
+    # docstring), so that the collector's report of the stop is not cut short.
+    with pytest.raises(subprocess.TimeoutExpired):
+        container.shell.wait(timeout=3)
+    assert container.marker() == "early-stopped"
+    children[0].terminate()  # the pod's deletion, once Katib has marked the trial
     assert container.exit_code() == 0
     assert container.marker() == "completed"
+
+
+def test_an_over_budget_trial_waits_for_the_collectors_verdict(container_factory):
+    """A trial over the parameter budget prints the objective 0 and, under early stopping,
+    waits for the collector: stopped on it, it is held as any early-stopped trial."""
+    container = container_factory(True, filters="512")
+    deadline = time.monotonic() + WAIT
+    log = container.dir / "metrics.log"
+    while "val_accuracy=0.0000" not in (log.read_text() if log.exists() else ""):
+        assert container.shell.poll() is None, "ended before the collector could decide"
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    (container.dir / f"{container.shell.pid}.pid").write_text("early-stopped")
+    [process] = psutil.Process(container.shell.pid).children()
+    process.terminate()
+    with pytest.raises(subprocess.TimeoutExpired):
+        container.shell.wait(timeout=3)
+    process.terminate()
+    assert container.exit_code() == 0
 
 
 def test_a_deleted_pod_stays_retryable(container_factory):
