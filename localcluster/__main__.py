@@ -46,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
             built = build(module)
             how = "cached" if built.cached else f"built in {built.seconds:.0f} s"
             print(f"{module.name}: {built.bin_dir} ({how})", flush=True)
+        from localcluster.operators import KATIB_V0_19, programs
+
+        programs([KATIB_V0_19])  # Katib's Python services too (katib_services.py)
     elif args.command == "up":
         if (state_dir / "state.json").exists():
             print(f"a cluster is recorded in {state_dir}: `python -m localcluster down` first",

@@ -13,14 +13,17 @@ import os
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from localcluster import katib_services
 from localcluster.build import HERE, build, go_command
 from localcluster.programs import (
     JOBSET_0_10,
     JOBSET_0_11,
+    KATIB,
     KUEUE,
     KUSTOMIZE,
     TRAINER_2_1,
@@ -47,6 +50,14 @@ class Operator:
     # Resources of the kustomization left out, as its own comments say to where that part is
     # installed otherwise (Trainer's manager overlay fetches JobSet's release from GitHub).
     without: tuple[str, ...] = ()
+    # Objects of the rendered manifests left out, by name: parts that have no program here.
+    without_objects: tuple[str, ...] = ()
+    # Its other Deployments, waited for as ``deployment`` is.
+    more_deployments: tuple[str, ...] = ()
+    # Images that are not programs of ``module`` -> their programs (built on demand).
+    more_programs: Callable[[], dict[str, str]] | None = None
+    # Webhook configurations applied once its pods exist (see KATIB_V0_19).
+    webhooks_after_pods: bool = False
 
 
 TRAINING_OPERATOR_V1 = Operator(
@@ -78,10 +89,40 @@ KUEUE_V0_19 = Operator(
     name="kueue", module=KUEUE, upstream="sigs.k8s.io/kueue", kustomization="config/default",
     images={"kueue": "kueue"}, namespace="kueue-system", deployment="kueue-controller-manager")
 
+
+
+def _katib_programs() -> dict[str, str]:
+    module = module_dir(KATIB, katib_services.UPSTREAM)
+    found = {image: str(path)
+             for image, path in katib_services.build_python_services(module).items()}
+    found["mysql"] = str(katib_services.mysql_program())
+    return found
+
+
+# Katib as its katib-standalone kustomization installs it into `kubeflow` (Kubeflow 26.03),
+# less the UI, whose Angular frontend the module holds only as source. Its pod mutator
+# (mutator.pod.katib.kubeflow.org) calls katib-controller for every pod created in namespaces
+# labelled katib.kubeflow.org/metrics-collector-injection=enabled, `kubeflow` itself included
+# (components/namespace/namespace.yaml), with failurePolicy Fail and only katib-controller's
+# own requests exempt (components/webhook/webhooks.yaml 51-74): applied before Katib's pods
+# exist, it refuses them all, its own controller's too. `kubectl apply -k` on a cluster wins
+# that race by the ReplicaSet controller's speed; here the configurations wait for the pods.
+# The Training Operator installs first: Katib watches the trial kinds whose CRDs exist when it
+# starts (pkg/controller.v1beta1/trial/trial_controller.go 110-133).
+KATIB_V0_19 = Operator(
+    name="katib", module=KATIB, upstream=katib_services.UPSTREAM,
+    kustomization="manifests/v1beta1/installs/katib-standalone",
+    images={"katib-controller": "katib-controller", "katib-db-manager": "katib-db-manager",
+            "file-metrics-collector": "file-metrics-collector",
+            "suggestion-goptuna": "suggestion-goptuna"},
+    namespace="kubeflow", deployment="katib-controller",
+    without_objects=("katib-ui",), more_deployments=("katib-mysql", "katib-db-manager"),
+    more_programs=_katib_programs, webhooks_after_pods=True)
+
 # By the name `python -m localcluster up --operators` takes, in the order they install (Trainer
 # needs JobSet's CRDs).
 BY_NAME = {o.name: o for o in (TRAINING_OPERATOR_V1, JOBSET_V0_10, TRAINER_V2_1,
-                                JOBSET_V0_11, TRAINER_V2_2, KUEUE_V0_19)}
+                                JOBSET_V0_11, TRAINER_V2_2, KUEUE_V0_19, KATIB_V0_19)}
 
 
 def module_dir(module: GoModule, upstream: str) -> Path:
@@ -108,7 +149,8 @@ def render(operator: Operator) -> list[dict[str, Any]]:
         text = subprocess.run([str(kustomize), "build", "--load-restrictor",
                                "LoadRestrictionsNone", str(folder)], capture_output=True,
                               text=True, check=True).stdout
-    return [doc for doc in yaml.safe_load_all(text) if doc]
+    return [doc for doc in yaml.safe_load_all(text)
+            if doc and doc["metadata"]["name"] not in operator.without_objects]
 
 
 def programs(operators: list[Operator]) -> dict[str, str]:
@@ -121,6 +163,8 @@ def programs(operators: list[Operator]) -> dict[str, str]:
             if found.setdefault(repository, path) != path:
                 raise ValueError(f"two versions of {repository} on one node ({operator.name} "
                                  "and another): start a cluster for each")
+        if operator.more_programs is not None:
+            found.update(operator.more_programs())
     return found
 
 
@@ -128,11 +172,21 @@ def install(api_client, operator: Operator) -> None:
     """Applies the operator's manifests, CRDs first, and waits for its Deployment."""
     objects = render(operator)
     order = {"Namespace": 0, "CustomResourceDefinition": 1}
+    later = [o for o in objects if operator.webhooks_after_pods and o["kind"] in WEBHOOK_KINDS]
     for obj in sorted(objects, key=lambda o: order.get(o["kind"], 2)):
+        if obj in later:
+            continue
         apply(api_client, obj)
         if obj["kind"] == "CustomResourceDefinition":
             _wait_established(api_client, obj["metadata"]["name"])
-    wait_available(api_client, operator.namespace, operator.deployment)
+    deployments = (operator.deployment, *operator.more_deployments)
+    if later:
+        for name in deployments:
+            wait_pod_created(api_client, operator.namespace, name)
+        for obj in later:
+            apply(api_client, obj)
+    for name in deployments:
+        wait_available(api_client, operator.namespace, name)
     wait_webhooks_serving(api_client, [o["metadata"]["name"] for o in objects
                                        if o["kind"] in WEBHOOK_KINDS])
 
@@ -240,6 +294,26 @@ def wait_available(api_client, namespace: str, name: str,
             raise TimeoutError(f"Deployment {namespace}/{name} not available after "
                                f"{timeout:.0f} s: {deployment.get('status')}")
         time.sleep(0.5)
+
+
+def wait_pod_created(api_client, namespace: str, name: str,
+                     timeout: float = READY_SECONDS) -> None:
+    """Until Deployment ``name`` has a pod."""
+    deadline = time.monotonic() + timeout
+    while True:
+        deployment = _call(api_client, f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}",
+                           "GET")
+        selector = ",".join(f"{k}={v}" for k, v in
+                            deployment["spec"]["selector"]["matchLabels"].items())
+        pods = api_client.call_api(
+            f"/api/v1/namespaces/{namespace}/pods", "GET",
+            query_params=[("labelSelector", selector)], response_type="object",
+            auth_settings=["BearerToken"], _return_http_data_only=True)
+        if pods["items"]:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"Deployment {namespace}/{name} made no pod in {timeout:.0f} s")
+        time.sleep(0.2)
 
 
 def _wait_established(api_client, name: str, timeout: float = 60) -> None:

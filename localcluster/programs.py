@@ -63,10 +63,19 @@ TRAINING_OPERATOR = GoModule(
 # Kueue v0.19.2, the newest the module proxy serves: go 1.26, k8s.io v0.36 and
 # controller-runtime v0.24, a client two minors past the API server (Kueue's CI runs such skew).
 KUEUE = GoModule("kueue-v0.19.2", "kueue-v0.19.2", {"kueue": "sigs.k8s.io/kueue/cmd/kueue"})
+# Katib v0.19.0 (Kubeflow 26.03): its controller, db-manager and StdOut/File metrics collector,
+# and the Go suggestion service (cmaes); k8s.io v0.34, controller-runtime v0.22. Its Python
+# services run from the same module's source (localcluster/katib_services.py).
+KATIB = GoModule("katib-v0.19.0", "katib-v0.19.0", {
+    "katib-controller": "github.com/kubeflow/katib/cmd/katib-controller/v1beta1",
+    "katib-db-manager": "github.com/kubeflow/katib/cmd/db-manager/v1beta1",
+    "file-metrics-collector":
+        "github.com/kubeflow/katib/cmd/metricscollector/v1beta1/file-metricscollector",
+    "suggestion-goptuna": "github.com/kubeflow/katib/cmd/suggestion/goptuna/v1beta1"})
 # kustomize renders the operators' own install manifests from their modules, as `kubectl apply
 # -k` does (kubectl v1.34 embeds kustomize v5.7.1).
 KUSTOMIZE = GoModule("kustomize-v5.7.1", "kustomize-v5.7.1",
                      {"kustomize": "sigs.k8s.io/kustomize/kustomize/v5"})
 # What `python -m localcluster build` (and so `make test`) builds: what the tests run.
 MODULES = (CONTROL_PLANE, KUSTOMIZE, JOBSET_0_10, TRAINER_2_1, JOBSET_0_11, TRAINER_2_2,
-           TRAINING_OPERATOR, KUEUE)
+           TRAINING_OPERATOR, KUEUE, KATIB)

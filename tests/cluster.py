@@ -59,10 +59,12 @@ GRANT_SECONDS = 30
 # The upstream operators whose images the node runs (installed by the tests that need them).
 OPERATORS = ("TRAINING_OPERATOR_V1", "JOBSET_V0_10", "TRAINER_V2_1")
 # Kubeflow 26.03.1's Trainer and JobSet, on a cluster of their own (real_cluster_trainer_2_2),
-# whose node also runs Kueue (which queues TrainJobs from Trainer 2.2 on) and, for the TFJobs
-# it queues, the Training Operator; those two are installed by the tests that use them.
+# whose node also runs Kueue (which queues TrainJobs from Trainer 2.2 on), Katib, and for the
+# TFJobs they queue and tune, the Training Operator; those three are installed by the tests
+# that use them. (Katib runs here, not on real_cluster, whose tests create Experiments for
+# their own purposes that a running katib-controller would act on.)
 TRAINER_2_2 = ("JOBSET_V0_11", "TRAINER_V2_2")
-TRAINER_2_2_NODE = (*TRAINER_2_2, "TRAINING_OPERATOR_V1", "KUEUE_V0_19")
+TRAINER_2_2_NODE = (*TRAINER_2_2, "TRAINING_OPERATOR_V1", "KUEUE_V0_19", "KATIB_V0_19")
 # A training image whose pods do what a test scripts instead of training (tests/scripted_pod.py).
 SCRIPTED_IMAGE = "scripted-pod:1"
 

@@ -1,0 +1,124 @@
+"""The tune step's Katib Experiments on Katib v0.19.0 itself (tests/cluster.py; localcluster/
+operators.py KATIB_V0_19): katib-controller with its webhooks, katib-db-manager on MariaDB,
+Katib's hyperopt suggestion and median-stopping services from its module's Python source, and
+its StdOut metrics collector injected into each trial's primary pod, whose PID namespace it
+shares. The step runs as KFP runs it: a pod of the compiled image and environment, as the
+pipeline-runner ServiceAccount, with the claim mounted; the trials' jobs are run by the real
+Training Operator v1.9.2 (TFJob) or Trainer v2.2.0 with JobSet v0.11.0 (TrainJob), and train.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.kfp_components.test_cluster_steps import (  # noqa: F401 (the fixture)
+    _run_step_pod,
+    compiled,
+)
+
+# Katib's pod mutator acts in namespaces with this label, as Kubeflow's profile controller sets
+# it on every profile namespace (kubeflow/katib v0.19.0 manifests/v1beta1/components/webhook/
+# webhooks.yaml 59-61).
+INJECTION_LABEL = {"katib.kubeflow.org/metrics-collector-injection": "enabled"}
+TRIAL_KINDS = {"tfjob": "TFJob", "trainjob": "TrainJob"}
+RANDOM_STATE = 1
+
+
+@pytest.fixture(scope="module")
+def katib(real_cluster_trainer_2_2):
+    """The Trainer 2.2 cluster with the Training Operator, our TensorFlow runtime and Katib,
+    installed in that order (Katib watches the trial kinds served when it starts)."""
+    cluster = real_cluster_trainer_2_2
+    cluster.install("TRAINING_OPERATOR_V1")
+    cluster.apply_training_runtime()
+    cluster.install("KATIB_V0_19")
+    return cluster
+
+
+@pytest.fixture
+def tune_namespace(katib, compiled):  # noqa: F811
+    from kubernetes import client
+
+    name = katib.step_namespace(
+        "tune", claim=compiled["exec-tune-hyperparameters"]["env"]["FMNIST_PVC_NAME"])
+    client.CoreV1Api(katib.api_client).patch_namespace(
+        name, {"metadata": {"labels": INJECTION_LABEL}})
+    yield name
+    katib.delete_namespace(name)
+
+
+def _custom(cluster, namespace: str, plural: str) -> list[dict]:
+    from kubernetes import client
+
+    return client.CustomObjectsApi(cluster.api_client).list_namespaced_custom_object(
+        "kubeflow.org", "v1beta1", namespace, plural)["items"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("operator", list(TRIAL_KINDS))
+def test_the_tune_steps_experiment_runs_to_its_end_on_katib(katib, tune_namespace, compiled,  # noqa: F811
+                                                            synthetic_dataset, operator):
+    """tune_step(backend="kubernetes") in its step pod creates an Experiment that Katib runs to
+    the end: the suggestion service proposes, each trial's job trains on the staged dataset,
+    the collector reads each epoch's ``val_accuracy`` from the trial's stdout (timestamped
+    lines, so ``latest`` is the last epoch's) and median stopping stops the trial that starts
+    below the others; the values the step returns are the best trial's, typed as the
+    trainer's."""
+    namespace = tune_namespace
+    volume = katib.claim_dir(namespace, compiled["exec-tune-hyperparameters"]["env"][
+        "FMNIST_PVC_NAME"])
+    inputs = compiled["exec-tune-hyperparameters"]["constants"]
+    found, log = _run_step_pod(katib, namespace, compiled, "exec-tune-hyperparameters", f"""
+        import json
+        from fmnist_kfp.katib.experiment_launcher import KatibExperimentLauncher
+        from fmnist_kfp.kfp_components.tune.step import tune_step
+        from fmnist_kfp.settings.platform import MOUNT_PATH
+        from fmnist_kfp.settings.training import TrainingConfig
+
+        tuning = {{"algorithm": "random", "random_state": {RANDOM_STATE}, "max_trials": 3,
+                   "parallel_trials": 1, "epochs": 2, "train_examples": 256,
+                   "early_stopping": True, "min_trials_required": 1, "start_step": 1}}
+        result = tune_step(
+            model_type="basic", base=TrainingConfig(model_type="basic", filters=8),
+            tuning=tuning, data_dir={str(synthetic_dataset)!r},
+            output_dir=f"{{MOUNT_PATH}}/search", backend="kubernetes",
+            kubernetes={{"operator": {operator!r}, "cpu": "500m", "memory": "1Gi"}},
+            image={inputs["image"]!r}, gpu_image={inputs["gpu_image"]!r},
+            launcher=KatibExperimentLauncher(poll_seconds=1, timeout_seconds=540))
+        print(json.dumps(result.as_dict()))
+    """)
+    [experiment] = _custom(katib, namespace, "experiments")
+    conditions = {c["type"]: c for c in experiment["status"]["conditions"]}
+    assert conditions["Succeeded"]["status"] == "True", experiment["status"]
+    assert experiment["spec"]["trialTemplate"]["trialSpec"]["kind"] == TRIAL_KINDS[operator]
+    assert "earlyStopping" in experiment["spec"]
+    trials = {t["metadata"]["name"]: t for t in _custom(katib, namespace, "trials")}
+    assert len(trials) == 3
+    finished, stopped = {}, []
+    for name, trial in trials.items():
+        last = trial["status"]["conditions"][-1]
+        assert (last["type"], last["status"]) in (("Succeeded", "True"),
+                                                  ("EarlyStopped", "True")), (name, last)
+        history = [json.loads(line) for line in
+                   (volume / "katib" / experiment["metadata"]["name"] / name /
+                    "history.jsonl").read_text().splitlines()]
+        [objective] = [m for m in trial["status"]["observation"]["metrics"]
+                       if m["name"] == "val_accuracy"]
+        # What the collector parsed from stdout is what the trainer wrote down.
+        assert objective["latest"] == f"{history[-1]['val_accuracy']:.4f}"
+        if last["type"] == "Succeeded":
+            finished[name] = float(objective["latest"])
+        else:
+            stopped.append(name)
+    # With this seed the third trial's first epoch scores below the median of the first two's
+    # (median stopping at start_step 1): Katib's medianstop service marks it, on the
+    # collector's report, and deletes its job.
+    assert len(stopped) == 1 and len(finished) == 2, trials
+    best = experiment["status"]["currentOptimalTrial"]
+    assert found["best_trial"] == best["bestTrialName"] == max(finished, key=finished.get)
+    assert {a["name"]: a["value"] for a in best["parameterAssignments"]} == \
+        {k: str(v) for k, v in found["best_parameters"].items()}
+    assert isinstance(found["best_parameters"]["batch_size"], int)  # typed as the trainer's
+    assert "created Katib Experiment" in log
