@@ -8,8 +8,9 @@ step's code then runs with only the environment the compiled YAML sets for its e
 backend/src/v2/driver/driver.go lines 250-254 copy it into the pod) and the
 ``image``/``gpu_image`` inputs its task passes (constants in ``root.dag``). The train step runs
 in a pod of the real cluster (tests/cluster.py), its jobs run by the real training operators;
-the tune step against the Katib stand-in, whose "operator" runs the trials' pods as processes
-here, and deploy against the KServe stand-in (until Katib and KServe run here for real).
+the chain's tune step against the Katib stand-in, whose "operator" runs the trials' pods as
+processes here (the tune step on the real Katib: tests/katib/test_katib_on_the_cluster.py), and
+deploy against the KServe stand-in (until KServe runs here for real).
 Staging the dataset, training, exporting and copying the model back all really happen. Every
 wait is bounded. One test chains tune, train, select, deploy and predict, each step's outputs
 the next one's inputs, as the pipeline wires them.
@@ -273,55 +274,6 @@ def _best_of_succeeded_trials(experiment: dict, trials: dict, volume: Path) -> d
         assert objective["latest"] == f"{history[-1]['val_accuracy']:.4f}"
     return max(trials.values(), key=lambda t: float(t["status"]["observation"]["metrics"][0][
         "latest"]))
-
-
-@pytest.mark.slow
-def test_the_tuning_step_runs_a_katib_experiment_end_to_end(compiled, synthetic_dataset,
-                                                             tmp_path):
-    """tune_step(backend="kubernetes") as the tune executor runs it, kubernetes.operator tfjob
-    on a cluster with the Training Operator v1 only: an Experiment whose trials are TFJobs in
-    the compiled image, run here under Katib's metrics-collector wrapper (with early stopping:
-    the || branch) and collected from their timestamped epoch lines; the best trial's values
-    come back typed. (TrainJob trials, and auto on a cluster with both: the chained test
-    below.)"""
-    operator = "tfjob"
-    volume = tmp_path / "volume"
-    volume.mkdir()
-    inputs = compiled["exec-tune-hyperparameters"]["constants"]
-    with KatibStandIn(run=True, namespaces=("kubeflow",), work_dir=tmp_path / "katib") \
-            as standin:
-        found = _run_step(compiled, "exec-tune-hyperparameters", f"""
-            import json
-            import fmnist_kfp.settings.platform as platform
-            platform.MOUNT_PATH = {str(volume)!r}
-            from fmnist_kfp.settings.training import TrainingConfig
-            from fmnist_kfp.katib.experiment_launcher import KatibExperimentLauncher
-            from fmnist_kfp.kfp_components.tune.step import tune_step
-            from tests.standins.katib import katib_client_for
-
-            tuning = {{"algorithm": "random", "max_trials": 2, "parallel_trials": 1,
-                       "epochs": 2, "train_examples": 256,
-                       "early_stopping": True, "min_trials_required": 1, "start_step": 1}}
-            result = tune_step(
-                model_type="basic", base=TrainingConfig(model_type="basic", filters=8),
-                tuning=tuning, data_dir={str(synthetic_dataset)!r},
-                output_dir={str(tmp_path / "artifacts" / "search")!r}, backend="kubernetes",
-                kubernetes={{"namespace": "kubeflow", "operator": {operator!r}}},
-                image={inputs["image"]!r}, gpu_image={inputs["gpu_image"]!r},
-                launcher=KatibExperimentLauncher(
-                    katib_client_for({standin.url!r}), poll_seconds=0.2,
-                    timeout_seconds={STEP_SECONDS - 60}))
-            print(json.dumps(result.as_dict()))
-        """, tmp_path)
-        [experiment] = standin.posts()
-        [run] = standin.runs.values()
-        trials = dict(run.trials)
-    trial_spec = experiment["spec"]["trialTemplate"]["trialSpec"]
-    assert trial_spec["kind"] == "TFJob"
-    assert _images(trial_spec) == {IMAGE}
-    best = _best_of_succeeded_trials(experiment, trials, volume)
-    assert found["best_trial"] == best["metadata"]["name"]
-    assert isinstance(found["best_parameters"]["batch_size"], int)  # typed as the trainer's
 
 
 # The clusters of the chain: kubernetes.operator, the operators the cluster serves, and what
