@@ -592,33 +592,3 @@ def test_a_template_waiting_for_succeeded_leaves_trainjob_trials_running(tmp_pat
     assert ("Complete", "True") in [(c["type"], c["status"])
                                     for c in run.jobs[name].status["conditions"]]
     assert trial["status"]["conditions"][-1]["type"] == "Running"
-
-
-@pytest.mark.slow
-def test_an_experiment_of_trainjob_trials_runs_to_a_result(synthetic_dataset, tmp_path):
-    """Real trials: each TrainJob's node runs the trainer under Katib's wrapper with the env
-    the runtime gives it (tests/standins/trainer_v2.py), the StdOut collector reads node 0's
-    epoch lines, and the search returns its best trial."""
-    import io
-
-    from fmnist_kfp.settings.training import TrainingConfig
-    from tests.standins.katib import KatibStandIn
-
-    out = io.StringIO()
-    kubernetes = KubernetesSettings(image=IMAGE, namespace="team-a", pvc_name="fmnist-pvc",
-                                    mount_path=str(tmp_path / "volume"))
-    settings = _settings(kubernetes=kubernetes, model_type="basic", max_trial_count=2,
-                         parallel_trial_count=1, max_failed_trial_count=1, algorithm="random",
-                         base_config=TrainingConfig(model_type="basic", filters=8, epochs=1,
-                                                    train_examples=256),
-                         output_dir=str(tmp_path / "trials"))
-    with KatibStandIn(run=True, tfjob_operator=False, trainer=True,
-                      work_dir=tmp_path / "katib") as standin:
-        result = _trainjob_launcher(standin, out).run(
-            settings, SearchSpace.default("random", "basic"), str(synthetic_dataset))
-        [run] = standin.runs.values()
-        trials = dict(run.trials)
-    assert len(trials) == 2 and result.best_trial in trials
-    assert 0.0 < result.best_objective <= 1.0
-    for trial in trials.values():
-        assert trial["status"]["conditions"][-1]["type"] == "Succeeded", trial["status"]
