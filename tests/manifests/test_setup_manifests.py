@@ -164,13 +164,21 @@ def test_the_permissions_job_mounts_the_claim_as_the_pipelines_pods_do(real_clus
     with fsGroup 0, which the kubelet applies to the root where the driver supports it; no
     Istio sidecar (it would keep the pod running, kubeflow/manifests v1.11.0
     tests/training_operator_job.yaml 12-15); the image is the runtime's base."""
+    import copy
     import re
+    import uuid
 
     from fmnist_kfp.settings.platform import IMAGE_GID, IMAGE_UID, MOUNT_PATH
+
     job = _permissions_job()
-    namespace = job["metadata"].get("namespace") or "default"
+    # The API server accepts it, in a namespace of this test's own (the shared cluster's
+    # team-a comes and goes with other tests).
+    namespace = f"perm-{uuid.uuid4().hex[:6]}"
     real_cluster.ensure_namespace(namespace)
-    real_cluster.create(job, namespace=namespace, dry_run=True)  # the API server accepts it
+    placed = copy.deepcopy(job)
+    placed["metadata"]["namespace"] = namespace
+    real_cluster.create(placed, namespace=namespace, dry_run=True)
+    real_cluster.delete_namespace(namespace)
     assert job["spec"]["backoffLimit"] == 0  # one answer, not retries of the same one
     template = job["spec"]["template"]
     assert template["metadata"]["labels"]["sidecar.istio.io/inject"] == "false"
