@@ -173,9 +173,8 @@ def install(api_client, operator: Operator) -> None:
     objects = render(operator)
     order = {"Namespace": 0, "CustomResourceDefinition": 1}
     later = [o for o in objects if operator.webhooks_after_pods and o["kind"] in WEBHOOK_KINDS]
-    for obj in sorted(objects, key=lambda o: order.get(o["kind"], 2)):
-        if obj in later:
-            continue
+    first = [o for o in objects if o not in later]
+    for obj in sorted(first, key=lambda o: order.get(o["kind"], 2)):
         apply(api_client, obj)
         if obj["kind"] == "CustomResourceDefinition":
             _wait_established(api_client, obj["metadata"]["name"])
@@ -281,38 +280,31 @@ def collection_path(api_client, manifest: dict[str, Any]) -> str:
 
 def wait_available(api_client, namespace: str, name: str,
                    timeout: float = READY_SECONDS) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        deployment = _call(api_client, f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}",
-                           "GET")
-        conditions = {c["type"]: c["status"]
-                      for c in (deployment.get("status") or {}).get("conditions") or []}
-        if conditions.get("Available") == "True" and \
-                (deployment["status"].get("readyReplicas") or 0) >= 1:
-            return
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"Deployment {namespace}/{name} not available after "
-                               f"{timeout:.0f} s: {deployment.get('status')}")
-        time.sleep(0.5)
+    """Until Deployment ``name`` is Available with a ready pod."""
+    _wait_deployment(api_client, namespace, name, "available", timeout, lambda status: (
+        {c["type"]: c["status"] for c in status.get("conditions") or []}.get("Available")
+        == "True" and (status.get("readyReplicas") or 0) >= 1))
 
 
 def wait_pod_created(api_client, namespace: str, name: str,
                      timeout: float = READY_SECONDS) -> None:
-    """Until Deployment ``name`` has a pod."""
+    """Until Deployment ``name`` has a pod (its ``status.replicas``: the pods it targets)."""
+    _wait_deployment(api_client, namespace, name, "with a pod", timeout,
+                     lambda status: (status.get("replicas") or 0) >= 1)
+
+
+def _wait_deployment(api_client, namespace: str, name: str, what: str, timeout: float,
+                     done: Callable[[dict], bool]) -> None:
     deadline = time.monotonic() + timeout
     while True:
         deployment = _call(api_client, f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}",
                            "GET")
-        selector = ",".join(f"{k}={v}" for k, v in
-                            deployment["spec"]["selector"]["matchLabels"].items())
-        pods = api_client.call_api(
-            f"/api/v1/namespaces/{namespace}/pods", "GET",
-            query_params=[("labelSelector", selector)], response_type="object",
-            auth_settings=["BearerToken"], _return_http_data_only=True)
-        if pods["items"]:
+        status = deployment.get("status") or {}
+        if done(status):
             return
         if time.monotonic() > deadline:
-            raise TimeoutError(f"Deployment {namespace}/{name} made no pod in {timeout:.0f} s")
+            raise TimeoutError(f"Deployment {namespace}/{name} not {what} after "
+                               f"{timeout:.0f} s: {status}")
         time.sleep(0.2)
 
 

@@ -9,12 +9,11 @@ Training Operator v1.9.2 (TFJob) or Trainer v2.2.0 with JobSet v0.11.0 (TrainJob
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from tests.kfp_components.test_cluster_steps import (  # noqa: F401 (the fixture)
     _run_step_pod,
+    collected_objective,
     compiled,
 )
 
@@ -106,14 +105,8 @@ def test_the_tune_steps_experiment_runs_to_its_end_on_katib(katib, tune_namespac
             # (trial_controller.go v0.19.0 lines 237-256 and reconcileJob): none is recorded.
             stopped.append(name)
             continue
-        history = [json.loads(line) for line in
-                   (volume / "katib" / experiment["metadata"]["name"] / name /
-                    "history.jsonl").read_text().splitlines()]
-        [objective] = [m for m in trial["status"]["observation"]["metrics"]
-                       if m["name"] == "val_accuracy"]
         # What the collector parsed from stdout is what the trainer wrote down.
-        assert objective["latest"] == f"{history[-1]['val_accuracy']:.4f}"
-        finished[name] = float(objective["latest"])
+        finished[name] = collected_objective(experiment, trial, volume)
     # With this seed the third trial's first epoch scores below the median of the first two's
     # (median stopping at start_step 1): Katib's medianstop service marks it, on the
     # collector's report, and deletes its job.

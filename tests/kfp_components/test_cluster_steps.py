@@ -257,6 +257,18 @@ def _training_job(cluster, namespace: str, kind: str) -> tuple[dict, list, list]
     return job, pods, others
 
 
+def collected_objective(experiment: dict, trial: dict, volume: Path) -> float:
+    """The trial's ``val_accuracy`` as Katib's collector recorded it, checked to be the last
+    epoch's in the trial's history on the claim (``latest``: the lines carry their times)."""
+    history = [json.loads(line) for line in
+               (volume / "katib" / experiment["metadata"]["name"] / trial["metadata"]["name"] /
+                "history.jsonl").read_text().splitlines()]
+    [objective] = [m for m in trial["status"]["observation"]["metrics"]
+                   if m["name"] == "val_accuracy"]
+    assert objective["latest"] == f"{history[-1]['val_accuracy']:.4f}"
+    return float(objective["latest"])
+
+
 def _best_of_succeeded_trials(experiment: dict, trials: dict, volume: Path) -> dict:
     """Checks the Experiment ran with early stopping and its two trials succeeded, each
     objective the last epoch of its history on the claim (``latest``: the lines carry their
@@ -266,12 +278,7 @@ def _best_of_succeeded_trials(experiment: dict, trials: dict, volume: Path) -> d
     for name, trial in trials.items():
         conditions = [(c["type"], c["status"]) for c in trial["status"]["conditions"]]
         assert conditions[-1] == ("Succeeded", "True"), (name, conditions)
-        history = [json.loads(line) for line in
-                   (volume / "katib" / experiment["metadata"]["name"] / name /
-                    "history.jsonl").read_text().splitlines()]
-        [objective] = [m for m in trial["status"]["observation"]["metrics"]
-                       if m["name"] == "val_accuracy"]
-        assert objective["latest"] == f"{history[-1]['val_accuracy']:.4f}"
+        collected_objective(experiment, trial, volume)
     return max(trials.values(), key=lambda t: float(t["status"]["observation"]["metrics"][0][
         "latest"]))
 
