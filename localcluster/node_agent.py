@@ -67,6 +67,7 @@ import ssl
 import sys
 import threading
 import time
+import traceback
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -195,7 +196,11 @@ class NodeAgent:
         threading.Thread(target=self._heartbeat, daemon=True).start()
         try:
             while not self.stopping.is_set():
-                self._sync()
+                try:
+                    self._sync()
+                except Exception:  # as the kubelet's sync loop: log it, try again next round
+                    traceback.print_exc(file=sys.stderr)
+                    sys.stderr.flush()
                 self.stopping.wait(POLL_SECONDS)
         finally:
             self._collect_made_on_host()  # while the pods' folders are still there

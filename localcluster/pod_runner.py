@@ -322,8 +322,11 @@ class PodRunner(threading.Thread):
         if self.pause is not None:  # the namespace's pid 1: the kernel kills what is left
             _signal_group(self.pause, signal.SIGKILL)
             self.pause.wait()
-        self.finished = True
-        self.agent.network.remove_pod(self.netns)
+        # Under the hosts lock: a hosts write that counted this pod as running would otherwise
+        # write into the /etc/netns folder being removed (FileNotFoundError in the agent's sync).
+        with self.agent.hosts_lock:
+            self.finished = True
+            self.agent.network.remove_pod(self.netns)
         if not self.gone.is_set():
             self._report()
         if self.deleting.is_set() and not self.gone.is_set():
