@@ -63,6 +63,10 @@ test: setup layers cluster-build
 # the checkout (localcluster/build.py): minutes the first time, a look-up after that.
 cluster-build: setup | $(GO)
 	@command -v ip >/dev/null || apt-get install -y iproute2 || sudo apt-get install -y iproute2
+	@# kube-proxy (nftables mode) programs the node's rules with nft, from Debian's package.
+	@PATH="$$PATH:/usr/sbin" command -v nft >/dev/null || \
+		apt-get install -y --no-install-recommends nftables || \
+		{ apt-get update && apt-get install -y --no-install-recommends nftables; }
 	@# Katib's database (katib-mysql) runs as MariaDB from Debian's package.
 	@PATH="$$PATH:/usr/sbin" command -v mariadbd >/dev/null || \
 		apt-get install -y --no-install-recommends mariadb-server-core || \

@@ -35,7 +35,8 @@ from pathlib import Path
 from fmnist_kfp.launcher.local_processes import _die_with_parent  # PR_SET_PDEATHSIG
 from localcluster import certs
 from localcluster.build import Built, build
-from localcluster.programs import CONTROL_PLANE, KUBERNETES_VERSION
+from localcluster.pod_network import host_address, reserve_subnet
+from localcluster.programs import CONTROL_PLANE, KUBE_PROXY, KUBERNETES_VERSION
 
 SERVICE_CIDR = "10.96.0.0/16"
 API_SERVICE_IP = "10.96.0.1"  # the first address of SERVICE_CIDR: the `kubernetes` Service
@@ -89,8 +90,6 @@ class ControlPlane:
 
         self.built = build(CONTROL_PLANE, log=log)
         if node_agent:
-            from localcluster.pod_network import reserve_subnet
-
             self.subnet = reserve_subnet()
         self.state_dir.mkdir(parents=True, exist_ok=True)
         (self.state_dir / "logs").mkdir(exist_ok=True)
@@ -99,11 +98,12 @@ class ControlPlane:
         names = ("etcd", "etcd-peer", "apiserver", "controller-manager", "scheduler")
         self.ports = dict(zip(names, free_ports(len(names)), strict=True))
         ca = certs.make_ca(pki)
-        # Pods reach the API server at their bridge's address (the node agent relays it).
-        pod_gateway = (f"10.244.{self.subnet}.1",) if self.subnet else ()
+        # Pods reach the API server at the host's end of its link to the node (the node agent
+        # relays it).
+        relay = (host_address(self.subnet),) if self.subnet else ()
         serving_cert, serving_key = certs.make_serving_cert(
             pki, "apiserver", ca, certs.API_SERVER_NAMES,
-            ("127.0.0.1", API_SERVICE_IP, *pod_gateway))
+            ("127.0.0.1", API_SERVICE_IP, *relay))
         sa_key, sa_pub = certs.make_service_account_keys(pki)
         # The aggregator's client identity towards aggregated API servers (Kueue's visibility
         # API): they authenticate the API server by this CA, as kubeadm sets it up.
@@ -161,7 +161,8 @@ class ControlPlane:
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--endpoint-reconciler-type=none", "--allow-privileged=true",
             # Webhooks and aggregated APIs are called at their Services' endpoints (the pods'
-            # addresses), not at virtual ClusterIPs: no kube-proxy here.
+            # addresses), not at virtual ClusterIPs: kube-proxy runs in the node's network
+            # namespace, not on the host where the API server is.
             "--enable-aggregator-routing=true",
             f"--requestheader-client-ca-file={self.state_dir / 'pki' / 'front-proxy-ca.crt'}",
             "--requestheader-allowed-names=front-proxy-client",
@@ -205,7 +206,8 @@ class ControlPlane:
              f"--kubeconfig={self.kubeconfig('admin')}",
              f"--api-server=127.0.0.1:{self.ports['apiserver']}",
              f"--state-dir={self.state_dir / 'node'}", f"--subnet={self.subnet}",
-             f"--gpus={gpus}", *(f"--program={k}={v}" for k, v in programs.items())],
+             f"--gpus={gpus}", f"--kube-proxy={build(KUBE_PROXY).path('kube-proxy')}",
+             *(f"--program={k}={v}" for k, v in programs.items())],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True, preexec_fn=_die_with_parent if self.die_with_parent else None,
             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})

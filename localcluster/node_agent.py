@@ -16,15 +16,17 @@ rule below follows the kubelet of Kubernetes v1.34.1 where it cites it.
   so, as a kubelet does for an image it cannot pull.
 * **Readiness** by the container's readinessProbe (HTTP GET or TCP at the pod's address), so
   Services' endpoints, and the webhooks the API server calls at them, follow it.
-* **Network.** A bridge with a /24 of 10.244.0.0/16 per cluster; each pod a network namespace
+* **Network.** The node's own network namespace with a bridge with a /24 of 10.244.0.0/16
+  per cluster, routed to and from the host; each pod a network namespace
   with a veth on the bridge and its own address (``status.podIP``). Names resolve through a
   hosts file per pod (``/etc/netns/<ns>/hosts``, which ``ip netns exec`` mounts over
   ``/etc/hosts``): the pod's own, ``<hostname>.<subdomain>.<namespace>.svc`` of every pod that
-  sets both, each headless Service's names to its pods' addresses, and a ClusterIP Service's
-  names to one ready pod's address where each of its ports is its target port (Katib's
-  database, db-manager and suggestion Services). No DNS server and no kube-proxy: a ClusterIP
-  Service's virtual address does not route, nor does a port it maps to another. The API
-  server is reached at ``KUBERNETES_SERVICE_HOST``, the bridge's address, port 443, relayed to
+  sets both, a headless Service's names to a ready pod's address, and every other Service's
+  names to its cluster IP, which the real kube-proxy (nftables mode, in the node's network
+  namespace: :mod:`localcluster.pod_network`) translates to a ready endpoint, port for port.
+  No DNS server: names outside this file do not resolve, at once (the pod's resolv.conf names
+  no nameserver). The API server is reached at
+  ``KUBERNETES_SERVICE_HOST``, the host's end of its link to the node, port 443, relayed to
   the API server on loopback.
 * **Processes.** Each container's processes are host processes; a pod that sets
   ``shareProcessNamespace`` gets a PID namespace of its own, whose pid 1 reaps orphans as the
@@ -64,6 +66,7 @@ import base64
 import os
 import signal
 import ssl
+import subprocess
 import sys
 import threading
 import time
@@ -73,6 +76,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+from fmnist_kfp.launcher.local_processes import _die_with_parent  # PR_SET_PDEATHSIG
 from localcluster.pod_network import PodNetwork, _Relay
 from localcluster.pod_runner import NODE_NAME, PodRunner, _memory_bytes, now
 
@@ -83,17 +87,21 @@ PROVISIONER = "fmnist.kubeflow.org/node-agent"
 
 
 
-def _ports_pass_through(service: dict, pod: dict) -> bool:
-    """Whether each of ``service``'s ports is its target port on ``pod``, so that a client
-    reaches the pod at the Service's name and port with no kube-proxy to translate them."""
-    named = {port["name"]: port["containerPort"]
-             for container in pod["spec"].get("containers") or []
-             for port in container.get("ports") or [] if port.get("name")}
-    for port in service["spec"].get("ports") or []:
-        target = port.get("targetPort", port["port"])
-        if named.get(target, target) != port["port"]:
-            return False
-    return True
+def _resolv_conf(namespace: str) -> str:
+    """A pod's resolv.conf as the kubelet writes it for ``dnsPolicy: ClusterFirst``
+    (pkg/kubelet/network/dns/dns.go: the cluster's search path, ``ndots:5``), with no
+    nameserver, as there is no cluster DNS server here: resolvers then ask the pod's own
+    loopback, which refuses at once. The host's resolv.conf would name a server the pod cannot
+    reach, and every lookup that misses the hosts file would wait out its timeouts: 10 s per
+    gRPC connection of a Go program (grpc-go's dns resolver looks up a service-config TXT
+    record), which is what each of Katib's calls to its suggestion service took."""
+    return (f"search {namespace}.svc.cluster.local svc.cluster.local cluster.local\n"
+            "options ndots:5\n")
+
+
+def _selects(selector: dict[str, str], pod: dict) -> bool:
+    labels = pod["metadata"].get("labels") or {}
+    return all(labels.get(k) == v for k, v in selector.items())
 
 
 # --- the API, as the agent uses it --------------------------------------------------------
@@ -168,8 +176,12 @@ class NodeAgent:
     """Registers the node and runs the pods bound to it until :meth:`stop`."""
 
     def __init__(self, kubeconfig: str, api_server: tuple[str, int], state_dir: Path,
-                 subnet: int, gpus: int = 0, programs: dict[str, str] | None = None):
+                 subnet: int, gpus: int = 0, programs: dict[str, str] | None = None,
+                 kube_proxy: str | None = None):
         self.api = AgentApi(kubeconfig)
+        self.kubeconfig = kubeconfig
+        self.kube_proxy = kube_proxy  # the program, run in the node's network namespace
+        self.kube_proxy_process: subprocess.Popen | None = None
         self.programs = programs or {}  # image repository name -> program
         self.state_dir = state_dir
         self.gpus = gpus
@@ -188,11 +200,12 @@ class NodeAgent:
 
     def run(self) -> None:
         self.network.up()
-        relay = _Relay((self.network.gateway, 443), self.api_server)
+        relay = _Relay((self.network.host_address, 443), self.api_server)
         threading.Thread(target=relay.serve_forever, daemon=True).start()
         self.log_port = self._serve_logs()
         self._register()
         self._storage_class()
+        self._start_kube_proxy()
         threading.Thread(target=self._heartbeat, daemon=True).start()
         try:
             while not self.stopping.is_set():
@@ -211,8 +224,41 @@ class NodeAgent:
             for runner in self.runners.values():
                 runner.join(timeout=max(0.0, deadline - time.monotonic()))
             self._remove_made_on_host()
+            if self.kube_proxy_process is not None:
+                self.kube_proxy_process.terminate()
+                try:
+                    self.kube_proxy_process.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    self.kube_proxy_process.kill()
             relay.shutdown()
             self.network.down()
+
+    def _start_kube_proxy(self) -> None:
+        """kube-proxy in nftables mode, in the node's network namespace (where the pods'
+        traffic is routed), reaching the API server through the relay: Services' cluster IPs
+        and ports are translated to their ready endpoints as on any node."""
+        if not self.kube_proxy:
+            return
+        import yaml
+
+        config = yaml.safe_load(Path(self.kubeconfig).read_text())
+        for cluster in config["clusters"]:
+            cluster["cluster"]["server"] = f"https://{self.network.host_address}:443"
+        kubeconfig = self.state_dir / "kube-proxy.kubeconfig"
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        kubeconfig.write_text(yaml.safe_dump(config))
+        kubeconfig.chmod(0o600)
+        log = open(self.state_dir / "kube-proxy.log", "ab")
+        self.kube_proxy_process = subprocess.Popen(
+            ["ip", "netns", "exec", self.network.netns, self.kube_proxy,
+             f"--kubeconfig={kubeconfig}", f"--hostname-override={NODE_NAME}",
+             "--proxy-mode=nftables", f"--cluster-cidr={self.network.cidr}",
+             # Leaves the host's conntrack table size alone (the node shares its kernel).
+             "--conntrack-max-per-core=0"],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,  # nft is in /usr/sbin, off some PATHs
+            env={**os.environ, "PATH": os.environ.get("PATH", "") + ":/usr/sbin:/sbin"})
+        log.close()
 
     def _collect_made_on_host(self) -> None:
         for record in (self.state_dir / "pods").glob("*/rootfs/*/made-on-host"):
@@ -323,23 +369,21 @@ class NodeAgent:
                 for suffix in ("", ".svc", ".svc.cluster.local"):
                     names[f"{runner.hostname}.{spec['subdomain']}.{ns}{suffix}"] = runner.address
         for service in services:
-            selector = (service.get("spec") or {}).get("selector")
+            spec = service.get("spec") or {}
+            selector = spec.get("selector")
             if not selector:
                 continue
-            headless = service["spec"].get("clusterIP") in ("None", None)
             ns, name = service["metadata"]["namespace"], service["metadata"]["name"]
-            ready_only = not service["spec"].get("publishNotReadyAddresses")
-            for runner in sorted(runners, key=lambda r: r.name):
-                labels = runner.pod["metadata"].get("labels") or {}
-                if runner.namespace == ns and all(labels.get(k) == v
-                                                  for k, v in selector.items()):
-                    if ready_only and runner.phase() != "Running":
-                        continue
-                    if not headless and not _ports_pass_through(service, runner.pod):
-                        break
-                    for suffix in ("", ".svc", ".svc.cluster.local"):
-                        names.setdefault(f"{name}.{ns}{suffix}", runner.address)
-                    break
+            address = spec.get("clusterIP")
+            if address in ("None", None):  # headless: a ready pod's own address
+                ready_only = not spec.get("publishNotReadyAddresses")
+                address = next((r.address for r in sorted(runners, key=lambda r: r.name)
+                                if r.namespace == ns and _selects(selector, r.pod)
+                                and (not ready_only or r.phase() == "Running")), None)
+                if address is None:
+                    continue
+            for suffix in ("", ".svc", ".svc.cluster.local"):
+                names.setdefault(f"{name}.{ns}{suffix}", address)
         for runner in runners:
             lines = ["127.0.0.1 localhost", f"{runner.address} {runner.hostname}"]
             lines += [f"{address} {name}" for name, address in sorted(names.items())]
@@ -351,6 +395,9 @@ class NodeAgent:
             text = "\n".join(lines + short) + "\n"
             folder = Path("/etc/netns") / runner.netns
             folder.mkdir(parents=True, exist_ok=True)
+            resolv = folder / "resolv.conf"
+            if not resolv.exists():
+                resolv.write_text(_resolv_conf(runner.namespace))
             hosts = folder / "hosts"
             if not hosts.exists() or hosts.read_text() != text:
                 partial = folder / "hosts.partial"
@@ -523,11 +570,13 @@ def main(argv: list[str] | None = None) -> None:
                         help="nvidia.com/gpu the node offers (the pods run on the CPU)")
     parser.add_argument("--program", action="append", default=[], metavar="REPOSITORY=PATH",
                         help="run images of this repository name as this program")
+    parser.add_argument("--kube-proxy", metavar="PATH",
+                        help="kube-proxy, run in the node's network namespace")
     args = parser.parse_args(argv)
     host, port = args.api_server.rsplit(":", 1)
     programs = dict(item.split("=", 1) for item in args.program)
     agent = NodeAgent(args.kubeconfig, (host, int(port)), args.state_dir, args.subnet,
-                      args.gpus, programs)
+                      args.gpus, programs, args.kube_proxy)
     signal.signal(signal.SIGTERM, agent.stop)
     signal.signal(signal.SIGINT, agent.stop)
     agent.run()

@@ -1,6 +1,11 @@
-"""The pod network of the node agent: a bridge with a /24 of 10.244.0.0/16 per cluster, a
-network namespace per pod with a veth on the bridge, and the relay that lets pods reach the API
-server, which listens on loopback, at the bridge's address."""
+"""The pod network of the node agent, as a node has it: the node's own network namespace
+(``fkn<subnet>``) holding a bridge with a /24 of 10.244.0.0/16 per cluster, a network namespace
+per pod with a veth on that bridge, and a veth pair linking the node to the host, on which the
+relay lets pods (and kube-proxy) reach the API server that listens on the host's loopback.
+
+The node has a namespace of its own, not the host's, because kube-proxy programs the network
+namespace it runs in, under fixed names (its nftables table ``kube-proxy``): two clusters on one
+machine, each with its kube-proxy, would otherwise rewrite each other's rules."""
 
 from __future__ import annotations
 
@@ -15,9 +20,20 @@ from pathlib import Path
 from socketserver import BaseRequestHandler, TCPServer, ThreadingMixIn
 
 
+def node_netns(subnet: int) -> str:
+    """The node's network namespace."""
+    return f"fkn{subnet}"
+
+
+def host_address(subnet: int) -> str:
+    """The host's end of its link to the node: where pods reach the API server (the relay)."""
+    return f"10.245.{subnet}.1"
+
+
 @dataclass
 class PodNetwork:
-    """A bridge on the host and a /24 of 10.244.0.0/16 for the pods of one cluster."""
+    """The node's network namespace, its bridge and a /24 of 10.244.0.0/16 for the pods of one
+    cluster."""
 
     subnet: int  # the third octet
     bridge: str = ""
@@ -28,17 +44,50 @@ class PodNetwork:
         self.bridge = f"fk{self.subnet}br"
 
     @property
+    def netns(self) -> str:
+        return node_netns(self.subnet)
+
+    @property
     def gateway(self) -> str:
+        """The bridge's address, the pods' default route."""
         return f"10.244.{self.subnet}.1"
+
+    @property
+    def cidr(self) -> str:
+        return f"10.244.{self.subnet}.0/24"
+
+    @property
+    def host_address(self) -> str:
+        return host_address(self.subnet)
+
+    @property
+    def _uplink(self) -> str:
+        return f"fk{self.subnet}up"
 
     def up(self) -> None:
         self.down()
-        _ip("link", "add", self.bridge, "type", "bridge")
-        _ip("addr", "add", f"{self.gateway}/24", "dev", self.bridge)
-        _ip("link", "set", self.bridge, "up")
+        node, link_net = self.netns, f"10.245.{self.subnet}"
+        _ip("netns", "add", node)
+        _ip("link", "add", self._uplink, "type", "veth", "peer", "name", "uplink", "netns", node)
+        _ip("addr", "add", f"{link_net}.1/30", "dev", self._uplink)
+        _ip("link", "set", self._uplink, "up")
+        _ip("-n", node, "link", "set", "lo", "up")
+        _ip("-n", node, "addr", "add", f"{link_net}.2/30", "dev", "uplink")
+        _ip("-n", node, "link", "set", "uplink", "up")
+        _ip("-n", node, "link", "add", self.bridge, "type", "bridge")
+        _ip("-n", node, "addr", "add", f"{self.gateway}/24", "dev", self.bridge)
+        _ip("-n", node, "link", "set", self.bridge, "up")
+        _ip("-n", node, "route", "add", "default", "via", f"{link_net}.1")
+        _ip("route", "add", self.cidr, "via", f"{link_net}.2")
+        # The node forwards between its uplink and the bridge; bridged traffic passes its
+        # netfilter hooks, so that kube-proxy's DNAT of one pod's connection to another on the
+        # same bridge is undone on the way back (what kubeadm requires of a node: br_netfilter).
+        _sysctl(node, "net.ipv4.ip_forward", "1")
+        _sysctl(node, "net.bridge.bridge-nf-call-iptables", "1")
 
     def down(self) -> None:
-        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
+        subprocess.run(["ip", "link", "del", self._uplink], capture_output=True)
+        subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)
 
     def add_pod(self, name: str) -> str:
         """A network namespace ``name`` on the bridge; its address."""
@@ -53,8 +102,9 @@ class PodNetwork:
         # run left behind (its namespace never deleted) would collide with a reused address.
         veth = "fv" + name.removeprefix("fk-").replace("-", "")[:12]
         _ip("netns", "add", name)
-        _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", name)
-        _ip("link", "set", veth, "master", self.bridge, "up")
+        _ip("-n", self.netns, "link", "add", veth, "type", "veth", "peer", "name", "eth0",
+            "netns", name)
+        _ip("-n", self.netns, "link", "set", veth, "master", self.bridge, "up")
         _ip("-n", name, "addr", "add", f"{address}/24", "dev", "eth0")
         _ip("-n", name, "link", "set", "eth0", "up")
         _ip("-n", name, "link", "set", "lo", "up")
@@ -84,11 +134,19 @@ def reserve_subnet() -> int:
             reservation = directory / str(subnet)
             if reservation.exists() and time.time() - reservation.stat().st_mtime < 600:
                 continue
-            if Path(f"/sys/class/net/fk{subnet}br").exists():
+            if Path(f"/run/netns/{node_netns(subnet)}").exists() or \
+                    Path(f"/sys/class/net/fk{subnet}up").exists():
                 continue
             reservation.touch()
             return subnet
     raise RuntimeError("no free /24 left in 10.244.0.0/16 for the pod network")
+
+
+def _sysctl(netns: str, key: str, value: str) -> None:
+    """Sets ``key`` in ``netns`` (these are per network namespace)."""
+    path = "/proc/sys/" + key.replace(".", "/")
+    subprocess.run(["ip", "netns", "exec", netns, "sh", "-c", f"echo {value} > {path}"],
+                   capture_output=True, check=True)
 
 
 def _ip(*args: str) -> None:

@@ -343,9 +343,9 @@ class PodRunner(threading.Thread):
         env = {"PATH": f"{Path(sys.executable).parent}:/usr/local/sbin:/usr/local/bin:"
                        "/usr/sbin:/usr/bin:/sbin:/bin",
                "HOME": "/root", "HOSTNAME": self.hostname,
-               "KUBERNETES_SERVICE_HOST": self.agent.network.gateway,
+               "KUBERNETES_SERVICE_HOST": self.agent.network.host_address,
                "KUBERNETES_SERVICE_PORT": "443", "KUBERNETES_SERVICE_PORT_HTTPS": "443",
-               "KUBERNETES_PORT": f"tcp://{self.agent.network.gateway}:443"}
+               "KUBERNETES_PORT": f"tcp://{self.agent.network.host_address}:443"}
         for source in container.get("envFrom") or []:
             prefix = source.get("prefix", "")
             if "configMapRef" in source:

@@ -46,6 +46,15 @@ CONTROL_PLANE = GoModule(
     ldflags=_version_ldflags(KUBERNETES_VERSION),
 )
 
+# The node's Service proxy, from the same module in a folder of its own (its extra pins would
+# otherwise change the control plane's go.sum, and with it every cached control plane build).
+KUBE_PROXY = GoModule(
+    name=f"kube-proxy-{KUBERNETES_VERSION}",
+    folder=f"kube-proxy-{KUBERNETES_VERSION}",
+    packages={"kube-proxy": "k8s.io/kubernetes/cmd/kube-proxy"},
+    ldflags=_version_ldflags(KUBERNETES_VERSION),
+)
+
 
 # The training operators, each its own module with the dependency versions its own release
 # requires, apart from the control plane's and from each other: Training Operator v1.9.2 builds
@@ -77,5 +86,5 @@ KATIB = GoModule("katib-v0.19.0", "katib-v0.19.0", {
 KUSTOMIZE = GoModule("kustomize-v5.7.1", "kustomize-v5.7.1",
                      {"kustomize": "sigs.k8s.io/kustomize/kustomize/v5"})
 # What `python -m localcluster build` (and so `make test`) builds: what the tests run.
-MODULES = (CONTROL_PLANE, KUSTOMIZE, JOBSET_0_10, TRAINER_2_1, JOBSET_0_11, TRAINER_2_2,
+MODULES = (CONTROL_PLANE, KUBE_PROXY, KUSTOMIZE, JOBSET_0_10, TRAINER_2_1, JOBSET_0_11, TRAINER_2_2,
            TRAINING_OPERATOR, KUEUE, KATIB)

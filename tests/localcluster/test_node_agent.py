@@ -4,6 +4,7 @@ of their own, their Jobs judged by the real Job controller, their logs read thro
 
 from __future__ import annotations
 
+import re
 import textwrap
 import time
 import uuid
@@ -156,50 +157,76 @@ def test_pods_reach_each_other_by_their_names_each_on_its_own_address(cluster, n
     assert len(ips) == 2
 
 
-def test_a_clusterip_service_resolves_where_its_ports_need_no_translation(cluster, namespace):
-    """A ClusterIP Service whose port is its pods' port (Katib's database and db-manager) is
-    reached by its names; one that maps port 80 to 8080 has no name here, as no kube-proxy
-    translates the port: a client fails to resolve it rather than reach the wrong port."""
+def test_a_clusterip_service_is_reached_by_name_through_kube_proxy(cluster, namespace):
+    """A ClusterIP Service resolves to its cluster IP, and the real kube-proxy (nftables mode,
+    in the node's network namespace) carries a connection to it on to a ready pod: a named
+    target port (Katib's db-manager) and port 80 mapped to 8080 (KServe's predictor Service)
+    alike, with the answer coming back from the cluster IP; a Service whose pods are not ready
+    has no endpoint, so its connections are refused rather than reach a pod."""
     core = _core(cluster)
     server = """
-        import http.server
+        import http.server, socket
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):
-                self.send_response(200); self.end_headers(); self.wfile.write(b"served")
-        http.server.HTTPServer(("0.0.0.0", 6789), Handler).serve_forever()
+                self.send_response(200); self.end_headers()
+                self.wfile.write(socket.gethostname().encode())
+        http.server.HTTPServer(("0.0.0.0", 8080), Handler).serve_forever()
     """
     core.create_namespaced_pod(namespace, _pod(
-        "db", server, meta={"labels": {"app": "db"}},
-        container={"ports": [{"name": "api", "containerPort": 6789}]}))
-    for name, port, target in (("db-manager", 6789, "api"), ("mapped", 80, 6789)):
+        "predictor", server, meta={"labels": {"app": "predictor"}},
+        container={"ports": [{"name": "http", "containerPort": 8080}],
+                   "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1}}))
+    core.create_namespaced_pod(namespace, _pod(
+        "unready", server, meta={"labels": {"app": "unready"}},
+        container={"readinessProbe": {"tcpSocket": {"port": 9}, "periodSeconds": 1}}))
+    for name, selector, port, target in (("named", "predictor", 6789, "http"),
+                                         ("predictor", "predictor", 80, 8080),
+                                         ("unready", "unready", 80, 8080)):
         core.create_namespaced_service(namespace, {
             "metadata": {"name": name},
-            "spec": {"selector": {"app": "db"},
+            "spec": {"selector": {"app": selector},
                      "ports": [{"port": port, "targetPort": target}]}})
+    cluster_ips = {name: core.read_namespaced_service(name, namespace).spec.cluster_ip
+                   for name in ("named", "predictor", "unready")}
     client_script = f"""
         import socket, time, urllib.request
-        for attempt in range(100):
-            try:
-                print(urllib.request.urlopen("http://db-manager.{namespace}:6789/",
-                                             timeout=2).read().decode(),
-                      urllib.request.urlopen("http://db-manager:6789/", timeout=2).read().decode())
-                break
-            except OSError as error:
-                time.sleep(0.2)
-        else:
-            raise SystemExit(f"unreachable: {{error}}")
+        print("resolved", socket.gethostbyname("predictor.{namespace}.svc.cluster.local"))
+        for url in ("http://named.{namespace}:6789/", "http://predictor/",
+                    "http://predictor.{namespace}.svc:80/"):
+            for attempt in range(150):
+                try:
+                    print(url, urllib.request.urlopen(url, timeout=2).read().decode()); break
+                except OSError as error:
+                    time.sleep(0.2)
+            else:
+                raise SystemExit(f"{{url}} unreachable: {{error}}")
         try:
-            socket.gethostbyname("mapped.{namespace}")
-            print("mapped resolves")
+            urllib.request.urlopen("http://unready/", timeout=5)
+            print("unready answered")
+        except OSError as error:
+            print("unready refused:", error)
+        started = time.monotonic()
+        try:
+            socket.getaddrinfo("no-such-service", 80)
         except OSError:
-            print("mapped has no name")
+            print(f"unknown name failed in {{time.monotonic() - started:.1f}} s")
+        print(open("/etc/resolv.conf").read())
     """
     core.create_namespaced_pod(namespace, _pod("client", client_script))
     pod = _wait_phase(cluster, namespace, "client")
     log = core.read_namespaced_pod_log("client", namespace)
     assert pod.status.phase == "Succeeded", log
-    assert "served served" in log
-    assert "mapped has no name" in log
+    assert f"resolved {cluster_ips['predictor']}" in log
+    for url in (f"http://named.{namespace}:6789/", "http://predictor/",
+                f"http://predictor.{namespace}.svc:80/"):
+        assert f"{url} predictor" in log, log
+    assert "unready refused" in log, log
+    # The kubelet's search path; no nameserver (none here), so that a name missing from the
+    # hosts file fails at once instead of after the resolver's timeouts (5 s a try).
+    assert f"search {namespace}.svc.cluster.local svc.cluster.local cluster.local" in log
+    assert "nameserver" not in log
+    failed = float(re.search(r"unknown name failed in ([\d.]+) s", log).group(1))
+    assert failed < 3, log
 
 
 def test_a_pod_sharing_its_process_namespace_shows_its_containers_as_katib_reads_them(
