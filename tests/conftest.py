@@ -119,6 +119,17 @@ def real_cluster_trainer_2_2(real_cluster, tmp_path_factory):
         plane.stop()
 
 
+@pytest.fixture(scope="session")
+def katib_cluster(real_cluster_trainer_2_2):
+    """The Trainer 2.2 cluster with the Training Operator, our TensorFlow runtime and Katib
+    v0.19.0, installed in that order (Katib watches the trial kinds served when it starts)."""
+    cluster = real_cluster_trainer_2_2
+    cluster.install("TRAINING_OPERATOR_V1")
+    cluster.apply_training_runtime()
+    cluster.install("KATIB_V0_19")
+    return cluster
+
+
 # `make test` runs the suite in two worker processes (pytest-xdist). A unit of work goes whole
 # to one worker: by default a test module (its module fixtures built once); the tests of a
 # costly shared fixture together (built once, not once per worker); and each slow test of

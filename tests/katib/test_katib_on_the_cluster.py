@@ -15,50 +15,26 @@ from tests.kfp_components.test_cluster_steps import (  # noqa: F401 (the fixture
     _run_step_pod,
     collected_objective,
     compiled,
+    katib_objects,
+    katib_step_namespace,
 )
 
-# Katib's pod mutator acts in namespaces with this label, as Kubeflow's profile controller sets
-# it on every profile namespace (kubeflow/katib v0.19.0 manifests/v1beta1/components/webhook/
-# webhooks.yaml 59-61).
-INJECTION_LABEL = {"katib.kubeflow.org/metrics-collector-injection": "enabled"}
 TRIAL_KINDS = {"tfjob": "TFJob", "trainjob": "TrainJob"}
 RANDOM_STATE = 1
 
 
-@pytest.fixture(scope="module")
-def katib(real_cluster_trainer_2_2):
-    """The Trainer 2.2 cluster with the Training Operator, our TensorFlow runtime and Katib,
-    installed in that order (Katib watches the trial kinds served when it starts)."""
-    cluster = real_cluster_trainer_2_2
-    cluster.install("TRAINING_OPERATOR_V1")
-    cluster.apply_training_runtime()
-    cluster.install("KATIB_V0_19")
-    return cluster
-
-
 @pytest.fixture
-def tune_namespace(katib, compiled):  # noqa: F811
-    from kubernetes import client
-
-    name = katib.step_namespace(
-        "tune", claim=compiled["exec-tune-hyperparameters"]["env"]["FMNIST_PVC_NAME"])
-    client.CoreV1Api(katib.api_client).patch_namespace(
-        name, {"metadata": {"labels": INJECTION_LABEL}})
+def tune_namespace(katib_cluster, compiled):  # noqa: F811
+    name = katib_step_namespace(katib_cluster, "tune", compiled)
     yield name
-    katib.delete_namespace(name)
-
-
-def _custom(cluster, namespace: str, plural: str) -> list[dict]:
-    from kubernetes import client
-
-    return client.CustomObjectsApi(cluster.api_client).list_namespaced_custom_object(
-        "kubeflow.org", "v1beta1", namespace, plural)["items"]
+    katib_cluster.delete_namespace(name)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("operator", list(TRIAL_KINDS))
-def test_the_tune_steps_experiment_runs_to_its_end_on_katib(katib, tune_namespace, compiled,  # noqa: F811
-                                                            synthetic_dataset, operator):
+def test_the_tune_steps_experiment_runs_to_its_end_on_katib(katib_cluster, tune_namespace,  # noqa: F811
+                                                            compiled, synthetic_dataset,  # noqa: F811
+                                                            operator):
     """tune_step(backend="kubernetes") in its step pod creates an Experiment that Katib runs to
     the end: the suggestion service proposes, each trial's job trains on the staged dataset,
     the collector reads each epoch's ``val_accuracy`` from the trial's stdout (timestamped
@@ -66,10 +42,10 @@ def test_the_tune_steps_experiment_runs_to_its_end_on_katib(katib, tune_namespac
     below the others; the values the step returns are the best trial's, typed as the
     trainer's."""
     namespace = tune_namespace
-    volume = katib.claim_dir(namespace, compiled["exec-tune-hyperparameters"]["env"][
+    volume = katib_cluster.claim_dir(namespace, compiled["exec-tune-hyperparameters"]["env"][
         "FMNIST_PVC_NAME"])
     inputs = compiled["exec-tune-hyperparameters"]["constants"]
-    found, log = _run_step_pod(katib, namespace, compiled, "exec-tune-hyperparameters", f"""
+    found, log = _run_step_pod(katib_cluster, namespace, compiled, "exec-tune-hyperparameters", f"""
         import json
         from fmnist_kfp.katib.experiment_launcher import KatibExperimentLauncher
         from fmnist_kfp.kfp_components.tune.step import tune_step
@@ -88,12 +64,12 @@ def test_the_tune_steps_experiment_runs_to_its_end_on_katib(katib, tune_namespac
             launcher=KatibExperimentLauncher(poll_seconds=1, timeout_seconds=540))
         print(json.dumps(result.as_dict()))
     """)
-    [experiment] = _custom(katib, namespace, "experiments")
+    [experiment] = katib_objects(katib_cluster, namespace, "experiments")
     conditions = {c["type"]: c for c in experiment["status"]["conditions"]}
     assert conditions["Succeeded"]["status"] == "True", experiment["status"]
     assert experiment["spec"]["trialTemplate"]["trialSpec"]["kind"] == TRIAL_KINDS[operator]
     assert "earlyStopping" in experiment["spec"]
-    trials = {t["metadata"]["name"]: t for t in _custom(katib, namespace, "trials")}
+    trials = {t["metadata"]["name"]: t for t in katib_objects(katib_cluster, namespace, "trials")}
     assert len(trials) == 3
     finished, stopped = {}, []
     for name, trial in trials.items():

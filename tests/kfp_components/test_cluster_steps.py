@@ -6,11 +6,11 @@ the real cluster's node runs a repository named ``fmnist-kfp`` as the project's 
 step's code then runs with only the environment the compiled YAML sets for its executor
 (``deploymentSpec.executors.<exec>.container.env``: kubeflow/pipelines 2.15.0
 backend/src/v2/driver/driver.go lines 250-254 copy it into the pod) and the
-``image``/``gpu_image`` inputs its task passes (constants in ``root.dag``). The train step runs
-in a pod of the real cluster (tests/cluster.py), its jobs run by the real training operators;
-the chain's tune step against the Katib stand-in, whose "operator" runs the trials' pods as
-processes here (the tune step on the real Katib: tests/katib/test_katib_on_the_cluster.py), and
-deploy against the KServe stand-in (until KServe runs here for real).
+``image``/``gpu_image`` inputs its task passes (constants in ``root.dag``). The tune and train
+steps run in pods of the real cluster (tests/cluster.py), their Experiments run by the real
+Katib and their jobs by the real training operators (median stopping on the real Katib:
+tests/katib/test_katib_on_the_cluster.py); deploy runs against the KServe stand-in (until
+KServe runs here for real).
 Staging the dataset, training, exporting and copying the model back all really happen. Every
 wait is bounded. One test chains tune, train, select, deploy and predict, each step's outputs
 the next one's inputs, as the pipeline wires them.
@@ -29,10 +29,10 @@ import pytest
 import yaml
 
 from fmnist_kfp.errors import UserInputError
+from fmnist_kfp.kubernetes.trainjob import PATCH_MANAGER
 from fmnist_kfp.settings.platform import MOUNT_PATH
 from fmnist_kfp.settings.training import TrainingConfig
 from tests import ROOT
-from tests.standins.katib import KatibStandIn
 
 REPO = ROOT
 IMAGE = "registry.example/team/fmnist-kfp:9.9.9"
@@ -195,16 +195,30 @@ def test_the_batch_job_and_the_serving_runtime_run_the_compiled_image(compiled, 
 _KUBERNETES = {"cpu": "500m", "memory": "2Gi"}  # two replicas fit the 2-CPU node
 
 
-@pytest.fixture(scope="module")
-def training_cluster(real_cluster):
-    """The session's real cluster (tests/cluster.py) with both training operators running, as
-    a Kubeflow serving both: the Training Operator v1.9.2, and Trainer v2.1.0 with JobSet
-    v0.10.1 and our ClusterTrainingRuntime."""
-    real_cluster.require_node()
-    for operator in ("TRAINING_OPERATOR_V1", "JOBSET_V0_10", "TRAINER_V2_1"):
-        real_cluster.install(operator)
-    real_cluster.apply_training_runtime()
-    return real_cluster
+# Katib's pod mutator acts in namespaces with this label, as Kubeflow's profile controller sets
+# it on every profile namespace (kubeflow/katib v0.19.0 manifests/v1beta1/components/webhook/
+# webhooks.yaml 59-61).
+KATIB_INJECTION_LABEL = {"katib.kubeflow.org/metrics-collector-injection": "enabled"}
+
+
+def katib_step_namespace(cluster, prefix: str, compiled: dict) -> str:
+    """A step namespace (tests/cluster.py) for the tune step, labelled for Katib's metrics
+    collector as a Kubeflow profile's namespace is."""
+    from kubernetes import client
+
+    name = cluster.step_namespace(
+        prefix, claim=compiled["exec-tune-hyperparameters"]["env"]["FMNIST_PVC_NAME"])
+    client.CoreV1Api(cluster.api_client).patch_namespace(
+        name, {"metadata": {"labels": KATIB_INJECTION_LABEL}})
+    return name
+
+
+def katib_objects(cluster, namespace: str, plural: str) -> list[dict]:
+    """Katib's ``plural`` (experiments, trials) in ``namespace``."""
+    from kubernetes import client
+
+    return client.CustomObjectsApi(cluster.api_client).list_namespaced_custom_object(
+        "kubeflow.org", "v1beta1", namespace, plural)["items"]
 
 
 def _core_api(cluster):
@@ -269,45 +283,27 @@ def collected_objective(experiment: dict, trial: dict, volume: Path) -> float:
     return float(objective["latest"])
 
 
-def _best_of_succeeded_trials(experiment: dict, trials: dict, volume: Path) -> dict:
-    """Checks the Experiment ran with early stopping and its two trials succeeded, each
-    objective the last epoch of its history on the claim (``latest``: the lines carry their
-    times); returns the trial with the highest."""
-    assert "earlyStopping" in experiment["spec"]
-    assert len(trials) == 2
-    for name, trial in trials.items():
-        conditions = [(c["type"], c["status"]) for c in trial["status"]["conditions"]]
-        assert conditions[-1] == ("Succeeded", "True"), (name, conditions)
-        collected_objective(experiment, trial, volume)
-    return max(trials.values(), key=lambda t: float(t["status"]["observation"]["metrics"][0][
-        "latest"]))
-
-
-# The clusters of the chain: kubernetes.operator, the operators the cluster serves, and what
+# The chain's kubernetes.operator, the operator it chooses on a cluster serving both, and what
 # the jobs then are.
-CHAINED_CLUSTERS = {
-    "trainjob": ({"tfjob_operator": False, "trainer": True}, "trainjob", "TrainJob"),
-    "auto": ({"tfjob_operator": True, "trainer": True}, "tfjob", "TFJob"),
-}
+CHAINED_OPERATORS = {"trainjob": ("trainjob", "TrainJob"), "auto": ("tfjob", "TFJob")}
 # The select step's best_model as KFP stores it (Input[Model].uri in the deploy pod).
 BEST_MODEL_URI = ("minio://mlpipeline/v2/artifacts/fashion-mnist-training/run-chain/"
                   "select-best-model/task-select/best_model")
 
 
 @pytest.fixture
-def chain_namespace(training_cluster, compiled):
-    """A namespace of the real cluster set up as the README's setup does: the pipeline-runner
-    ServiceAccount and its Role, and the claim the compiled pipeline names."""
-    name = training_cluster.step_namespace(
-        "chain", claim=compiled["exec-train-model"]["env"]["FMNIST_PVC_NAME"])
+def chain_namespace(katib_cluster, compiled):
+    """The chained test's namespace on the Katib cluster: the pipeline-runner ServiceAccount
+    and its Role, the claim the compiled pipeline names, Katib's injection label."""
+    name = katib_step_namespace(katib_cluster, "chain", compiled)
     yield name
-    training_cluster.delete_namespace(name)
+    katib_cluster.delete_namespace(name)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("operator", list(CHAINED_CLUSTERS))
+@pytest.mark.parametrize("operator", list(CHAINED_OPERATORS))
 def test_the_pipeline_runs_chained_on_the_operator_the_cluster_serves(
-        compiled, synthetic_dataset, tmp_path, monkeypatch, training_cluster, chain_namespace,
+        compiled, synthetic_dataset, tmp_path, monkeypatch, katib_cluster, chain_namespace,
         operator):
     """tune -> train -> select -> deploy -> predict chained as fashion_mnist_pipeline wires
     them: each step as its executor runs it (its compiled environment, its task's image
@@ -316,68 +312,66 @@ def test_the_pipeline_runs_chained_on_the_operator_the_cluster_serves(
     and the training job are TrainJobs; with ``auto`` on a cluster serving both, TFJobs (the
     Training Operator v1 first).
 
-    The train step runs on the real cluster (tests/cluster.py): in a pod, its TFJob or TrainJob
-    run by the real operators. Tune runs against the Katib stand-in (its trials on the
-    training operators' stand-ins, with Trainer v2 only for ``trainjob``, as 26.03 ships, and
-    both for ``auto``), deploy and predict against the KServe stand-in (with its cluster
-    network and a real model server): those are the stand-ins until Katib and KServe run here
-    for real. The claim (the real cluster's, in a namespace of its own) is shared by tune and
-    train, which mount it; select, deploy and predict mount none, so it is gone before they
+    Tune and train run on the real cluster (tests/cluster.py: Trainer v2.2.0 with JobSet
+    v0.11.0, the Training Operator v1.9.2 and Katib v0.19.0), each in a pod of its image and
+    compiled environment as the pipeline-runner ServiceAccount, the claim mounted: the real
+    Katib runs the tune step's Experiment, its trials trained by the real operators; the train
+    step's TFJob or TrainJob too. Deploy and predict run against the KServe stand-in (with its
+    cluster network and a real model server) until KServe runs here for real. The claim is
+    shared by tune and train; select, deploy and predict mount none, so it is gone before they
     run. The pipeline's one ``kubernetes`` parameter goes to tune and train alike; the trials
     run one worker (the tune step's default) to stay cheap, the training job two."""
-    cluster, chosen, kind = CHAINED_CLUSTERS[operator]
-    namespace = chain_namespace
-    kubernetes = {**_KUBERNETES, "namespace": namespace, "operator": operator}
+    chosen, kind = CHAINED_OPERATORS[operator]
+    cluster, namespace = katib_cluster, chain_namespace
+    kubernetes = {**_KUBERNETES, "operator": operator}
     claim = compiled["exec-train-model"]["env"]["FMNIST_PVC_NAME"]
-    volume, artifacts = training_cluster.claim_dir(namespace, claim), tmp_path / "artifacts"
+    volume, artifacts = cluster.claim_dir(namespace, claim), tmp_path / "artifacts"
 
     # tune: a Katib Experiment of two trials; its output is the hyperparameters train takes.
     inputs = compiled["exec-tune-hyperparameters"]["constants"]
-    with KatibStandIn(run=True, namespaces=(namespace,), work_dir=tmp_path / "katib",
-                      **cluster) as katib:
-        tuned = _run_step(compiled, "exec-tune-hyperparameters", f"""
-            import json
-            from dataclasses import asdict
-            import fmnist_kfp.settings.platform as platform
-            platform.MOUNT_PATH = {str(volume)!r}
-            from fmnist_kfp.katib.experiment_launcher import KatibExperimentLauncher
-            from fmnist_kfp.kfp_components.tune.step import tune_step, tuning_outputs
-            from fmnist_kfp.settings.training import Hyperparameters, TrainingConfig
-            from tests.standins.katib import katib_client_for
+    tuned, _ = _run_step_pod(cluster, namespace, compiled, "exec-tune-hyperparameters", f"""
+        import json
+        from dataclasses import asdict
+        from fmnist_kfp.katib.experiment_launcher import KatibExperimentLauncher
+        from fmnist_kfp.kfp_components.tune.step import tune_step, tuning_outputs
+        from fmnist_kfp.settings.platform import MOUNT_PATH
+        from fmnist_kfp.settings.training import Hyperparameters, TrainingConfig
 
-            # The tune component's body: the pipeline's values, the search, its output.
-            given = Hyperparameters(learning_rate=4e-3, batch_size=64, filters=8,
-                                    dropout_rate=0.5)
-            tuning = {{"algorithm": "random", "max_trials": 2, "parallel_trials": 1,
-                       "epochs": 2, "train_examples": 256,
-                       "early_stopping": True, "min_trials_required": 1, "start_step": 1}}
-            result = tune_step(
-                model_type="basic",
-                base=TrainingConfig(model_type="basic", precision="auto"
-                                    ).with_hyperparameters(given),
-                tuning=tuning, data_dir={str(synthetic_dataset)!r},
-                output_dir={str(artifacts / "search")!r}, backend="kubernetes",
-                kubernetes={kubernetes!r}, num_workers=1,
-                image={inputs["image"]!r}, gpu_image={inputs["gpu_image"]!r},
-                launcher=KatibExperimentLauncher(
-                    katib_client_for({katib.url!r}), poll_seconds=0.2,
-                    timeout_seconds={STEP_SECONDS - 60}))
-            outputs = tuning_outputs(result, given)
-            print(json.dumps({{"result": outputs.result,
-                              "hyperparameters": asdict(outputs.hyperparameters)}}))
-        """, tmp_path)
-        [experiment] = katib.posts()
-        [run] = katib.runs.values()
-        trials = dict(run.trials)
+        # The tune component's body: the pipeline's values, the search, its output.
+        given = Hyperparameters(learning_rate=4e-3, batch_size=64, filters=8, dropout_rate=0.5)
+        tuning = {{"algorithm": "random", "random_state": 2, "max_trials": 2,
+                   "parallel_trials": 1, "epochs": 2, "train_examples": 256,
+                   "early_stopping": False}}
+        result = tune_step(
+            model_type="basic",
+            base=TrainingConfig(model_type="basic", precision="auto").with_hyperparameters(given),
+            tuning=tuning, data_dir={str(synthetic_dataset)!r},
+            output_dir=f"{{MOUNT_PATH}}/chain-search-{operator}", backend="kubernetes",
+            kubernetes={kubernetes!r}, num_workers=1,
+            image={inputs["image"]!r}, gpu_image={inputs["gpu_image"]!r},
+            launcher=KatibExperimentLauncher(poll_seconds=1, timeout_seconds={STEP_SECONDS - 60}))
+        outputs = tuning_outputs(result, given)
+        print(json.dumps({{"result": outputs.result,
+                          "hyperparameters": asdict(outputs.hyperparameters)}}))
+    """)
+    [experiment] = katib_objects(cluster, namespace, "experiments")
     trial_spec = experiment["spec"]["trialTemplate"]["trialSpec"]
     assert trial_spec["kind"] == kind and _images(trial_spec) == {IMAGE}
-    best = _best_of_succeeded_trials(experiment, trials, volume)
-    assert tuned["result"]["best_trial"] == best["metadata"]["name"]
+    trials = katib_objects(cluster, namespace, "trials")
+    assert len(trials) == 2
+    objectives = {}
+    for trial in trials:
+        last = trial["status"]["conditions"][-1]
+        assert (last["type"], last["status"]) == ("Succeeded", "True"), trial["status"]
+        objectives[trial["metadata"]["name"]] = collected_objective(experiment, trial, volume)
+    best = experiment["status"]["currentOptimalTrial"]
+    assert tuned["result"]["best_trial"] == best["bestTrialName"] == \
+        max(objectives, key=objectives.get)
     hyperparameters = tuned["hyperparameters"]
     searched = tuned["result"]["best_parameters"]
     assert isinstance(searched["batch_size"], int)  # typed as the trainer's
     assert {k: hyperparameters[k] for k in searched} == searched  # the best trial's values
-    assert {a["name"]: a["value"] for a in best["spec"]["parameterAssignments"]} == \
+    assert {a["name"]: a["value"] for a in best["parameterAssignments"]} == \
         {k: str(v) for k, v in searched.items()}
 
     # train: the train component's config from the tune step's output, on the same claim. KFP
@@ -393,7 +387,7 @@ def test_the_pipeline_runs_chained_on_the_operator_the_cluster_serves(
               f'train_examples=512, profile_steps=0).with_hyperparameters({passed!r})')
     model_dir = artifacts / "model"
     inputs = compiled["exec-train-model"]["constants"]
-    metadata, log = _run_step_pod(training_cluster, namespace, compiled, "exec-train-model", f"""
+    metadata, log = _run_step_pod(cluster, namespace, compiled, "exec-train-model", f"""
         import json
         from fmnist_kfp.kfp_components.train.step import train_step
         from fmnist_kfp.settings.training import TrainingConfig
@@ -405,7 +399,7 @@ def test_the_pipeline_runs_chained_on_the_operator_the_cluster_serves(
             image={inputs["image"]!r}, gpu_image={inputs["gpu_image"]!r})
         print(json.dumps(result.model_metadata()))
     """)
-    job, pods, others = _training_job(training_cluster, namespace, kind)
+    job, pods, others = _training_job(cluster, namespace, kind)
     assert others == []  # none of the other operator
     job_name = job["metadata"]["name"]
     assert f"created {kind} {namespace}/{job_name}" in log, log[-4000:]
@@ -419,12 +413,15 @@ def test_the_pipeline_runs_chained_on_the_operator_the_cluster_serves(
     assert {k: trained["hyperparameters"][k] for k in hyperparameters} == hyperparameters
     assert isinstance(trained["hyperparameters"]["batch_size"], int)
     assert metadata["hyperparameters"] == trained["hyperparameters"]
-    core = _core_api(training_cluster)
+    core = _core_api(cluster)
     logs = {}
     if chosen == "trainjob":
         assert job["spec"]["trainer"]["numNodes"] == 2
-        [override] = job["spec"]["podTemplateOverrides"]  # Trainer 2.1's shape
-        volumes = override["spec"]["volumes"]
+        # Trainer 2.2's shape; Kueue, when the Kueue tests installed it on this cluster,
+        # adds a patch of its own beside ours, each named by its manager.
+        [patch] = [p for p in job["spec"]["runtimePatches"] if p["manager"] == PATCH_MANAGER]
+        [replicated] = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+        volumes = replicated["template"]["spec"]["template"]["spec"]["volumes"]
         assert sorted(p.spec.hostname for p in pods) == [f"{job_name}-node-0-0",
                                                          f"{job_name}-node-0-1"]
         for pod in pods:
@@ -565,7 +562,7 @@ def test_the_trial_tfjobs_get_the_runs_workers_and_gpus(synthetic_dataset, tmp_p
     monkeypatch.delenv("FMNIST_PVC_NAME", raising=False)
     from fmnist_kfp.kfp_components.tune.step import tune_step
     from tests.katib.test_katib_launcher import BEST, _launcher
-    from tests.standins.katib import state
+    from tests.standins.katib import KatibStandIn, state
 
     with KatibStandIn([state("Succeeded", succeeded=1, best=BEST)], [BEST]) as standin:
         tune_step(model_type="dropout", base=TrainingConfig(model_type="dropout"),
