@@ -353,6 +353,13 @@ class NodeAgent:
                 if error.status != 409:
                     raise
 
+    def write_resolv_conf(self, runner: PodRunner) -> None:
+        """A new pod's resolv.conf, once, before its first container starts (as the hosts
+        file, `ip netns exec` mounts it only if it exists when the process starts)."""
+        folder = Path("/etc/netns") / runner.netns
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "resolv.conf").write_text(_resolv_conf(runner.namespace))
+
     def write_hosts(self) -> None:
         """Each running pod's hosts file: every pod's own names and its Services' (see the
         module docstring)."""
@@ -395,9 +402,6 @@ class NodeAgent:
             text = "\n".join(lines + short) + "\n"
             folder = Path("/etc/netns") / runner.netns
             folder.mkdir(parents=True, exist_ok=True)
-            resolv = folder / "resolv.conf"
-            if not resolv.exists():
-                resolv.write_text(_resolv_conf(runner.namespace))
             hosts = folder / "hosts"
             if not hosts.exists() or hosts.read_text() != text:
                 partial = folder / "hosts.partial"

@@ -25,9 +25,15 @@ def node_netns(subnet: int) -> str:
     return f"fkn{subnet}"
 
 
+def link_address(subnet: int, end: str) -> str:
+    """An address on the /30 linking the host (``end="host"``) and the node (``"node"``)."""
+    last_octet = {"host": 1, "node": 2}[end]
+    return f"10.245.{subnet}.{last_octet}"
+
+
 def host_address(subnet: int) -> str:
     """The host's end of its link to the node: where pods reach the API server (the relay)."""
-    return f"10.245.{subnet}.1"
+    return link_address(subnet, "host")
 
 
 @dataclass
@@ -66,19 +72,20 @@ class PodNetwork:
 
     def up(self) -> None:
         self.down()
-        node, link_net = self.netns, f"10.245.{self.subnet}"
+        node = self.netns
+        host_end, node_end = (link_address(self.subnet, end) for end in ("host", "node"))
         _ip("netns", "add", node)
         _ip("link", "add", self._uplink, "type", "veth", "peer", "name", "uplink", "netns", node)
-        _ip("addr", "add", f"{link_net}.1/30", "dev", self._uplink)
+        _ip("addr", "add", f"{host_end}/30", "dev", self._uplink)
         _ip("link", "set", self._uplink, "up")
         _ip("-n", node, "link", "set", "lo", "up")
-        _ip("-n", node, "addr", "add", f"{link_net}.2/30", "dev", "uplink")
+        _ip("-n", node, "addr", "add", f"{node_end}/30", "dev", "uplink")
         _ip("-n", node, "link", "set", "uplink", "up")
         _ip("-n", node, "link", "add", self.bridge, "type", "bridge")
         _ip("-n", node, "addr", "add", f"{self.gateway}/24", "dev", self.bridge)
         _ip("-n", node, "link", "set", self.bridge, "up")
-        _ip("-n", node, "route", "add", "default", "via", f"{link_net}.1")
-        _ip("route", "add", self.cidr, "via", f"{link_net}.2")
+        _ip("-n", node, "route", "add", "default", "via", host_end)
+        _ip("route", "add", self.cidr, "via", node_end)
         # The node forwards between its uplink and the bridge; bridged traffic passes its
         # netfilter hooks, so that kube-proxy's DNAT of one pod's connection to another on the
         # same bridge is undone on the way back (what kubeadm requires of a node: br_netfilter).

@@ -113,6 +113,7 @@ class PodRunner(threading.Thread):
             self.address = self.agent.network.add_pod(self.netns)
             # Before any container starts: `ip netns exec` mounts the pod's hosts file over
             # /etc/hosts only if it exists when the process starts.
+            self.agent.write_resolv_conf(self)
             self.agent.write_hosts()
             self.volumes = self._prepare_volumes()
             if self.pod["spec"].get("shareProcessNamespace"):

@@ -43,6 +43,20 @@ def _wait_for_account(cluster, namespace: str) -> None:
         time.sleep(0.2)
 
 
+# Prepended to a client pod's script: a server pod may still be starting, or not yet ready.
+FETCH_UNTIL_UP = """
+        import time, urllib.request
+        def fetch(url, attempts):
+            for attempt in range(attempts):
+                try:
+                    return urllib.request.urlopen(url, timeout=2).read().decode()
+                except OSError as error:
+                    failure = error
+                    time.sleep(0.2)
+            raise SystemExit(f"{url} unreachable: {failure}")
+"""
+
+
 def _pod(name: str, script: str, **spec) -> dict:
     container = {"name": "main", "image": IMAGE,
                  "command": ["python", "-c", textwrap.dedent(script)],
@@ -136,17 +150,9 @@ def test_pods_reach_each_other_by_their_names_each_on_its_own_address(cluster, n
     for host in ("worker-0", "worker-1"):
         core.create_namespaced_pod(namespace, _pod(
             host, server, hostname=host, subdomain="workers", meta={"labels": {"app": "worker"}}))
-    client_script = f"""
-        import time, urllib.request
+    client_script = FETCH_UNTIL_UP + f"""
         for host in ("worker-0", "worker-1"):
-            url = f"http://{{host}}.workers.{namespace}.svc:2222/"
-            for attempt in range(100):
-                try:
-                    print(host, urllib.request.urlopen(url, timeout=2).read().decode()); break
-                except OSError as error:
-                    time.sleep(0.2)
-            else:
-                raise SystemExit(f"{{url}} unreachable: {{error}}")
+            print(host, fetch(f"http://{{host}}.workers.{namespace}.svc:2222/", attempts=100))
     """
     core.create_namespaced_pod(namespace, _pod("client", client_script))
     pod = _wait_phase(cluster, namespace, "client")
@@ -188,18 +194,12 @@ def test_a_clusterip_service_is_reached_by_name_through_kube_proxy(cluster, name
                      "ports": [{"port": port, "targetPort": target}]}})
     cluster_ips = {name: core.read_namespaced_service(name, namespace).spec.cluster_ip
                    for name in ("named", "predictor", "unready")}
-    client_script = f"""
-        import socket, time, urllib.request
+    client_script = FETCH_UNTIL_UP + f"""
+        import socket
         print("resolved", socket.gethostbyname("predictor.{namespace}.svc.cluster.local"))
         for url in ("http://named.{namespace}:6789/", "http://predictor/",
                     "http://predictor.{namespace}.svc:80/"):
-            for attempt in range(150):
-                try:
-                    print(url, urllib.request.urlopen(url, timeout=2).read().decode()); break
-                except OSError as error:
-                    time.sleep(0.2)
-            else:
-                raise SystemExit(f"{{url}} unreachable: {{error}}")
+            print(url, fetch(url, attempts=150))
         try:
             urllib.request.urlopen("http://unready/", timeout=5)
             print("unready answered")
