@@ -24,6 +24,8 @@ from localcluster.programs import (
     JOBSET_0_10,
     JOBSET_0_11,
     KATIB,
+    KSERVE_0_15,
+    KSERVE_0_16,
     KUEUE,
     KUSTOMIZE,
     TRAINER_2_1,
@@ -52,12 +54,19 @@ class Operator:
     without: tuple[str, ...] = ()
     # Objects of the rendered manifests left out, by name: parts that have no program here.
     without_objects: tuple[str, ...] = ()
+    # ... and by kind: kinds of another operator that is not installed (cert-manager's).
+    without_kinds: tuple[str, ...] = ()
     # Its other Deployments, waited for as ``deployment`` is.
     more_deployments: tuple[str, ...] = ()
     # Images that are not programs of ``module`` -> their programs (built on demand).
     more_programs: Callable[[], dict[str, str]] | None = None
     # Webhook configurations applied once its pods exist (see KATIB_V0_19).
     webhooks_after_pods: bool = False
+    # Containers of its Deployments left out, by name: sidecars whose image no module here
+    # builds and that nothing here uses (see KSERVE_V0_15).
+    without_containers: tuple[str, ...] = ()
+    # What cert-manager would do for it, done by the installer (see KSERVE_V0_15).
+    issues_certificates: bool = False
 
 
 TRAINING_OPERATOR_V1 = Operator(
@@ -119,10 +128,35 @@ KATIB_V0_19 = Operator(
     without_objects=("katib-ui",), more_deployments=("katib-mysql", "katib-db-manager"),
     more_programs=_katib_programs, webhooks_after_pods=True)
 
+# KServe as its config/default installs it into `kserve`, for Standard mode (RawDeployment):
+# its controller manager and webhooks, the CRDs and `inferenceservice-config`. Left out: the
+# local-model cache (its controller and node DaemonSet: another feature, off in the config's
+# `localModel`); from v0.16 the LLMInferenceService controller (llmisvc: another feature, its
+# own image), its webhooks and its LLMInferenceServiceConfigs, which those webhooks validate;
+# and the manager's kube-rbac-proxy sidecar, which only guards the metrics port, and whose
+# image is not a program of KServe's module. config/default asks cert-manager for the
+# webhooks' certificate (a self-signed Issuer, Certificate `serving-cert` into Secret
+# `kserve-webhook-server-cert`, its CA injected by `cert-manager.io/inject-ca-from` into the
+# webhook configurations): the installer does those two steps itself
+# (issue_webhook_certificate), as cert-manager installs from a Helm chart, which nothing here
+# renders. One node runs one version (kserve-controller is one image name).
+_KSERVE = dict(
+    name="kserve", upstream="github.com/kserve/kserve", kustomization="config/default",
+    images={"kserve-controller": "kserve-controller"}, namespace="kserve",
+    deployment="kserve-controller-manager",
+    without_objects=("kserve-localmodel-controller-manager", "kserve-localmodelnode-agent",
+                     "llmisvc-controller-manager", "llminferenceservice.serving.kserve.io",
+                     "llminferenceserviceconfig.serving.kserve.io"),
+    without_kinds=("Certificate", "Issuer", "LLMInferenceServiceConfig"),
+    without_containers=("kube-rbac-proxy",), issues_certificates=True)
+KSERVE_V0_15 = Operator(module=KSERVE_0_15, **_KSERVE)  # Kubeflow 1.11
+KSERVE_V0_16 = replace(KSERVE_V0_15, name="kserve-0.16", module=KSERVE_0_16)  # Kubeflow 26.03
+
 # By the name `python -m localcluster up --operators` takes, in the order they install (Trainer
 # needs JobSet's CRDs).
 BY_NAME = {o.name: o for o in (TRAINING_OPERATOR_V1, JOBSET_V0_10, TRAINER_V2_1,
-                                JOBSET_V0_11, TRAINER_V2_2, KUEUE_V0_19, KATIB_V0_19)}
+                                JOBSET_V0_11, TRAINER_V2_2, KUEUE_V0_19, KATIB_V0_19,
+                                KSERVE_V0_15, KSERVE_V0_16)}
 
 
 def module_dir(module: GoModule, upstream: str) -> Path:
@@ -149,8 +183,61 @@ def render(operator: Operator) -> list[dict[str, Any]]:
         text = subprocess.run([str(kustomize), "build", "--load-restrictor",
                                "LoadRestrictionsNone", str(folder)], capture_output=True,
                               text=True, check=True).stdout
-    return [doc for doc in yaml.safe_load_all(text)
-            if doc and doc["metadata"]["name"] not in operator.without_objects]
+    objects = [doc for doc in yaml.safe_load_all(text)
+               if doc and doc["metadata"]["name"] not in operator.without_objects
+               and doc["kind"] not in operator.without_kinds]
+    for obj in objects:
+        if obj["kind"] == "Deployment" and operator.without_containers:
+            pod = obj["spec"]["template"]["spec"]
+            pod["containers"] = [c for c in pod["containers"]
+                                 if c["name"] not in operator.without_containers]
+    if operator.issues_certificates:
+        objects = issue_webhook_certificate(objects)
+    return objects
+
+
+CA_ANNOTATION = "cert-manager.io/inject-ca-from"
+
+
+def issue_webhook_certificate(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``objects`` with what cert-manager does for a self-signed webhook Certificate: the
+    serving certificate's Secret (``tls.crt``, ``tls.key``, ``ca.crt``, as cert-manager writes
+    it) for the webhook Service's names, and the CA in the ``caBundle`` of every webhook and
+    conversion webhook whose object carries ``cert-manager.io/inject-ca-from``."""
+    import base64
+
+    from localcluster import certs
+
+    [service] = [o for o in objects if o["kind"] == "Service" and any(
+        o["metadata"]["name"] == w["clientConfig"]["service"]["name"]
+        for c in objects if c["kind"] in WEBHOOK_KINDS for w in c["webhooks"])]
+    [deployment] = [o for o in objects if o["kind"] == "Deployment" and any(
+        v.get("secret") for v in o["spec"]["template"]["spec"].get("volumes") or [])]
+    [secret_name] = [v["secret"]["secretName"]
+                     for v in deployment["spec"]["template"]["spec"]["volumes"] if "secret" in v]
+    name, namespace = service["metadata"]["name"], service["metadata"]["namespace"]
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch)
+        ca = certs.make_ca(folder, common_name=f"{namespace}-selfsigned-issuer")
+        certs.make_serving_cert(folder, "tls", ca, (f"{name}.{namespace}.svc",
+                                                   f"{name}.{namespace}.svc.cluster.local"), ())
+        files = {key: (folder / file).read_bytes() for key, file in
+                 (("tls.crt", "tls.crt"), ("tls.key", "tls.key"), ("ca.crt", "ca.crt"))}
+    bundle = base64.b64encode(files["ca.crt"]).decode()
+    for obj in objects:
+        if CA_ANNOTATION not in (obj["metadata"].get("annotations") or {}):
+            continue
+        if obj["kind"] in WEBHOOK_KINDS:
+            for webhook in obj["webhooks"]:
+                webhook["clientConfig"]["caBundle"] = bundle
+        elif (obj["kind"] == "CustomResourceDefinition"
+              and "webhook" in obj["spec"].get("conversion", {})):  # v0.15's has none
+            obj["spec"]["conversion"]["webhook"]["clientConfig"]["caBundle"] = bundle
+    # First, as cert-manager's Secret exists before the pods that mount it start.
+    return [{"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+             "metadata": {"name": secret_name, "namespace": namespace},
+             "data": {key: base64.b64encode(value).decode() for key, value in files.items()}},
+            *objects]
 
 
 def programs(operators: list[Operator]) -> dict[str, str]:

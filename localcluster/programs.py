@@ -81,10 +81,16 @@ KATIB = GoModule("katib-v0.19.0", "katib-v0.19.0", {
     "file-metrics-collector":
         "github.com/kubeflow/katib/cmd/metricscollector/v1beta1/file-metricscollector",
     "suggestion-goptuna": "github.com/kubeflow/katib/cmd/suggestion/goptuna/v1beta1"})
+# KServe v0.15.2 (Standard mode, RawDeployment): its controller manager; k8s.io v0.32,
+# controller-runtime v0.19, knative.dev/serving v0.44 (types only: Serverless mode needs Knative).
+_KSERVE = {"kserve-controller": "github.com/kserve/kserve/cmd/manager"}
+KSERVE_0_15 = GoModule("kserve-v0.15.2", "kserve-v0.15.2", _KSERVE)
+# KServe v0.16.0 (Kubeflow 26.03): k8s.io v0.33, controller-runtime v0.20.
+KSERVE_0_16 = GoModule("kserve-v0.16.0", "kserve-v0.16.0", _KSERVE)
 # kustomize renders the operators' own install manifests from their modules, as `kubectl apply
 # -k` does (kubectl v1.34 embeds kustomize v5.7.1).
 KUSTOMIZE = GoModule("kustomize-v5.7.1", "kustomize-v5.7.1",
                      {"kustomize": "sigs.k8s.io/kustomize/kustomize/v5"})
 # What `python -m localcluster build` (and so `make test`) builds: what the tests run.
 MODULES = (CONTROL_PLANE, KUBE_PROXY, KUSTOMIZE, JOBSET_0_10, TRAINER_2_1, JOBSET_0_11, TRAINER_2_2,
-           TRAINING_OPERATOR, KUEUE, KATIB)
+           TRAINING_OPERATOR, KUEUE, KATIB, KSERVE_0_15, KSERVE_0_16)

@@ -206,6 +206,30 @@ class RealCluster:
         return len(client.CoreV1Api(self.api_client).list_namespaced_pod(
             namespace, label_selector=selector).items) == 1
 
+    def run_step_pod(self, namespace: str, name: str, image: str, env: dict[str, str],
+                     script: str, seconds: float) -> tuple[dict, str]:
+        """Runs ``script`` as KFP runs a step: a pod of ``image`` with the environment
+        ``env``, as the pipeline-runner ServiceAccount, the claim ``env`` names
+        (FMNIST_PVC_NAME) mounted at the platform's mount path. (The artifact paths it is given
+        are this machine's: the node runs pods as processes here.) Its last output line is
+        JSON: (that, the pod's log)."""
+        from kubernetes import client
+
+        from fmnist_kfp.settings.platform import MOUNT_PATH
+
+        client.CoreV1Api(self.api_client).create_namespaced_pod(namespace, {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"serviceAccountName": "pipeline-runner", "restartPolicy": "Never",
+                     "containers": [{
+                         "name": "main", "image": image, "command": ["python", "-c", script],
+                         "env": [{"name": k, "value": v} for k, v in env.items()],
+                         "volumeMounts": [{"name": "claim", "mountPath": MOUNT_PATH}]}],
+                     "volumes": [{"name": "claim", "persistentVolumeClaim": {
+                         "claimName": env["FMNIST_PVC_NAME"]}}]}})
+        phase, log = self.pod_finished(namespace, name, seconds)
+        assert phase == "Succeeded", log[-6000:]
+        return json.loads(log.strip().splitlines()[-1]), log
+
     def delete_namespace(self, name: str) -> None:
         """Deletes namespace ``name`` and so everything in it (the namespace controller): a
         test's jobs left running would hold the node's CPU that the next tests request."""

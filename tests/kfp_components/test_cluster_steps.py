@@ -229,28 +229,11 @@ def _core_api(cluster):
 
 def _run_step_pod(cluster, namespace: str, compiled: dict, executor: str,
                   script: str) -> tuple[dict, str]:
-    """Runs ``script`` as KFP runs the executor's step: a pod of the compiled image with the
-    compiled environment, as the pipeline-runner ServiceAccount, the claim that the compiled
-    environment names mounted at the platform's mount path. (The artifact paths it is given
-    are this machine's: the node runs pods as processes here.) Its last output line is JSON:
-    (that, the pod's log)."""
-
+    """Runs ``script`` as KFP runs the executor's step (RealCluster.run_step_pod), with the
+    compiled image and environment."""
     step = compiled[executor]
-    claim = step["env"]["FMNIST_PVC_NAME"]
-    name = executor.removeprefix("exec-")
-    _core_api(cluster).create_namespaced_pod(namespace, {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-        "spec": {"serviceAccountName": "pipeline-runner", "restartPolicy": "Never",
-                 "containers": [{
-                     "name": "main", "image": step["image"],
-                     "command": ["python", "-c", textwrap.dedent(script)],
-                     "env": [{"name": k, "value": v} for k, v in step["env"].items()],
-                     "volumeMounts": [{"name": "claim", "mountPath": MOUNT_PATH}]}],
-                 "volumes": [{"name": "claim",
-                              "persistentVolumeClaim": {"claimName": claim}}]}})
-    phase, log = cluster.pod_finished(namespace, name, STEP_SECONDS)
-    assert phase == "Succeeded", log[-6000:]
-    return json.loads(log.strip().splitlines()[-1]), log
+    return cluster.run_step_pod(namespace, executor.removeprefix("exec-"), step["image"],
+                                step["env"], textwrap.dedent(script), STEP_SECONDS)
 
 
 def _training_job(cluster, namespace: str, kind: str) -> tuple[dict, list, list]:

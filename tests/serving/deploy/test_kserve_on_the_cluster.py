@@ -1,0 +1,230 @@
+"""KServe for real, in Standard mode: v0.15.2 (Kubeflow 1.11, the mode spelled
+``RawDeployment``) and v0.16.0 (Kubeflow 26.03, ``Standard``), each its controller manager and
+webhooks on a local control plane of its own (localcluster.operators.KSERVE_V0_15, _V0_16),
+serving our ServingRuntime and InferenceService as the deploy step builds them.
+
+What KServe does here, and the test checks, is what it does on a cluster: its validating and
+defaulting webhooks admit the InferenceService; its controller makes the predictor's
+Deployment (our model server, the model's claim mounted at /mnt/models: v0.15's
+``enableDirectPvcVolumeMount``), its Service (port 80 to the container's 8080) and its
+HorizontalPodAutoscaler, all owned by the InferenceService, and reports it Ready once the
+Deployment's pod passes our readiness probe. A pod then asks the model by its Service's name,
+as a pipeline step would, and gets the answers a local server of the same model gives.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from fmnist_kfp.kubernetes.inference_service import build_inference_service
+from fmnist_kfp.kubernetes.inference_service_status import STANDARD, DeploymentMode, mode_of
+from fmnist_kfp.kubernetes.serving_runtime import build_serving_runtime
+from fmnist_kfp.serving.deploy.client import predict_url, v1_image_request
+from fmnist_kfp.settings.platform import MOUNT_PATH
+from fmnist_kfp.settings.serving import KServeSettings
+from tests.cluster import can_run_pods, start_real_cluster, until
+from tests.conftest import export_untrained_model
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not can_run_pods(), reason="the node agent needs root")]
+
+NAMESPACE = "serving"
+CLAIM = "models"
+IMAGE = "ghcr.io/fmnist-kfp/fmnist-kfp:0.1.0"  # the project's image: the node runs its code
+# Each version, and how the deploy step spells Standard mode for it (docs/cluster.md: 0.16's
+# webhook does not read RawDeployment as raw mode).
+VERSIONS = {"0.15.2": ("KSERVE_V0_15", "RawDeployment"), "0.16.0": ("KSERVE_V0_16", "Standard")}
+GROUP = "/apis/serving.kserve.io/v1beta1"
+
+
+@pytest.fixture(scope="module", params=list(VERSIONS))
+def kserve_cluster(request, tmp_path_factory):
+    """A control plane whose node runs the KServe version, installed from its config/default;
+    (cluster, the Standard mode's spelling)."""
+    operator, spelling = VERSIONS[request.param]
+    plane, cluster = start_real_cluster(tmp_path_factory.mktemp("kserve"), (operator,))
+    try:
+        cluster.install(operator)
+        yield cluster, DeploymentMode(STANDARD, spelling, "test")
+    finally:
+        plane.stop()
+
+
+def _serialise(cluster, obj) -> dict:
+    return cluster.api_client.sanitize_for_serialization(obj)
+
+
+def _condition(obj: dict, kind: str) -> str | None:
+    return next((c["status"] for c in (obj.get("status") or {}).get("conditions") or []
+                 if c["type"] == kind), None)
+
+
+def test_an_inference_service_is_served_by_the_real_kserve_in_standard_mode(
+        kserve_cluster, exported_model):
+    cluster, mode = kserve_cluster
+    cluster.ensure_namespace(NAMESPACE)
+    root = cluster.add_claim(NAMESPACE, CLAIM)
+    shutil.copytree(exported_model, root / "models" / "fmnist")
+    settings = KServeSettings(namespace=NAMESPACE, image=IMAGE, min_replicas=1, max_replicas=2,
+                              cpu="250m", memory="1Gi")  # the node's 2 CPUs hold the next test
+    cluster.apply(_serialise(cluster, build_serving_runtime(settings)))
+    isvc = _serialise(cluster, build_inference_service(
+        settings, storage_uri=f"pvc://{CLAIM}/models/fmnist", mode=mode))
+    cluster.apply(isvc)
+    name = settings.name
+    path = f"{GROUP}/namespaces/{NAMESPACE}/inferenceservices/{name}"
+    served = until(lambda: (found := cluster.read_or_none(path)) is not None
+                   and _condition(found, "Ready") == "True" and found,
+                   "the InferenceService Ready", seconds=240,
+                   shown=lambda: cluster.read_or_none(path))
+    assert served["status"]["url"].startswith("http://")
+    # KServe records the mode it chose (from 0.15.1), and the rollout reads it so (an update
+    # must carry the spelling the status has, or KServe's webhook refuses it).
+    recorded = mode_of(served, cluster_default="Serverless")
+    assert (recorded.mode, recorded.annotation) == (STANDARD, mode.annotation), recorded
+    assert recorded.source.startswith("status.deploymentMode"), recorded
+
+    predictor = f"{name}-predictor"
+    uid = served["metadata"]["uid"]
+    made = {kind: cluster.read_or_none(f"{group}/namespaces/{NAMESPACE}/{kind}/{predictor}")
+            for group, kind in (("/apis/apps/v1", "deployments"), ("/api/v1", "services"),
+                                ("/apis/autoscaling/v2", "horizontalpodautoscalers"))}
+    for kind, obj in made.items():
+        assert obj is not None, f"KServe made no {kind} {predictor}"
+        assert [o["uid"] for o in obj["metadata"]["ownerReferences"]] == [uid], kind
+    pod_spec = made["deployments"]["spec"]["template"]["spec"]
+    [container] = pod_spec["containers"]
+    assert container["image"] == IMAGE
+    assert "--model_dir=/mnt/models" in container["args"]
+    assert f"--model_name={name}" in container["args"]  # KServe filled in {{.Name}}
+    # KServe's pod mutator (its storage-initializer injector) mounts the model's claim into
+    # the predictor's pod: the Deployment's template has no volume of it.
+    pods = cluster.read_or_none(f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector="
+                                f"serving.kserve.io/inferenceservice={name}")["items"]
+    [pod] = [p for p in pods if p["status"].get("phase") == "Running"]
+    [claim] = [v for v in pod["spec"]["volumes"] if "persistentVolumeClaim" in v]
+    assert claim["persistentVolumeClaim"]["claimName"] == CLAIM
+    [mount] = [m for m in pod["spec"]["containers"][0]["volumeMounts"]
+               if m["name"] == claim["name"]]
+    assert (mount["mountPath"], mount["subPath"]) == ("/mnt/models", "models/fmnist")
+    [port] = made["services"]["spec"]["ports"]
+    assert (port["port"], port["targetPort"]) == (80, 8080)
+    hpa = made["horizontalpodautoscalers"]["spec"]
+    assert (hpa["minReplicas"], hpa["maxReplicas"]) == (1, 2)
+
+    # A pod asks the model by its Service's name, as the predict step would.
+    rng = np.random.default_rng(3)
+    images = rng.integers(0, 256, size=(8, 28, 28), dtype=np.uint8)
+    (root / "request.json").write_text(json.dumps(v1_image_request(images)))
+    url = predict_url(f"http://{predictor}.{NAMESPACE}", name)
+    script = f"""
+import httpx, json
+request = json.load(open("/data/request.json"))
+print("answer:", json.dumps(httpx.post("{url}", json=request, timeout=60).json()))
+"""
+    cluster.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "client"},
+                    "spec": {"restartPolicy": "Never", "containers": [{
+                        "name": "main", "image": IMAGE, "command": ["python", "-c", script],
+                        "volumeMounts": [{"name": "models", "mountPath": "/data"}]}],
+                             "volumes": [{"name": "models",
+                                          "persistentVolumeClaim": {"claimName": CLAIM}}]}},
+                   namespace=NAMESPACE)
+    phase, log = cluster.pod_finished(NAMESPACE, "client", 120)
+    assert phase == "Succeeded", log
+    # Prefixed: the kubernetes client reads a log that is one JSON document as a dict.
+    answer = json.loads(log.strip().splitlines()[-1].removeprefix("answer: "))
+    expected = _local_answer(exported_model, name, images)
+    assert answer["predictions"] == expected["predictions"]
+    cluster.delete_namespace(NAMESPACE)
+
+
+def _local_answer(model_dir, name: str, images: np.ndarray) -> dict:
+    """What the same model answers, served by the local deployer's server."""
+    import httpx
+
+    from fmnist_kfp.serving.deploy.local_deployer import start_server, stop_process
+
+    server = start_server(name, str(model_dir))
+    try:
+        return httpx.post(predict_url(server.url, name), json=v1_image_request(images),
+                          timeout=60).json()
+    finally:
+        stop_process(server.pid)
+
+
+def _compiled_step(executor: str) -> tuple[str, dict[str, str]]:
+    """The image and environment the released pipeline YAML gives ``executor``."""
+    import yaml
+
+    from tests import ROOT
+
+    spec = next(yaml.safe_load_all((ROOT / "compiled" / "fashion_mnist_pipeline.yaml")
+                                   .read_text()))
+    container = spec["deploymentSpec"]["executors"][executor]["container"]
+    return container["image"], {e["name"]: e["value"] for e in container.get("env", [])}
+
+
+def test_the_deploy_step_rolls_models_out_on_the_real_kserve(kserve_cluster, exported_model,
+                                                            synthetic_dataset, tmp_path):
+    """The deploy step in a pod of the compiled image, as pipeline-runner, against the real
+    KServe in Standard mode: a first model is created; a better one runs as its own candidate
+    InferenceService, is verified at the candidate's address and rolled over the main one, the
+    candidate then deleted (through KServe's finalizer); a broken build (a server whose
+    answers are not its model's) fails as a candidate and leaves the served model alone."""
+    cluster, mode = kserve_cluster
+    image, env = _compiled_step("exec-deploy-model")
+    claim = env["FMNIST_PVC_NAME"]
+    namespace = cluster.step_namespace("deploy", dataset=synthetic_dataset, claim=claim)
+    root = cluster.claim_dir(namespace, claim)
+    other = export_untrained_model(tmp_path / "other", seed=8)
+    for folder, model in (("first", exported_model), ("second", other)):
+        shutil.copytree(model, root / "models" / folder)
+
+    def deploy(step: str, served: str, claimed: str, accuracy: float) -> dict:
+        """The deploy step: ``claimed``'s model, its accuracy, served from ``served``."""
+        serving = {"namespace": namespace, "deployment_mode": mode.annotation,
+                   "storage_uri": f"pvc://{claim}/models/{served}", "cpu": "250m",
+                   "memory": "1Gi", "min_replicas": 1, "max_replicas": 1}
+        script = f"""
+import json
+from fmnist_kfp.kfp_components.deploy.step import DeploymentError, deploy
+try:
+    decision = deploy(model_dir="{MOUNT_PATH}/models/{claimed}",
+                      model_uri="minio://mlpipeline/runs/{step}/best_model",
+                      test_accuracy={accuracy}, data_dir="{MOUNT_PATH}/dataset",
+                      backend="kubernetes", model_name="fashion-mnist", tolerance=0.005,
+                      verification_images=16, serving={serving!r}, image={image!r})
+except DeploymentError as error:
+    decision = {{"failed": str(error)}}
+print(json.dumps(decision))
+"""
+        decision, _ = cluster.run_step_pod(namespace, step, image, env, script, 600)
+        return decision
+
+    group = f"{GROUP}/namespaces/{namespace}/inferenceservices"
+    first = deploy("deploy-1", "first", "first", 0.10)
+    assert first["action"] == "created", first
+    assert first["verification"]["ok"], first
+    assert first["url"].endswith(".svc.cluster.local"), first
+    main = cluster.read_or_none(f"{group}/fashion-mnist")
+    assert main["spec"]["predictor"]["model"]["storageUri"] == f"pvc://{claim}/models/first"
+
+    second = deploy("deploy-2", "second", "second", 0.20)
+    assert second["action"] == "promoted", second
+    main = cluster.read_or_none(f"{group}/fashion-mnist")
+    assert main["spec"]["predictor"]["model"]["storageUri"] == f"pvc://{claim}/models/second"
+    assert [i["metadata"]["name"] for i in cluster.read_or_none(group)["items"]] == \
+        ["fashion-mnist"], "the candidate was not deleted"
+
+    # A build whose server runs the first model's weights while claiming a new model's.
+    broken = deploy("deploy-3", "first", "second", 0.30)
+    assert "candidate_failed" in broken.get("failed", ""), broken
+    main = cluster.read_or_none(f"{group}/fashion-mnist")
+    assert main["spec"]["predictor"]["model"]["storageUri"] == f"pvc://{claim}/models/second"
+    names = [i["metadata"]["name"] for i in cluster.read_or_none(group)["items"]]
+    assert names == ["fashion-mnist"], names
+    cluster.delete_namespace(namespace)
