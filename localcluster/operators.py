@@ -128,7 +128,8 @@ KATIB_V0_19 = Operator(
     without_objects=("katib-ui",), more_deployments=("katib-mysql", "katib-db-manager"),
     more_programs=_katib_programs, webhooks_after_pods=True)
 
-# KServe as its config/default installs it into `kserve`, for Standard mode (RawDeployment):
+# KServe as its config/default installs it into `kserve` (kserve v0.15.2 and v0.16.0
+# config/default/kustomization.yaml, config/certmanager/), for Standard mode (RawDeployment):
 # its controller manager and webhooks, the CRDs and `inferenceservice-config`. Left out: the
 # local-model cache (its controller and node DaemonSet: another feature, off in the config's
 # `localModel`); from v0.16 the LLMInferenceService controller (llmisvc: another feature, its
@@ -202,8 +203,9 @@ CA_ANNOTATION = "cert-manager.io/inject-ca-from"
 def issue_webhook_certificate(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``objects`` with what cert-manager does for a self-signed webhook Certificate: the
     serving certificate's Secret (``tls.crt``, ``tls.key``, ``ca.crt``, as cert-manager writes
-    it) for the webhook Service's names, and the CA in the ``caBundle`` of every webhook and
-    conversion webhook whose object carries ``cert-manager.io/inject-ca-from``."""
+    it) for the webhook Service's names, and the CA in the ``caBundle`` of every webhook
+    configuration that carries ``cert-manager.io/inject-ca-from``. (KServe v0.15.2 and v0.16.0
+    annotate their InferenceService CRD too, but it has no conversion webhook to inject.)"""
     import base64
 
     from localcluster import certs
@@ -221,18 +223,13 @@ def issue_webhook_certificate(objects: list[dict[str, Any]]) -> list[dict[str, A
         ca = certs.make_ca(folder, common_name=f"{namespace}-selfsigned-issuer")
         certs.make_serving_cert(folder, "tls", ca, (f"{name}.{namespace}.svc",
                                                    f"{name}.{namespace}.svc.cluster.local"), ())
-        files = {key: (folder / file).read_bytes() for key, file in
-                 (("tls.crt", "tls.crt"), ("tls.key", "tls.key"), ("ca.crt", "ca.crt"))}
+        files = {key: (folder / key).read_bytes() for key in ("tls.crt", "tls.key", "ca.crt")}
     bundle = base64.b64encode(files["ca.crt"]).decode()
     for obj in objects:
-        if CA_ANNOTATION not in (obj["metadata"].get("annotations") or {}):
-            continue
-        if obj["kind"] in WEBHOOK_KINDS:
+        if obj["kind"] in WEBHOOK_KINDS and CA_ANNOTATION in (
+                obj["metadata"].get("annotations") or {}):
             for webhook in obj["webhooks"]:
                 webhook["clientConfig"]["caBundle"] = bundle
-        elif (obj["kind"] == "CustomResourceDefinition"
-              and "webhook" in obj["spec"].get("conversion", {})):  # v0.15's has none
-            obj["spec"]["conversion"]["webhook"]["clientConfig"]["caBundle"] = bundle
     # First, as cert-manager's Secret exists before the pods that mount it start.
     return [{"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
              "metadata": {"name": secret_name, "namespace": namespace},

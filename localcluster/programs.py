@@ -85,7 +85,8 @@ KATIB = GoModule("katib-v0.19.0", "katib-v0.19.0", {
 # controller-runtime v0.19, knative.dev/serving v0.44 (types only: Serverless mode needs Knative).
 _KSERVE = {"kserve-controller": "github.com/kserve/kserve/cmd/manager"}
 KSERVE_0_15 = GoModule("kserve-v0.15.2", "kserve-v0.15.2", _KSERVE)
-# KServe v0.16.0 (Kubeflow 26.03): k8s.io v0.33, controller-runtime v0.20.
+# KServe v0.16.0 (Kubeflow 26.03): k8s.io v0.33, controller-runtime v0.19.7 (its go.mod's
+# replace, repeated in ours: KEDA's API types need v0.19).
 KSERVE_0_16 = GoModule("kserve-v0.16.0", "kserve-v0.16.0", _KSERVE)
 # kustomize renders the operators' own install manifests from their modules, as `kubectl apply
 # -k` does (kubectl v1.34 embeds kustomize v5.7.1).

@@ -5,8 +5,10 @@ serving our ServingRuntime and InferenceService as the deploy step builds them.
 
 What KServe does here, and the test checks, is what it does on a cluster: its validating and
 defaulting webhooks admit the InferenceService; its controller makes the predictor's
-Deployment (our model server, the model's claim mounted at /mnt/models: v0.15's
-``enableDirectPvcVolumeMount``), its Service (port 80 to the container's 8080) and its
+Deployment (our model server, the model's claim mounted at /mnt/models by its pod mutator,
+no storage initializer: kserve v0.15.2 pkg/webhook/admission/pod/storage_initializer_injector.go
+L285, ``enableDirectPvcVolumeMount: true`` in config/configmap/inferenceservice.yaml; v0.16.0
+the same file L360-372, for every pvc:// URI), its Service (port 80 to the container's 8080) and its
 HorizontalPodAutoscaler, all owned by the InferenceService, and reports it Ready once the
 Deployment's pod passes our readiness probe. A pod then asks the model by its Service's name,
 as a pipeline step would, and gets the answers a local server of the same model gives.
