@@ -15,6 +15,14 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 DEFAULT_TIMEOUT = 30.0
+# How long, in all, a check sends again requests whose connection was refused. Right after a
+# rollout a Service's rules can still send a connection to the old pod, which stopped
+# listening when it was told to stop: the kubelet begins a deleted pod's teardown at once
+# (kubernetes v1.34.1 pkg/kubelet/pod_workers.go L873-877), while kube-proxy applies the
+# EndpointSlice change on its next sync, at least a second apart (pkg/proxy/apis/config/
+# v1alpha1/defaults.go L77-78). A refused request never reached a model: sending it again
+# is safe.
+CONNECT_RETRY_SECONDS = 10.0
 logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per request
 
 
@@ -73,6 +81,29 @@ def wait_until_ready(base_url: str, model_name: str, timeout: float = 120.0,
     raise TimeoutError(f"{url} was not ready after {timeout:.0f} s ({last})")
 
 
+class RefusedConnections:
+    """Sends a request again while its connection is refused, for at most ``seconds`` over
+    all the requests of one check (:data:`CONNECT_RETRY_SECONDS`): a server that stays down
+    costs a check that long once, not once a request."""
+
+    def __init__(self, seconds: float, pause: float = 0.5):
+        self.left = seconds
+        self.pause = pause
+
+    def retry(self, send, *args, **kwargs):
+        """``send(*args, **kwargs)``, again while its connection is refused."""
+        import httpx
+
+        while True:
+            try:
+                return send(*args, **kwargs)
+            except httpx.ConnectError:
+                if self.left <= 0:
+                    raise
+                time.sleep(min(self.pause, self.left))
+                self.left -= self.pause
+
+
 @dataclass
 class PredictionCheck:
     """What a sample of real test images got from a served model."""
@@ -109,12 +140,13 @@ def check_predictions(base_url: str, model_name: str, images: np.ndarray, labels
     errors: list[str] = []
     requests = failures = 0
     started = time.monotonic()
+    refused = RefusedConnections(CONNECT_RETRY_SECONDS)
     with httpx.Client(timeout=timeout) as client:
         for start in range(0, len(images), batch_size):
             chunk = images[start:start + batch_size]
             requests += 1
             try:
-                response = client.post(url, json=v1_image_request(chunk))
+                response = refused.retry(client.post, url, json=v1_image_request(chunk))
             except httpx.HTTPError as error:
                 failures += 1
                 errors.append(f"request {requests}: {type(error).__name__}: {error}")

@@ -1,8 +1,11 @@
-"""The deploy and predict steps' kubernetes path end to end: the step code as a pipeline pod
-runs it (``deploy(backend="kubernetes")`` with the real verifier, then ``predict_step``),
-against the KServe stand-in, with real model servers on loopback behind the stand-in's cluster
-network (an HTTP proxy that routes cluster-local hosts as Knative, the Deployment and the
-profile's Istio policy would). Real test images, real predictions."""
+"""The deploy and predict steps' kubernetes path end to end in Serverless mode: the step code
+as a pipeline pod runs it (``deploy(backend="kubernetes")`` with the real verifier, then
+``predict_step``), against the KServe stand-in, with real model servers on loopback behind the
+stand-in's cluster network (an HTTP proxy that routes cluster-local hosts as Knative and the
+profile's Istio policy would). Real test images, real predictions.
+
+Knative cannot run here, so Serverless mode stays on the stand-in; Standard mode (the
+Deployment path) runs on the real KServe: ``test_kserve_on_the_cluster.py``."""
 
 from __future__ import annotations
 
@@ -80,11 +83,22 @@ def setup(standin) -> None:
             standin.put(obj)
 
 
-@pytest.mark.parametrize("mode", ["Serverless", "RawDeployment"])
-def test_deploy_and_predict_reach_the_model_inside_the_cluster(mode, cluster, data_dir,
-                                                                models, monkeypatch):
+def start_servers(backend, runs: list[str]) -> None:
+    """Starts the model servers of ``runs`` before the first deploy, together, as KServe has
+    its pods running before it says Ready. (Started on the first request the proxy routes,
+    a server's start, TensorFlow's import and the model's load, counted against that
+    request's timeout: under a full CI's load it ran out.)"""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(runs)) as pool:
+        list(pool.map(lambda run: backend(NAME, STORE.format(run)), runs))
+
+
+def test_deploy_and_predict_reach_the_model_inside_the_cluster(cluster, data_dir, models,
+                                                                monkeypatch):
     backend, servers = cluster
-    with standin_for(mode, backend) as standin, standin.network() as network:
+    start_servers(backend, ["1", "2", "3"])
+    with standin_for("Serverless", backend) as standin, standin.network() as network:
         monkeypatch.setenv("HTTP_PROXY", network.url)
         setup(standin)
         first = run_deploy(standin, models, data_dir, "1", 0.80)

@@ -176,7 +176,8 @@ def test_the_deploy_step_rolls_models_out_on_the_real_kserve(kserve_cluster, exp
     KServe in Standard mode: a first model is created; a better one runs as its own candidate
     InferenceService, is verified at the candidate's address and rolled over the main one, the
     candidate then deleted (through KServe's finalizer); a broken build (a server whose
-    answers are not its model's) fails as a candidate and leaves the served model alone."""
+    answers are not its model's) fails as a candidate and leaves the served model alone; the
+    predict step, at the URL the deploy step output, gets the promoted model's answers."""
     cluster, mode = kserve_cluster
     image, env = _compiled_step("exec-deploy-model")
     claim = env["FMNIST_PVC_NAME"]
@@ -229,4 +230,18 @@ print(json.dumps(decision))
     assert main["spec"]["predictor"]["model"]["storageUri"] == f"pvc://{claim}/models/second"
     names = [i["metadata"]["name"] for i in cluster.read_or_none(group)["items"]]
     assert names == ["fashion-mnist"], names
+
+    # The predict step, in a pod of its own compiled image, at the URL the deploy step output:
+    # the promoted model answers, with its own answers.
+    image, env = _compiled_step("exec-predict-with-served-model")
+    script = f"""
+import json
+from fmnist_kfp.kfp_components.predict.step import predict_step
+print(json.dumps(predict_step(model_dir="{MOUNT_PATH}/models/second",
+                              data_dir="{MOUNT_PATH}/dataset", url={second["url"]!r},
+                              model_name="fashion-mnist", sample_size=32, serves_model=True)))
+"""
+    metrics, _ = cluster.run_step_pod(namespace, "predict", image, env, script, 600)
+    assert metrics["failures"] == 0 and metrics["images"] == 32, metrics
+    assert metrics["unexplained_disagreements"] == 0, metrics
     cluster.delete_namespace(namespace)

@@ -238,3 +238,99 @@ def test_a_comparison_is_recorded_with_the_keys_of_before():
         "url", "requests", "failures", "images", "correct", "accuracy", "seconds", "errors", "ok",
         "agreement", "near_ties", "unexplained_disagreements", "max_probability_difference",
         "probability_tolerance", "expected_accuracy"]
+
+
+class _RelayAfter:
+    """A port that refuses connections (bound, not listening) until ``start``, then relays
+    each request to ``target``: a Service whose rules still point at a pod that stopped."""
+
+    def __init__(self, target: str):
+        import http.server
+        import socket
+
+        import httpx
+
+        class Relay(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                answer = httpx.post(target + self.path, content=body,
+                                    headers={"Content-Type": "application/json"}, timeout=30)
+                self.send_response(answer.status_code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer.content)))
+                self.end_headers()
+                self.wfile.write(answer.content)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Relay,
+                                                      bind_and_activate=False)
+        self.server.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.server.server_bind()  # bound: connecting is refused until it listens
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.serving = False
+
+    def start(self) -> None:
+        import threading
+
+        self.server.server_activate()
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.serving = True
+
+    def close(self) -> None:
+        if self.serving:
+            self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_refused_connection_is_sent_again_until_the_server_listens(served, exported_model,
+                                                                    sample):
+    """Right after a rollout a Service can send a connection to the pod that stopped
+    (kube-proxy syncs later): the check sends the refused request again, and passes."""
+    import threading
+    import time
+
+    relay = _RelayAfter(served.url)
+    timer = threading.Timer(1.5, relay.start)
+    timer.start()
+    started = time.monotonic()
+    try:
+        result = make_verifier(str(exported_model), NAME, *sample)(relay.url)
+    finally:
+        timer.join()
+        relay.close()
+    assert result.ok and result.failures == 0, result
+    assert time.monotonic() - started >= 1.5  # it was refused first
+
+
+def test_a_server_that_stays_down_fails_the_check_once_its_retry_time_is_spent(
+        served, exported_model, sample, monkeypatch):
+    """The retry time is shared by the check's requests: four refused requests cost it once."""
+    import time
+
+    from fmnist_kfp.serving.deploy import client
+
+    monkeypatch.setattr(client, "CONNECT_RETRY_SECONDS", 1.0)
+    relay = _RelayAfter(served.url)  # never listens
+    images, labels = sample
+    started = time.monotonic()
+    try:
+        check = client.check_predictions(relay.url, NAME, images, labels, batch_size=16)
+    finally:
+        relay.close()
+    spent = time.monotonic() - started
+    assert check.requests == 4 and check.failures == 4 and not check.ok
+    assert check.errors[0].startswith("request 1: ConnectError")
+    assert 1.0 <= spent < 3.0, spent
+
+
+def test_the_docs_give_the_retry_time_the_check_uses():
+    import re
+
+    from fmnist_kfp.serving.deploy.client import CONNECT_RETRY_SECONDS
+    from tests import ROOT
+
+    text = " ".join((ROOT / "docs" / "serving.md").read_text().split())
+    [seconds] = re.findall(r"refused is sent again, for up to (\d+) s over the whole check", text)
+    assert float(seconds) == CONNECT_RETRY_SECONDS
