@@ -483,6 +483,9 @@ def test_the_pipeline_runs_chained_on_the_operator_the_cluster_serves(
         return servers[isvc_name, uri].url
 
     try:
+        # Running before the step, as KServe's pod is before it says Ready: started on the
+        # first proxied request, the server's start would count against that request's timeout.
+        servers["fashion-mnist", storage_uri] = start_server("fashion-mnist", str(best_dir))
         with KServeStandIn(default_mode="Serverless", ready_after=0) as kserve, \
                 kserve.network() as network:
             kserve.istio, kserve.backend = True, serve
