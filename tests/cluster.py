@@ -215,17 +215,8 @@ class RealCluster:
         JSON: (that, the pod's log)."""
         from kubernetes import client
 
-        from fmnist_kfp.settings.platform import MOUNT_PATH
-
-        client.CoreV1Api(self.api_client).create_namespaced_pod(namespace, {
-            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"serviceAccountName": "pipeline-runner", "restartPolicy": "Never",
-                     "containers": [{
-                         "name": "main", "image": image, "command": ["python", "-c", script],
-                         "env": [{"name": k, "value": v} for k, v in env.items()],
-                         "volumeMounts": [{"name": "claim", "mountPath": MOUNT_PATH}]}],
-                     "volumes": [{"name": "claim", "persistentVolumeClaim": {
-                         "claimName": env["FMNIST_PVC_NAME"]}}]}})
+        client.CoreV1Api(self.api_client).create_namespaced_pod(
+            namespace, step_pod(name, image, env, script))
         phase, log = self.pod_finished(namespace, name, seconds)
         assert phase == "Succeeded", log[-6000:]
         return json.loads(log.strip().splitlines()[-1]), log
@@ -349,6 +340,20 @@ class RealCluster:
         self.add_claim(name, claim, dataset)
         return name
 
+
+
+def step_pod(name: str, image: str, env: dict[str, str], script: str) -> dict[str, Any]:
+    """A pipeline step's pod, as KFP makes it (RealCluster.run_step_pod)."""
+    from fmnist_kfp.settings.platform import MOUNT_PATH
+
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"serviceAccountName": "pipeline-runner", "restartPolicy": "Never",
+                     "containers": [{
+                         "name": "main", "image": image, "command": ["python", "-c", script],
+                         "env": [{"name": k, "value": v} for k, v in env.items()],
+                         "volumeMounts": [{"name": "claim", "mountPath": MOUNT_PATH}]}],
+                     "volumes": [{"name": "claim", "persistentVolumeClaim": {
+                         "claimName": env["FMNIST_PVC_NAME"]}}]}}
 
 
 def until(condition, what: str, seconds: float = 60, every: float = 0.2, shown=None):

@@ -22,13 +22,16 @@ import shutil
 import numpy as np
 import pytest
 
-from fmnist_kfp.kubernetes.inference_service import build_inference_service
+from fmnist_kfp.kubernetes.inference_service import (
+    ANNOTATION_MODEL_URI,
+    build_inference_service,
+)
 from fmnist_kfp.kubernetes.inference_service_status import STANDARD, DeploymentMode, mode_of
 from fmnist_kfp.kubernetes.serving_runtime import build_serving_runtime
 from fmnist_kfp.serving.deploy.client import predict_url, v1_image_request
 from fmnist_kfp.settings.platform import MOUNT_PATH
 from fmnist_kfp.settings.serving import KServeSettings
-from tests.cluster import can_run_pods, start_real_cluster, until
+from tests.cluster import can_run_pods, start_real_cluster, step_pod, until
 from tests.conftest import export_untrained_model
 
 pytestmark = [pytest.mark.slow,
@@ -67,6 +70,8 @@ def _condition(obj: dict, kind: str) -> str | None:
 
 def test_an_inference_service_is_served_by_the_real_kserve_in_standard_mode(
         kserve_cluster, exported_model):
+    """Our ServingRuntime and InferenceService, applied as the deploy step builds them, become
+    KServe's Deployment, Service and HPA, and answer by the Service's name from a pod."""
     cluster, mode = kserve_cluster
     cluster.ensure_namespace(NAMESPACE)
     root = cluster.add_claim(NAMESPACE, CLAIM)
@@ -74,8 +79,10 @@ def test_an_inference_service_is_served_by_the_real_kserve_in_standard_mode(
     settings = KServeSettings(namespace=NAMESPACE, image=IMAGE, min_replicas=1, max_replicas=2,
                               cpu="250m", memory="1Gi")  # the node's 2 CPUs hold the next test
     cluster.apply(_serialise(cluster, build_serving_runtime(settings)))
+    model_uri = f"pvc://{CLAIM}/models/fmnist"
     isvc = _serialise(cluster, build_inference_service(
-        settings, storage_uri=f"pvc://{CLAIM}/models/fmnist", mode=mode))
+        settings, storage_uri=model_uri, mode=mode,
+        annotations={ANNOTATION_MODEL_URI: model_uri}))
     cluster.apply(isvc)
     name = settings.name
     path = f"{GROUP}/namespaces/{NAMESPACE}/inferenceservices/{name}"
@@ -98,7 +105,12 @@ def test_an_inference_service_is_served_by_the_real_kserve_in_standard_mode(
     for kind, obj in made.items():
         assert obj is not None, f"KServe made no {kind} {predictor}"
         assert [o["uid"] for o in obj["metadata"]["ownerReferences"]] == [uid], kind
-    pod_spec = made["deployments"]["spec"]["template"]["spec"]
+    template = made["deployments"]["spec"]["template"]
+    # KServe copies the InferenceService's annotations into the pod template, so writing one
+    # restarts the served model's pods: why serve_early's claim is a ConfigMap instead
+    # (docs/serving.md; serving/deploy/kserve_promotion.py).
+    assert template["metadata"]["annotations"][ANNOTATION_MODEL_URI] == model_uri
+    pod_spec = template["spec"]
     [container] = pod_spec["containers"]
     assert container["image"] == IMAGE
     assert "--model_dir=/mnt/models" in container["args"]
@@ -244,4 +256,86 @@ print(json.dumps(predict_step(model_dir="{MOUNT_PATH}/models/second",
     metrics, _ = cluster.run_step_pod(namespace, "predict", image, env, script, 600)
     assert metrics["failures"] == 0 and metrics["images"] == 32, metrics
     assert metrics["unexplained_disagreements"] == 0, metrics
+    cluster.delete_namespace(namespace)
+
+
+def _promote_script(namespace: str, claim: str, folder: str, image: str, mode: str) -> str:
+    """The promote step (serve_early) of the model in ``models/<folder>`` of the claim."""
+    serving = {"namespace": namespace, "deployment_mode": mode,
+               "storage_uri": f"pvc://{claim}/models/{folder}", "cpu": "250m",
+               "memory": "1Gi", "min_replicas": 1, "max_replicas": 1}
+    return f"""
+import json
+from fmnist_kfp.kfp_components.promote.step import promote
+decision = promote(model_dir="{MOUNT_PATH}/models/{folder}",
+                   model_uri="minio://mlpipeline/runs/{folder}/model", model_type="{folder}",
+                   data_dir="{MOUNT_PATH}/dataset", backend="kubernetes",
+                   model_name="fashion-mnist", tolerance=0.005, verification_images=16,
+                   serving={serving!r}, image={image!r})
+print(json.dumps(decision))
+"""
+
+
+def test_serve_early_from_a_cold_start_serves_the_better_model_and_its_claim_dies_with_it(
+        kserve_cluster, synthetic_dataset, tmp_path):
+    """serve_early on the real KServe: two promote steps, in pods of the compiled image as
+    pipeline-runner, race from a cold start (no InferenceService yet); the better model ends
+    served whichever finishes first, neither step fails, no candidate is left, and the claim
+    is bound to the InferenceService's uid. Deleting the InferenceService (KServe's finalizer,
+    then the garbage collector) voids the claim: a worse model's promotion then serves it
+    (issue 41 item 4, on the real controllers)."""
+    from fmnist_kfp.selection.select import validation_accuracy
+    from fmnist_kfp.serving.deploy.kserve_promotion import CLAIM_MODEL_URI, CLAIM_UID, claim_name
+
+    cluster, mode = kserve_cluster
+    image, env = _compiled_step("exec-promote-early")
+    claim = env["FMNIST_PVC_NAME"]
+    namespace = cluster.step_namespace("early", dataset=synthetic_dataset, claim=claim)
+    root = cluster.claim_dir(namespace, claim)
+    # Two untrained models of different validation accuracy: the better and the worse.
+    scored = {}
+    for seed in (7, 8, 9):
+        model = export_untrained_model(tmp_path / f"seed-{seed}", seed=seed)
+        scored[validation_accuracy(str(model), str(synthetic_dataset))] = model
+    low, high = min(scored), max(scored)
+    assert high - low > 0.005, scored  # beyond the blessing tolerance, or none is better
+    worse, better = scored[low], scored[high]
+    for folder, model in (("better", better), ("worse", worse)):
+        shutil.copytree(model, root / "models" / folder)
+    from kubernetes import client
+
+    core = client.CoreV1Api(cluster.api_client)
+    for folder in ("better", "worse"):  # at once: both find no InferenceService
+        core.create_namespaced_pod(namespace, step_pod(
+            f"promote-{folder}", image, env,
+            _promote_script(namespace, claim, folder, image, mode.annotation)))
+    decisions = {}
+    for folder in ("better", "worse"):
+        phase, log = cluster.pod_finished(namespace, f"promote-{folder}", 600)
+        assert phase == "Succeeded", log[-6000:]
+        decisions[folder] = json.loads(log.strip().splitlines()[-1])
+    assert decisions["better"]["action"] in ("created", "promoted"), decisions
+    assert decisions["worse"]["action"] in ("created", "rejected", "superseded"), decisions
+    group = f"{GROUP}/namespaces/{namespace}/inferenceservices"
+    main = cluster.read_or_none(f"{group}/fashion-mnist")
+    better_uri = f"pvc://{claim}/models/better"
+    assert main["spec"]["predictor"]["model"]["storageUri"] == better_uri, decisions
+    assert [i["metadata"]["name"] for i in cluster.read_or_none(group)["items"]] == \
+        ["fashion-mnist"], "a candidate was left behind"
+    claim_path = f"/api/v1/namespaces/{namespace}/configmaps/{claim_name('fashion-mnist')}"
+    held = cluster.read_or_none(claim_path)["data"]
+    assert held[CLAIM_MODEL_URI] == better_uri and held[CLAIM_UID] == main["metadata"]["uid"]
+
+    # Deleted by a person: KServe's finalizer, then the garbage collector (its Deployment).
+    client.CustomObjectsApi(cluster.api_client).delete_namespaced_custom_object(
+        "serving.kserve.io", "v1beta1", namespace, "inferenceservices", "fashion-mnist")
+    assert cluster.gone(f"{group}/fashion-mnist", 120)
+    assert cluster.gone(f"/apis/apps/v1/namespaces/{namespace}/deployments/"
+                        "fashion-mnist-predictor", 120)
+    decision, log = cluster.run_step_pod(
+        namespace, "promote-worse-again", image, env,
+        _promote_script(namespace, claim, "worse", image, mode.annotation), 600)
+    assert decision["action"] == "created", log[-4000:]
+    main = cluster.read_or_none(f"{group}/fashion-mnist")
+    assert main["spec"]["predictor"]["model"]["storageUri"] == f"pvc://{claim}/models/worse"
     cluster.delete_namespace(namespace)
