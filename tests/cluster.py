@@ -217,6 +217,11 @@ class RealCluster:
 
         client.CoreV1Api(self.api_client).create_namespaced_pod(
             namespace, step_pod(name, image, env, script))
+        return self.step_result(namespace, name, seconds)
+
+    def step_result(self, namespace: str, name: str, seconds: float) -> tuple[dict, str]:
+        """Waits for step pod ``name`` (:func:`step_pod`) to succeed: (the JSON of its last
+        output line, its log)."""
         phase, log = self.pod_finished(namespace, name, seconds)
         assert phase == "Succeeded", log[-6000:]
         return json.loads(log.strip().splitlines()[-1]), log

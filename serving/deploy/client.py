@@ -100,8 +100,9 @@ class RefusedConnections:
             except httpx.ConnectError:
                 if self.left <= 0:
                     raise
-                time.sleep(min(self.pause, self.left))
-                self.left -= self.pause
+                pause = min(self.pause, self.left)
+                time.sleep(pause)
+                self.left -= pause
 
 
 @dataclass

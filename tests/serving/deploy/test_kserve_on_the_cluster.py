@@ -170,6 +170,13 @@ def _local_answer(model_dir, name: str, images: np.ndarray) -> dict:
         stop_process(server.pid)
 
 
+def _serving(namespace: str, mode: DeploymentMode, storage_uri: str) -> dict:
+    """The ``serving`` the steps here pass: one small replica (the node's 2 CPUs)."""
+    return {"namespace": namespace, "deployment_mode": mode.annotation,
+            "storage_uri": storage_uri, "cpu": "250m", "memory": "1Gi", "min_replicas": 1,
+            "max_replicas": 1}
+
+
 def _compiled_step(executor: str) -> tuple[str, dict[str, str]]:
     """The image and environment the released pipeline YAML gives ``executor``."""
     import yaml
@@ -201,9 +208,7 @@ def test_the_deploy_step_rolls_models_out_on_the_real_kserve(kserve_cluster, exp
 
     def deploy(step: str, served: str, claimed: str, accuracy: float) -> dict:
         """The deploy step: ``claimed``'s model, its accuracy, served from ``served``."""
-        serving = {"namespace": namespace, "deployment_mode": mode.annotation,
-                   "storage_uri": f"pvc://{claim}/models/{served}", "cpu": "250m",
-                   "memory": "1Gi", "min_replicas": 1, "max_replicas": 1}
+        serving = _serving(namespace, mode, f"pvc://{claim}/models/{served}")
         script = f"""
 import json
 from fmnist_kfp.kfp_components.deploy.step import DeploymentError, deploy
@@ -259,11 +264,10 @@ print(json.dumps(predict_step(model_dir="{MOUNT_PATH}/models/second",
     cluster.delete_namespace(namespace)
 
 
-def _promote_script(namespace: str, claim: str, folder: str, image: str, mode: str) -> str:
+def _promote_script(namespace: str, claim: str, folder: str, image: str,
+                    mode: DeploymentMode) -> str:
     """The promote step (serve_early) of the model in ``models/<folder>`` of the claim."""
-    serving = {"namespace": namespace, "deployment_mode": mode,
-               "storage_uri": f"pvc://{claim}/models/{folder}", "cpu": "250m",
-               "memory": "1Gi", "min_replicas": 1, "max_replicas": 1}
+    serving = _serving(namespace, mode, f"pvc://{claim}/models/{folder}")
     return f"""
 import json
 from fmnist_kfp.kfp_components.promote.step import promote
@@ -308,12 +312,9 @@ def test_serve_early_from_a_cold_start_serves_the_better_model_and_its_claim_die
     for folder in ("better", "worse"):  # at once: both find no InferenceService
         core.create_namespaced_pod(namespace, step_pod(
             f"promote-{folder}", image, env,
-            _promote_script(namespace, claim, folder, image, mode.annotation)))
-    decisions = {}
-    for folder in ("better", "worse"):
-        phase, log = cluster.pod_finished(namespace, f"promote-{folder}", 600)
-        assert phase == "Succeeded", log[-6000:]
-        decisions[folder] = json.loads(log.strip().splitlines()[-1])
+            _promote_script(namespace, claim, folder, image, mode)))
+    decisions = {folder: cluster.step_result(namespace, f"promote-{folder}", 600)[0]
+                 for folder in ("better", "worse")}
     assert decisions["better"]["action"] in ("created", "promoted"), decisions
     assert decisions["worse"]["action"] in ("created", "rejected", "superseded"), decisions
     group = f"{GROUP}/namespaces/{namespace}/inferenceservices"
@@ -334,7 +335,7 @@ def test_serve_early_from_a_cold_start_serves_the_better_model_and_its_claim_die
                         "fashion-mnist-predictor", 120)
     decision, log = cluster.run_step_pod(
         namespace, "promote-worse-again", image, env,
-        _promote_script(namespace, claim, "worse", image, mode.annotation), 600)
+        _promote_script(namespace, claim, "worse", image, mode), 600)
     assert decision["action"] == "created", log[-4000:]
     main = cluster.read_or_none(f"{group}/fashion-mnist")
     assert main["spec"]["predictor"]["model"]["storageUri"] == f"pvc://{claim}/models/worse"
