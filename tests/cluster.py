@@ -5,7 +5,7 @@ them.
 
 The ``real_cluster`` fixture (tests/conftest.py) hands tests a :class:`RealCluster`: the admin's
 kubeconfig, a Python client on it, and helpers to create what a test needs. Its tests run in
-one worker (``SHARED_FIXTURES``), so the cluster starts once per ``make test``.
+one work unit (``SHARED_FIXTURES``), so the cluster starts once per ``make test``.
 """
 
 from __future__ import annotations

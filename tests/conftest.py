@@ -101,17 +101,18 @@ def real_cluster(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def real_cluster_trainer_2_2(real_cluster, tmp_path_factory):
+def real_cluster_trainer_2_2(tmp_path_factory):
     """A second control plane whose node runs Kubeflow Trainer v2.2.0 with JobSet v0.11.0
     (Kubeflow 26.03.1), both installed (one node runs one version of each image), and the
-    Training Operator and Kueue v0.19.2, which the Kueue tests install. Its tests use
-    ``real_cluster`` too, so they share its work unit and this starts once."""
+    Training Operator and Kueue v0.19.2, which the Kueue tests install. Its tests are a work
+    unit of their own (``SHARED_FIXTURES``), so this starts once, and they run beside
+    ``real_cluster``'s on the other worker."""
     from tests.cluster import TRAINER_2_2, TRAINER_2_2_NODE, start_real_cluster
 
-    real_cluster.require_node()
     plane, cluster = start_real_cluster(tmp_path_factory.mktemp("trainer-2.2"),
                                         TRAINER_2_2_NODE)
     try:
+        cluster.require_node()
         for operator in TRAINER_2_2:
             cluster.install(operator)
         yield cluster
@@ -138,7 +139,8 @@ def katib_cluster(real_cluster_trainer_2_2):
 # is left with a long one at the end. (xdist's own loadgroup marks a test's group by editing its
 # node id, which pytest 9 no longer reads: so each worker writes its units to a file that the
 # scheduler below reads.)
-SHARED_FIXTURES = ("real_run", "trained_model", "wheel", "real_cluster")
+SHARED_FIXTURES = ("real_run", "trained_model", "wheel", "real_cluster_trainer_2_2",
+                   "real_cluster")
 EACH_SLOW_TEST_ALONE = frozenset({
     "tests/pipelines/test_pipeline.py",
     "tests/fmnist_kfp/launcher/test_parameter_server.py",

@@ -69,6 +69,7 @@ def _start_step(cluster, pod: str, job: str, epochs: int = 1, max_restarts: int 
         launcher = TFJobLauncher(settings, poll_seconds=2, timeout_seconds={timeout_seconds})
         outcome = launcher.run(spec)
         print("RESULT", outcome.result["model_type"], outcome.restarts)
+        print("REPLICAS", outcome.result["replicas"])
     """
     _core(cluster).create_namespaced_pod(NAMESPACE, _step_pod(pod, script))
 
@@ -108,11 +109,23 @@ def test_a_two_worker_tfjob_trains_and_exports_the_model(cluster, claim):
     assert "RESULT basic 0" in log
     assert "created TFJob kubeflow/fmnist-basic-real (2 replicas" in log
     assert (claim / "models" / "fmnist-basic-real" / "1" / "saved_model.pb").exists()
-    # Both workers trained: the operator made a pod for each, and each ran to the end.
-    pods = _workers(cluster, "fmnist-basic-real")
-    assert sorted(p.metadata.name for p in pods) == ["fmnist-basic-real-worker-0",
-                                                    "fmnist-basic-real-worker-1"]
-    assert all(p.status.phase == "Succeeded" for p in pods)
+    # Both workers trained: the chief's strategy counted 2 replicas in sync, so every step's
+    # all-reduce had worker 1 in it, and worker 0 ran to the end.
+    assert "REPLICAS 2" in log, log
+    # The operator made a pod for each. Without a chief, worker 0's success is the job's
+    # (kubeflow/training-operator v1.9.2 pkg/controller.v1/tensorflow/tfjob_controller.go,
+    # UpdateJobStatus L467, the default success policy), and the reconcile after it deletes the job's pods still Running
+    # (cleanPodPolicy Running; common/job.go ReconcileJobs -> CleanUpResources): worker 1,
+    # if its process was still exiting then, is deleted rather than Succeeded.
+    job = "fmnist-basic-real"
+
+    def phases() -> dict:
+        return {p.metadata.name.removeprefix(job + "-"): p.status.phase
+                for p in _workers(cluster, job)}
+
+    until(lambda: phases() in ({"worker-0": "Succeeded", "worker-1": "Succeeded"},
+                               {"worker-0": "Succeeded"}),
+          "worker 0 Succeeded, worker 1 Succeeded or cleaned up", 60, shown=phases)
 
 
 def test_parameter_servers_and_an_evaluator_train_and_export_the_model(cluster, claim):
