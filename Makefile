@@ -61,16 +61,18 @@ test: setup layers cluster-build
 
 # The upstream programs of the local cluster, built once per pinned version into a cache outside
 # the checkout (localcluster/build.py): minutes the first time, a look-up after that.
+MARIADB_PACKAGES := mariadb-server-core mariadb-client-core
 cluster-build: setup | $(GO)
 	@command -v ip >/dev/null || apt-get install -y iproute2 || sudo apt-get install -y iproute2
 	@# kube-proxy (nftables mode) programs the node's rules with nft, from Debian's package.
 	@PATH="$$PATH:/usr/sbin" command -v nft >/dev/null || \
 		apt-get install -y --no-install-recommends nftables || \
 		{ apt-get update && apt-get install -y --no-install-recommends nftables; }
-	@# Katib's database (katib-mysql) runs as MariaDB from Debian's package.
-	@PATH="$$PATH:/usr/sbin" command -v mariadbd >/dev/null || \
-		apt-get install -y --no-install-recommends mariadb-server-core || \
-		{ apt-get update && apt-get install -y --no-install-recommends mariadb-server-core; }
+	@# Katib's database (katib-mysql) runs as MariaDB from Debian's packages: the server, and
+	@# my_print_defaults (mariadb-client-core), without which mariadb-install-db cannot start.
+	@PATH="$$PATH:/usr/sbin" command -v mariadbd >/dev/null && command -v my_print_defaults >/dev/null || \
+		apt-get install -y --no-install-recommends $(MARIADB_PACKAGES) || \
+		{ apt-get update && apt-get install -y --no-install-recommends $(MARIADB_PACKAGES); }
 	$(PY) -m localcluster build
 
 cluster-up: cluster-build

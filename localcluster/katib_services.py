@@ -8,8 +8,8 @@
   (``katib-v0.19.0/python/<service>.txt``: ``uv pip compile --python-version 3.11`` of the
   module's file with ``setuptools<81``, whose ``pkg_resources`` hyperopt 0.2.5 imports and the
   base image has).
-* **``katib-mysql``** runs MariaDB from Debian's ``mariadb-server-core`` (``make test``
-  installs it) through ``katib-v0.19.0/mysql-entrypoint.sh``, which does what the ``mysql``
+* **``katib-mysql``** runs MariaDB from Debian's ``mariadb-server-core`` and
+  ``mariadb-client-core`` (``make test`` installs them) through ``katib-v0.19.0/mysql-entrypoint.sh``, which does what the ``mysql``
   image's entrypoint does on a first start.
 
 The environments are built into the cluster cache (:func:`localcluster.build.cache_root`),
@@ -58,7 +58,7 @@ PYTHON_SERVICES = (
                   "medianstop.txt"),
 )
 MYSQL_ENTRYPOINT = PINS / "mysql-entrypoint.sh"
-MARIADB = "mariadbd"
+MARIADB_PROGRAMS = ("mariadbd", "mariadb-install-db", "my_print_defaults")
 
 
 def _uv() -> str:
@@ -121,8 +121,12 @@ def _build_one(service: PythonService, module_dir: Path, out: Path) -> None:
 
 
 def mysql_program() -> Path:
-    """The program for ``katib-mysql``'s image; MariaDB must be installed."""
-    if shutil.which(MARIADB, path=os.environ.get("PATH", "") + ":/usr/sbin") is None:
-        raise BuildFailed("no MariaDB for Katib's database: `apt-get install "
-                          "mariadb-server-core` (`make cluster-build` does)")
+    """The program for ``katib-mysql``'s image; MariaDB must be installed: the server, and
+    the ``my_print_defaults`` that ``mariadb-install-db`` runs first (Debian packages it in
+    ``mariadb-client-core``; without it the first start fails before making any table)."""
+    path = os.environ.get("PATH", "") + ":/usr/sbin"
+    missing = [p for p in MARIADB_PROGRAMS if shutil.which(p, path=path) is None]
+    if missing:
+        raise BuildFailed(f"no {', '.join(missing)} for Katib's database: `apt-get install "
+                          "mariadb-server-core mariadb-client-core` (`make cluster-build` does)")
     return MYSQL_ENTRYPOINT

@@ -154,7 +154,12 @@ WORK_UNITS_ENV = "FMNIST_TEST_WORK_UNITS"  # the file the workers write their un
 
 
 def work_unit(item: pytest.Item) -> str:
-    """The unit of work of ``item`` when the suite runs in several workers (see above)."""
+    """The unit of work of ``item`` when the suite runs in several workers (see above); a test
+    that reaches its shared fixture through ``request.getfixturevalue`` names it with the
+    ``work_unit`` mark."""
+    marked = item.get_closest_marker("work_unit")
+    if marked:
+        return marked.args[0]
     shared = next((name for name in SHARED_FIXTURES if name in item.fixturenames), None)
     module = item.nodeid.split("::")[0]
     if shared:

@@ -14,8 +14,12 @@ while [ $# -gt 0 ]; do
 done
 if [ ! -d "$datadir/mysql" ]; then
   mkdir -p "$datadir"
-  mariadb-install-db --no-defaults --datadir="$datadir" --user=root \
-    --auth-root-authentication-method=normal --skip-test-db > /dev/null
+  # Its output only matters when it fails (it says why on stdout): then it is the pod's log.
+  if ! out=$(mariadb-install-db --no-defaults --datadir="$datadir" --user=root \
+      --auth-root-authentication-method=normal --skip-test-db 2>&1); then
+    echo "$out" >&2
+    exit 1
+  fi
   echo "initialized $datadir"
 fi
 # Run at every start, as idempotent statements: the entrypoint's setup.

@@ -21,19 +21,23 @@ STEP_SECONDS = 600
 SERVED_SHAPE = {"2.1": "podTemplateOverrides", "2.2": "runtimePatches"}
 
 
-@pytest.fixture(scope="module", params=sorted(SERVED_SHAPE), ids=lambda r: f"trainer-{r}")
-def cluster(request, real_cluster):
+# Each release's cluster fixture; its tests are that fixture's work unit (tests/conftest.py).
+CLUSTER_OF = {"2.1": "real_cluster", "2.2": "real_cluster_trainer_2_2"}
+
+
+@pytest.fixture(scope="module", ids=lambda r: f"trainer-{r}", params=[
+    pytest.param(release, marks=pytest.mark.work_unit(CLUSTER_OF[release]))
+    for release in sorted(SERVED_SHAPE)])
+def cluster(request):
     """A cluster running the Trainer release ``request.param``: Kubeflow 26.03's (v2.1.0 with
     JobSet v0.10.1) on the session's cluster, 26.03.1's on its own
     (``real_cluster_trainer_2_2``); our ClusterTrainingRuntime applied
     (manifests/trainer-runtime) as a cluster admin applies it."""
+    cluster = request.getfixturevalue(CLUSTER_OF[request.param])
     if request.param == "2.1":
-        cluster = real_cluster
         cluster.require_node()
         cluster.install("JOBSET_V0_10")
         cluster.install("TRAINER_V2_1")
-    else:
-        cluster = request.getfixturevalue("real_cluster_trainer_2_2")
     cluster.apply_training_runtime()
     return cluster
 
