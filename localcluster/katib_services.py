@@ -9,8 +9,9 @@
   module's file with ``setuptools<81``, whose ``pkg_resources`` hyperopt 0.2.5 imports and the
   base image has).
 * **``katib-mysql``** runs MariaDB from Debian's ``mariadb-server-core`` and
-  ``mariadb-client-core`` (``make test`` installs them) through ``katib-v0.19.0/mysql-entrypoint.sh``, which does what the ``mysql``
-  image's entrypoint does on a first start.
+  ``mariadb-client-core`` (``make test`` installs them) through
+  ``katib-v0.19.0/mysql-entrypoint.sh``, which does what the ``mysql`` image's entrypoint does
+  on a first start.
 
 The environments are built into the cluster cache (:func:`localcluster.build.cache_root`),
 named by a digest of the locks and the module's version, so a second build is a look-up.

@@ -83,6 +83,12 @@ def _workers(cluster, job: str) -> list:
         NAMESPACE, label_selector=f"training.kubeflow.org/job-name={job}").items
 
 
+def _phases(cluster, job: str) -> dict[str, str]:
+    """Each of the job's pods' phase, by its replica (``worker-0``, ``chief-0``)."""
+    return {p.metadata.name.removeprefix(job + "-"): p.status.phase
+            for p in _workers(cluster, job)}
+
+
 def _job_logs(cluster, job: str) -> str:
     """Each of the job's pods' phase and last log lines, and every pod that holds CPU on the
     node: what a failed assertion shows."""
@@ -114,18 +120,15 @@ def test_a_two_worker_tfjob_trains_and_exports_the_model(cluster, claim):
     assert "REPLICAS 2" in log, log
     # The operator made a pod for each. Without a chief, worker 0's success is the job's
     # (kubeflow/training-operator v1.9.2 pkg/controller.v1/tensorflow/tfjob_controller.go,
-    # UpdateJobStatus L467, the default success policy), and the reconcile after it deletes the job's pods still Running
-    # (cleanPodPolicy Running; common/job.go ReconcileJobs -> CleanUpResources): worker 1,
-    # if its process was still exiting then, is deleted rather than Succeeded.
+    # UpdateJobStatus L467, the default success policy), and the reconcile after it deletes
+    # the job's pods still Running (cleanPodPolicy Running; common/job.go ReconcileJobs ->
+    # CleanUpResources): worker 1, if its process was still exiting then, is deleted rather
+    # than Succeeded.
     job = "fmnist-basic-real"
-
-    def phases() -> dict:
-        return {p.metadata.name.removeprefix(job + "-"): p.status.phase
-                for p in _workers(cluster, job)}
-
-    until(lambda: phases() in ({"worker-0": "Succeeded", "worker-1": "Succeeded"},
-                               {"worker-0": "Succeeded"}),
-          "worker 0 Succeeded, worker 1 Succeeded or cleaned up", 60, shown=phases)
+    until(lambda: _phases(cluster, job) in ({"worker-0": "Succeeded", "worker-1": "Succeeded"},
+                                            {"worker-0": "Succeeded"}),
+          "worker 0 Succeeded, worker 1 Succeeded or cleaned up", 60,
+          shown=lambda: _phases(cluster, job))
 
 
 def test_parameter_servers_and_an_evaluator_train_and_export_the_model(cluster, claim):
@@ -150,13 +153,10 @@ def test_parameter_servers_and_an_evaluator_train_and_export_the_model(cluster, 
     # launcher may already have seen (kubeflow/training-operator v1.9.2
     # pkg/controller.v1/common/job.go, ReconcileJobs: IsFinished -> CleanUpResources), and a
     # deleted pod is Running until its process has stopped: hence the wait.
-    def finished() -> dict:
-        return {p.metadata.name.removeprefix(job + "-"): p.status.phase
-                for p in _workers(cluster, job)}
-
-    until(lambda: finished() in ({"chief-0": "Succeeded", "evaluator-0": "Succeeded"},
-                                 {"chief-0": "Succeeded"}),
-          "only the chief (and a finished evaluator) left", 60, shown=finished)
+    until(lambda: _phases(cluster, job) in ({"chief-0": "Succeeded", "evaluator-0": "Succeeded"},
+                                            {"chief-0": "Succeeded"}),
+          "only the chief (and a finished evaluator) left", 60,
+          shown=lambda: _phases(cluster, job))
 
 
 def test_a_job_the_scheduler_cannot_place_says_why_while_it_waits(cluster, claim):
