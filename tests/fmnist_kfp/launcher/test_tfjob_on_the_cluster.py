@@ -118,7 +118,7 @@ def test_a_two_worker_tfjob_trains_and_exports_the_model(cluster, claim):
     # Both workers trained: the chief's strategy counted 2 replicas in sync, so every step's
     # all-reduce had worker 1 in it, and worker 0 ran to the end.
     assert "REPLICAS 2" in log, log
-    # The operator made a pod for each. Without a chief, worker 0's success is the job's
+    # Without a chief, worker 0's success is the job's
     # (kubeflow/training-operator v1.9.2 pkg/controller.v1/tensorflow/tfjob_controller.go,
     # UpdateJobStatus L467, the default success policy), and the reconcile after it deletes
     # the job's pods still Running (cleanPodPolicy Running; common/job.go ReconcileJobs ->
