@@ -59,12 +59,14 @@ GRANT_SECONDS = 30
 # The upstream operators whose images the node runs (installed by the tests that need them).
 OPERATORS = ("TRAINING_OPERATOR_V1", "JOBSET_V0_10", "TRAINER_V2_1")
 # Kubeflow 26.03.1's Trainer and JobSet, on a cluster of their own (real_cluster_trainer_2_2),
-# whose node also runs Kueue (which queues TrainJobs from Trainer 2.2 on), Katib, and for the
-# TFJobs they queue and tune, the Training Operator; those three are installed by the tests
-# that use them. (Katib runs here, not on real_cluster, whose tests create Experiments for
-# their own purposes that a running katib-controller would act on.)
+# whose node also runs Kueue (which queues TrainJobs from Trainer 2.2 on), Katib, KServe v0.16.0
+# (Kubeflow 26.03's) and, for the TFJobs they queue and tune, the Training Operator; those are
+# installed by the tests that use them. (Katib runs here, not on real_cluster, whose tests
+# create Experiments for their own purposes that a running katib-controller would act on.) The
+# whole pipeline runs on this cluster: tests/pipelines/test_pipeline_on_the_cluster.py.
 TRAINER_2_2 = ("JOBSET_V0_11", "TRAINER_V2_2")
-TRAINER_2_2_NODE = (*TRAINER_2_2, "TRAINING_OPERATOR_V1", "KUEUE_V0_19", "KATIB_V0_19")
+TRAINER_2_2_NODE = (*TRAINER_2_2, "TRAINING_OPERATOR_V1", "KUEUE_V0_19", "KATIB_V0_19",
+                    "KSERVE_V0_16")
 # A training image whose pods do what a test scripts instead of training (tests/scripted_pod.py).
 SCRIPTED_IMAGE = "scripted-pod:1"
 

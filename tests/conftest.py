@@ -121,6 +121,14 @@ def real_cluster_trainer_2_2(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def whole_path_cluster(katib_cluster):
+    """The Katib cluster with KServe v0.16.0 (Kubeflow 26.03's) installed too: every program
+    the whole pipeline calls on."""
+    katib_cluster.install("KSERVE_V0_16")
+    return katib_cluster
+
+
+@pytest.fixture(scope="session")
 def katib_cluster(real_cluster_trainer_2_2):
     """The Trainer 2.2 cluster with the Training Operator, our TensorFlow runtime and Katib
     v0.19.0, installed in that order (Katib watches the trial kinds served when it starts)."""

@@ -56,6 +56,16 @@ def _crd_file(file_name: str) -> Path:
 
 
 @cache
+def served_schema(file_name: str, version: str) -> dict:
+    """The schema the API server publishes for the CRD's ``version`` (``/openapi/v3``), as the
+    file has it (read once: some are large)."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    document = yaml.load(_crd_file(file_name).read_text(), Loader=loader)
+    [entry] = [v for v in document["spec"]["versions"] if v["name"] == version]
+    return entry["schema"]["openAPIV3Schema"]
+
+
+@cache
 def crd_schema(file_name: str, version: str) -> dict:
     document = yaml.safe_load(_crd_file(file_name).read_text())
     for entry in document["spec"]["versions"]:

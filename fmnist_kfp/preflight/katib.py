@@ -186,11 +186,24 @@ def check_experiment(api_client, cluster: Cluster, operator: str, shape: str = "
                                    f"({refusal_message(error)})",
                        "if Katib's webhook could not be called, no Experiment can be created: "
                        "check katib-controller in kubeflow; else run preflight again")
-        return Row(what, False, f"the cluster refuses it (server-side dry run: "
-                                f"{refusal_message(error)})",
-                   "check that Katib runs a release fmnist-kfp supports (v0.19; "
-                   "docs/cluster.md) and its webhook is up; else report the message above as "
-                   "an fmnist-kfp bug")
+        refusal = refusal_message(error)
+        return Row(what, False, f"the cluster refuses it (server-side dry run: {refusal})",
+                   _experiment_fix(refusal, cluster.namespace))
     trials = {"tfjob": "TFJob", "trainjob": "TrainJob"}[operator]
     return Row(what, True, f"accepted by a server-side dry run in {cluster.namespace} (its "
                            f"schema and admission webhooks; nothing stored), {trials} trials")
+
+
+# Katib's webhook admits Experiments only in namespaces with this label (kubeflow/katib v0.19.0
+# pkg/webhook/v1beta1/experiment/validation_webhook.go lines 74-91); Kubeflow's profile
+# controller sets it on every profile's namespace, a namespace made by hand lacks it.
+INJECTION_LABEL = "katib.kubeflow.org/metrics-collector-injection"
+
+
+def _experiment_fix(refusal: str, namespace: str) -> str:
+    """The fix of an Experiment Katib refuses: the label its webhook names, else its release."""
+    if INJECTION_LABEL in refusal:
+        return (f"kubectl label namespace {namespace} {INJECTION_LABEL}=enabled (Katib's "
+                "webhook admits Experiments only there; Kubeflow sets it on profile namespaces)")
+    return ("check that Katib runs a release fmnist-kfp supports (v0.19; docs/cluster.md) and "
+            "its webhook is up; else report the message above as an fmnist-kfp bug")

@@ -1,8 +1,8 @@
 """The Katib launcher through the real Kubernetes client against the API stand-in
-(tests/standins/katib.py): scripted Experiment statuses for the launcher's logic, and one search
-that really runs (trials are TFJobs whose pods run the trainer). Time is fake where the statuses
-are scripted: every wait is bounded by a deadline in fake seconds, so a regression fails fast
-instead of hanging until pytest's timeout."""
+(tests/standins/katib.py): scripted Experiment statuses for the launcher's logic (faults,
+progress lines, stalled trials; searches that really run: tests/katib/test_katib_on_the_cluster.py,
+on Katib itself). Time is fake: every wait is bounded by a deadline in fake seconds, so a
+regression fails fast instead of hanging until pytest's timeout."""
 
 from __future__ import annotations
 
@@ -604,23 +604,18 @@ def test_a_tfjob_that_cannot_be_read_is_a_finding_not_a_failure(tmp_path):
 
 
 def test_trials_of_a_katib_controller_without_the_tfjob_watch_are_named(tmp_path):
-    """The stand-in plays the whole failure: trials whose TFJobs run to the end while Katib,
-    without the watch, keeps them Running; every trial that ran is named at the deadline."""
-    time = FakeTime()
-    with KatibStandIn(run=True, run_processes=False, watches_tfjobs=False,
-                      work_dir=tmp_path / "katib") as standin:
-        launcher = _launcher(standin, timeout_seconds=1500, clock=time, sleep=time.sleep)
-        settings = _settings(tmp_path, max_trial_count=2, parallel_trial_count=2,
-                             max_failed_trial_count=1)
-        with pytest.raises(TimeoutError) as deadline:
-            launcher.run(settings, _space(), DATA_DIR)
-    out = launcher.out.getvalue()
-    assert "Running: 0 succeeded, 2 running" in out
-    stuck = [line.split()[1] for line in out.splitlines() if "is not progressing" in line]
-    assert len(stuck) == 2 and all(RESTART in line for line in out.splitlines()
-                                   if "is not progressing" in line)
-    assert str(deadline.value).endswith(
-        f"; trials that never progressed: {', '.join(sorted(stuck))} (their TFJobs finished, "
+    """Every trial whose TFJob ran to the end while Katib, without the watch, keeps it
+    Running is named at the deadline, with the fix."""
+    tfjobs = {name: _tfjob(name, "Created", "Running", "Succeeded") for name in (STUCK, TRAINING)}
+    _, out, message = _stuck_run(tmp_path, tfjobs, 1500, running_trials=(STUCK, TRAINING))
+    printed = out.getvalue()
+    assert "Running: 0 succeeded, 2 running" in printed
+    stuck = sorted(line.split()[1] for line in printed.splitlines()
+                   if "is not progressing" in line)
+    assert stuck == sorted((STUCK, TRAINING)), printed
+    assert all(RESTART in line for line in printed.splitlines() if "is not progressing" in line)
+    assert message.endswith(
+        f"; trials that never progressed: {', '.join(stuck)} (their TFJobs finished, "
         "but Katib still counts them as running: katib-controller is most likely not watching "
         f"TFJobs (Training Operator v1 installed after Katib); fix: {RESTART})")
 

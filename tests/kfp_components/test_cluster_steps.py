@@ -1,4 +1,4 @@
-"""The kubernetes paths of the training and tuning steps, end to end, as a KFP pod runs them.
+"""The kubernetes paths of the steps, as a KFP pod runs them.
 
 The pipeline is compiled with ``FMNIST_COMPONENT_IMAGE=registry.example/team/fmnist-kfp:9.9.9``
 and ``FMNIST_GPU_IMAGE=registry.example/team/fmnist-kfp:9.9.9-cuda`` (a team's own registry;
@@ -6,14 +6,10 @@ the real cluster's node runs a repository named ``fmnist-kfp`` as the project's 
 step's code then runs with only the environment the compiled YAML sets for its executor
 (``deploymentSpec.executors.<exec>.container.env``: kubeflow/pipelines 2.15.0
 backend/src/v2/driver/driver.go lines 250-254 copy it into the pod) and the
-``image``/``gpu_image`` inputs its task passes (constants in ``root.dag``). The tune and train
-steps run in pods of the real cluster (tests/cluster.py), their Experiments run by the real
-Katib and their jobs by the real training operators (median stopping on the real Katib:
-tests/katib/test_katib_on_the_cluster.py); deploy runs against the KServe stand-in (until
-KServe runs here for real).
-Staging the dataset, training, exporting and copying the model back all really happen. Every
-wait is bounded. One test chains tune, train, select, deploy and predict, each step's outputs
-the next one's inputs, as the pipeline wires them.
+``image``/``gpu_image`` inputs its task passes (constants in ``root.dag``): the pods and jobs
+each step creates run the compiled images, and what a step cannot do is refused before it
+creates anything. The whole pipeline, every step a pod and every job the real operators'
+(Katib, the Training Operator, Trainer, KServe): tests/pipelines/test_pipeline_on_the_cluster.py.
 """
 
 from __future__ import annotations
@@ -29,8 +25,6 @@ import pytest
 import yaml
 
 from fmnist_kfp.errors import UserInputError
-from fmnist_kfp.kubernetes.trainjob import PATCH_MANAGER
-from fmnist_kfp.settings.platform import MOUNT_PATH
 from fmnist_kfp.settings.training import TrainingConfig
 from tests import ROOT
 
@@ -236,7 +230,7 @@ def _run_step_pod(cluster, namespace: str, compiled: dict, executor: str,
                                 step["env"], textwrap.dedent(script), STEP_SECONDS)
 
 
-def _training_job(cluster, namespace: str, kind: str) -> tuple[dict, list, list]:
+def training_job(cluster, namespace: str, kind: str) -> tuple[dict, list, list]:
     """The one job of ``kind`` (TFJob or TrainJob) in ``namespace``, its pods, and the jobs of
     the other kind there."""
     from kubernetes import client
@@ -264,282 +258,6 @@ def collected_objective(experiment: dict, trial: dict, volume: Path) -> float:
                    if m["name"] == "val_accuracy"]
     assert objective["latest"] == f"{history[-1]['val_accuracy']:.4f}"
     return float(objective["latest"])
-
-
-# The chain's kubernetes.operator, the operator it chooses on a cluster serving both, and what
-# the jobs then are.
-CHAINED_OPERATORS = {"trainjob": ("trainjob", "TrainJob"), "auto": ("tfjob", "TFJob")}
-# The select step's best_model as KFP stores it (Input[Model].uri in the deploy pod).
-BEST_MODEL_URI = ("minio://mlpipeline/v2/artifacts/fashion-mnist-training/run-chain/"
-                  "select-best-model/task-select/best_model")
-
-
-@pytest.fixture
-def chain_namespace(katib_cluster, compiled):
-    """The chained test's namespace on the Katib cluster: the pipeline-runner ServiceAccount
-    and its Role, the claim the compiled pipeline names, Katib's injection label."""
-    name = katib_step_namespace(katib_cluster, "chain", compiled)
-    yield name
-    katib_cluster.delete_namespace(name)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("operator", list(CHAINED_OPERATORS))
-def test_the_pipeline_runs_chained_on_the_operator_the_cluster_serves(
-        compiled, synthetic_dataset, tmp_path, monkeypatch, katib_cluster, chain_namespace,
-        operator):
-    """tune -> train -> select -> deploy -> predict chained as fashion_mnist_pipeline wires
-    them: each step as its executor runs it (its compiled environment, its task's image
-    inputs), one step's outputs the next one's inputs (the tune step's hyperparameters, the
-    Model artifacts, the deploy step's url). With kubernetes.operator ``trainjob`` the trials
-    and the training job are TrainJobs; with ``auto`` on a cluster serving both, TFJobs (the
-    Training Operator v1 first).
-
-    Tune and train run on the real cluster (tests/cluster.py: Trainer v2.2.0 with JobSet
-    v0.11.0, the Training Operator v1.9.2 and Katib v0.19.0), each in a pod of its image and
-    compiled environment as the pipeline-runner ServiceAccount, the claim mounted: the real
-    Katib runs the tune step's Experiment, its trials trained by the real operators; the train
-    step's TFJob or TrainJob too. Deploy and predict run against the KServe stand-in (with its
-    cluster network and a real model server) until KServe runs here for real. The claim is
-    shared by tune and train; select, deploy and predict mount none, so it is gone before they
-    run. The pipeline's one ``kubernetes`` parameter goes to tune and train alike; the trials
-    run one worker (the tune step's default) to stay cheap, the training job two."""
-    chosen, kind = CHAINED_OPERATORS[operator]
-    cluster, namespace = katib_cluster, chain_namespace
-    kubernetes = {**_KUBERNETES, "operator": operator}
-    claim = compiled["exec-train-model"]["env"]["FMNIST_PVC_NAME"]
-    volume, artifacts = cluster.claim_dir(namespace, claim), tmp_path / "artifacts"
-
-    # tune: a Katib Experiment of two trials; its output is the hyperparameters train takes.
-    inputs = compiled["exec-tune-hyperparameters"]["constants"]
-    tuned, _ = _run_step_pod(cluster, namespace, compiled, "exec-tune-hyperparameters", f"""
-        import json
-        from dataclasses import asdict
-        from fmnist_kfp.katib.experiment_launcher import KatibExperimentLauncher
-        from fmnist_kfp.kfp_components.tune.step import tune_step, tuning_outputs
-        from fmnist_kfp.settings.platform import MOUNT_PATH
-        from fmnist_kfp.settings.training import Hyperparameters, TrainingConfig
-
-        # The tune component's body: the pipeline's values, the search, its output.
-        given = Hyperparameters(learning_rate=4e-3, batch_size=64, filters=8, dropout_rate=0.5)
-        tuning = {{"algorithm": "random", "random_state": 2, "max_trials": 2,
-                   "parallel_trials": 1, "epochs": 2, "train_examples": 256,
-                   "early_stopping": False}}
-        result = tune_step(
-            model_type="basic",
-            base=TrainingConfig(model_type="basic", precision="auto").with_hyperparameters(given),
-            tuning=tuning, data_dir={str(synthetic_dataset)!r},
-            output_dir=f"{{MOUNT_PATH}}/chain-search-{operator}", backend="kubernetes",
-            kubernetes={kubernetes!r}, num_workers=1,
-            image={inputs["image"]!r}, gpu_image={inputs["gpu_image"]!r},
-            launcher=KatibExperimentLauncher(poll_seconds=1, timeout_seconds={STEP_SECONDS - 60}))
-        outputs = tuning_outputs(result, given)
-        print(json.dumps({{"result": outputs.result,
-                          "hyperparameters": asdict(outputs.hyperparameters)}}))
-    """)
-    [experiment] = katib_objects(cluster, namespace, "experiments")
-    trial_spec = experiment["spec"]["trialTemplate"]["trialSpec"]
-    assert trial_spec["kind"] == kind and _images(trial_spec) == {IMAGE}
-    trials = katib_objects(cluster, namespace, "trials")
-    assert len(trials) == 2
-    objectives = {}
-    for trial in trials:
-        last = trial["status"]["conditions"][-1]
-        assert (last["type"], last["status"]) == ("Succeeded", "True"), trial["status"]
-        objectives[trial["metadata"]["name"]] = collected_objective(experiment, trial, volume)
-    best = experiment["status"]["currentOptimalTrial"]
-    assert tuned["result"]["best_trial"] == best["bestTrialName"] == \
-        max(objectives, key=objectives.get)
-    hyperparameters = tuned["hyperparameters"]
-    searched = tuned["result"]["best_parameters"]
-    assert isinstance(searched["batch_size"], int)  # typed as the trainer's
-    assert {k: hyperparameters[k] for k in searched} == searched  # the best trial's values
-    assert {a["name"]: a["value"] for a in best["parameterAssignments"]} == \
-        {k: str(v) for k, v in searched.items()}
-
-    # train: the train component's config from the tune step's output, on the same claim. KFP
-    # hands a dict parameter on as a protobuf Struct, whose numbers are doubles (64 -> 64.0).
-    # The step runs as KFP runs it: a pod of its image and compiled environment, as the
-    # pipeline-runner ServiceAccount, the claim mounted where the compiled platform says.
-    from google.protobuf import json_format, struct_pb2
-
-    passed = struct_pb2.Struct()
-    passed.update(hyperparameters)
-    passed = json_format.MessageToDict(passed)
-    config = ('TrainingConfig(model_type="basic", epochs=2, precision="auto", '
-              f'train_examples=512, profile_steps=0).with_hyperparameters({passed!r})')
-    model_dir = artifacts / "model"
-    inputs = compiled["exec-train-model"]["constants"]
-    metadata, log = _run_step_pod(cluster, namespace, compiled, "exec-train-model", f"""
-        import json
-        from fmnist_kfp.kfp_components.train.step import train_step
-        from fmnist_kfp.settings.training import TrainingConfig
-
-        result = train_step(
-            config={config}, data_dir={str(synthetic_dataset)!r}, model_dir={str(model_dir)!r},
-            backend="kubernetes", num_workers=2, max_restarts=1,
-            launcher_options={kubernetes!r},
-            image={inputs["image"]!r}, gpu_image={inputs["gpu_image"]!r})
-        print(json.dumps(result.model_metadata()))
-    """)
-    job, pods, others = _training_job(cluster, namespace, kind)
-    assert others == []  # none of the other operator
-    job_name = job["metadata"]["name"]
-    assert f"created {kind} {namespace}/{job_name}" in log, log[-4000:]
-    assert _images(job) == {IMAGE}
-    assert metadata["backend"] == "kubernetes" and metadata["operator"] == chosen
-    assert metadata["job_name"] == job_name
-    assert metadata["replicas"] == 2 and metadata["restarts"] == 0
-    trained = json.loads((model_dir / "result.json").read_text())
-    assert trained["epochs"] == 2 and (model_dir / "1" / "saved_model.pb").exists()
-    # The tune -> train hand-off: what the pods trained with is the search's best.
-    assert {k: trained["hyperparameters"][k] for k in hyperparameters} == hyperparameters
-    assert isinstance(trained["hyperparameters"]["batch_size"], int)
-    assert metadata["hyperparameters"] == trained["hyperparameters"]
-    core = _core_api(cluster)
-    logs = {}
-    if chosen == "trainjob":
-        assert job["spec"]["trainer"]["numNodes"] == 2
-        # Trainer 2.2's shape; Kueue, when the Kueue tests installed it on this cluster,
-        # adds a patch of its own beside ours, each named by its manager.
-        [patch] = [p for p in job["spec"]["runtimePatches"] if p["manager"] == PATCH_MANAGER]
-        [replicated] = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
-        volumes = replicated["template"]["spec"]["template"]["spec"]["volumes"]
-        assert sorted(p.spec.hostname for p in pods) == [f"{job_name}-node-0-0",
-                                                         f"{job_name}-node-0-1"]
-        for pod in pods:
-            index = pod.metadata.annotations["batch.kubernetes.io/job-completion-index"]
-            logs[index] = core.read_namespaced_pod_log(pod.metadata.name, namespace)
-            assert f"TF_CONFIG from the JobSet environment: worker {index} of " \
-                f"{job_name}-node-0-0.{job_name}:" in logs[index], logs[index][-2000:]
-    else:
-        worker = job["spec"]["tfReplicaSpecs"]["Worker"]
-        assert worker["replicas"] == 2
-        assert job["spec"]["runPolicy"]["backoffLimit"] == 2  # max_restarts 1
-        volumes = worker["template"]["spec"]["volumes"]
-        container = worker["template"]["spec"]["containers"][0]
-        assert container["volumeMounts"][0]["mountPath"] == MOUNT_PATH
-        assert container["resources"]["limits"]["cpu"] == "500m"  # the user's kubernetes
-        # TF_CONFIG as the operator injected it (tensorflow.go v1.9.2 lines 136-184).
-        configs = {p.metadata.name: json.loads(next(
-            e.value for e in p.spec.containers[0].env if e.name == "TF_CONFIG")) for p in pods}
-        assert {name: c["task"] for name, c in configs.items()} == {
-            f"{job_name}-worker-{i}": {"type": "worker", "index": i} for i in (0, 1)}
-        assert all(len(c["cluster"]["worker"]) == 2 and c["environment"] == "cloud"
-                   for c in configs.values())
-        for pod in pods:
-            index = str(configs[pod.metadata.name]["task"]["index"])
-            logs[index] = core.read_namespaced_pod_log(pod.metadata.name, namespace)
-        assert "Z epoch=1 epochs=2" in logs["0"]  # timestamped lines
-    assert volumes[0]["persistentVolumeClaim"]["claimName"] == claim
-    assert "epoch=2 epochs=2" in logs["0"], logs["0"][-2000:]
-    # One staged dataset: the tune step staged it on the claim, the train step reused it.
-    [staged] = list((volume / "datasets").iterdir())
-    assert (staged / "metadata.json").exists()
-
-    # select, deploy and predict mount no claim.
-    volume.rename(volume.with_name(f"{claim}-unmounted"))
-
-    # select: the train step's Model artifact the only candidate (one model type); no cluster
-    # call (its pod cannot even import the Kubernetes client here).
-    best_dir = artifacts / "best_model"
-    selected = _run_step(compiled, "exec-select-best-model", f"""
-        import json
-        import sys
-        sys.modules["kubernetes"] = None
-        sys.modules["kserve"] = None
-        from fmnist_kfp.kfp_components.select.step import select_step
-
-        candidates = json.loads({json.dumps([[str(model_dir), metadata]])!r})
-        outputs = select_step({str(synthetic_dataset)!r}, [tuple(c) for c in candidates],
-                              {str(best_dir)!r})
-        print(json.dumps({{"model_type": outputs.best_model_type, "source": outputs.source_dir,
-                          "metadata": outputs.metadata}}))
-    """, tmp_path)
-    assert selected["model_type"] == "basic" and selected["source"] == str(model_dir)
-    chosen_metadata = selected["metadata"]
-    assert chosen_metadata["job_name"] == job_name and chosen_metadata["operator"] == chosen
-    assert chosen_metadata["hyperparameters"] == trained["hyperparameters"]
-    assert (best_dir / "1" / "saved_model.pb").read_bytes() == \
-        (model_dir / "1" / "saved_model.pb").read_bytes()  # the trained model, copied
-    assert 0.0 <= chosen_metadata["test_accuracy"] <= 1.0
-
-    # deploy: the selected model's artifact URI to an InferenceService, KServe's storage
-    # initializer fetching from KFP's store what select wrote (a real model server on it),
-    # verified with real test images through the cluster's network; then predict at its url.
-    from fmnist_kfp.serving.deploy.local_deployer import start_server, stop_process
-    from tests.setup_manifests import build
-    from tests.standins.kserve import KServeStandIn
-
-    monkeypatch.setenv("FMNIST_SERVING_STATE_DIR", str(tmp_path / "servers"))
-    storage_uri = BEST_MODEL_URI.replace("minio://", "s3://")
-    store = {storage_uri: str(best_dir)}  # the object store, as KServe reads it
-    servers, asked = {}, []
-
-    def serve(isvc_name: str, uri: str) -> str:
-        asked.append(uri)
-        if (isvc_name, uri) not in servers:
-            servers[isvc_name, uri] = start_server(isvc_name, store[uri])
-        return servers[isvc_name, uri].url
-
-    try:
-        # Running before the step, as KServe's pod is before it says Ready: started on the
-        # first proxied request, the server's start would count against that request's timeout.
-        servers["fashion-mnist", storage_uri] = start_server("fashion-mnist", str(best_dir))
-        with KServeStandIn(default_mode="Serverless", ready_after=0) as kserve, \
-                kserve.network() as network:
-            kserve.istio, kserve.backend = True, serve
-            for base in ("serving-credentials", "serving-access"):  # as the README sets up
-                for obj in build(base, namespace="kubeflow"):
-                    kserve.put(obj)
-            # The pod's network: cluster-local hosts through the stand-in's routing; the
-            # API server (on loopback) directly.
-            proxy_env = (f"import os\nos.environ.update(HTTP_PROXY={network.url!r}, "
-                         "NO_PROXY='127.0.0.1,localhost')\n")
-            image = compiled["exec-deploy-model"]["constants"]["image"]
-            decision = _run_step(compiled, "exec-deploy-model", proxy_env + f"""
-import json
-from fmnist_kfp.kfp_components.deploy.step import deploy
-from tests.standins.kserve import KServeStandIn
-
-class Remote(KServeStandIn):
-    def __init__(self):
-        self._kubeconfig_dir = None
-    url = {kserve.url!r}
-
-decision = deploy(model_dir={str(best_dir)!r}, model_uri={BEST_MODEL_URI!r},
-                  test_accuracy={float(chosen_metadata["test_accuracy"])!r},
-                  data_dir={str(synthetic_dataset)!r}, backend="kubernetes",
-                  model_name="fashion-mnist", tolerance=0.005, verification_images=16,
-                  serving={{"namespace": "kubeflow"}}, image={image!r},
-                  kserve_client=Remote().kserve_client("kubeflow"))
-print(json.dumps(decision))
-""", tmp_path)
-            predicted = _run_step(compiled, "exec-predict-with-served-model", proxy_env + f"""
-import json
-from fmnist_kfp.kfp_components.deploy.step import SERVES_CANDIDATE
-from fmnist_kfp.kfp_components.predict.step import predict_step
-
-# The deploy step's outputs: url, and serves_model (its action one that serves this model).
-print(json.dumps(predict_step(model_dir={str(best_dir)!r}, data_dir={str(synthetic_dataset)!r},
-                              url={decision["url"]!r}, model_name="fashion-mnist",
-                              sample_size=16,
-                              serves_model={decision["action"]!r} in SERVES_CANDIDATE)))
-""", tmp_path)
-            predictor = kserve.isvc()["spec"]["predictor"]
-            [(_, runtime)] = kserve.runtime_writes()
-    finally:
-        for server in servers.values():
-            stop_process(server.pid)
-    assert decision["action"] == "created" and decision["backend"] == "kubernetes"
-    assert decision["verification"]["ok"], decision["verification"]
-    assert decision["url"].endswith(".svc.cluster.local")
-    # The deploy step served the selected model: its artifact's URI, and nothing else asked.
-    assert decision["storage_uri"] == storage_uri
-    assert predictor["model"]["storageUri"] == storage_uri and set(asked) == {storage_uri}
-    assert [c["image"] for c in runtime["spec"]["containers"]] == [image] == [IMAGE]
-    assert predicted["failures"] == 0 and predicted["unexplained_disagreements"] == 0
-    assert predicted["images"] == 16
 
 
 def test_the_trial_tfjobs_get_the_runs_workers_and_gpus(synthetic_dataset, tmp_path,

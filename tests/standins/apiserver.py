@@ -98,8 +98,8 @@ CORE = {
     ("rbac.authorization.k8s.io", "v1", "roles"): "Role",
     ("rbac.authorization.k8s.io", "v1", "rolebindings"): "RoleBinding",
     ("kubeflow.org", "v1", "tfjobs"): "TFJob",
-    # Kubeflow Trainer v2 and the JobSet it installs (add-on "trainer": tests/standins/
-    # trainer_v2.py runs them; here they are stored as written).
+    # Kubeflow Trainer v2 and the JobSet it installs (add-on "trainer"; stored as written: the
+    # real Trainer runs them on the local cluster, tests/cluster.py).
     ("trainer.kubeflow.org", "v1alpha1", "trainjobs"): "TrainJob",
     ("trainer.kubeflow.org", "v1alpha1", "trainingruntimes"): "TrainingRuntime",
     ("jobset.x-k8s.io", "v1alpha2", "jobsets"): "JobSet",
@@ -142,6 +142,9 @@ ADD_ONS = {
 # the Training Operator v1, which the stand-ins served before Trainer v2 (Kubeflow 26.03 ships
 # none: a test of such a cluster uninstalls it).
 DEFAULT_ADD_ONS = ("training-operator",)
+# The TrainJob CRD of each Trainer release, whose schema /openapi/v3 publishes.
+TRAINJOB_CRDS = {"v2.1.0": "trainer-v2/trainjob.trainer.kubeflow.org_v1alpha1.yaml",
+                 "v2.2.0": "trainer-v2.2.0/trainjob.trainer.kubeflow.org_v1alpha1.yaml"}
 # Custom resources: their status is a subresource, so the main resource cannot write it.
 WITH_STATUS_SUBRESOURCE = {"InferenceService", "Deployment"}
 _PATH = re.compile(
@@ -311,7 +314,7 @@ class ApiServerStandIn(LoopbackServer):
         """``/openapi/v3`` (readable by every authenticated user: ``system:discovery``): the
         index, and Trainer's group with the TrainJob schema of ``trainer_version``'s CRD (the
         API server publishes each CRD's schema under its group-version-kind)."""
-        from tests.standins.trainer_v2 import _served_schema
+        from tests.crd_schemas import served_schema
 
         trainer = ("trainer.kubeflow.org", "v1alpha1", "trainjobs") in self.served
         group = "apis/trainer.kubeflow.org/v1alpha1"
@@ -319,7 +322,8 @@ class ApiServerStandIn(LoopbackServer):
             return {"paths": {group: {"serverRelativeURL": f"/openapi/v3/{group}?hash=0"}}
                     if trainer else {}}
         if path.split("?")[0] == f"/openapi/v3/{group}" and trainer:
-            schema = {**_served_schema(self.trainer_version), "x-kubernetes-group-version-kind":
+            schema = {**served_schema(TRAINJOB_CRDS[self.trainer_version], "v1alpha1"),
+                      "x-kubernetes-group-version-kind":
                       [{"group": "trainer.kubeflow.org", "version": "v1alpha1",
                         "kind": "TrainJob"}]}
             return {"openapi": "3.0.0", "components": {"schemas": {

@@ -245,8 +245,8 @@ def test_spec_fields_follow_a_reference():
 def test_the_api_server_stand_in_can_be_a_cluster_without_tfjobs():
     """The generic API server stand-in (preflight's): Kubeflow 26.03 as it ships, Trainer v2
     in and no Training Operator v1; the runtime applied or not."""
+    from tests.setup_manifests import build
     from tests.standins.apiserver import ApiServerStandIn
-    from tests.standins.trainer_v2 import load_runtime
 
     with ApiServerStandIn() as standin:
         discovery = ClusterDiscovery(standin.api_client())
@@ -256,7 +256,8 @@ def test_the_api_server_stand_in_can_be_a_cluster_without_tfjobs():
         standin.install("trainer")
         with pytest.raises(UserInputError, match="kubectl apply -k manifests/trainer-runtime"):
             choose_operator("auto", discovery)
-        standin.put(load_runtime())
+        [runtime] = build("trainer-runtime")
+        standin.put(runtime)
         assert choose_operator("auto", discovery) == "trainjob"
         assert trainjob_api(discovery) == OVERRIDES
         standin.trainer_version = "v2.2.0"
