@@ -45,6 +45,11 @@ pytestmark = [pytest.mark.slow,
 COMPILED = ROOT / "compiled" / "fashion_mnist_pipeline.yaml"
 POD_SECONDS = 600  # the most one step may take here (2 shared cores), under pytest's 900
 RUN = "run-on-the-cluster"
+# Each job pod's CPU: the node has this machine's 2 CPUs, of which the controllers request
+# 1.1 (JobSet and Kueue 500m each, KServe 100m) and a trial's metrics collector and Katib's
+# suggestion service 50m each; two workers of 250m fit beside them (two of 500m did not once
+# the Kueue tests had installed Kueue: the second worker stayed Unschedulable).
+POD_CPU = "250m"
 # The pipeline's kubernetes.operator, the operator it chooses on a cluster serving both, and
 # what the jobs then are.
 OPERATORS = {"trainjob": ("trainjob", "TrainJob"), "auto": ("tfjob", "TFJob")}
@@ -94,7 +99,7 @@ def test_the_released_pipeline_runs_whole_on_the_cluster(real_data_dir, whole_pa
     outputs = pipeline.run(RUN, dict(
         data_source=str(real_data_dir), model_types=["basic"], epochs=2, train_examples=2048,
         learning_rate=4e-3, batch_size=64, filters=8, num_workers=2, max_restarts=1,
-        backend="kubernetes", kubernetes={"operator": operator, "cpu": "500m",
+        backend="kubernetes", kubernetes={"operator": operator, "cpu": POD_CPU,
                                           "memory": "2Gi"},
         tune=True, tuning=tuning, verification_images=16, prediction_images=16,
         serving=serving, batch_prediction_workers=2))
@@ -180,7 +185,7 @@ def test_the_released_pipeline_runs_whole_on_the_cluster(real_data_dir, whole_pa
         volumes = worker["template"]["spec"]["volumes"]
         container = worker["template"]["spec"]["containers"][0]
         assert container["volumeMounts"][0]["mountPath"] == MOUNT_PATH
-        assert container["resources"]["limits"]["cpu"] == "500m"  # the run's kubernetes
+        assert container["resources"]["limits"]["cpu"] == POD_CPU  # the run's kubernetes
         # TF_CONFIG as the operator injected it (tensorflow.go v1.9.2 lines 136-184).
         configs = {p.metadata.name: json.loads(next(
             e.value for e in p.spec.containers[0].env if e.name == "TF_CONFIG")) for p in pods}
