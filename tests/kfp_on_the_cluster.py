@@ -3,11 +3,12 @@
 KFP's backend (its API server, Argo, the driver and launcher, MinIO, ML Metadata) is not built
 here. What walks the DAG is KFP's own SDK: ``kfp.local``'s orchestrator (ParallelFor,
 ``dsl.Collected``, conditions, each task's executor input with the inputs' defaults, its
-outputs read back from the executor output), on the YAML a user uploads. Only its task handler
-is ours: it runs the task as a Pod, as KFP starts a step: the executor's image, command and
-args (the executor input in place of ``{{$}}``), its compiled environment, as the
-``pipeline-runner`` ServiceAccount, with the claims the YAML's kubernetes platform spec mounts
-(kfp-kubernetes' ``pvcMount``) and nothing else.
+outputs read back from the executor output), on the YAML a user uploads. Ours are only its
+task handler and the run's name (fixed, where kfp.local takes a timestamp). The handler runs
+each task as a Pod, as KFP starts a step: the executor's image, command and args (the executor
+input in place of ``{{$}}``), its compiled environment, as the ``pipeline-runner``
+ServiceAccount, with the claims the YAML's kubernetes platform spec mounts (kfp-kubernetes'
+``pvcMount``) and nothing else.
 
 KFP's launcher moves artifacts through its object store, where the executor reads a
 ``minio://<bucket>/<path>`` artifact at ``/minio/<bucket>/<path>`` (kfp 2.17.0
