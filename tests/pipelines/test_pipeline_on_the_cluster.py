@@ -161,8 +161,18 @@ def test_the_released_pipeline_runs_whole_on_the_cluster(real_data_dir, whole_pa
     # (KFP hands metadata on as a protobuf Struct, whose numbers are doubles.)
     assert {k: float(metadata["hyperparameters"][k]) for k in searched} == \
         {k: float(v) for k, v in searched.items()}
-    assert len(pods) == 2 and {p.spec.containers[0].image for p in pods} == {image}
     job_name = job["metadata"]["name"]
+    # Both workers trained: replicas is the chief's num_replicas_in_sync. A TFJob without a
+    # chief succeeds with worker 0, and the operator's next reconcile deletes a worker still
+    # exiting (training-operator v1.9.2 tfjob_controller.go UpdateJobStatus L467;
+    # cleanPodPolicy Running): worker 1's pod may be gone by now (seen in CI).
+    names = {p.metadata.name for p in pods}
+    if chosen == "trainjob":
+        assert len(pods) == 2, names
+    else:
+        assert f"{job_name}-worker-0" in names and \
+            names <= {f"{job_name}-worker-{i}" for i in (0, 1)}, names
+    assert {p.spec.containers[0].image for p in pods} == {image}
     logs = {}
     if chosen == "trainjob":
         assert job["spec"]["trainer"]["numNodes"] == 2
@@ -189,8 +199,9 @@ def test_the_released_pipeline_runs_whole_on_the_cluster(real_data_dir, whole_pa
         # TF_CONFIG as the operator injected it (tensorflow.go v1.9.2 lines 136-184).
         configs = {p.metadata.name: json.loads(next(
             e.value for e in p.spec.containers[0].env if e.name == "TF_CONFIG")) for p in pods}
-        assert {name: c["task"] for name, c in configs.items()} == {
-            f"{job_name}-worker-{i}": {"type": "worker", "index": i} for i in (0, 1)}
+        for name, config in configs.items():
+            assert name == f"{job_name}-worker-{config['task']['index']}", configs
+            assert config["task"]["type"] == "worker" and len(config["cluster"]["worker"]) == 2
         for pod in pods:
             index = str(configs[pod.metadata.name]["task"]["index"])
             logs[index] = core.read_namespaced_pod_log(pod.metadata.name, namespace)
