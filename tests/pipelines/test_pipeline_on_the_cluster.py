@@ -222,7 +222,9 @@ def test_the_released_pipeline_runs_whole_on_the_cluster(real_data_dir, whole_pa
     predictions = outputs["batch_predictions"].metadata
     assert predictions["backend"] == "kubernetes" and predictions["workers"] == 2
     assert predictions["rows"] == predictions["predicted"] == 10000, predictions
-    assert abs(predictions["accuracy"] - metadata["test_accuracy"]) < 1e-6, predictions
+    # The same model on the same images, scored in other batches: equal in every run so far;
+    # a near-tie may round the other way, so 20 of the 10,000 images may differ.
+    assert abs(predictions["accuracy"] - metadata["test_accuracy"]) <= 0.002, predictions
     batch = client.BatchV1Api(cluster.api_client).read_namespaced_job(
         predictions["job_name"], namespace)
     assert batch.spec.completion_mode == "Indexed" and batch.status.succeeded == 2
