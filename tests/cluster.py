@@ -349,18 +349,27 @@ class RealCluster:
 
 
 
-def step_pod(name: str, image: str, env: dict[str, str], script: str) -> dict[str, Any]:
-    """A pipeline step's pod, as KFP makes it (RealCluster.run_step_pod)."""
+def step_pod(name: str, image: str, env: dict[str, str], script: str = "", *,
+             command: list[str] | None = None,
+             claims: list[tuple[str, str]] | None = None) -> dict[str, Any]:
+    """A pipeline step's pod, as KFP makes it (RealCluster.run_step_pod): ``python -c
+    script`` (or ``command``), with ``claims`` mounted ((claim, mount path) pairs; by default
+    the claim ``env`` names, FMNIST_PVC_NAME, at the platform's mount path)."""
     from fmnist_kfp.settings.platform import MOUNT_PATH
 
+    if claims is None:
+        claims = [(env["FMNIST_PVC_NAME"], MOUNT_PATH)]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
             "spec": {"serviceAccountName": "pipeline-runner", "restartPolicy": "Never",
                      "containers": [{
-                         "name": "main", "image": image, "command": ["python", "-c", script],
+                         "name": "main", "image": image,
+                         "command": command or ["python", "-c", script],
                          "env": [{"name": k, "value": v} for k, v in env.items()],
-                         "volumeMounts": [{"name": "claim", "mountPath": MOUNT_PATH}]}],
-                     "volumes": [{"name": "claim", "persistentVolumeClaim": {
-                         "claimName": env["FMNIST_PVC_NAME"]}}]}}
+                         "volumeMounts": [{"name": f"claim-{i}", "mountPath": path}
+                                          for i, (_, path) in enumerate(claims)]}],
+                     "volumes": [{"name": f"claim-{i}",
+                                  "persistentVolumeClaim": {"claimName": claim}}
+                                 for i, (claim, _) in enumerate(claims)]}}
 
 
 def until(condition, what: str, seconds: float = 60, every: float = 0.2, shown=None):

@@ -57,21 +57,19 @@ def _crd_file(file_name: str) -> Path:
 
 @cache
 def served_schema(file_name: str, version: str) -> dict:
-    """The schema the API server publishes for the CRD's ``version`` (``/openapi/v3``), as the
-    file has it (read once: some are large)."""
+    """The schema the API server publishes for the CRD's served ``version`` (``/openapi/v3``),
+    as the file has it (read once: some are large)."""
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     document = yaml.load(_crd_file(file_name).read_text(), Loader=loader)
-    [entry] = [v for v in document["spec"]["versions"] if v["name"] == version]
-    return entry["schema"]["openAPIV3Schema"]
+    for entry in document["spec"]["versions"]:
+        if entry["name"] == version and entry.get("served"):
+            return entry["schema"]["openAPIV3Schema"]
+    raise LookupError(f"{file_name} serves no version {version}")
 
 
 @cache
 def crd_schema(file_name: str, version: str) -> dict:
-    document = yaml.safe_load(_crd_file(file_name).read_text())
-    for entry in document["spec"]["versions"]:
-        if entry["name"] == version and entry.get("served"):
-            return _strict(copy.deepcopy(entry["schema"]["openAPIV3Schema"]))
-    raise LookupError(f"{file_name} serves no version {version}")
+    return _strict(copy.deepcopy(served_schema(file_name, version)))
 
 
 @cache

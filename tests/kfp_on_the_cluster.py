@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,16 @@ ARTIFACT_CLAIM = "kfp-artifacts"
 BUCKET = "mlpipeline"
 ARTIFACT_PREFIX = f"{BUCKET}/v2/artifacts"  # KFP's default pipeline root, minio://mlpipeline/v2/artifacts
 MINIO_MOUNT = "/minio"
+RELEASED = Path(__file__).resolve().parents[1] / "compiled" / "fashion_mnist_pipeline.yaml"
+
+
+@cache
+def released_step(executor: str, compiled: Path = RELEASED) -> tuple[str, dict[str, str]]:
+    """The image and environment ``compiled`` (the released pipeline YAML) gives
+    ``executor`` (read once)."""
+    spec = next(yaml.safe_load_all(compiled.read_text()))
+    container = spec["deploymentSpec"]["executors"][executor]["container"]
+    return container["image"], {e["name"]: e["value"] for e in container.get("env", [])}
 
 
 def _platform_mounts(platform: dict) -> dict[str, list[tuple[str, str]]]:
@@ -92,18 +103,11 @@ class PipelineOnTheCluster:
 
     def pod(self, executor: str, image: str, command: list[str], env: dict[str, str]) -> dict:
         """The step's Pod, as KFP makes it for ``executor``."""
-        mounts = [*self.mounts.get(executor, []), (ARTIFACT_CLAIM, MINIO_MOUNT)]
-        name = f"{executor.removeprefix('exec-')}-{uuid.uuid4().hex[:5]}"
-        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-                "spec": {"serviceAccountName": "pipeline-runner", "restartPolicy": "Never",
-                         "containers": [{
-                             "name": "main", "image": image, "command": command,
-                             "env": [{"name": k, "value": v} for k, v in env.items()],
-                             "volumeMounts": [{"name": f"claim-{i}", "mountPath": path}
-                                              for i, (_, path) in enumerate(mounts)]}],
-                         "volumes": [{"name": f"claim-{i}",
-                                      "persistentVolumeClaim": {"claimName": claim}}
-                                     for i, (claim, _) in enumerate(mounts)]}}
+        from tests.cluster import step_pod
+
+        return step_pod(f"{executor.removeprefix('exec-')}-{uuid.uuid4().hex[:5]}", image, env,
+                        command=command,
+                        claims=[*self.mounts.get(executor, []), (ARTIFACT_CLAIM, MINIO_MOUNT)])
 
     def run_task(self, image: str, full_command: list[str], env: dict[str, str]) -> bool:
         """One task as a Pod: whether it succeeded (its log printed, where kfp.local shows a

@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from fmnist_kfp.errors import UserInputError
+from fmnist_kfp.preflight.katib import INJECTION_LABEL
 from fmnist_kfp.settings.training import TrainingConfig
 from tests import ROOT
 
@@ -192,7 +193,7 @@ _KUBERNETES = {"cpu": "500m", "memory": "2Gi"}  # two replicas fit the 2-CPU nod
 # Katib's pod mutator acts in namespaces with this label, as Kubeflow's profile controller sets
 # it on every profile namespace (kubeflow/katib v0.19.0 manifests/v1beta1/components/webhook/
 # webhooks.yaml 59-61).
-KATIB_INJECTION_LABEL = {"katib.kubeflow.org/metrics-collector-injection": "enabled"}
+KATIB_INJECTION_LABEL = {INJECTION_LABEL: "enabled"}
 
 
 def katib_step_namespace(cluster, prefix: str, compiled: dict) -> str:

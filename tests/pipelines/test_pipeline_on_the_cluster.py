@@ -29,7 +29,6 @@ import pytest
 
 from fmnist_kfp.kubernetes.trainjob import PATCH_MANAGER
 from fmnist_kfp.settings.platform import MOUNT_PATH
-from tests import ROOT
 from tests.cluster import can_run_pods
 from tests.kfp_components.test_cluster_steps import (
     KATIB_INJECTION_LABEL,
@@ -37,12 +36,11 @@ from tests.kfp_components.test_cluster_steps import (
     katib_objects,
     training_job,
 )
-from tests.kfp_on_the_cluster import PipelineOnTheCluster, artifact_path
+from tests.kfp_on_the_cluster import RELEASED, PipelineOnTheCluster, artifact_path, released_step
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not can_run_pods(), reason="the node agent needs root")]
 
-COMPILED = ROOT / "compiled" / "fashion_mnist_pipeline.yaml"
 POD_SECONDS = 600  # the most one step may take here (2 shared cores), under pytest's 900
 RUN = "run-on-the-cluster"
 # Each job pod's CPU: the node has this machine's 2 CPUs, of which the controllers request
@@ -55,21 +53,13 @@ POD_CPU = "250m"
 OPERATORS = {"trainjob": ("trainjob", "TrainJob"), "auto": ("tfjob", "TFJob")}
 
 
-def _released_step(executor: str) -> tuple[str, dict[str, str]]:
-    import yaml
-
-    spec = next(yaml.safe_load_all(COMPILED.read_text()))
-    container = spec["deploymentSpec"]["executors"][executor]["container"]
-    return container["image"], {e["name"]: e["value"] for e in container.get("env", [])}
-
-
 @pytest.fixture
 def run_namespace(whole_path_cluster):
     """A namespace as the README's setup leaves a profile's: pipeline-runner and its Role, the
     compiled claim, Katib's metrics-collector label (as Kubeflow's profile controller sets)."""
     from kubernetes import client
 
-    _, env = _released_step("exec-train-model")
+    _, env = released_step("exec-train-model")
     name = whole_path_cluster.step_namespace("pipeline", claim=env["FMNIST_PVC_NAME"])
     client.CoreV1Api(whole_path_cluster.api_client).patch_namespace(
         name, {"metadata": {"labels": KATIB_INJECTION_LABEL}})
@@ -87,9 +77,9 @@ def test_the_released_pipeline_runs_whole_on_the_cluster(real_data_dir, whole_pa
     predictions an Indexed Job's."""
     cluster, namespace = whole_path_cluster, run_namespace
     chosen, kind = OPERATORS[operator]
-    image, env = _released_step("exec-train-model")
+    image, env = released_step("exec-train-model")
     claim = env["FMNIST_PVC_NAME"]
-    pipeline = PipelineOnTheCluster(cluster, namespace, COMPILED, POD_SECONDS)
+    pipeline = PipelineOnTheCluster(cluster, namespace, RELEASED, POD_SECONDS)
     serving = {"namespace": namespace, "deployment_mode": "Standard",
                "storage_uri": pipeline.storage_uri(RUN, "select-best-model", "best_model"),
                "cpu": "250m", "memory": "1Gi", "min_replicas": 1, "max_replicas": 1}
@@ -121,7 +111,7 @@ def test_the_released_pipeline_runs_whole_on_the_cluster(real_data_dir, whole_pa
     for executor, pod_name, _ in pipeline.pods:
         pod = core.read_namespaced_pod(pod_name, namespace)
         assert pod.spec.service_account_name == "pipeline-runner"
-        assert pod.spec.containers[0].image == _released_step(executor)[0]
+        assert pod.spec.containers[0].image == released_step(executor)[0]
         claims = {v.persistent_volume_claim.claim_name for v in pod.spec.volumes
                   if v.persistent_volume_claim}
         mounts_claim = executor in ("exec-tune-hyperparameters", "exec-train-model",

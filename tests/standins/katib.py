@@ -44,13 +44,13 @@ from datetime import datetime
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+from fmnist_kfp.preflight.katib import INJECTION_LABEL
 from tests.standins.kubernetes import FaultyServer, admission, selects, status_body
 from tests.standins.loopback import recording_handler, reply_bytes, reply_json
 
 API_VERSION = "kubeflow.org/v1beta1"
 EXPERIMENT_LABEL = "katib.kubeflow.org/experiment"  # pkg/controller.v1beta1/consts/const.go:67
 TRIAL_LABEL = "katib.kubeflow.org/trial"  # pkg/controller.v1beta1/consts/const.go line 71
-INJECTION_LABEL = "katib.kubeflow.org/metrics-collector-injection"
 EXPERIMENT_WEBHOOK = "validator.experiment.katib.kubeflow.org"  # webhooks.yaml line 7
 _EXPERIMENTS = re.compile(r"^/apis/kubeflow\.org/([^/]+)/namespaces/([^/]+)/experiments"
                           r"(?:/([^/?]+))?")

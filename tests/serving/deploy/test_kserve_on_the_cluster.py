@@ -33,6 +33,7 @@ from fmnist_kfp.settings.platform import MOUNT_PATH
 from fmnist_kfp.settings.serving import KServeSettings
 from tests.cluster import can_run_pods, start_real_cluster, step_pod, until
 from tests.conftest import export_untrained_model
+from tests.kfp_on_the_cluster import released_step
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not can_run_pods(), reason="the node agent needs root")]
@@ -177,18 +178,6 @@ def _serving(namespace: str, mode: DeploymentMode, storage_uri: str) -> dict:
             "max_replicas": 1}
 
 
-def _compiled_step(executor: str) -> tuple[str, dict[str, str]]:
-    """The image and environment the released pipeline YAML gives ``executor``."""
-    import yaml
-
-    from tests import ROOT
-
-    spec = next(yaml.safe_load_all((ROOT / "compiled" / "fashion_mnist_pipeline.yaml")
-                                   .read_text()))
-    container = spec["deploymentSpec"]["executors"][executor]["container"]
-    return container["image"], {e["name"]: e["value"] for e in container.get("env", [])}
-
-
 def test_the_deploy_step_rolls_models_out_on_the_real_kserve(kserve_cluster, exported_model,
                                                             synthetic_dataset, tmp_path):
     """The deploy step in a pod of the compiled image, as pipeline-runner, against the real
@@ -198,7 +187,7 @@ def test_the_deploy_step_rolls_models_out_on_the_real_kserve(kserve_cluster, exp
     answers are not its model's) fails as a candidate and leaves the served model alone; the
     predict step, at the URL the deploy step output, gets the promoted model's answers."""
     cluster, mode = kserve_cluster
-    image, env = _compiled_step("exec-deploy-model")
+    image, env = released_step("exec-deploy-model")
     claim = env["FMNIST_PVC_NAME"]
     namespace = cluster.step_namespace("deploy", dataset=synthetic_dataset, claim=claim)
     root = cluster.claim_dir(namespace, claim)
@@ -250,7 +239,7 @@ print(json.dumps(decision))
 
     # The predict step, in a pod of its own compiled image, at the URL the deploy step output:
     # the promoted model answers, with its own answers.
-    image, env = _compiled_step("exec-predict-with-served-model")
+    image, env = released_step("exec-predict-with-served-model")
     script = f"""
 import json
 from fmnist_kfp.kfp_components.predict.step import predict_step
@@ -292,7 +281,7 @@ def test_serve_early_from_a_cold_start_serves_the_better_model_and_its_claim_die
     from fmnist_kfp.serving.deploy.kserve_promotion import CLAIM_MODEL_URI, CLAIM_UID, claim_name
 
     cluster, mode = kserve_cluster
-    image, env = _compiled_step("exec-promote-early")
+    image, env = released_step("exec-promote-early")
     claim = env["FMNIST_PVC_NAME"]
     namespace = cluster.step_namespace("early", dataset=synthetic_dataset, claim=claim)
     root = cluster.claim_dir(namespace, claim)
