@@ -423,9 +423,12 @@ def _scripted_program(state_dir: Path) -> Path:
     return program
 
 
-def start_real_cluster(state_dir: Path, operators_run: tuple[str, ...] = OPERATORS):
+def start_real_cluster(state_dir: Path, operators_run: tuple[str, ...] = OPERATORS, *,
+                       node: bool = True, crds: bool = True):
     """The control plane, started in ``state_dir``, with the CRDs installed: (plane, cluster).
-    ``operators_run``: the operators (of localcluster.operators) whose images its node runs."""
+    ``operators_run``: the operators (of localcluster.operators) whose images its node runs;
+    ``node``: whether a node agent runs pods (where it can); ``crds``: whether the upstream
+    CRDs are installed (:func:`install_crds`)."""
     from kubernetes import client, config
 
     # `make test` builds the programs before pytest starts (`make cluster-build`), where the
@@ -433,7 +436,7 @@ def start_real_cluster(state_dir: Path, operators_run: tuple[str, ...] = OPERATO
     from localcluster import operators
     from localcluster.control_plane import ControlPlane
 
-    node = can_run_pods()
+    node = node and can_run_pods()
     programs = None
     if node:
         programs = operators.programs([getattr(operators, o) for o in operators_run])
@@ -442,7 +445,8 @@ def start_real_cluster(state_dir: Path, operators_run: tuple[str, ...] = OPERATO
                                           programs=programs)
     try:
         api_client = config.new_client_from_config(str(plane.kubeconfig("admin")))
-        install_crds(api_client)
+        if crds:
+            install_crds(api_client)
         cluster = RealCluster(plane.kubeconfig("admin"), api_client,
                               state_dir / "node" if node else None)
         _wait_for_default_service_account(client.CoreV1Api(api_client))

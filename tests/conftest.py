@@ -148,7 +148,7 @@ def katib_cluster(real_cluster_trainer_2_2):
 # node id, which pytest 9 no longer reads: so each worker writes its units to a file that the
 # scheduler below reads.)
 SHARED_FIXTURES = ("real_run", "trained_model", "wheel", "real_cluster_trainer_2_2",
-                   "real_cluster")
+                   "real_cluster", "kubeflow_api_server")
 EACH_SLOW_TEST_ALONE = frozenset({
     "tests/pipelines/test_pipeline.py",
     "tests/fmnist_kfp/launcher/test_parameter_server.py",

@@ -1,6 +1,7 @@
 """Storage (fmnist_kfp.preflight.storage: the configured credentials Secret) and the network
 (fmnist_kfp.preflight.network: on Kubeflow 26.03, the NetworkPolicy that opens the cluster-local
-gateway to pipeline pods) against the stand-in cluster."""
+gateway to pipeline pods) against Kubeflow on a real API server (tests/fmnist_kfp/preflight/
+on_the_api_server.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from tests.fmnist_kfp.preflight.cluster import NS, missing_lines, preflight
 from tests.setup_manifests import build
 
 
-def test_a_configured_credentials_secret_is_checked(cluster, capsys):
-    standin, kfp = cluster
+def test_a_configured_credentials_secret_is_checked(kubeflow, capsys):
+    standin, kfp = kubeflow
     assert preflight(standin, kfp, "--credentials-secret", "s3-creds") == 1
     output = capsys.readouterr().out
     (line,) = missing_lines(output)
@@ -20,14 +21,19 @@ def test_a_configured_credentials_secret_is_checked(cluster, capsys):
     assert preflight(standin, kfp, "--credentials-secret", "s3-creds") == 0
 
 
-def test_on_kubeflow_2603_the_gateway_network_policy_is_required(cluster, capsys):
+def test_on_kubeflow_2603_the_gateway_network_policy_is_required(kubeflow, capsys):
     """Kubeflow 26.03 isolates istio-system (kubeflow/manifests 26.03 common/istio/
     istio-namespace/base/default-allow-same-namespace.yaml): where that policy exists,
     manifests/serving-network's must too; once applied, the cluster is ready again."""
-    from tests.standins.network import install_kubeflow_2603
+    from tests.standins.network import KUBEFLOW_2603_ISTIO_SYSTEM, PROFILE_LABEL
 
-    standin, kfp = cluster
-    install_kubeflow_2603(standin, "team-a")
+    standin, kfp = kubeflow
+    for name in ("istio-system", "knative-serving"):
+        standin.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    standin.put({"apiVersion": "v1", "kind": "Namespace",
+                 "metadata": {"name": "team-a", "labels": dict(PROFILE_LABEL)}})
+    for policy in KUBEFLOW_2603_ISTIO_SYSTEM:
+        standin.put(policy)
     assert preflight(standin, kfp) == 1
     [row] = missing_lines(capsys.readouterr().out)
     assert "NetworkPolicy istio-system/fmnist-pipelines-to-local-gateway" in row
@@ -38,7 +44,7 @@ def test_on_kubeflow_2603_the_gateway_network_policy_is_required(cluster, capsys
     assert "ok       NetworkPolicy istio-system/fmnist-pipelines-to-local-gateway" in output
 
 
-def test_without_kubeflows_gateway_policy_no_network_row_is_shown(cluster, capsys):
-    standin, kfp = cluster
+def test_without_kubeflows_gateway_policy_no_network_row_is_shown(kubeflow, capsys):
+    standin, kfp = kubeflow
     assert preflight(standin, kfp) == 0
     assert "fmnist-pipelines-to-local-gateway" not in capsys.readouterr().out

@@ -1,0 +1,379 @@
+"""Kubeflow as preflight meets it, on a real API server: kube-apiserver v1.34.1 with RBAC and
+the controller manager (tests/cluster.py, no node: preflight only reads, asks access reviews
+and sends dry runs), the CRDs of a Kubeflow 1.11 install (the Training Operator v1's TFJob,
+Katib's, KServe's, Istio's AuthorizationPolicy) and the README's setup in ``kubeflow``
+(:func:`ready_cluster`). One API server serves every test of the session; each test's changes,
+made through :class:`KubeflowOnTheApiServer`, are undone when it ends (:meth:`restore`).
+
+What the real server decides that the old stand-in only played: discovery (a CRD deleted is
+an API no longer served), strict schemas, the RBAC authorizer answering the access reviews
+preflight asks as the steps' ServiceAccount (impersonated), the PV controller binding the
+claim, and server-set ``creationTimestamp``s (so Katib's start is written relative to the
+TFJob CRD's real one, :meth:`KubeflowOnTheApiServer.katib_started`)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.fmnist_kfp.preflight.cluster import KATIB_CONFIG, NS, katib_controller_pod
+from tests.setup_manifests import build
+
+# The CRDs of a Kubeflow 1.11 install that preflight reads (../shared/crds), and Istio's
+# AuthorizationPolicy (manifests/serving-access applies one), from istio.io/api at the version
+# KServe v0.16.0's go.mod pins (v1.27.1: kubernetes/customresourcedefinitions.gen.yaml).
+KUBEFLOW_CRDS = (
+    "tfjob.kubeflow.org_v1.yaml",
+    "experiment.kubeflow.org_v1beta1.yaml",
+    "trial.kubeflow.org_v1beta1.yaml",
+    "suggestion.kubeflow.org_v1beta1.yaml",
+    "inferenceservice.serving.kserve.io_v1beta1.yaml",
+    "servingruntime.serving.kserve.io_v1alpha1.yaml",
+    "clusterservingruntime.serving.kserve.io_v1alpha1.yaml",
+)
+ISTIO_CRD = "authorizationpolicies.security.istio.io"
+TFJOB_CRD = "tfjobs.kubeflow.org"
+# katib-controller's pod is never scheduled here (no node): a scheduler that does not exist
+# leaves it alone, and its status is written as the kubelet would write it.
+UNSCHEDULED = "not-scheduled-here"
+KATIB_AFTER_CRD = timedelta(minutes=10)  # katib-controller started this long after the CRD
+ESTABLISHED_SECONDS = 60
+VOLUME = "fmnist-data-volume"  # the PersistentVolume the claim fmnist-data is bound to
+RUNNER = f"system:serviceaccount:{NS}:pipeline-runner"
+RUNNER_ROLE = "fmnist-pipeline-runner"  # manifests/standalone-rbac's Role
+
+
+def _crd_documents() -> dict[str, dict]:
+    """Each CRD of the install by name (read once)."""
+    from localcluster import operators
+    from tests.cluster import crds_dir
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # some are large
+    documents = [doc for name in KUBEFLOW_CRDS
+                 for doc in yaml.load_all((crds_dir() / name).read_text(), Loader=loader) if doc]
+    istio = operators.module_dir(operators.KSERVE_V0_16.module, "istio.io/api")
+    documents += [doc for doc in yaml.load_all(
+        (istio / "kubernetes" / "customresourcedefinitions.gen.yaml").read_text(), Loader=loader)
+        if doc and doc["metadata"]["name"] == ISTIO_CRD]
+    return {doc["metadata"]["name"]: doc for doc in documents}
+
+
+def _time(value: datetime) -> str:
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _fresh(obj: dict) -> dict:
+    """``obj`` as a manifest again: without what the server sets on a stored object."""
+    obj = copy.deepcopy(obj)
+    metadata = obj.get("metadata", {})
+    for key in ("resourceVersion", "uid", "creationTimestamp", "generation", "managedFields",
+                "deletionTimestamp", "deletionGracePeriodSeconds"):
+        metadata.pop(key, None)
+    return obj
+
+
+class KubeflowOnTheApiServer:
+    """The API server's admin, the changes a test makes, and how to undo them."""
+
+    def __init__(self, plane, cluster) -> None:
+        self.plane = plane
+        self.cluster = cluster  # tests.cluster.RealCluster
+        self.api_client = cluster.api_client
+        self.crds = _crd_documents()
+        self._undo: list[Callable[[], None]] = []
+        self._deleting: list[str] = []  # namespaces deleted, not yet gone
+        self._kubeconfigs: dict[str, Path] = {}
+
+    # -- reading and writing ---------------------------------------------------------------
+
+    def path(self, manifest: dict) -> str:
+        return f"{self.cluster.collection_path(manifest)}/{manifest['metadata']['name']}"
+
+    def read(self, api_version: str, kind: str, name: str, namespace: str = "") -> dict | None:
+        ref = {"apiVersion": api_version, "kind": kind,
+               "metadata": {"name": name, **({"namespace": namespace} if namespace else {})}}
+        return self.cluster.read_or_none(self.path(ref))
+
+    def _call(self, path: str, method: str, body=None, query=None) -> Any:
+        return self.api_client.call_api(
+            path, method, body=body, query_params=query or [], response_type="object",
+            auth_settings=["BearerToken"], _return_http_data_only=True)
+
+    def _write(self, manifest: dict) -> dict:
+        """Creates ``manifest`` or replaces the stored object of its name, whole."""
+        from kubernetes.client.exceptions import ApiException
+
+        path = self.path(manifest)
+        stored = self.cluster.read_or_none(path)
+        if stored is None:
+            return self._call(self.cluster.collection_path(manifest), "POST", manifest)
+        body = copy.deepcopy(manifest)
+        body["metadata"]["resourceVersion"] = stored["metadata"]["resourceVersion"]
+        try:
+            return self._call(path, "PUT", body)
+        except ApiException as error:
+            if error.status != 422:
+                raise
+            # An immutable field changed (a claim's access modes): deleted and made again.
+            self._delete(path)
+            return self._call(self.cluster.collection_path(manifest), "POST", manifest)
+
+    def _delete(self, path: str, wait: bool = True) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self._call(path, "DELETE", query=[("gracePeriodSeconds", "0")])
+        except ApiException as error:
+            if error.status != 404:
+                raise
+        if wait:
+            assert self.cluster.gone(path), f"{path} still there"
+
+    def put(self, manifest: dict) -> dict:
+        """Stores ``manifest`` (created or replaced); undone at :meth:`restore`."""
+        before = self.cluster.read_or_none(self.path(manifest))
+        self._undo.append(self._restorer(manifest, before))
+        return self._write(manifest)
+
+    def delete(self, api_version: str, kind: str, name: str, namespace: str = "") -> None:
+        """Deletes the object; made again at :meth:`restore`."""
+        ref = {"apiVersion": api_version, "kind": kind,
+               "metadata": {"name": name, **({"namespace": namespace} if namespace else {})}}
+        before = self.cluster.read_or_none(self.path(ref))
+        assert before is not None, f"no {kind} {namespace}/{name} to delete"
+        self._undo.append(self._restorer(ref, before))
+        self._delete(self.path(ref))
+
+    def edit(self, api_version: str, kind: str, name: str, namespace: str,
+             change: Callable[[dict], None]) -> dict:
+        """Reads the object, lets ``change`` edit it in place, stores it."""
+        stored = self.read(api_version, kind, name, namespace)
+        assert stored is not None, f"no {kind} {namespace}/{name} to edit"
+        edited = _fresh(stored)
+        edited.pop("status", None)
+        change(edited)
+        return self.put(edited)
+
+    def _restorer(self, manifest: dict, before: dict | None) -> Callable[[], None]:
+        path = self.path(manifest)
+
+        def restore() -> None:
+            if before is None:
+                # The namespace controller empties a namespace before it is gone: several
+                # are deleted at once, waited for together (:meth:`restore`).
+                namespace = manifest["kind"] == "Namespace"
+                self._delete(path, wait=not namespace)
+                if namespace:
+                    self._deleting.append(path)
+                return
+            if before["kind"] == "PersistentVolumeClaim":
+                self._claim_again(before)
+                return
+            kept = _fresh(before)
+            status = kept.pop("status", None)
+            stored = self._write(kept)
+            if status and before["kind"] == "Pod":  # written by its kubelet, not by a controller
+                self._call(f"{path}/status", "PUT", {**stored, "status": status})
+        return restore
+
+    def _claim_again(self, before: dict) -> None:
+        """Claim ``before`` made again as a user makes it, and bound by the PV controller to
+        the volume made for it: the claim there now deleted, the volume's claimRef (which
+        names the old claim's uid) reset to the claim's name, then the claim created."""
+        name = before["metadata"]["name"]
+        self._delete(self.path(before))
+        volume = _fresh(self.read("v1", "PersistentVolume", VOLUME))
+        volume.pop("status", None)
+        volume["spec"]["claimRef"] = {"namespace": NS, "name": name}
+        self._write(volume)
+        claim = _fresh(before)
+        claim.pop("status", None)
+        claim["spec"].pop("volumeName", None)
+        claim["metadata"]["annotations"] = {
+            key: value for key, value in claim["metadata"].get("annotations", {}).items()
+            if not key.startswith(("pv.kubernetes.io/", "volume.kubernetes.io/"))}
+        self._write(claim)
+        self.until_bound(name)
+
+    def until_bound(self, name: str) -> None:
+        """Until the PV controller has bound claim ``name``."""
+        deadline = time.monotonic() + ESTABLISHED_SECONDS
+        while (self.read("v1", "PersistentVolumeClaim", name, NS).get("status") or {}
+               ).get("phase") != "Bound":
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the claim {name} is not Bound")
+            time.sleep(0.2)
+
+    def drop_permission(self, verb: str, group: str, resource: str) -> None:
+        """manifests/standalone-rbac's Role without ``verb`` on ``resource`` (``plural`` or
+        ``plural/subresource``) of ``group``, once the authorizer denies it (it reads Roles
+        from an informer: a write takes effect a moment later); granted again at
+        :meth:`restore`, once the authorizer allows it again."""
+
+        def without(role: dict) -> None:
+            rules = []
+            for rule in role["rules"]:
+                for name in rule["resources"]:
+                    single = {**rule, "resources": [name]}
+                    if group in rule["apiGroups"] and name == resource:
+                        single["verbs"] = [v for v in rule["verbs"] if v != verb]
+                    rules.append(single)
+            role["rules"] = [rule for rule in rules if rule["verbs"]]
+
+        self.edit("rbac.authorization.k8s.io/v1", "Role", RUNNER_ROLE, NS, without)
+        restore_role = self._undo.pop()
+        self._undo.append(lambda: (restore_role(), self._until_allowed(verb, group, resource,
+                                                                        True)))
+        self._until_allowed(verb, group, resource, False)
+
+    def _until_allowed(self, verb: str, group: str, resource: str, allowed: bool) -> None:
+        plural, _, sub = resource.partition("/")
+        review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+                  "spec": {"user": RUNNER, "groups": ["system:serviceaccounts",
+                                                      f"system:serviceaccounts:{NS}"],
+                           "resourceAttributes": {"namespace": NS, "verb": verb,
+                                                  "group": group, "resource": plural,
+                                                  "subresource": sub}}}
+        deadline = time.monotonic() + ESTABLISHED_SECONDS
+        while self._call("/apis/authorization.k8s.io/v1/subjectaccessreviews", "POST",
+                         review)["status"].get("allowed", False) != allowed:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{RUNNER} {verb} {resource}: allowed is not {allowed}")
+            time.sleep(0.1)
+
+    def uninstall_crd(self, name: str) -> None:
+        """Deletes CRD ``name``: its API is no longer served. Installed again at
+        :meth:`restore`."""
+        path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+        self._undo.append(lambda: self.install_crd(name))
+        self._delete(path)
+        self._until_discovery(name, served=False)
+
+    def install_crd(self, name: str) -> None:
+        """Creates CRD ``name`` and waits until discovery serves it."""
+        self._call("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", "POST",
+                   self.crds[name])
+        self._until_discovery(name, served=True)
+
+    def _until_discovery(self, name: str, served: bool) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        crd = self.crds[name]
+        group, plural = crd["spec"]["group"], crd["spec"]["names"]["plural"]
+        version = next(v["name"] for v in crd["spec"]["versions"] if v.get("storage"))
+        deadline = time.monotonic() + ESTABLISHED_SECONDS
+        while True:
+            try:
+                resources = self._call(f"/apis/{group}/{version}", "GET")["resources"]
+                found = any(r["name"] == plural for r in resources)
+            except ApiException as error:
+                if error.status != 404:
+                    raise
+                found = False
+            if found == served:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{name} {'not ' if served else ''}served after "
+                                   f"{ESTABLISHED_SECONDS} s")
+            time.sleep(0.1)
+
+    # -- Katib's start against the CRD -------------------------------------------------------
+
+    def crd_created(self, name: str = TFJOB_CRD) -> datetime:
+        crd = self.read("apiextensions.k8s.io/v1", "CustomResourceDefinition", name)
+        assert crd is not None, f"no CRD {name}"
+        return datetime.fromisoformat(crd["metadata"]["creationTimestamp"].replace("Z",
+                                                                                    "+00:00"))
+
+    def katib_started(self, started: datetime, container_started: datetime | None = None
+                      ) -> None:
+        """katib-controller's pod status, as its kubelet would write it: the pod started at
+        ``started``, its container at ``container_started`` (default: the same)."""
+        pod = katib_controller_pod(_time(started),
+                                   _time(container_started) if container_started else None)
+        path = self.path(pod)
+        stored = self.cluster.read_or_none(path)
+        assert stored is not None, "no katib-controller pod"
+        self._undo.append(self._restorer(pod, stored))
+        self._call(f"{path}/status", "PUT", {**stored, "status": pod["status"]})
+
+    # -- what preflight is given -------------------------------------------------------------
+
+    def kubeconfig(self, namespace: str) -> Path:
+        """The admin's kubeconfig with ``namespace`` as its context's namespace."""
+        if namespace not in self._kubeconfigs:
+            config = yaml.safe_load(self.plane.kubeconfig("admin").read_text())
+            for context in config["contexts"]:
+                context["context"]["namespace"] = namespace
+            path = self.plane.state_dir / f"admin-{namespace}.kubeconfig"
+            path.write_text(yaml.safe_dump(config))
+            path.chmod(0o600)
+            self._kubeconfigs[namespace] = path
+        return self._kubeconfigs[namespace]
+
+    def restore(self) -> None:
+        """Undoes the test's changes, the last first; katib-controller started after the
+        TFJob CRD again (a CRD made again is younger)."""
+        while self._undo:
+            self._undo.pop()()
+        while self._deleting:
+            path = self._deleting.pop()
+            assert self.cluster.gone(path, seconds=120), f"{path} still there"
+        self._katib_after_the_crd()
+
+    def _katib_after_the_crd(self) -> None:
+        self.katib_started(self.crd_created() + KATIB_AFTER_CRD)
+        self._undo.clear()
+
+
+def ready_cluster(kubeflow: KubeflowOnTheApiServer) -> None:
+    """Standalone KFP in ``kubeflow`` after the README's setup steps, on a Kubeflow 1.11
+    install: the claim Bound (to a volume the PV controller binds it to), katib-controller
+    running since after the TFJob CRD was made, katib-config and inferenceservice-config as
+    Kubeflow installs them (KServe's default mode Serverless)."""
+    cluster = kubeflow.cluster
+    cluster.ensure_namespace(NS)
+    # The claim first: the PV controller binds it while the CRDs are made.
+    for obj in build("pvc", namespace=NS):
+        cluster.apply(obj, NS)
+    cluster.create({"apiVersion": "v1", "kind": "PersistentVolume",
+                    "metadata": {"name": VOLUME},
+                    "spec": {"capacity": {"storage": "20Gi"}, "accessModes": ["ReadWriteMany"],
+                             "hostPath": {"path": str(kubeflow.plane.state_dir / "volume")},
+                             "claimRef": {"namespace": NS, "name": "fmnist-data"}}})
+    for name in kubeflow.crds:
+        kubeflow.install_crd(name)
+    for base in ("standalone-rbac", "serving-credentials", "serving-access"):
+        for obj in build(base, namespace=NS):
+            cluster.apply(obj, NS)
+    pod = katib_controller_pod(_time(kubeflow.crd_created() + KATIB_AFTER_CRD))
+    pod["spec"]["schedulerName"] = UNSCHEDULED
+    cluster.create({k: v for k, v in pod.items() if k != "status"}, namespace=NS)
+    kubeflow._katib_after_the_crd()
+    for name, data in (("katib-config", {"katib-config.yaml": KATIB_CONFIG}),
+                       ("inferenceservice-config",
+                        {"deploy": json.dumps({"defaultDeploymentMode": "Serverless"})})):
+        cluster.create({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": name, "namespace": NS}, "data": data})
+    kubeflow.until_bound("fmnist-data")
+
+
+def start(state_dir: Path) -> KubeflowOnTheApiServer:
+    """The control plane (no node), ready as :func:`ready_cluster` leaves it."""
+    from tests.cluster import start_real_cluster
+
+    plane, cluster = start_real_cluster(state_dir, node=False, crds=False)
+    kubeflow = KubeflowOnTheApiServer(plane, cluster)
+    try:
+        ready_cluster(kubeflow)
+    except BaseException:
+        plane.stop()
+        raise
+    return kubeflow
