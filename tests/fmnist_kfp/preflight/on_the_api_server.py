@@ -39,7 +39,17 @@ KUBEFLOW_CRDS = (
     "clusterservingruntime.serving.kserve.io_v1alpha1.yaml",
 )
 ISTIO_CRD = "authorizationpolicies.security.istio.io"
+# Kubeflow Trainer v2.1.0 and its JobSet v0.10.1 (Kubeflow 26.03), installed by a test
+# (:meth:`KubeflowOnTheApiServer.install_trainer`).
+TRAINER_CRDS = (
+    "trainer-v2/trainjob.trainer.kubeflow.org_v1alpha1.yaml",
+    "trainer-v2/trainingruntime.trainer.kubeflow.org_v1alpha1.yaml",
+    "trainer-v2/clustertrainingruntime.trainer.kubeflow.org_v1alpha1.yaml",
+    "trainer-v2/jobset.jobset.x-k8s.io_v1alpha2.yaml",
+)
+KUBEFLOW_1_11 = "Kubeflow 1.11"
 TFJOB_CRD = "tfjobs.kubeflow.org"
+TRAINJOB_CRD = "trainjobs.trainer.kubeflow.org"
 # katib-controller's pod is never scheduled here (no node): a scheduler that does not exist
 # leaves it alone, and its status is written as the kubelet would write it.
 UNSCHEDULED = "not-scheduled-here"
@@ -50,18 +60,20 @@ RUNNER = f"system:serviceaccount:{NS}:pipeline-runner"
 RUNNER_ROLE = "fmnist-pipeline-runner"  # manifests/standalone-rbac's Role
 
 
-def _crd_documents() -> dict[str, dict]:
-    """Each CRD of the install by name (read once)."""
+def _crd_documents(files: tuple[str, ...] = KUBEFLOW_CRDS, istio: bool = True
+                   ) -> dict[str, dict]:
+    """Each CRD of ``files`` (and Istio's) by name."""
     from localcluster import operators
     from tests.cluster import crds_dir
 
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # some are large
-    documents = [doc for name in KUBEFLOW_CRDS
+    documents = [doc for name in files
                  for doc in yaml.load_all((crds_dir() / name).read_text(), Loader=loader) if doc]
-    istio = operators.module_dir(operators.KSERVE_V0_16.module, "istio.io/api")
-    documents += [doc for doc in yaml.load_all(
-        (istio / "kubernetes" / "customresourcedefinitions.gen.yaml").read_text(), Loader=loader)
-        if doc and doc["metadata"]["name"] == ISTIO_CRD]
+    if istio:
+        module = operators.module_dir(operators.KSERVE_V0_16.module, "istio.io/api")
+        documents += [doc for doc in yaml.load_all(
+            (module / "kubernetes" / "customresourcedefinitions.gen.yaml").read_text(),
+            Loader=loader) if doc and doc["metadata"]["name"] == ISTIO_CRD]
     return {doc["metadata"]["name"]: doc for doc in documents}
 
 
@@ -86,9 +98,14 @@ class KubeflowOnTheApiServer:
         self.plane = plane
         self.cluster = cluster  # tests.cluster.RealCluster
         self.api_client = cluster.api_client
-        self.crds = _crd_documents()
+        self.crds = _crd_documents()  # installed by ready_cluster
+        self.trainer_crds = _crd_documents(TRAINER_CRDS, istio=False)
         self._undo: list[Callable[[], None]] = []
         self._deleting: list[str] = []  # namespaces deleted, not yet gone
+        # The shape the tests start from: Kubeflow 1.11 as ready_cluster leaves it, or one
+        # made from it by :meth:`use_shape` (undone by _shape_undo) for the tests that follow.
+        self.shape = KUBEFLOW_1_11
+        self._shape_undo: list[Callable[[], None]] = []
         self._kubeconfigs: dict[str, Path] = {}
 
     # -- reading and writing ---------------------------------------------------------------
@@ -259,13 +276,25 @@ class KubeflowOnTheApiServer:
     def install_crd(self, name: str) -> None:
         """Creates CRD ``name`` and waits until discovery serves it."""
         self._call("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", "POST",
-                   self.crds[name])
+                   {**self.crds, **self.trainer_crds}[name])
         self._until_discovery(name, served=True)
+
+    def install_trainer(self) -> None:
+        """Kubeflow Trainer v2's and JobSet's CRDs, installed (as Kubeflow 26.03 installs them,
+        with Katib: katib-controller started after them). Uninstalled at :meth:`restore`."""
+        for name in self.trainer_crds:
+            self.install_crd(name)
+            self._undo.append((lambda n: lambda: self._uninstall(n))(name))
+        self._katib_after_the_crd()
+
+    def _uninstall(self, name: str) -> None:
+        self._delete(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+        self._until_discovery(name, served=False)
 
     def _until_discovery(self, name: str, served: bool) -> None:
         from kubernetes.client.exceptions import ApiException
 
-        crd = self.crds[name]
+        crd = {**self.crds, **self.trainer_crds}[name]
         group, plural = crd["spec"]["group"], crd["spec"]["names"]["plural"]
         version = next(v["name"] for v in crd["spec"]["versions"] if v.get("storage"))
         deadline = time.monotonic() + ESTABLISHED_SECONDS
@@ -319,18 +348,71 @@ class KubeflowOnTheApiServer:
         return self._kubeconfigs[namespace]
 
     def restore(self) -> None:
-        """Undoes the test's changes, the last first; katib-controller started after the
-        TFJob CRD again (a CRD made again is younger)."""
-        while self._undo:
-            self._undo.pop()()
+        """Undoes the test's changes, the last first, back to the shape it started from;
+        katib-controller started after the trial kinds' CRDs again (a CRD made again is
+        younger)."""
+        self._undo_all(self._undo)
+        self._katib_after_the_crd()
+
+    def _undo_all(self, undo: list[Callable[[], None]]) -> None:
+        while undo:
+            undo.pop()()
         while self._deleting:
             path = self._deleting.pop()
             assert self.cluster.gone(path, seconds=120), f"{path} still there"
+
+    def use_shape(self, name: str, make: Callable[[KubeflowOnTheApiServer], None]) -> None:
+        """The server in shape ``name``, which ``make`` makes from Kubeflow 1.11's: kept for
+        the tests after this one that start from it too (made again only when a test in
+        between started from another shape). Called with no changes of the test's made."""
+        assert not self._undo, "use_shape before the test's own changes"
+        if self.shape == name:
+            return
+        self._undo_all(self._shape_undo)
+        self.shape = KUBEFLOW_1_11
+        make(self)
+        self._shape_undo, self._undo = self._undo, []
         self._katib_after_the_crd()
+        self.shape = name
 
     def _katib_after_the_crd(self) -> None:
-        self.katib_started(self.crd_created() + KATIB_AFTER_CRD)
-        self._undo.clear()
+        """katib-controller started after the trial kinds' CRDs were made; what it replaced is
+        what :meth:`restore` leaves."""
+        undo = list(self._undo)
+        created = [self.crd_created(name) for name in (TFJOB_CRD, TRAINJOB_CRD)
+                   if self.read("apiextensions.k8s.io/v1", "CustomResourceDefinition", name)]
+        if created:
+            self.katib_started(max(created) + KATIB_AFTER_CRD)
+        self._undo = undo
+
+
+def kubeflow_1_11(kubeflow: KubeflowOnTheApiServer) -> None:
+    """The shape :func:`ready_cluster` leaves."""
+
+
+def kubeflow_2603(kubeflow: KubeflowOnTheApiServer) -> None:
+    """Kubeflow 26.03's example install: Trainer v2 and JobSet, no Training Operator v1; and
+    the README's ``kubectl apply -k manifests/trainer-runtime``."""
+    kubeflow.uninstall_crd(TFJOB_CRD)
+    kubeflow.install_trainer()
+    apply_runtime(kubeflow)
+
+
+def apply_runtime(kubeflow: KubeflowOnTheApiServer) -> None:
+    """``kubectl apply -k manifests/trainer-runtime``."""
+    for obj in build("trainer-runtime"):
+        kubeflow.put(obj)
+
+
+def kubeflow_1_11_and_trainer(kubeflow: KubeflowOnTheApiServer) -> None:
+    """Kubeflow 1.11 with Trainer v2 installed beside the Training Operator v1, and
+    ``kubectl apply -k manifests/trainer-runtime``."""
+    kubeflow.install_trainer()
+    apply_runtime(kubeflow)
+
+
+SHAPES = {KUBEFLOW_1_11: kubeflow_1_11, "Kubeflow 26.03": kubeflow_2603,
+          "Kubeflow 1.11 and Trainer v2": kubeflow_1_11_and_trainer}
 
 
 def ready_cluster(kubeflow: KubeflowOnTheApiServer) -> None:
