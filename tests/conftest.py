@@ -139,6 +139,63 @@ def katib_cluster(real_cluster_trainer_2_2):
     return cluster
 
 
+# Kubeflow on a real API server, for preflight and the operator choice (tests/fmnist_kfp/
+# preflight/on_the_api_server.py): one server, in one of its shapes for each test.
+@pytest.fixture(scope="session")
+def kubeflow_api_server(tmp_path_factory):
+    """The real API server with a Kubeflow 1.11 install and the README's setup (tests/
+    fmnist_kfp/preflight/on_the_api_server.py), started once for the tests that share it."""
+    from tests.fmnist_kfp.preflight.on_the_api_server import start
+
+    kubeflow = start(tmp_path_factory.mktemp("kubeflow-api-server"))
+    try:
+        yield kubeflow
+    finally:
+        kubeflow.plane.stop()
+
+
+def _kubeflow(server, shape: str, monkeypatch, tmp_path):
+    """(the install on the real API server in ``shape``, the KFP API stand-in), with no
+    credentials Secret or PVC name set; what the test changed there is undone after it."""
+    from tests.fmnist_kfp.preflight import on_the_api_server
+
+    server.use_shape(shape, on_the_api_server.SHAPES[shape])
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("FMNIST_CREDENTIALS_SECRET", raising=False)
+    monkeypatch.delenv("FMNIST_PVC_NAME", raising=False)
+    try:
+        from tests.standins.kfp import KfpStandIn
+
+        with KfpStandIn() as kfp:
+            yield server, kfp
+    finally:
+        server.restore()
+
+
+@pytest.fixture
+def kubeflow(kubeflow_api_server, monkeypatch, tmp_path):
+    """Kubeflow 1.11 after the README's setup, on the real API server (``_kubeflow``)."""
+    yield from _kubeflow(kubeflow_api_server, "Kubeflow 1.11", monkeypatch, tmp_path)
+
+
+@pytest.fixture
+def kubeflow_2603(kubeflow_api_server, monkeypatch, tmp_path):
+    """A stock Kubeflow 26.03 after the README's setup, on the real API server (``_kubeflow``):
+    Trainer v2.1.0 and JobSet v0.10.1 installed, no Training Operator v1 (its example install
+    leaves it out: kubeflow/manifests 26.03 example/kustomization.yaml lines 90-93), and
+    ``kubectl apply -k manifests/trainer-runtime``."""
+    yield from _kubeflow(kubeflow_api_server, "Kubeflow 26.03", monkeypatch, tmp_path)
+
+
+@pytest.fixture
+def kubeflow_and_trainer(kubeflow_api_server, monkeypatch, tmp_path):
+    """Kubeflow 1.11 after the README's setup with Trainer v2 beside the Training Operator v1,
+    and ``kubectl apply -k manifests/trainer-runtime``, on the real API server
+    (``_kubeflow``)."""
+    yield from _kubeflow(kubeflow_api_server, "Kubeflow 1.11 and Trainer v2", monkeypatch,
+                         tmp_path)
+
+
 # `make test` runs the suite in two worker processes (pytest-xdist). A unit of work goes whole
 # to one worker: by default a test module (its module fixtures built once); the tests of a
 # costly shared fixture together (built once, not once per worker); and each slow test of

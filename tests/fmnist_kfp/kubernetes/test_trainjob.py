@@ -242,26 +242,43 @@ def test_spec_fields_follow_a_reference():
     assert spec_fields({}, "trainer.kubeflow.org", "v1alpha1", "TrainJob") is None
 
 
-def test_the_api_server_stand_in_can_be_a_cluster_without_tfjobs():
-    """The generic API server stand-in (preflight's): Kubeflow 26.03 as it ships, Trainer v2
-    in and no Training Operator v1; the runtime applied or not."""
-    from tests.setup_manifests import build
-    from tests.standins.apiserver import ApiServerStandIn
+def test_the_operator_and_trainjob_api_follow_what_the_api_server_serves(kubeflow):
+    """On a real API server (tests/fmnist_kfp/preflight/on_the_api_server.py), from Kubeflow
+    1.11 (TFJobs only) to 26.03 as it ships (Trainer v2.1.0, no Training Operator v1), the
+    runtime applied or not, then Trainer v2.2.0's TrainJob CRD, then no operator: the choice
+    and the TrainJob API read from API discovery and the TrainJob schema kube-apiserver
+    publishes at /openapi/v3."""
+    import time
 
-    with ApiServerStandIn() as standin:
-        discovery = ClusterDiscovery(standin.api_client())
-        assert choose_operator("auto", discovery) == "tfjob"  # the stand-ins' default
-        assert discovery.trainjob_fields() is None  # no Trainer: nothing published
-        standin.uninstall("training-operator")
-        standin.install("trainer")
-        with pytest.raises(UserInputError, match="kubectl apply -k manifests/trainer-runtime"):
-            choose_operator("auto", discovery)
-        [runtime] = build("trainer-runtime")
-        standin.put(runtime)
-        assert choose_operator("auto", discovery) == "trainjob"
-        assert trainjob_api(discovery) == OVERRIDES
-        standin.trainer_version = "v2.2.0"
-        assert trainjob_api(discovery) == PATCHES
-        standin.uninstall("trainer")
-        with pytest.raises(UserInputError, match="serves neither"):
-            choose_operator("auto", discovery)
+    import yaml
+
+    from tests.fmnist_kfp.preflight.on_the_api_server import (
+        TFJOB_CRD,
+        TRAINJOB_CRD,
+        apply_runtime,
+    )
+
+    cluster, _ = kubeflow
+    discovery = ClusterDiscovery(cluster.api_client)
+    assert choose_operator("auto", discovery) == "tfjob"
+    assert discovery.trainjob_fields() is None  # no Trainer: nothing published
+    cluster.uninstall_crd(TFJOB_CRD)
+    cluster.install_trainer()
+    with pytest.raises(UserInputError, match="kubectl apply -k manifests/trainer-runtime"):
+        choose_operator("auto", ClusterDiscovery(cluster.api_client))
+    apply_runtime(cluster)
+    discovery = ClusterDiscovery(cluster.api_client)
+    assert choose_operator("auto", discovery) == "trainjob"
+    assert trainjob_api(discovery) == OVERRIDES
+    newer = yaml.safe_load((Path(__file__).parents[2] / "crds" / "trainer-v2.2.0" /
+                            "trainjob.trainer.kubeflow.org_v1alpha1.yaml").read_text())
+    cluster.edit("apiextensions.k8s.io/v1", "CustomResourceDefinition", TRAINJOB_CRD, "",
+                 lambda crd: crd.update(spec=newer["spec"]))
+    deadline = time.monotonic() + 60  # the published schema follows the CRD a moment later
+    while trainjob_api(ClusterDiscovery(cluster.api_client)) != PATCHES:
+        assert time.monotonic() < deadline, "Trainer v2.2.0's TrainJob schema not published"
+        time.sleep(0.5)
+    for name in cluster.trainer_crds:
+        cluster.uninstall_crd(name)
+    with pytest.raises(UserInputError, match="serves neither"):
+        choose_operator("auto", ClusterDiscovery(cluster.api_client))

@@ -58,6 +58,8 @@ ESTABLISHED_SECONDS = 60
 VOLUME = "fmnist-data-volume"  # the PersistentVolume the claim fmnist-data is bound to
 RUNNER = f"system:serviceaccount:{NS}:pipeline-runner"
 RUNNER_ROLE = "fmnist-pipeline-runner"  # manifests/standalone-rbac's Role
+USER = "preflight-user"  # the identity of run_as_one_who_may_not
+VERBS = ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"]
 
 
 def _crd_documents(files: tuple[str, ...] = KUBEFLOW_CRDS, istio: bool = True
@@ -106,7 +108,8 @@ class KubeflowOnTheApiServer:
         # made from it by :meth:`use_shape` (undone by _shape_undo) for the tests that follow.
         self.shape = KUBEFLOW_1_11
         self._shape_undo: list[Callable[[], None]] = []
-        self._kubeconfigs: dict[str, Path] = {}
+        self._kubeconfigs: dict[tuple[str, str], Path] = {}
+        self._user_token = ""  # preflight's identity, when not the admin's
 
     # -- reading and writing ---------------------------------------------------------------
 
@@ -183,11 +186,11 @@ class KubeflowOnTheApiServer:
 
         def restore() -> None:
             if before is None:
-                # The namespace controller empties a namespace before it is gone: several
-                # are deleted at once, waited for together (:meth:`restore`).
-                namespace = manifest["kind"] == "Namespace"
-                self._delete(path, wait=not namespace)
-                if namespace:
+                # A namespace is gone once the namespace controller has emptied it, a volume
+                # once its claim is (pv-protection): waited for together at the end.
+                later = manifest["kind"] in ("Namespace", "PersistentVolume")
+                self._delete(path, wait=not later)
+                if later:
                     self._deleting.append(path)
                 return
             if before["kind"] == "PersistentVolumeClaim":
@@ -219,10 +222,31 @@ class KubeflowOnTheApiServer:
         self._write(claim)
         self.until_bound(name)
 
-    def until_bound(self, name: str) -> None:
+    def bind_claim(self, namespace: str, name: str) -> None:
+        """A volume made for claim ``name`` of ``namespace`` (deleted at :meth:`restore`), and
+        the claim Bound to it by the PV controller."""
+        self.put({"apiVersion": "v1", "kind": "PersistentVolume",
+                  "metadata": {"name": f"{namespace}-{name}"},
+                  "spec": {"capacity": {"storage": "20Gi"}, "accessModes": ["ReadWriteMany"],
+                           "hostPath": {"path": str(self.plane.state_dir / namespace)},
+                           "persistentVolumeReclaimPolicy": "Retain",
+                           "claimRef": {"namespace": namespace, "name": name}}})
+        self.until_bound(name, namespace)
+
+    def until_granted(self, namespace: str, account: str, permissions, granted: bool = True
+                      ) -> None:
+        """Until the authorizer answers ``granted`` for each of ``permissions`` (preflight's
+        rows: verb, group, resource, subresource, why) to ServiceAccount ``account``: the
+        aggregation controller fills a ClusterRole's rules a moment after it is written."""
+        for verb, group, resource, sub, _ in permissions:
+            self._until_allowed(verb, group, f"{resource}/{sub}" if sub else resource, granted,
+                                user=f"system:serviceaccount:{namespace}:{account}",
+                                namespace=namespace)
+
+    def until_bound(self, name: str, namespace: str = NS) -> None:
         """Until the PV controller has bound claim ``name``."""
         deadline = time.monotonic() + ESTABLISHED_SECONDS
-        while (self.read("v1", "PersistentVolumeClaim", name, NS).get("status") or {}
+        while (self.read("v1", "PersistentVolumeClaim", name, namespace).get("status") or {}
                ).get("phase") != "Bound":
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the claim {name} is not Bound")
@@ -250,19 +274,21 @@ class KubeflowOnTheApiServer:
                                                                         True)))
         self._until_allowed(verb, group, resource, False)
 
-    def _until_allowed(self, verb: str, group: str, resource: str, allowed: bool) -> None:
+    def _until_allowed(self, verb: str, group: str, resource: str, allowed: bool,
+                       user: str = RUNNER, namespace: str = NS) -> None:
         plural, _, sub = resource.partition("/")
+        account_namespace = user.split(":")[2]
         review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
-                  "spec": {"user": RUNNER, "groups": ["system:serviceaccounts",
-                                                      f"system:serviceaccounts:{NS}"],
-                           "resourceAttributes": {"namespace": NS, "verb": verb,
+                  "spec": {"user": user, "groups": [
+                      "system:serviceaccounts", f"system:serviceaccounts:{account_namespace}"],
+                           "resourceAttributes": {"namespace": namespace, "verb": verb,
                                                   "group": group, "resource": plural,
                                                   "subresource": sub}}}
         deadline = time.monotonic() + ESTABLISHED_SECONDS
         while self._call("/apis/authorization.k8s.io/v1/subjectaccessreviews", "POST",
                          review)["status"].get("allowed", False) != allowed:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{RUNNER} {verb} {resource}: allowed is not {allowed}")
+                raise TimeoutError(f"{user} {verb} {resource}: allowed is not {allowed}")
             time.sleep(0.1)
 
     def uninstall_crd(self, name: str) -> None:
@@ -336,16 +362,62 @@ class KubeflowOnTheApiServer:
     # -- what preflight is given -------------------------------------------------------------
 
     def kubeconfig(self, namespace: str) -> Path:
-        """The admin's kubeconfig with ``namespace`` as its context's namespace."""
-        if namespace not in self._kubeconfigs:
+        """The kubeconfig preflight is given, with ``namespace`` as its context's namespace:
+        the admin's, or the user's of :meth:`run_as_one_who_may_not` for the rest of a test."""
+        key = (namespace, self._user_token)
+        if key not in self._kubeconfigs:
             config = yaml.safe_load(self.plane.kubeconfig("admin").read_text())
             for context in config["contexts"]:
                 context["context"]["namespace"] = namespace
-            path = self.plane.state_dir / f"admin-{namespace}.kubeconfig"
+            if self._user_token:
+                for user in config["users"]:
+                    user["user"] = {"token": self._user_token}
+            path = self.plane.state_dir / f"kubeconfig-{len(self._kubeconfigs)}"
             path.write_text(yaml.safe_dump(config))
             path.chmod(0o600)
-            self._kubeconfigs[namespace] = path
-        return self._kubeconfigs[namespace]
+            self._kubeconfigs[key] = path
+        return self._kubeconfigs[key]
+
+    def run_as_one_who_may_not(self, *denied: tuple[str, str], impersonate: bool = True
+                               ) -> None:
+        """For the rest of the test, preflight runs as a user who may do all an admin may
+        (every verb on every resource API discovery lists) but anything on ``denied``
+        ((API group, plural) pairs: the resource and its subresources) and, unless
+        ``impersonate``, impersonation: the ServiceAccount ``preflight-user`` of ``default``,
+        by a ClusterRole of those rules, once the authorizer has them."""
+        rules = []
+        for group, resources in self._discovered().items():
+            kept = sorted(r for r in resources if (group, r.split("/")[0]) not in denied)
+            if kept:
+                rules.append({"apiGroups": [group], "resources": kept, "verbs": VERBS})
+        if impersonate:
+            rules.append({"apiGroups": [""], "resources": ["users", "groups",
+                                                           "serviceaccounts"],
+                          "verbs": ["impersonate"]})
+        rbac = "rbac.authorization.k8s.io/v1"
+        self.put({"apiVersion": "v1", "kind": "ServiceAccount",
+                  "metadata": {"name": USER, "namespace": "default"}})
+        self.put({"apiVersion": rbac, "kind": "ClusterRole", "metadata": {"name": USER},
+                  "rules": rules})
+        self.put({"apiVersion": rbac, "kind": "ClusterRoleBinding", "metadata": {"name": USER},
+                  "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                              "name": USER},
+                  "subjects": [{"kind": "ServiceAccount", "name": USER,
+                                "namespace": "default"}]})
+        self._until_allowed("get", "", "configmaps", True,
+                            user=f"system:serviceaccount:default:{USER}", namespace="default")
+        self._user_token = self.cluster.token_for("default", USER)
+        self._undo.append(lambda: setattr(self, "_user_token", ""))
+
+    def _discovered(self) -> dict[str, set[str]]:
+        """Every resource (and subresource) the API server serves, by API group."""
+        served = {"": {r["name"] for r in self._call("/api/v1", "GET")["resources"]}}
+        for group in self._call("/apis", "GET")["groups"]:
+            for version in group["versions"]:
+                served.setdefault(group["name"], set()).update(
+                    r["name"] for r in self._call(f"/apis/{version['groupVersion']}",
+                                                  "GET")["resources"])
+        return served
 
     def restore(self) -> None:
         """Undoes the test's changes, the last first, back to the shape it started from;

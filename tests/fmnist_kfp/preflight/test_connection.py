@@ -1,6 +1,8 @@
 """Reaching the cluster (fmnist_kfp.preflight.connection): in a pod (a Kubeflow notebook) the
 in-cluster configuration, unless a kubeconfig is asked for; outside one the kubeconfig; the
-first line says which was used."""
+first line says which was used. A kubeconfig here is one of the real API server's (tests/
+fmnist_kfp/preflight/on_the_api_server.py); preflight run in a pod for real:
+test_preflight_on_the_cluster.py."""
 
 from __future__ import annotations
 
@@ -9,7 +11,6 @@ import pytest
 from fmnist_kfp.cli import main as cli_main
 from tests.fmnist_kfp.preflight.cluster import NS, missing_lines, preflight
 from tests.standins.kfp import KfpStandIn
-from tests.standins.kserve import KServeStandIn
 
 
 @pytest.fixture
@@ -43,21 +44,20 @@ def test_in_a_pod_the_in_cluster_configuration_is_used(pod):
 
 
 @pytest.mark.parametrize("given", ["--kubeconfig", "--context", "$KUBECONFIG", "~/.kube/config"])
-def test_in_a_pod_a_kubeconfig_asked_for_wins(pod, given, monkeypatch, tmp_path):
+def test_in_a_pod_a_kubeconfig_asked_for_wins(pod, kubeflow_api_server, given, monkeypatch,
+                                              tmp_path):
     from fmnist_kfp.preflight import kubernetes_api
 
-    with KServeStandIn() as standin:
-        path = str(standin.kubeconfig(NS))
-        arguments = {"--kubeconfig": (path, ""), "--context": (path, "standin")}.get(given,
-                                                                                   ("", ""))
-        if given == "$KUBECONFIG":
-            monkeypatch.setenv("KUBECONFIG", path)
-        if given == "~/.kube/config":
-            (tmp_path / ".kube").mkdir()
-            (tmp_path / ".kube" / "config").write_text(open(path).read())
-        api_client, source = kubernetes_api(*arguments)
-    assert api_client.configuration.host == standin.url
-    assert source.startswith("kubeconfig ") and source.endswith("context standin")
+    path = str(kubeflow_api_server.kubeconfig(NS))
+    arguments = {"--kubeconfig": (path, ""), "--context": (path, "local")}.get(given, ("", ""))
+    if given == "$KUBECONFIG":
+        monkeypatch.setenv("KUBECONFIG", path)
+    if given == "~/.kube/config":
+        (tmp_path / ".kube").mkdir()
+        (tmp_path / ".kube" / "config").write_text(open(path).read())
+    api_client, source = kubernetes_api(*arguments)
+    assert api_client.configuration.host == kubeflow_api_server.plane.server
+    assert source.startswith("kubeconfig ") and source.endswith("context local")
 
 
 def test_preflight_in_a_pod_says_which_configuration_it_used(pod, monkeypatch, capsys):
@@ -93,9 +93,9 @@ def test_in_a_pod_without_its_token_the_error_says_what_to_mount(pod, capsys):
     assert "--kubeconfig" in err and "Traceback" not in err
 
 
-def test_outside_a_pod_it_says_which_kubeconfig_it_used(cluster, capsys):
-    standin, kfp = cluster
-    assert preflight(standin, kfp) == 0
+def test_outside_a_pod_it_says_which_kubeconfig_it_used(kubeflow, capsys):
+    cluster, kfp = kubeflow
+    assert preflight(cluster, kfp) == 0
     first = capsys.readouterr().out.splitlines()[0]
-    assert first == (f"Kubernetes API server {standin.url} (kubeconfig "
-                     f"{standin.kubeconfig(NS)}, context standin)")
+    assert first == (f"Kubernetes API server {cluster.plane.server} (kubeconfig "
+                     f"{cluster.kubeconfig(NS)}, context local)")
