@@ -196,6 +196,15 @@ def kubeflow_and_trainer(kubeflow_api_server, monkeypatch, tmp_path):
                          tmp_path)
 
 
+@pytest.fixture
+def kubeflow_and_volcano(kubeflow_api_server, monkeypatch, tmp_path):
+    """Kubeflow 1.11 after the README's setup with Volcano's CRDs, its default queue Open, the
+    training operator run with --gang-scheduler-name=volcano and manifests/scheduling's
+    PriorityClass, on the real API server (``_kubeflow``)."""
+    yield from _kubeflow(kubeflow_api_server, "Kubeflow 1.11 and Volcano", monkeypatch,
+                         tmp_path)
+
+
 # `make test` runs the suite in two worker processes (pytest-xdist). A unit of work goes whole
 # to one worker: by default a test module (its module fixtures built once); the tests of a
 # costly shared fixture together (built once, not once per worker); and each slow test of

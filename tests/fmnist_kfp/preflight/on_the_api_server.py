@@ -48,6 +48,12 @@ TRAINER_CRDS = (
     "trainer-v2/jobset.jobset.x-k8s.io_v1alpha2.yaml",
 )
 KUBEFLOW_1_11 = "Kubeflow 1.11"
+# The gang schedulers' CRDs (tests/crds), installed by a test (Kubeflow ships neither).
+GANG_CRDS = ("scheduling.volcano.sh_podgroups.yaml", "scheduling.volcano.sh_queues.yaml",
+             "scheduling.x-k8s.io_podgroups.yaml")
+# Kinds whose status a program that does not run here writes (the kubelet, Volcano's
+# scheduler): written by the tests (write_status), and restored with the object.
+STATUS_WRITTEN_HERE = ("Pod", "Queue")
 TFJOB_CRD = "tfjobs.kubeflow.org"
 TRAINJOB_CRD = "trainjobs.trainer.kubeflow.org"
 # katib-controller's pod is never scheduled here (no node): a scheduler that does not exist
@@ -62,15 +68,16 @@ USER = "preflight-user"  # the identity of run_as_one_who_may_not
 VERBS = ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"]
 
 
-def _crd_documents(files: tuple[str, ...] = KUBEFLOW_CRDS, istio: bool = True
-                   ) -> dict[str, dict]:
-    """Each CRD of ``files`` (and Istio's) by name."""
+def _crd_documents(files: tuple[str, ...] = KUBEFLOW_CRDS, istio: bool = True,
+                   folder: Path | None = None) -> dict[str, dict]:
+    """Each CRD of ``files`` (in ``folder``, by default ../shared/crds; and Istio's) by
+    name."""
     from localcluster import operators
     from tests.cluster import crds_dir
 
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # some are large
-    documents = [doc for name in files
-                 for doc in yaml.load_all((crds_dir() / name).read_text(), Loader=loader) if doc]
+    documents = [doc for name in files for doc in yaml.load_all(
+        ((folder or crds_dir()) / name).read_text(), Loader=loader) if doc]
     if istio:
         module = operators.module_dir(operators.KSERVE_V0_16.module, "istio.io/api")
         documents += [doc for doc in yaml.load_all(
@@ -102,6 +109,8 @@ class KubeflowOnTheApiServer:
         self.api_client = cluster.api_client
         self.crds = _crd_documents()  # installed by ready_cluster
         self.trainer_crds = _crd_documents(TRAINER_CRDS, istio=False)
+        self.gang_crds = _crd_documents(GANG_CRDS, istio=False,
+                                        folder=Path(__file__).parents[2] / "crds")
         self._undo: list[Callable[[], None]] = []
         self._deleting: list[str] = []  # namespaces deleted, not yet gone
         # The shape the tests start from: Kubeflow 1.11 as ready_cluster leaves it, or one
@@ -199,7 +208,7 @@ class KubeflowOnTheApiServer:
             kept = _fresh(before)
             status = kept.pop("status", None)
             stored = self._write(kept)
-            if status and before["kind"] == "Pod":  # written by its kubelet, not by a controller
+            if status and before["kind"] in STATUS_WRITTEN_HERE:
                 self._call(f"{path}/status", "PUT", {**stored, "status": status})
         return restore
 
@@ -292,18 +301,45 @@ class KubeflowOnTheApiServer:
             time.sleep(0.1)
 
     def uninstall_crd(self, name: str) -> None:
-        """Deletes CRD ``name``: its API is no longer served. Installed again at
-        :meth:`restore`."""
+        """Deletes CRD ``name``: its API is no longer served, its objects are gone. Installed
+        again at :meth:`restore`, with those objects."""
         path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
-        self._undo.append(lambda: self.install_crd(name))
+        crd = self._known_crd(name)
+        version = next(v["name"] for v in crd["spec"]["versions"] if v.get("storage"))
+        objects = self._call(f"/apis/{crd['spec']['group']}/{version}/"
+                             f"{crd['spec']['names']['plural']}", "GET")["items"]
+
+        def again() -> None:
+            self.install_crd(name)
+            for obj in objects:
+                self._restorer(obj, obj)()
+
+        self._undo.append(again)
         self._delete(path)
         self._until_discovery(name, served=False)
 
     def install_crd(self, name: str) -> None:
         """Creates CRD ``name`` and waits until discovery serves it."""
         self._call("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", "POST",
-                   {**self.crds, **self.trainer_crds}[name])
+                   self._known_crd(name))
         self._until_discovery(name, served=True)
+
+    def _known_crd(self, name: str) -> dict:
+        return {**self.crds, **self.trainer_crds, **self.gang_crds}[name]
+
+    def install(self, name: str) -> None:
+        """CRD ``name`` installed; uninstalled at :meth:`restore`."""
+        self.install_crd(name)
+        self._undo.append(lambda: self._uninstall(name))
+
+    def write_status(self, manifest: dict, status: dict) -> None:
+        """The stored object's status, as the program that owns it (not running here) would
+        write it (:data:`STATUS_WRITTEN_HERE`); the old one back at :meth:`restore`."""
+        path = self.path(manifest)
+        stored = self.cluster.read_or_none(path)
+        assert stored is not None, f"no {path}"
+        self._undo.append(self._restorer(manifest, stored))
+        self._call(f"{path}/status", "PUT", {**stored, "status": status})
 
     def install_trainer(self) -> None:
         """Kubeflow Trainer v2's and JobSet's CRDs, installed (as Kubeflow 26.03 installs them,
@@ -320,7 +356,7 @@ class KubeflowOnTheApiServer:
     def _until_discovery(self, name: str, served: bool) -> None:
         from kubernetes.client.exceptions import ApiException
 
-        crd = {**self.crds, **self.trainer_crds}[name]
+        crd = self._known_crd(name)
         group, plural = crd["spec"]["group"], crd["spec"]["names"]["plural"]
         version = next(v["name"] for v in crd["spec"]["versions"] if v.get("storage"))
         deadline = time.monotonic() + ESTABLISHED_SECONDS
@@ -483,8 +519,48 @@ def kubeflow_1_11_and_trainer(kubeflow: KubeflowOnTheApiServer) -> None:
     apply_runtime(kubeflow)
 
 
+def training_operator(*flags: str) -> dict:
+    """The training operator's Deployment as kubeflow/trainer v1.9.2 manifests/base/
+    deployment.yaml lines 1-21 has it (``command: [/manager]``), with ``flags`` added the way
+    its CI adds them (scripts/gha/setup-training-operator.sh lines 43-44, 50-51: into
+    ``command`` after /manager)."""
+    labels = {"control-plane": "kubeflow-training-operator"}
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "training-operator", "namespace": NS, "labels": labels},
+            "spec": {"selector": {"matchLabels": labels},
+                     "template": {"metadata": {"labels": labels}, "spec": {
+                         "schedulerName": UNSCHEDULED, "containers": [{
+                             "name": "training-operator", "command": ["/manager", *flags],
+                             "image": "ghcr.io/kubeflow/training-v1/training-operator"}]}}}}
+
+
+def volcano_queue(name: str, state: str = "Open") -> tuple[dict, dict]:
+    """Volcano's Queue ``name`` and the status its scheduler writes (volcano v1.15.1
+    pkg/scheduler/cache/cache.go lines 464-519 make the default queue)."""
+    return ({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+             "metadata": {"name": name}, "spec": {"reclaimable": True, "weight": 1}},
+            {"state": state})
+
+
+def kubeflow_1_11_and_volcano(kubeflow: KubeflowOnTheApiServer) -> None:
+    """Kubeflow 1.11 with Volcano's CRDs and its default queue Open, the training operator run
+    with --gang-scheduler-name=volcano, and manifests/scheduling's PriorityClass (its Kueue
+    objects need Kueue)."""
+    for name, crd in kubeflow.gang_crds.items():
+        if crd["spec"]["group"] == "scheduling.volcano.sh":
+            kubeflow.install(name)
+    queue, status = volcano_queue("default")
+    kubeflow.put(queue)
+    kubeflow.write_status(queue, status)
+    kubeflow.put(training_operator("--gang-scheduler-name=volcano"))
+    for obj in build("scheduling"):
+        if obj["kind"] == "PriorityClass":
+            kubeflow.put(obj)
+
+
 SHAPES = {KUBEFLOW_1_11: kubeflow_1_11, "Kubeflow 26.03": kubeflow_2603,
-          "Kubeflow 1.11 and Trainer v2": kubeflow_1_11_and_trainer}
+          "Kubeflow 1.11 and Trainer v2": kubeflow_1_11_and_trainer,
+          "Kubeflow 1.11 and Volcano": kubeflow_1_11_and_volcano}
 
 
 def ready_cluster(kubeflow: KubeflowOnTheApiServer) -> None:

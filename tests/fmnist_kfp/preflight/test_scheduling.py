@@ -2,13 +2,21 @@
 kubernetes.scheduling; docs/scheduling.md): Kueue and its LocalQueue, the PriorityClasses,
 Volcano's or scheduler-plugins' PodGroup API, Volcano's queue and the training operator's
 --gang-scheduler-name, each missing piece named with its fix; the server-side dry run that asks
-Kueue."""
+Kueue.
+
+The PriorityClass and gang scheduling checks run on Kubeflow on a real API server (tests/
+fmnist_kfp/preflight/on_the_api_server.py, with Volcano's and scheduler-plugins' CRDs; the
+status Volcano's scheduler writes on its Queue written by the test). Kueue's run on the API
+server stand-in, whose Kueue webhook each test turns on or off (:func:`kueue_webhook`): on the
+real Kueue that is a rollout restart, and its real rows are checked in tests/fmnist_kfp/
+launcher/test_queued_on_the_cluster.py."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.fmnist_kfp.preflight.cluster import NS, missing_lines, preflight
+from tests.fmnist_kfp.preflight.on_the_api_server import training_operator, volcano_queue
 from tests.setup_manifests import build
 from tests.standins.apiserver import ADD_ONS
 
@@ -16,7 +24,6 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 SCHEDULING = '{"queue": "fmnist", "priority_class": "fmnist-high", "gang": "volcano"}'
 LOCAL_QUEUE = ("LocalQueue", NS, "fmnist")
 VOLCANO_DEFAULT = ("Queue", "", "default")
-OPERATOR = ("Deployment", NS, "training-operator")
 
 
 def kueue_webhook(kind: str, body: dict) -> None:
@@ -29,22 +36,6 @@ def kueue_webhook(kind: str, body: dict) -> None:
     labels = (body.get("metadata") or {}).get("labels") or {}
     if kind == "TFJob" and labels.get(QUEUE_LABEL):
         body["spec"].setdefault("runPolicy", {})["suspend"] = True
-
-
-def training_operator(*flags: str) -> dict:
-    """The training operator's Deployment as kubeflow/trainer v1.9.2 manifests/base/
-    deployment.yaml lines 1-21 has it (``command: [/manager]``), with ``flags`` added the way
-    its CI adds them (scripts/gha/setup-training-operator.sh lines 43-44, 50-51: into
-    ``command`` after /manager)."""
-    return {"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": "training-operator", "namespace": NS,
-                         "labels": {"control-plane": "kubeflow-training-operator"}},
-            "spec": {"selector": {"matchLabels": {"control-plane": "kubeflow-training-operator"}},
-                     "template": {"metadata": {"labels": {
-                         "control-plane": "kubeflow-training-operator"}},
-                         "spec": {"containers": [{
-                             "name": "training-operator", "command": ["/manager", *flags],
-                             "image": "ghcr.io/kubeflow/training-v1/training-operator"}]}}}}
 
 
 def _set_status(standin, key, status: dict) -> None:
@@ -123,10 +114,6 @@ def test_without_scheduling_nothing_of_it_is_checked(cluster, capsys):
     assert not [path for _, path, _ in standin.calls if "kueue" in path or "volcano" in path]
 
 
-def _status_of(key, status):
-    return lambda s: _set_status(s, key, status)
-
-
 SCHEDULING_PIECES = {
     # Kubeflow does not install Kueue (kubeflow/manifests v1.11.0, 26.03: no Kueue component).
     "kueue": ("Kueue", "install Kueue", lambda s: setattr(s, "served",
@@ -143,29 +130,9 @@ SCHEDULING_PIECES = {
                           "integrations.frameworks of ConfigMap kueue-manager-config in "
                           "kueue-system (off by default since Kueue v0.19), and restart "
                           "kueue-controller-manager", lambda s: s.mutators.clear()),
-    "priority-class": ("PriorityClass fmnist-high", "kubectl apply -k manifests/scheduling",
-                       lambda s: s.objects.pop(("PriorityClass", "", "fmnist-high"))),
     "workload-priority-class": ("Kueue WorkloadPriorityClass fmnist-high",
                                 "kubectl apply -k manifests/scheduling", lambda s: s.objects.pop(
                                     ("WorkloadPriorityClass", "", "fmnist-high"))),
-    "volcano": ("Volcano PodGroup", "volcano/v1.15.1/installer/volcano-development.yaml",
-                lambda s: setattr(s, "served", s.served - ADD_ONS["volcano"])),
-    "volcano-queue": ("Volcano queue default", "is volcano-scheduler running in "
-                      "volcano-system?", lambda s: s.objects.pop(VOLCANO_DEFAULT)),
-    "volcano-queue-closed": ("Volcano queue default", "vcctl queue operate --name default "
-                             "--action open", _status_of(VOLCANO_DEFAULT, {"state": "Closed"})),
-    # kubeflow/manifests' training operator: `/manager`, no flag (schedulingPolicy ignored).
-    "operator-flag": ("training operator gang scheduling", "--gang-scheduler-name=volcano",
-                      lambda s: s.objects[OPERATOR]["spec"]["template"]["spec"][
-                          "containers"][0].update(command=["/manager"])),
-    "operator-flag-none": ("training operator gang scheduling",
-                           "--gang-scheduler-name=volcano", lambda s: s.objects[OPERATOR][
-                               "spec"]["template"]["spec"]["containers"][0].update(
-                               command=["/manager", "--gang-scheduler-name=None"])),
-    "operator-flag-other": ("training operator gang scheduling", "set gang to "
-                            "scheduler-plugins", lambda s: s.objects[OPERATOR]["spec"][
-                                "template"]["spec"]["containers"][0].update(
-                                command=["/manager", "--gang-scheduler-name=scheduler-plugins"])),
 }
 
 
@@ -198,70 +165,12 @@ def test_an_older_kueue_serving_only_v1beta1_is_asked_at_v1beta1(cluster, capsys
                for _, path, _ in standin.calls)
 
 
-@pytest.mark.parametrize("flags", [["--gang-scheduler-name=scheduler-plugins"],
-                                   ["--gang-scheduler-name", "scheduler-plugins-scheduler"],
-                                   ["-gang-scheduler-name=scheduler-plugins"]])
-def test_scheduler_plugins_needs_its_podgroup_api_and_the_operator_flag(cluster, capsys, flags):
-    """Any --gang-scheduler-name but volcano (and None) makes the operator create
-    scheduler-plugins' PodGroups (kubeflow/trainer v1.9.2 cmd/training-operator.v1/main.go
-    lines 191-202); Go's flag package reads ``-name=value``, ``--name=value`` and ``--name
-    value`` alike."""
-    standin, kfp = cluster
-    standin.put(training_operator(*flags))
-    scheduling = '{"gang": "scheduler-plugins", "gang_timeout_seconds": 120}'
-    assert preflight(standin, kfp, "--scheduling", scheduling) == 1
-    rows = _scheduling_rows(capsys.readouterr().out)
-    assert rows["scheduler-plugins PodGroup"].startswith("MISSING")
-    assert "podgroups.scheduling.x-k8s.io/v1alpha1 is not served" in rows[
-        "scheduler-plugins PodGroup"]
-    assert "as-a-second-scheduler" in rows["scheduler-plugins PodGroup"]
-    assert rows["training operator gang scheduling"].startswith("ok")
-    standin.install("scheduler-plugins")
-    assert preflight(standin, kfp, "--scheduling", scheduling) == 0
-    rows = _scheduling_rows(capsys.readouterr().out)
-    assert "podgroups.scheduling.x-k8s.io, served at v1alpha1" in rows[
-        "scheduler-plugins PodGroup"]
-    assert not any(name.startswith("Volcano") for name in rows)
-
-
-def test_volcano_default_queue_follows_the_namespace_annotation(cluster, capsys):
-    """Volcano's PodGroup webhook replaces the queue ``default`` with the namespace's
-    scheduling.volcano.sh/queue-name (volcano v1.15.1 pkg/webhooks/admission/podgroups/mutate/
-    mutate_podgroup.go lines 104-122), so that is the queue that must be Open."""
-    standin, kfp = cluster
-    scheduling_cluster(standin)
-    standin.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {
-        "name": NS, "annotations": {"scheduling.volcano.sh/queue-name": "team-a"}}})
-    assert preflight(standin, kfp, "--scheduling", '{"gang": "volcano"}') == 1
-    rows = _scheduling_rows(capsys.readouterr().out)
-    row = rows["Volcano queue team-a"]
-    assert row.startswith("MISSING")
-    assert "namespace kubeflow's scheduling.volcano.sh/queue-name" in row
-    standin.put({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
-                 "metadata": {"name": "team-a"}, "spec": {"weight": 1}})
-    _set_status(standin, ("Queue", "", "team-a"), {"state": "Open"})
-    assert preflight(standin, kfp, "--scheduling", '{"gang": "volcano"}') == 0
-    # gang_queue, when given, is the queue (the operator sets it: job.go lines 281-299).
-    assert preflight(standin, kfp, "--scheduling",
-                     '{"gang": "volcano", "gang_queue": "research"}') == 1
-    assert _scheduling_rows(capsys.readouterr().out)["Volcano queue research"].startswith(
-        "MISSING")
-
-
 @pytest.mark.parametrize(("fault", "check", "said"), [
     # The user may not create TFJobs, or Kueue's webhook is down (failurePolicy Fail).
     (("POST", "/tfjobs", 403), "Kueue manages TFJobs",
      "could not check: the server-side dry run of the run's TFJob (labelled "
      "kueue.x-k8s.io/queue-name=fmnist) in kubeflow was refused (HTTP 403"),
     (("POST", "/tfjobs", 500), "Kueue manages TFJobs", "was refused (HTTP 500"),
-    (("GET", "/deployments/training-operator", 403), "training operator gang scheduling",
-     "could not check: cannot read deployment kubeflow/training-operator (HTTP 403 Forbidden); "
-     "the operator ignores runPolicy.schedulingPolicy unless it runs with "
-     "--gang-scheduler-name"),
-    (("GET", "/priorityclasses/fmnist-high", 403), "PriorityClass fmnist-high",
-     "cannot read it (HTTP 403 Forbidden)"),
-    (("GET", "/queues/default", 403), "Volcano queue default",
-     "cannot read it (HTTP 403 Forbidden)"),
 ])
 def test_what_cannot_be_checked_is_a_note_not_a_miss(cluster, capsys, fault, check, said):
     from tests.standins.apiserver import Fault
@@ -273,16 +182,6 @@ def test_what_cannot_be_checked_is_a_note_not_a_miss(cluster, capsys, fault, che
     assert preflight(standin, kfp, "--scheduling", SCHEDULING) == 0
     row = _scheduling_rows(capsys.readouterr().out)[check]
     assert row.startswith("note") and said in row.partition("\n")[0], row
-
-
-def test_an_unreadable_training_operator_is_a_note_with_the_flag_to_set(cluster, capsys):
-    standin, kfp = cluster
-    scheduling_cluster(standin)
-    standin.objects.pop(OPERATOR)  # installed elsewhere, or not at all
-    assert preflight(standin, kfp, "--scheduling", SCHEDULING) == 0
-    row = _scheduling_rows(capsys.readouterr().out)["training operator gang scheduling"]
-    assert row.startswith("note") and "(not found)" in row
-    assert "--gang-scheduler-name=volcano" in row
 
 
 @pytest.mark.parametrize(("given", "error"), [
@@ -365,3 +264,139 @@ def test_the_standins_dry_run_admits_and_stores_nothing():
             api.create_namespaced_custom_object("kubeflow.org", "v1", NS, "tfjobs",
                                                 _run_tfjob("r"), dry_run="Yes")
         assert invalid.value.status == 422
+
+
+# -- on the real API server: the PriorityClass and gang scheduling, no queue ---------------------
+
+GANG = '{"priority_class": "fmnist-high", "gang": "volcano"}'
+GANG_ROWS = ["PriorityClass fmnist-high", "Volcano PodGroup", "Volcano queue default",
+             "training operator gang scheduling"]
+
+
+def test_a_cluster_set_up_for_priority_and_gang_scheduling_passes(kubeflow_and_volcano, capsys):
+    cluster, kfp = kubeflow_and_volcano
+    assert preflight(cluster, kfp, "--scheduling", GANG) == 0, capsys.readouterr().out
+    rows = _scheduling_rows(capsys.readouterr().out)
+    assert sorted(rows) == sorted(GANG_ROWS)
+    assert all(row.startswith("ok") for row in rows.values()), rows
+    assert "value 1000, preemptionPolicy Never" in rows["PriorityClass fmnist-high"]
+    assert "--gang-scheduler-name=volcano" in rows["training operator gang scheduling"]
+
+
+GANG_PIECES = {
+    "priority-class": ("PriorityClass fmnist-high", "kubectl apply -k manifests/scheduling",
+                       lambda c: c.delete("scheduling.k8s.io/v1", "PriorityClass",
+                                          "fmnist-high")),
+    "volcano": ("Volcano PodGroup", "volcano/v1.15.1/installer/volcano-development.yaml",
+                lambda c: [c.uninstall_crd(name) for name in (
+                    "podgroups.scheduling.volcano.sh", "queues.scheduling.volcano.sh")]),
+    "volcano-queue": ("Volcano queue default", "is volcano-scheduler running in "
+                      "volcano-system?", lambda c: c.delete(
+                          "scheduling.volcano.sh/v1beta1", "Queue", "default")),
+    "volcano-queue-closed": ("Volcano queue default", "vcctl queue operate --name default "
+                             "--action open", lambda c: c.write_status(
+                                 volcano_queue("default")[0], {"state": "Closed"})),
+    # kubeflow/manifests' training operator: `/manager`, no flag (schedulingPolicy ignored).
+    "operator-flag": ("training operator gang scheduling", "--gang-scheduler-name=volcano",
+                      lambda c: c.put(training_operator())),
+    "operator-flag-none": ("training operator gang scheduling",
+                           "--gang-scheduler-name=volcano",
+                           lambda c: c.put(training_operator("--gang-scheduler-name=None"))),
+    "operator-flag-other": ("training operator gang scheduling", "set gang to "
+                            "scheduler-plugins", lambda c: c.put(training_operator(
+                                "--gang-scheduler-name=scheduler-plugins"))),
+}
+
+
+@pytest.mark.parametrize("piece", list(GANG_PIECES))
+def test_each_missing_gang_or_priority_piece_is_named_with_its_fix(kubeflow_and_volcano, capsys,
+                                                                   piece):
+    cluster, kfp = kubeflow_and_volcano
+    name, fix, take_away = GANG_PIECES[piece]
+    take_away(cluster)
+    assert preflight(cluster, kfp, "--scheduling", GANG) == 1
+    output = capsys.readouterr().out
+    (missing,) = missing_lines(output)
+    row = _scheduling_rows(output)[name]
+    assert row.startswith(missing), output
+    _, _, fix_line = row.partition("\n")
+    assert "fix: " in fix_line and fix in fix_line, row
+
+
+@pytest.mark.parametrize(("denied", "check", "said"), [
+    (("apps", "deployments"), "training operator gang scheduling",
+     "could not check: cannot read deployment kubeflow/training-operator (HTTP 403 Forbidden); "
+     "the operator ignores runPolicy.schedulingPolicy unless it runs with "
+     "--gang-scheduler-name"),
+    (("scheduling.k8s.io", "priorityclasses"), "PriorityClass fmnist-high",
+     "cannot read it (HTTP 403 Forbidden)"),
+    (("scheduling.volcano.sh", "queues"), "Volcano queue default",
+     "cannot read it (HTTP 403 Forbidden)"),
+])
+def test_what_rbac_hides_is_a_note_not_a_miss(kubeflow_and_volcano, capsys, denied, check,
+                                              said):
+    """Run by a user the real authorizer refuses that one read."""
+    cluster, kfp = kubeflow_and_volcano
+    cluster.run_as_one_who_may_not(denied)
+    assert preflight(cluster, kfp, "--scheduling", GANG) == 0, capsys.readouterr().out
+    row = _scheduling_rows(capsys.readouterr().out)[check]
+    assert row.startswith("note") and said in row.partition("\n")[0], row
+
+
+def test_an_unreadable_training_operator_is_a_note_with_the_flag_to_set(kubeflow_and_volcano,
+                                                                        capsys):
+    cluster, kfp = kubeflow_and_volcano
+    cluster.delete("apps/v1", "Deployment", "training-operator", NS)  # installed elsewhere
+    assert preflight(cluster, kfp, "--scheduling", GANG) == 0
+    row = _scheduling_rows(capsys.readouterr().out)["training operator gang scheduling"]
+    assert row.startswith("note") and "(not found)" in row
+    assert "--gang-scheduler-name=volcano" in row
+
+
+def test_volcano_default_queue_follows_the_namespace_annotation(kubeflow_and_volcano, capsys):
+    """Volcano's PodGroup webhook replaces the queue ``default`` with the namespace's
+    scheduling.volcano.sh/queue-name (volcano v1.15.1 pkg/webhooks/admission/podgroups/mutate/
+    mutate_podgroup.go lines 104-122), so that is the queue that must be Open."""
+    cluster, kfp = kubeflow_and_volcano
+    cluster.edit("v1", "Namespace", NS, "", lambda namespace: namespace["metadata"].setdefault(
+        "annotations", {}).update({"scheduling.volcano.sh/queue-name": "team-a"}))
+    assert preflight(cluster, kfp, "--scheduling", '{"gang": "volcano"}') == 1
+    rows = _scheduling_rows(capsys.readouterr().out)
+    row = rows["Volcano queue team-a"]
+    assert row.startswith("MISSING")
+    assert "namespace kubeflow's scheduling.volcano.sh/queue-name" in row
+    queue, status = volcano_queue("team-a")
+    cluster.put(queue)
+    cluster.write_status(queue, status)
+    assert preflight(cluster, kfp, "--scheduling", '{"gang": "volcano"}') == 0
+    # gang_queue, when given, is the queue (the operator sets it: job.go lines 281-299).
+    assert preflight(cluster, kfp, "--scheduling",
+                     '{"gang": "volcano", "gang_queue": "research"}') == 1
+    assert _scheduling_rows(capsys.readouterr().out)["Volcano queue research"].startswith(
+        "MISSING")
+
+
+@pytest.mark.parametrize("flags", [["--gang-scheduler-name=scheduler-plugins"],
+                                   ["--gang-scheduler-name", "scheduler-plugins-scheduler"],
+                                   ["-gang-scheduler-name=scheduler-plugins"]])
+def test_scheduler_plugins_needs_its_podgroup_api_and_the_operator_flag(kubeflow, capsys, flags):
+    """Any --gang-scheduler-name but volcano (and None) makes the operator create
+    scheduler-plugins' PodGroups (kubeflow/trainer v1.9.2 cmd/training-operator.v1/main.go
+    lines 191-202); Go's flag package reads ``-name=value``, ``--name=value`` and ``--name
+    value`` alike."""
+    cluster, kfp = kubeflow
+    cluster.put(training_operator(*flags))
+    scheduling = '{"gang": "scheduler-plugins", "gang_timeout_seconds": 120}'
+    assert preflight(cluster, kfp, "--scheduling", scheduling) == 1
+    rows = _scheduling_rows(capsys.readouterr().out)
+    assert rows["scheduler-plugins PodGroup"].startswith("MISSING")
+    assert "podgroups.scheduling.x-k8s.io/v1alpha1 is not served" in rows[
+        "scheduler-plugins PodGroup"]
+    assert "as-a-second-scheduler" in rows["scheduler-plugins PodGroup"]
+    assert rows["training operator gang scheduling"].startswith("ok")
+    cluster.install("podgroups.scheduling.x-k8s.io")
+    assert preflight(cluster, kfp, "--scheduling", scheduling) == 0
+    rows = _scheduling_rows(capsys.readouterr().out)
+    assert "podgroups.scheduling.x-k8s.io, served at v1alpha1" in rows[
+        "scheduler-plugins PodGroup"]
+    assert not any(name.startswith("Volcano") for name in rows)
