@@ -156,15 +156,35 @@ class JobImages(Settings):
     WHAT = "job images"
 
     image: str = setting(
-        "", help="The image of the pods this step creates on Kubernetes: TFJob replicas and "
-                 "Katib trials without GPUs, the batch-prediction Job, the ServingRuntime's "
-                 "predictor (unless `serving.image` names another); default: the image this "
-                 "component was compiled with.",
+        "", help="The image of the pods this step creates on Kubernetes; default: the image "
+                 "this component was compiled with.",
+        help_for={
+            "train": "The image of the training job's pods that request no GPU (a TFJob's "
+                     "replicas or a TrainJob's nodes); default: the image this component was "
+                     "compiled with.",
+            "tune": "The image of the Katib trials' pods that request no GPU (each trial a "
+                    "TFJob or a TrainJob); default: the image this component was compiled "
+                    "with.",
+            "batch_predict": "The image of the batch-prediction Job's pods; default: the image "
+                             "this component was compiled with.",
+            "deploy": "The image of our ServingRuntime's predictor (unless `serving.image` "
+                      "names another); default: the image this component was compiled with.",
+            "promote": "The image of our ServingRuntime's predictor (unless `serving.image` "
+                       "names another); default: the image this component was compiled with.",
+        },
         rules=[image_rule])
     gpu_image: str = setting(
-        "", help="The image of the TFJob replicas and Katib trials that request GPUs "
+        "", help="The image of the pods this step creates that request GPUs "
                  "(`gpus_per_worker` > 0): the same code with TensorFlow's CUDA libraries; "
                  "default: the GPU image this component was compiled with.",
+        help_for={
+            "train": "The image of the training job's pods that request GPUs "
+                     "(`gpus_per_worker` > 0): the same code with TensorFlow's CUDA libraries; "
+                     "default: the GPU image this component was compiled with.",
+            "tune": "The image of the Katib trials' pods that request GPUs "
+                    "(`gpus_per_worker` > 0): the same code with TensorFlow's CUDA libraries; "
+                    "default: the GPU image this component was compiled with.",
+        },
         rules=[image_rule])
 
     @classmethod

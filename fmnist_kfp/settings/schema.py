@@ -33,16 +33,26 @@ S = TypeVar("S", bound="Settings")
 
 @dataclass(frozen=True)
 class Setting:
-    """What a field declared with :func:`setting` carries besides its name, type and default."""
+    """What a field declared with :func:`setting` carries besides its name, type and default;
+    ``help_for``: (component folder, help) pairs, where components that take the setting do
+    different things with it."""
 
     help: str
     rules: tuple[Rule, ...] = ()
+    help_for: tuple[tuple[str, str], ...] = ()
+
+    def help_in(self, component: str) -> str:
+        """The help of the setting as the component in folder ``component`` takes it."""
+        return dict(self.help_for).get(component, self.help)
 
 
 def setting(default: Any = MISSING, *, help: str, factory: Callable[[], Any] | Any = MISSING,
-            rules: Iterable[Rule] = ()) -> Any:
-    """Declares one setting: ``name: type = setting(default, help=..., rules=[...])``."""
-    metadata = {_KEY: Setting(help=" ".join(help.split()), rules=tuple(rules))}
+            rules: Iterable[Rule] = (), help_for: dict[str, str] | None = None) -> Any:
+    """Declares one setting: ``name: type = setting(default, help=..., rules=[...])``;
+    ``help_for``: the help in the components (by folder) that use it differently."""
+    metadata = {_KEY: Setting(help=" ".join(help.split()), rules=tuple(rules),
+                              help_for=tuple((component, " ".join(text.split()))
+                                             for component, text in (help_for or {}).items()))}
     if factory is not MISSING:
         return dataclasses.field(default_factory=factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)

@@ -37,9 +37,8 @@ def batch_predict(
             pvc_name, mount_path, cpu, memory, ps_cpu, ps_memory, gpu_node_selector,
             gpu_tolerations, object_store_secret, service_account, restart_policy,
             active_deadline_seconds, ttl_seconds_after_finished, clean_pod_policy, scheduling.
-        image: The image of the pods this step creates on Kubernetes: TFJob replicas and Katib
-            trials without GPUs, the batch-prediction Job, the ServingRuntime's predictor (unless
-            `serving.image` names another); default: the image this component was compiled with.
+        image: The image of the batch-prediction Job's pods; default: the image this component was
+            compiled with.
         predictions: JSON Lines files (id, class, class_name, probabilities, and label when
             known; error rows for unreadable inputs) and ``summary.json``; metadata holds the
             counts, the accuracy when labels exist, images/s and lineage.

@@ -41,9 +41,8 @@ def deploy_model(
             cpu, memory, min_replicas, max_replicas, scale_metric, scale_target, deployment_mode,
             canary_traffic_percent, service_account, max_batch_size, max_batch_latency_ms,
             uncertain_margin, ready_timeout_seconds (batching also applies locally).
-        image: The image of the pods this step creates on Kubernetes: TFJob replicas and Katib
-            trials without GPUs, the batch-prediction Job, the ServingRuntime's predictor (unless
-            `serving.image` names another); default: the image this component was compiled with.
+        image: The image of our ServingRuntime's predictor (unless `serving.image` names another);
+            default: the image this component was compiled with.
         deployment: The decision record (action, URL, blessing, verification).
         blessing: Both test accuracies and whether the model was blessed.
 

@@ -67,12 +67,11 @@ def train_model(
             recreated by the training operator on Kubernetes; one more fails the job.
         profile_steps: Training steps profiled into the job's TensorBoard logs, from the second step
             on (0: none; scalars and the graph are always logged).
-        image: The image of the pods this step creates on Kubernetes: TFJob replicas and Katib
-            trials without GPUs, the batch-prediction Job, the ServingRuntime's predictor (unless
-            `serving.image` names another); default: the image this component was compiled with.
-        gpu_image: The image of the TFJob replicas and Katib trials that request GPUs
-            (`gpus_per_worker` > 0): the same code with TensorFlow's CUDA libraries; default: the
-            GPU image this component was compiled with.
+        image: The image of the training job's pods that request no GPU (a TFJob's replicas or a
+            TrainJob's nodes); default: the image this component was compiled with.
+        gpu_image: The image of the training job's pods that request GPUs (`gpus_per_worker` > 0):
+            the same code with TensorFlow's CUDA libraries; default: the GPU image this component
+            was compiled with.
         model: SavedModel under ``1/`` with the training history and TensorBoard logs
             (``tensorboard/``); metadata holds the model type, hyperparameters, parameter
             count, epochs, train time, final metrics and lineage.

@@ -65,12 +65,11 @@ def tune_hyperparameters(
         num_ps: Parameter-server replicas of a `parameter_server` job (processes locally, `PS` pods
             on Kubernetes); unused by `multi_worker_mirrored`.
         gpus_per_worker: GPUs per worker (`nvidia.com/gpu`); NCCL all-reduce when more than 0.
-        image: The image of the pods this step creates on Kubernetes: TFJob replicas and Katib
-            trials without GPUs, the batch-prediction Job, the ServingRuntime's predictor (unless
-            `serving.image` names another); default: the image this component was compiled with.
-        gpu_image: The image of the TFJob replicas and Katib trials that request GPUs
-            (`gpus_per_worker` > 0): the same code with TensorFlow's CUDA libraries; default: the
-            GPU image this component was compiled with.
+        image: The image of the Katib trials' pods that request no GPU (each trial a TFJob or a
+            TrainJob); default: the image this component was compiled with.
+        gpu_image: The image of the Katib trials' pods that request GPUs (`gpus_per_worker` > 0):
+            the same code with TensorFlow's CUDA libraries; default: the GPU image this component
+            was compiled with.
         search: Every trial (parameters, objective, status, epochs) and the best, as JSON.
         metrics: Best validation accuracy, trial counts and total epochs.
         report: A table of every trial and a plot of the objective against the trial.

@@ -43,7 +43,7 @@ def signature_problems(func, folder: str = "") -> list[str]:
         if parameters[name].default != values[name]:
             problems.append(f"{name} defaults to {parameters[name].default!r}, "
                             f"its setting to {values[name]!r}")
-        if described.get(name) != " ".join(specs[name].setting.help.split()):
+        if described.get(name) != " ".join(specs[name].setting.help_in(folder).split()):
             problems.append(f"{name}'s docstring is not its setting's help")
     for (where, name), default in OTHER_DEFAULTS.items():
         if where == folder and parameters[name].default != default:
@@ -58,7 +58,7 @@ def test_inputs_named_for_settings_take_their_default_and_help(folder):
     # The spec KFP compiles says the same, on one line: the Kubeflow UI and the README show it.
     spec, specs = COMPONENTS[folder].component_spec, setting_specs()
     for name in _settings_of(func):
-        assert spec.inputs[name].description == specs[name].setting.help, name
+        assert spec.inputs[name].description == specs[name].setting.help_in(folder), name
         assert spec.inputs[name].default == setting_defaults()[name], name
 
 
