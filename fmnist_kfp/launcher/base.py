@@ -1,15 +1,22 @@
 """The training backends' seam: a launcher runs a :class:`TrainingJobSpec` to completion.
 
 ``local`` (:mod:`fmnist_kfp.launcher.local_processes`) starts the replicas as processes on this
-machine; ``kubernetes`` (:mod:`fmnist_kfp.launcher.tfjob_launcher`) runs them as a TFJob. The step
+machine; ``kubernetes`` runs them as a TFJob of the Training Operator v1
+(:mod:`fmnist_kfp.launcher.tfjob_launcher`) or a TrainJob of Kubeflow Trainer v2
+(:mod:`fmnist_kfp.launcher.trainjob_launcher`), both through :class:`ClusterLauncher`. The step
 checks the name with :func:`fmnist_kfp.backends.require_backend` and picks one with a plain
 ``if``.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Protocol
 
+from fmnist_kfp.errors import TrainingJobError
+from fmnist_kfp.kubernetes.runner import RemoteJob, RemoteJobError, RemoteJobRunner
+from fmnist_kfp.settings.jobs import KubernetesSettings
+from fmnist_kfp.training.trainer import read_result
 from fmnist_kfp.training.training_job import TrainingJobResult, TrainingJobSpec
 
 
@@ -17,3 +24,40 @@ class TrainingLauncher(Protocol):
     def run(self, spec: TrainingJobSpec) -> TrainingJobResult:
         """Runs the job to completion; raises ``TrainingJobError`` if it fails."""
         ...
+
+
+class ClusterLauncher:
+    """What the two cluster launchers share: their ``settings`` validated once, where they
+    print (``out``), the one :class:`RemoteJobRunner` that creates, watches and cleans up
+    their job (``clock`` and ``sleep`` go to it: tests wait without waiting), and the bound on
+    each API call (``request_timeout_seconds``)."""
+
+    def __init__(self, settings: KubernetesSettings, *, poll_seconds: float,
+                 timeout_seconds: float, out, request_timeout_seconds: float, clock=None,
+                 sleep=None):
+        self.settings = settings.validate()
+        self.out = out or sys.stdout
+        injected = {k: v for k, v in (("clock", clock), ("sleep", sleep)) if v is not None}
+        self.runner = RemoteJobRunner.for_job(self.settings, timeout_seconds=timeout_seconds,
+                                              poll_seconds=poll_seconds, log=self._say,
+                                              **injected)
+        self.request_timeout_seconds = request_timeout_seconds
+
+    @property
+    def namespace(self) -> str:
+        return self.settings.target_namespace
+
+    def _say(self, message: str) -> None:
+        print(message, file=self.out, flush=True)
+
+    def _run(self, job: RemoteJob, spec: TrainingJobSpec, started: float, restarts
+             ) -> TrainingJobResult:
+        """Runs ``job`` (started at ``started`` on the runner's clock) to its end: the result
+        the chief left in the work dir (on shared storage: a PVC mount or a bucket), or a
+        ``TrainingJobError``. ``restarts``: how many restarts the job's watch counted."""
+        try:
+            self.runner.run(job)
+        except RemoteJobError as error:
+            raise TrainingJobError(str(error)) from error
+        return TrainingJobResult(read_result(spec.work_dir),
+                                 round(self.runner.clock() - started, 2), restarts())

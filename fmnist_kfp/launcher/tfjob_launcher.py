@@ -43,18 +43,14 @@ upstream: docs/upstream.md#training-operator
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from fmnist_kfp.errors import TrainingJobError
 from fmnist_kfp.kubernetes.pods import why_not_running
 from fmnist_kfp.kubernetes.runner import (
     FAILED,
     JobStatus,
     RemoteJob,
-    RemoteJobError,
-    RemoteJobRunner,
 )
 from fmnist_kfp.kubernetes.tfjob import (
     CONTAINER_NAME,
@@ -65,8 +61,8 @@ from fmnist_kfp.kubernetes.tfjob import (
     build_tfjob,
 )
 from fmnist_kfp.kubernetes.workload import queued_status
+from fmnist_kfp.launcher.base import ClusterLauncher
 from fmnist_kfp.settings.jobs import KubernetesSettings
-from fmnist_kfp.training.trainer import read_result
 from fmnist_kfp.training.training_job import TrainingJobResult, TrainingJobSpec
 
 TFJOB_KIND = "TFJob"
@@ -180,7 +176,7 @@ class RestartCount:
         return max(len(self.transitions), from_pods)
 
 
-class TFJobLauncher:
+class TFJobLauncher(ClusterLauncher):
     """Runs a training job as a TFJob; see the module docstring. ``settings``: the pods'
     (:func:`fmnist_kfp.settings.jobs.cluster_settings`, with the step's image inputs). ``clock``
     and ``sleep`` go to the :class:`RemoteJobRunner` (tests wait without waiting);
@@ -197,18 +193,10 @@ class TFJobLauncher:
         clock=None,
         sleep=None,
     ):
-        self.settings = settings.validate()
+        super().__init__(settings, poll_seconds=poll_seconds, timeout_seconds=timeout_seconds,
+                         out=out, request_timeout_seconds=request_timeout_seconds,
+                         clock=clock, sleep=sleep)
         self._client = training_client
-        self.out = out or sys.stdout
-        injected = {k: v for k, v in (("clock", clock), ("sleep", sleep)) if v is not None}
-        self.runner = RemoteJobRunner.for_job(self.settings, timeout_seconds=timeout_seconds,
-                                              poll_seconds=poll_seconds, log=self._say,
-                                              **injected)
-        self.request_timeout_seconds = request_timeout_seconds
-
-    @property
-    def namespace(self) -> str:
-        return self.settings.target_namespace
 
     @property
     def client(self):
@@ -217,9 +205,6 @@ class TFJobLauncher:
 
             self._client = TrainingClient(namespace=self.namespace, job_kind=TFJOB_KIND)
         return self._client
-
-    def _say(self, message: str) -> None:
-        print(message, file=self.out, flush=True)
 
     def run(self, spec: TrainingJobSpec) -> TrainingJobResult:
         tfjob = build_tfjob(spec, self.settings)  # validates before anything is created
@@ -231,13 +216,7 @@ class TFJobLauncher:
             read=watch.read, status=watch.status, cleanup=watch.cleanup,
             describe_created=f"{spec.replicas} replicas, at most {spec.max_restarts} restarts",
         )
-        try:
-            self.runner.run(job)
-        except RemoteJobError as error:
-            raise TrainingJobError(str(error)) from error
-        # The work dir is on shared storage: a PVC mount or a bucket.
-        return TrainingJobResult(read_result(spec.work_dir),
-                                 round(self.runner.clock() - started, 2), watch.restarts)
+        return self._run(job, spec, started, lambda: watch.restarts)
 
 
 class _Watch:

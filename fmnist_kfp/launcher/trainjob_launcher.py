@@ -37,16 +37,11 @@ What is particular to TrainJobs (kubeflow/trainer v2.1.0; v2.2.0 the same unless
 
 from __future__ import annotations
 
-import sys
-
-from fmnist_kfp.errors import TrainingJobError
 from fmnist_kfp.kubernetes.pods import why_not_running
 from fmnist_kfp.kubernetes.runner import (
     FAILED,
     JobStatus,
     RemoteJob,
-    RemoteJobError,
-    RemoteJobRunner,
 )
 from fmnist_kfp.kubernetes.trainjob import (
     CONTAINER_NAME,
@@ -61,8 +56,8 @@ from fmnist_kfp.kubernetes.trainjob import (
     build_trainjob,
 )
 from fmnist_kfp.kubernetes.workload import queued_status
+from fmnist_kfp.launcher.base import ClusterLauncher
 from fmnist_kfp.settings.jobs import KubernetesSettings
-from fmnist_kfp.training.trainer import read_result
 from fmnist_kfp.training.training_job import TrainingJobResult, TrainingJobSpec
 
 # Kubernetes' Indexed Job puts the completion index on each pod as an annotation (always) and a
@@ -95,7 +90,7 @@ def completion_index(pod) -> int | None:
     return None
 
 
-class TrainJobLauncher:
+class TrainJobLauncher(ClusterLauncher):
     """Runs a training job as a TrainJob; see the module docstring. ``settings``: the pods'
     (:func:`fmnist_kfp.settings.jobs.cluster_settings`); ``shape``: the pod settings' shape the
     cluster serves (:func:`fmnist_kfp.kubernetes.training_operators.trainjob_api`);
@@ -115,20 +110,12 @@ class TrainJobLauncher:
         clock=None,
         sleep=None,
     ):
-        self.settings = settings.validate()
+        # (Trainer 2.1 has no deadline of its own: the runner's is it.)
+        super().__init__(settings, poll_seconds=poll_seconds, timeout_seconds=timeout_seconds,
+                         out=out, request_timeout_seconds=request_timeout_seconds,
+                         clock=clock, sleep=sleep)
         self._api_client = api_client
         self.shape = shape
-        self.out = out or sys.stdout
-        # (Trainer 2.1 has no deadline of its own: the runner's is it.)
-        injected = {k: v for k, v in (("clock", clock), ("sleep", sleep)) if v is not None}
-        self.runner = RemoteJobRunner.for_job(self.settings, timeout_seconds=timeout_seconds,
-                                              poll_seconds=poll_seconds, log=self._say,
-                                              **injected)
-        self.request_timeout_seconds = request_timeout_seconds
-
-    @property
-    def namespace(self) -> str:
-        return self.settings.target_namespace
 
     @property
     def api_client(self):
@@ -150,9 +137,6 @@ class TrainJobLauncher:
 
         return client.CoreV1Api(self.api_client)
 
-    def _say(self, message: str) -> None:
-        print(message, file=self.out, flush=True)
-
     def run(self, spec: TrainingJobSpec) -> TrainingJobResult:
         manifest = build_trainjob(spec, self.settings, self.shape)  # refuses before creating
         started = self.runner.clock()
@@ -166,12 +150,7 @@ class TrainJobLauncher:
             describe_created=f"{spec.num_workers} node(s) on runtime "
                              f"{manifest['spec']['runtimeRef']['name']}, at most "
                              f"{spec.max_restarts} restarts")
-        try:
-            self.runner.run(job)
-        except RemoteJobError as error:
-            raise TrainingJobError(str(error)) from error
-        return TrainingJobResult(read_result(spec.work_dir),
-                                 round(self.runner.clock() - started, 2), watch.restarts)
+        return self._run(job, spec, started, lambda: watch.restarts)
 
 
 class _Watch:
