@@ -79,16 +79,22 @@ def missing_lines(output: str) -> list[str]:
     return [line for line in output.splitlines() if line.startswith("MISSING")]
 
 
-def _drop_permission(standin, verb, group, resource):
-    role = standin.objects[("Role", NS, "fmnist-pipeline-runner")]
-    rules = []
-    for rule in role["rules"]:
+def rules_without(rules: list[dict], verb: str, group: str, resource: str) -> list[dict]:
+    """``rules`` one resource a rule, without ``verb`` on ``resource`` of ``group`` (a rule left
+    with no verb dropped: the API server refuses one)."""
+    split = []
+    for rule in rules:
         for name in rule["resources"]:
             single = {**rule, "resources": [name]}
             if group in rule["apiGroups"] and name == resource:
                 single["verbs"] = [v for v in rule["verbs"] if v != verb]
-            rules.append(single)
-    role["rules"] = rules
+            split.append(single)
+    return [rule for rule in split if rule["verbs"]]
+
+
+def _drop_permission(standin, verb, group, resource):
+    role = standin.objects[("Role", NS, "fmnist-pipeline-runner")]
+    role["rules"] = rules_without(role["rules"], verb, group, resource)
 
 
 def _rows(output: str, check: str) -> list[str]:

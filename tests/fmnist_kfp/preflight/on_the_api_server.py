@@ -23,30 +23,23 @@ from typing import Any
 
 import yaml
 
-from tests.fmnist_kfp.preflight.cluster import KATIB_CONFIG, NS, katib_controller_pod
+from tests.cluster import SHARED_CRDS
+from tests.fmnist_kfp.preflight.cluster import (
+    KATIB_CONFIG,
+    NS,
+    katib_controller_pod,
+    rules_without,
+)
 from tests.setup_manifests import build
 
 # The CRDs of a Kubeflow 1.11 install that preflight reads (../shared/crds), and Istio's
 # AuthorizationPolicy (manifests/serving-access applies one), from istio.io/api at the version
 # KServe v0.16.0's go.mod pins (v1.27.1: kubernetes/customresourcedefinitions.gen.yaml).
-KUBEFLOW_CRDS = (
-    "tfjob.kubeflow.org_v1.yaml",
-    "experiment.kubeflow.org_v1beta1.yaml",
-    "trial.kubeflow.org_v1beta1.yaml",
-    "suggestion.kubeflow.org_v1beta1.yaml",
-    "inferenceservice.serving.kserve.io_v1beta1.yaml",
-    "servingruntime.serving.kserve.io_v1alpha1.yaml",
-    "clusterservingruntime.serving.kserve.io_v1alpha1.yaml",
-)
+KUBEFLOW_CRDS = tuple(name for name in SHARED_CRDS if not name.startswith("trainer-v2/"))
 ISTIO_CRD = "authorizationpolicies.security.istio.io"
 # Kubeflow Trainer v2.1.0 and its JobSet v0.10.1 (Kubeflow 26.03), installed by a test
 # (:meth:`KubeflowOnTheApiServer.install_trainer`).
-TRAINER_CRDS = (
-    "trainer-v2/trainjob.trainer.kubeflow.org_v1alpha1.yaml",
-    "trainer-v2/trainingruntime.trainer.kubeflow.org_v1alpha1.yaml",
-    "trainer-v2/clustertrainingruntime.trainer.kubeflow.org_v1alpha1.yaml",
-    "trainer-v2/jobset.jobset.x-k8s.io_v1alpha2.yaml",
-)
+TRAINER_CRDS = tuple(name for name in SHARED_CRDS if name.startswith("trainer-v2/"))
 KUBEFLOW_1_11 = "Kubeflow 1.11"
 # The gang schedulers' CRDs (tests/crds), installed by a test (Kubeflow ships neither).
 GANG_CRDS = ("scheduling.volcano.sh_podgroups.yaml", "scheduling.volcano.sh_queues.yaml",
@@ -268,14 +261,7 @@ class KubeflowOnTheApiServer:
         :meth:`restore`, once the authorizer allows it again."""
 
         def without(role: dict) -> None:
-            rules = []
-            for rule in role["rules"]:
-                for name in rule["resources"]:
-                    single = {**rule, "resources": [name]}
-                    if group in rule["apiGroups"] and name == resource:
-                        single["verbs"] = [v for v in rule["verbs"] if v != verb]
-                    rules.append(single)
-            role["rules"] = [rule for rule in rules if rule["verbs"]]
+            role["rules"] = rules_without(role["rules"], verb, group, resource)
 
         self.edit("rbac.authorization.k8s.io/v1", "Role", RUNNER_ROLE, NS, without)
         restore_role = self._undo.pop()

@@ -136,6 +136,15 @@ SCHEDULING_PIECES = {
 }
 
 
+def _assert_the_one_missing_row(output: str, name: str, fix: str) -> None:
+    """Row ``name`` is the one missing, and its fix says ``fix``."""
+    (missing,) = missing_lines(output)
+    row = _scheduling_rows(output)[name]
+    assert row.startswith(missing), output
+    _, _, fix_line = row.partition("\n")
+    assert "fix: " in fix_line and fix in fix_line, row
+
+
 @pytest.mark.parametrize("piece", list(SCHEDULING_PIECES))
 def test_each_missing_scheduling_piece_is_named_with_its_fix(cluster, capsys, piece):
     standin, kfp = cluster
@@ -143,12 +152,7 @@ def test_each_missing_scheduling_piece_is_named_with_its_fix(cluster, capsys, pi
     name, fix, take_away = SCHEDULING_PIECES[piece]
     take_away(standin)
     assert preflight(standin, kfp, "--scheduling", SCHEDULING) == 1
-    output = capsys.readouterr().out
-    (missing,) = missing_lines(output)
-    row = _scheduling_rows(output)[name]
-    assert row.startswith(missing), output
-    _, _, fix_line = row.partition("\n")
-    assert "fix: " in fix_line and fix in fix_line, row
+    _assert_the_one_missing_row(capsys.readouterr().out, name, fix)
 
 
 def test_an_older_kueue_serving_only_v1beta1_is_asked_at_v1beta1(cluster, capsys):
@@ -315,12 +319,7 @@ def test_each_missing_gang_or_priority_piece_is_named_with_its_fix(kubeflow_and_
     name, fix, take_away = GANG_PIECES[piece]
     take_away(cluster)
     assert preflight(cluster, kfp, "--scheduling", GANG) == 1
-    output = capsys.readouterr().out
-    (missing,) = missing_lines(output)
-    row = _scheduling_rows(output)[name]
-    assert row.startswith(missing), output
-    _, _, fix_line = row.partition("\n")
-    assert "fix: " in fix_line and fix in fix_line, row
+    _assert_the_one_missing_row(capsys.readouterr().out, name, fix)
 
 
 @pytest.mark.parametrize(("denied", "check", "said"), [
