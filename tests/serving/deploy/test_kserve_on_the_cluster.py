@@ -1,46 +1,39 @@
 """KServe for real, in Standard mode: v0.15.2 (Kubeflow 1.11, the mode spelled
 ``RawDeployment``) and v0.16.0 (Kubeflow 26.03, ``Standard``), each its controller manager and
 webhooks on a local control plane of its own (localcluster.operators.KSERVE_V0_15, _V0_16),
-serving our ServingRuntime and InferenceService as the deploy step builds them.
+serving our ServingRuntime and the InferenceService the deploy step builds, the steps run in
+pods of the compiled image.
 
-What KServe does here, and the test checks, is what it does on a cluster: its validating and
+What KServe does here, and the tests check, is what it does on a cluster: its validating and
 defaulting webhooks admit the InferenceService; its controller makes the predictor's
 Deployment (our model server, the model's claim mounted at /mnt/models by its pod mutator,
 no storage initializer: kserve v0.15.2 pkg/webhook/admission/pod/storage_initializer_injector.go
 L285, ``enableDirectPvcVolumeMount: true`` in config/configmap/inferenceservice.yaml; v0.16.0
 the same file L360-372, for every pvc:// URI), its Service (port 80 to the container's 8080) and its
 HorizontalPodAutoscaler, all owned by the InferenceService, and reports it Ready once the
-Deployment's pod passes our readiness probe. A pod then asks the model by its Service's name,
-as a pipeline step would, and gets the answers a local server of the same model gives.
+Deployment's pod passes our readiness probe. The deploy step's verification and the predict
+step then ask the model by its Service's name from their pods, as in a pipeline, and get the
+model's own answers.
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 
-import numpy as np
 import pytest
 
 from fmnist_kfp.kubernetes.inference_service import (
     ANNOTATION_MODEL_URI,
-    build_inference_service,
 )
 from fmnist_kfp.kubernetes.inference_service_status import STANDARD, DeploymentMode, mode_of
-from fmnist_kfp.kubernetes.serving_runtime import build_serving_runtime
-from fmnist_kfp.serving.deploy.client import predict_url, v1_image_request
 from fmnist_kfp.settings.platform import MOUNT_PATH
-from fmnist_kfp.settings.serving import KServeSettings
-from tests.cluster import can_run_pods, start_real_cluster, step_pod, until
+from tests.cluster import can_run_pods, start_real_cluster, step_pod
 from tests.conftest import export_untrained_model
 from tests.kfp_on_the_cluster import released_step
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not can_run_pods(), reason="the node agent needs root")]
 
-NAMESPACE = "serving"
-CLAIM = "models"
-IMAGE = "ghcr.io/fmnist-kfp/fmnist-kfp:0.1.0"  # the project's image: the node runs its code
 # Each version, and how the deploy step spells Standard mode for it (docs/cluster.md: 0.16's
 # webhook does not read RawDeployment as raw mode).
 VERSIONS = {"0.15.2": ("KSERVE_V0_15", "RawDeployment"), "0.16.0": ("KSERVE_V0_16", "Standard")}
@@ -60,37 +53,20 @@ def kserve_cluster(request, tmp_path_factory):
         plane.stop()
 
 
-def _serialise(cluster, obj) -> dict:
-    return cluster.api_client.sanitize_for_serialization(obj)
-
-
 def _condition(obj: dict, kind: str) -> str | None:
     return next((c["status"] for c in (obj.get("status") or {}).get("conditions") or []
                  if c["type"] == kind), None)
 
 
-def test_an_inference_service_is_served_by_the_real_kserve_in_standard_mode(
-        kserve_cluster, exported_model):
-    """Our ServingRuntime and InferenceService, applied as the deploy step builds them, become
-    KServe's Deployment, Service and HPA, and answer by the Service's name from a pod."""
-    cluster, mode = kserve_cluster
-    cluster.ensure_namespace(NAMESPACE)
-    root = cluster.add_claim(NAMESPACE, CLAIM)
-    shutil.copytree(exported_model, root / "models" / "fmnist")
-    settings = KServeSettings(namespace=NAMESPACE, image=IMAGE, min_replicas=1, max_replicas=2,
-                              cpu="250m", memory="1Gi")  # the node's 2 CPUs hold the next test
-    cluster.apply(_serialise(cluster, build_serving_runtime(settings)))
-    model_uri = f"pvc://{CLAIM}/models/fmnist"
-    isvc = _serialise(cluster, build_inference_service(
-        settings, storage_uri=model_uri, mode=mode,
-        annotations={ANNOTATION_MODEL_URI: model_uri}))
-    cluster.apply(isvc)
-    name = settings.name
-    path = f"{GROUP}/namespaces/{NAMESPACE}/inferenceservices/{name}"
-    served = until(lambda: (found := cluster.read_or_none(path)) is not None
-                   and _condition(found, "Ready") == "True" and found,
-                   "the InferenceService Ready", seconds=240,
-                   shown=lambda: cluster.read_or_none(path))
+def _assert_kserve_made_the_predictor(cluster, namespace: str, name: str, *, image: str,
+                                     claim: str, sub_path: str, model_uri: str,
+                                     mode: DeploymentMode) -> None:
+    """What KServe made of the deploy step's InferenceService ``name``: the mode recorded in
+    its status; the predictor's Deployment, Service and HPA owned by it; the pod template with
+    our image, KServe's filled-in args and the InferenceService's annotations; the model's
+    claim mounted by KServe's pod mutator; the Service's port 80 to the container's 8080."""
+    served = cluster.read_or_none(f"{GROUP}/namespaces/{namespace}/inferenceservices/{name}")
+    assert _condition(served, "Ready") == "True", served.get("status")
     assert served["status"]["url"].startswith("http://")
     # KServe records the mode it chose (from 0.15.1), and the rollout reads it so (an update
     # must carry the spelling the status has, or KServe's webhook refuses it).
@@ -100,7 +76,7 @@ def test_an_inference_service_is_served_by_the_real_kserve_in_standard_mode(
 
     predictor = f"{name}-predictor"
     uid = served["metadata"]["uid"]
-    made = {kind: cluster.read_or_none(f"{group}/namespaces/{NAMESPACE}/{kind}/{predictor}")
+    made = {kind: cluster.read_or_none(f"{group}/namespaces/{namespace}/{kind}/{predictor}")
             for group, kind in (("/apis/apps/v1", "deployments"), ("/api/v1", "services"),
                                 ("/apis/autoscaling/v2", "horizontalpodautoscalers"))}
     for kind, obj in made.items():
@@ -111,71 +87,33 @@ def test_an_inference_service_is_served_by_the_real_kserve_in_standard_mode(
     # restarts the served model's pods: why serve_early's claim is a ConfigMap instead
     # (docs/serving.md; serving/deploy/kserve_promotion.py).
     assert template["metadata"]["annotations"][ANNOTATION_MODEL_URI] == model_uri
-    pod_spec = template["spec"]
-    [container] = pod_spec["containers"]
-    assert container["image"] == IMAGE
+    [container] = template["spec"]["containers"]
+    assert container["image"] == image
     assert "--model_dir=/mnt/models" in container["args"]
     assert f"--model_name={name}" in container["args"]  # KServe filled in {{.Name}}
     # KServe's pod mutator (its storage-initializer injector) mounts the model's claim into
     # the predictor's pod: the Deployment's template has no volume of it.
-    pods = cluster.read_or_none(f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector="
+    pods = cluster.read_or_none(f"/api/v1/namespaces/{namespace}/pods?labelSelector="
                                 f"serving.kserve.io/inferenceservice={name}")["items"]
     [pod] = [p for p in pods if p["status"].get("phase") == "Running"]
-    [claim] = [v for v in pod["spec"]["volumes"] if "persistentVolumeClaim" in v]
-    assert claim["persistentVolumeClaim"]["claimName"] == CLAIM
+    [volume] = [v for v in pod["spec"]["volumes"] if "persistentVolumeClaim" in v]
+    assert volume["persistentVolumeClaim"]["claimName"] == claim
     [mount] = [m for m in pod["spec"]["containers"][0]["volumeMounts"]
-               if m["name"] == claim["name"]]
-    assert (mount["mountPath"], mount["subPath"]) == ("/mnt/models", "models/fmnist")
+               if m["name"] == volume["name"]]
+    assert (mount["mountPath"], mount["subPath"]) == ("/mnt/models", sub_path)
     [port] = made["services"]["spec"]["ports"]
     assert (port["port"], port["targetPort"]) == (80, 8080)
     hpa = made["horizontalpodautoscalers"]["spec"]
     assert (hpa["minReplicas"], hpa["maxReplicas"]) == (1, 2)
 
-    # A pod asks the model by its Service's name, as the predict step would.
-    rng = np.random.default_rng(3)
-    images = rng.integers(0, 256, size=(8, 28, 28), dtype=np.uint8)
-    (root / "request.json").write_text(json.dumps(v1_image_request(images)))
-    url = predict_url(f"http://{predictor}.{NAMESPACE}", name)
-    script = f"""
-import httpx, json
-request = json.load(open("/data/request.json"))
-print("answer:", json.dumps(httpx.post("{url}", json=request, timeout=60).json()))
-"""
-    cluster.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "client"},
-                    "spec": {"restartPolicy": "Never", "containers": [{
-                        "name": "main", "image": IMAGE, "command": ["python", "-c", script],
-                        "volumeMounts": [{"name": "models", "mountPath": "/data"}]}],
-                             "volumes": [{"name": "models",
-                                          "persistentVolumeClaim": {"claimName": CLAIM}}]}},
-                   namespace=NAMESPACE)
-    phase, log = cluster.pod_finished(NAMESPACE, "client", 120)
-    assert phase == "Succeeded", log
-    # Prefixed: the kubernetes client reads a log that is one JSON document as a dict.
-    answer = json.loads(log.strip().splitlines()[-1].removeprefix("answer: "))
-    expected = _local_answer(exported_model, name, images)
-    assert answer["predictions"] == expected["predictions"]
-    cluster.delete_namespace(NAMESPACE)
 
-
-def _local_answer(model_dir, name: str, images: np.ndarray) -> dict:
-    """What the same model answers, served by the local deployer's server."""
-    import httpx
-
-    from fmnist_kfp.serving.deploy.local_deployer import start_server, stop_process
-
-    server = start_server(name, str(model_dir))
-    try:
-        return httpx.post(predict_url(server.url, name), json=v1_image_request(images),
-                          timeout=60).json()
-    finally:
-        stop_process(server.pid)
-
-
-def _serving(namespace: str, mode: DeploymentMode, storage_uri: str) -> dict:
-    """The ``serving`` the steps here pass: one small replica (the node's 2 CPUs)."""
+def _serving(namespace: str, mode: DeploymentMode, storage_uri: str,
+             max_replicas: int = 1) -> dict:
+    """The ``serving`` the steps here pass: one small replica (the node's 2 CPUs; with no
+    metrics server here, an HPA of 2 never scales up)."""
     return {"namespace": namespace, "deployment_mode": mode.annotation,
             "storage_uri": storage_uri, "cpu": "250m", "memory": "1Gi", "min_replicas": 1,
-            "max_replicas": 1}
+            "max_replicas": max_replicas}
 
 
 def test_the_deploy_step_rolls_models_out_on_the_real_kserve(kserve_cluster, exported_model,
@@ -195,9 +133,10 @@ def test_the_deploy_step_rolls_models_out_on_the_real_kserve(kserve_cluster, exp
     for folder, model in (("first", exported_model), ("second", other)):
         shutil.copytree(model, root / "models" / folder)
 
-    def deploy(step: str, served: str, claimed: str, accuracy: float) -> dict:
+    def deploy(step: str, served: str, claimed: str, accuracy: float,
+               max_replicas: int = 1) -> dict:
         """The deploy step: ``claimed``'s model, its accuracy, served from ``served``."""
-        serving = _serving(namespace, mode, f"pvc://{claim}/models/{served}")
+        serving = _serving(namespace, mode, f"pvc://{claim}/models/{served}", max_replicas)
         script = f"""
 import json
 from fmnist_kfp.kfp_components.deploy.step import DeploymentError, deploy
@@ -215,12 +154,15 @@ print(json.dumps(decision))
         return decision
 
     group = f"{GROUP}/namespaces/{namespace}/inferenceservices"
-    first = deploy("deploy-1", "first", "first", 0.10)
+    first = deploy("deploy-1", "first", "first", 0.10, max_replicas=2)
     assert first["action"] == "created", first
     assert first["verification"]["ok"], first
     assert first["url"].endswith(".svc.cluster.local"), first
     main = cluster.read_or_none(f"{group}/fashion-mnist")
     assert main["spec"]["predictor"]["model"]["storageUri"] == f"pvc://{claim}/models/first"
+    _assert_kserve_made_the_predictor(
+        cluster, namespace, "fashion-mnist", image=image, claim=claim, sub_path="models/first",
+        model_uri=f"pvc://{claim}/models/first", mode=mode)
 
     second = deploy("deploy-2", "second", "second", 0.20)
     assert second["action"] == "promoted", second
