@@ -36,17 +36,15 @@ def select_best_model(
     import json
 
     from fmnist_kfp.dataset.official import CLASS_NAMES
+    from fmnist_kfp.kfp_components.outputs import StepOutputs, publish
     from fmnist_kfp.kfp_components.select.step import select_step
 
     outputs = select_step(dataset.path, [(c.path, c.metadata) for c in candidates],
                           best_model.path)
-    best_model.metadata.update(outputs.metadata)
-    for name, value in outputs.metrics.items():
-        metrics.log_metric(name, value)
+    publish(StepOutputs(metadata=outputs.metadata, metrics=outputs.metrics),
+            artifact=best_model, metrics=metrics)
     confusion_matrix.log_confusion_matrix(list(CLASS_NAMES), outputs.confusion_matrix)
     # Files behind every output artifact, so a cached run can reuse them.
-    with open(metrics.path, "w") as handle:
-        json.dump(metrics.metadata, handle)
     with open(confusion_matrix.path, "w") as handle:
         json.dump(confusion_matrix.metadata, handle)
     with open(report.path, "w") as handle:

@@ -82,6 +82,7 @@ def tune_hyperparameters(
     from collections import namedtuple
     from dataclasses import asdict
 
+    from fmnist_kfp.kfp_components.outputs import StepOutputs, publish
     from fmnist_kfp.kfp_components.tune.step import tune_step, tuning_outputs
     from fmnist_kfp.settings.training import Hyperparameters, TrainingConfig
 
@@ -103,11 +104,8 @@ def tune_hyperparameters(
     os.makedirs(search.path, exist_ok=True)
     with open(f"{search.path}/result.json", "w") as handle:
         json.dump(outputs.result, handle, indent=2)
-    search.metadata.update(outputs.metadata)
-    for name, value in outputs.metrics.items():
-        metrics.log_metric(name, value)
-    with open(metrics.path, "w") as handle:
-        json.dump(metrics.metadata, handle)
+    publish(StepOutputs(metadata=outputs.metadata, metrics=outputs.metrics), artifact=search,
+            metrics=metrics)
     with open(report.path, "w") as handle:
         handle.write(outputs.html)
     from fmnist_kfp.lineage import add_lineage

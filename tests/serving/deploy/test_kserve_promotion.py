@@ -226,9 +226,10 @@ def test_a_better_model_overtaking_a_cold_start_supersedes_it():
         assert not errors and set(results) == {"better", "worse"}, (errors, logs)
         assert results["worse"].action == "superseded", logs["worse"]
         # What the step's outputs carry: why, and no URL, blessing or verification of its own.
-        superseded = results["worse"].as_dict()
+        superseded = results["worse"].record()
         assert superseded == {"action": "superseded", "reason": superseded["reason"], "url": "",
-                              "storage_uri": WORSE, "blessing": {}, "verification": {}}
+                              "storage_uri": WORSE, "blessing": {}, "verification": {},
+                              "backend": "kubernetes"}
         assert "batchnorm claim (validation accuracy 0.931200) replaced this one" in \
             superseded["reason"], superseded
         assert results["better"].action == "created", logs["better"]

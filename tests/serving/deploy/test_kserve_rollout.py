@@ -165,7 +165,7 @@ def test_first_deploy_creates_the_service_and_verifies_its_cluster_local_address
     verifier = Verifier(standin, {OLD: 0.905})
     logs = []
     result = deploy(standin, OLD, 0.91, verifier, logs=logs)
-    assert set(result.as_dict()) == RESULT_KEYS
+    assert set(result.record()) == RESULT_KEYS | {"backend"}
     assert result.action == "created" and result.mode == "Serverless"
     # Pods reach only the cluster-local address; status.url is Kubeflow's example.com domain.
     assert result.url == ADDRESS and verifier.urls == [ADDRESS]
