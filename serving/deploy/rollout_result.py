@@ -53,8 +53,8 @@ class Action(StrEnum):
 
     @property
     def failed_verification(self) -> bool:
-        """Whether the model failed when served (neither serving now nor merely not blessed)."""
-        return not self.serves_candidate and self is not Action.REJECTED
+        """Whether the model failed when served, so that it does not serve."""
+        return self in (Action.ROLLED_BACK, Action.CANDIDATE_FAILED, Action.FAILED)
 
 
 def report_of(found: Any) -> dict[str, Any]:

@@ -15,7 +15,6 @@ from fmnist_kfp.kfp_components.deploy.step import (
     storage_uri_for,
 )
 from fmnist_kfp.serving.deploy.client import v1_image_request
-from fmnist_kfp.serving.deploy.rollout_result import Action
 from fmnist_kfp.serving.deploy.local_deployer import (
     STATE_DIR_ENV,
     deploy_locally,
@@ -26,6 +25,7 @@ from fmnist_kfp.serving.deploy.local_deployer import (
     stop_process,
     stop_server,
 )
+from fmnist_kfp.serving.deploy.rollout_result import Action
 from fmnist_kfp.settings.pipeline import PipelineParameters
 from fmnist_kfp.validation import validate_parameters
 from tests.conftest import export_untrained_model

@@ -91,7 +91,7 @@ def test_the_actions_are_the_strings_the_steps_output():
         Action.CREATED, Action.UNCHANGED, Action.PROMOTED]
     assert [a for a in Action if a.started_serving] == [Action.CREATED, Action.PROMOTED]
     assert [a for a in Action if a.failed_verification] == [
-        Action.ROLLED_BACK, Action.CANDIDATE_FAILED, Action.FAILED, Action.SUPERSEDED]
+        Action.ROLLED_BACK, Action.CANDIDATE_FAILED, Action.FAILED]
     assert f"{Action.ROLLED_BACK}" == "rolled_back" and Action.CREATED == "created"
 
 
