@@ -45,18 +45,17 @@ def batch_predict(
         metrics: Accuracy (when labels exist), rows, error rows, images/s.
     """
     from fmnist_kfp.kfp_components.batch_predict.step import batch_predict_step
-    from fmnist_kfp.kfp_components.outputs import StepOutputs, publish
+    from fmnist_kfp.kfp_components.outputs import publish
     from fmnist_kfp.lineage import add_lineage
 
     result = batch_predict_step(
         model_dir=model.path, data_dir=dataset.path, output_dir=predictions.path,
         source=batch_prediction_source, workers=batch_prediction_workers, backend=backend,
         kubernetes=kubernetes, image=image)
-    metadata = result.artifact_metadata()
-    publish(StepOutputs(metadata=metadata, metrics=result.metrics()), artifact=predictions,
-            metrics=metrics)
+    publish(result.kfp_outputs(), artifact=predictions, metrics=metrics)
     add_lineage(predictions, "batch_predict", "batch_predict",
                 inputs={"model": model, "dataset": dataset},
-                parameters={"source": metadata["source"], "workers": batch_prediction_workers,
-                            "backend": backend, "accuracy": metadata["accuracy"],
+                parameters={"source": predictions.metadata["source"],
+                            "workers": batch_prediction_workers, "backend": backend,
+                            "accuracy": predictions.metadata["accuracy"],
                             **({"image": image} if backend == "kubernetes" else {})})

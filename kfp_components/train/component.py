@@ -79,7 +79,7 @@ def train_model(
         tensorboard: Where to see the job's TensorBoard: a link to the Kubeflow
             ``Tensorboard`` this step creates on Kubernetes, the logs' path locally.
     """
-    from fmnist_kfp.kfp_components.outputs import StepOutputs, publish
+    from fmnist_kfp.kfp_components.outputs import publish
     from fmnist_kfp.kfp_components.train.step import tensorboard_markdown, train_step
     from fmnist_kfp.lineage import add_lineage
     from fmnist_kfp.settings.training import TrainingConfig
@@ -102,8 +102,7 @@ def train_model(
         image=image,
         gpu_image=gpu_image,
     )
-    publish(StepOutputs(metadata=result.model_metadata(), metrics=result.metrics()),
-            artifact=model, metrics=metrics)
+    publish(result.kfp_outputs(), artifact=model, metrics=metrics)
     with open(tensorboard.path, "w") as handle:
         handle.write(tensorboard_markdown(model_type, result.tensorboard))
     add_lineage(model, "train", "train_model", inputs={"dataset": dataset}, parameters={

@@ -163,3 +163,40 @@ def test_the_ingest_component_puts_the_datasets_metadata_on_its_artifact(synthet
                                            "ingested_at")} == \
         {key: written[key] for key in ("source", "verification", "sha256", "format",
                                        "ingested_at")}
+
+
+def test_the_tune_component_with_tuning_off_hands_on_the_given_values(tmp_path):
+    from fmnist_kfp.kfp_components.tune.component import tune_hyperparameters
+
+    _, dataset = _inputs(tmp_path)
+    search, metrics = Artifact(uri=str(tmp_path / "search")), Metrics(uri=str(tmp_path / "m"))
+    report = Artifact(uri=str(tmp_path / "report"))
+    outputs = tune_hyperparameters.python_func(
+        dataset=dataset, search=search, metrics=metrics, report=report, enabled=False,
+        learning_rate=0.01, batch_size=64, filters=16, dropout_rate=0.25)
+    best = {"learning_rate": 0.01, "batch_size": 64, "filters": 16, "dropout_rate": 0.25}
+    assert outputs.hyperparameters == best
+    assert {k: v for k, v in search.metadata.items() if k != "lineage"} == {"tuned": False}
+    assert search.metadata["lineage"]["parameters"]["best"] == best
+    assert json.loads((tmp_path / "search" / "result.json").read_text()) == {"tuned": False}
+    assert json.loads((tmp_path / "m").read_text()) == {}
+
+
+def test_the_batch_component_records_its_results_metadata_and_metrics(tmp_path, monkeypatch):
+    from fmnist_kfp.kfp_components.batch_predict import step as batch_step
+    from fmnist_kfp.kfp_components.batch_predict.component import batch_predict
+
+    result = batch_step.BatchPredictionResult(
+        source="", rows=10, predicted=9, errors=1, labelled=10, files=1, accuracy=0.8,
+        workers=2, backend="local", job_name="j", job_seconds=2.0,
+        scoring_images_per_second=40.0)
+    monkeypatch.setattr(batch_step, "batch_predict_step", lambda **kwargs: result)
+    model, dataset = _inputs(tmp_path)
+    predictions, metrics = Dataset(uri=str(tmp_path / "p")), Metrics(uri=str(tmp_path / "m"))
+    batch_predict.python_func(model=model, dataset=dataset, predictions=predictions,
+                              metrics=metrics, backend="local")
+    assert {k: v for k, v in predictions.metadata.items() if k != "lineage"} == \
+        result.artifact_metadata()
+    assert predictions.metadata["lineage"]["parameters"]["source"] == "the ingested test split"
+    assert json.loads((tmp_path / "m").read_text()) == {
+        "rows": 10.0, "error_rows": 1.0, "images_per_second": 5.0, "accuracy": 0.8}
