@@ -21,6 +21,7 @@ import pytest
 
 from fmnist_kfp.preflight import OPTIONAL_READS, PERMISSIONS, permissions_for
 from fmnist_kfp.preflight.permissions import TRAINJOB_PERMISSIONS
+from fmnist_kfp.serving.deploy.rollout_result import Action
 from tests.kubeflow_roles import kubeflow_profile
 from tests.setup_manifests import build
 from tests.standins.kserve import KServeStandIn
@@ -216,18 +217,18 @@ def deploy(mode: str, lag: int = 1) -> None:
         _serving(standin)
         first = t.deploy(standin, t.OLD, 0.90, needs_credentials=True,
                          service_account="fmnist-serving")
-        assert first.action == "created"
+        assert first.action is Action.CREATED
         second = t.deploy(standin, t.NEW, 0.95, needs_credentials=True,
                          service_account="fmnist-serving")
-        assert second.action == "promoted", second.reason
+        assert second.action is Action.PROMOTED, second.reason
 
 
 def serve_early(lag: int = 1) -> None:
     from tests.serving.deploy import test_kserve_promotion as t
 
     with KServeStandIn(lag=lag) as standin:
-        assert t._promote(standin, t.WORSE, "basic").action == "created"
-        assert t._promote(standin, t.BETTER, "batchnorm").action == "promoted"
+        assert t._promote(standin, t.WORSE, "basic").action is Action.CREATED
+        assert t._promote(standin, t.BETTER, "batchnorm").action is Action.PROMOTED
 
 
 def every_flow(tmp_path, lag: int = 1, operator: str = "tfjob") -> None:

@@ -44,23 +44,18 @@ def batch_predict(
             counts, the accuracy when labels exist, images/s and lineage.
         metrics: Accuracy (when labels exist), rows, error rows, images/s.
     """
-    import json
-
     from fmnist_kfp.kfp_components.batch_predict.step import batch_predict_step
+    from fmnist_kfp.kfp_components.outputs import publish
     from fmnist_kfp.lineage import add_lineage
 
     result = batch_predict_step(
         model_dir=model.path, data_dir=dataset.path, output_dir=predictions.path,
         source=batch_prediction_source, workers=batch_prediction_workers, backend=backend,
         kubernetes=kubernetes, image=image)
-    metadata, values = result.artifact_metadata(), result.metrics()
-    predictions.metadata.update(metadata)
-    for name, value in values.items():
-        metrics.log_metric(name, value)
-    with open(metrics.path, "w") as handle:  # a file, so the cache entry can be reused
-        json.dump(values, handle)
+    publish(result.kfp_outputs(), artifact=predictions, metrics=metrics)
     add_lineage(predictions, "batch_predict", "batch_predict",
                 inputs={"model": model, "dataset": dataset},
-                parameters={"source": metadata["source"], "workers": batch_prediction_workers,
-                            "backend": backend, "accuracy": metadata["accuracy"],
+                parameters={"source": predictions.metadata["source"],
+                            "workers": batch_prediction_workers, "backend": backend,
+                            "accuracy": predictions.metadata["accuracy"],
                             **({"image": image} if backend == "kubernetes" else {})})

@@ -16,6 +16,7 @@ from typing import Any
 
 from fmnist_kfp.backends import require_backend
 from fmnist_kfp.kfp_components import reports_errors_briefly
+from fmnist_kfp.kfp_components.outputs import StepOutputs
 from fmnist_kfp.kubernetes.names import stable_name
 from fmnist_kfp.scoring.inputs import list_source
 from fmnist_kfp.scoring.scoring_job import ScoringJobSpec
@@ -42,7 +43,6 @@ def scoring_backend(backend: str, options: dict[str, Any], image: str = ""):
     return IndexedJobScorer(image=image, **options)
 
 
-@reports_errors_briefly
 @dataclass(frozen=True)
 class BatchPredictionResult:
     """What one batch prediction scored. The ``Dataset`` artifact's metadata and the metrics
@@ -88,7 +88,12 @@ class BatchPredictionResult:
             values["accuracy"] = self.accuracy
         return values
 
+    def kfp_outputs(self) -> StepOutputs:
+        """The predictions' metadata and the metrics."""
+        return StepOutputs(metadata=self.artifact_metadata(), metrics=self.metrics())
 
+
+@reports_errors_briefly
 def batch_predict_step(*, model_dir: str, data_dir: str, output_dir: str, source: str = "",
                        workers: int = 2, backend: str = "local",
                        kubernetes: dict[str, Any] | None = None, image: str = "",

@@ -51,10 +51,10 @@ def deploy_model(
         action: created, promoted, unchanged or rejected.
         serves_model: Whether the deployment now serves this model.
     """
-    import json
     from collections import namedtuple
 
-    from fmnist_kfp.kfp_components.deploy.step import SERVES_CANDIDATE, deploy
+    from fmnist_kfp.kfp_components.deploy.step import deploy, deployment_outputs
+    from fmnist_kfp.kfp_components.outputs import publish
 
     decision = deploy(
         model_dir=model.path, model_uri=model.uri,
@@ -62,31 +62,21 @@ def deploy_model(
         backend=backend, model_name=model_name, tolerance=blessing_tolerance,
         verification_images=verification_images, serving=serving, image=image,
     )
-    record = decision["blessing"]
-    blessing.log_metric("candidate_test_accuracy", record["candidate_accuracy"])
-    if record["serving_accuracy"] is not None:
-        blessing.log_metric("serving_test_accuracy", record["serving_accuracy"])
-    blessing.log_metric("blessed", int(record["blessed"]))
-    deployment.metadata.update({k: v for k, v in decision.items() if v is not None})
-    with open(deployment.path, "w") as handle:
-        json.dump(decision, handle, indent=2)
-    with open(blessing.path, "w") as handle:
-        json.dump(blessing.metadata, handle)
+    outputs = namedtuple("DeployOutputs", ["url", "action", "serves_model"])(
+        *publish(deployment_outputs(decision), artifact=deployment, metrics=blessing))
     from fmnist_kfp.lineage import add_lineage, content_digest
 
-    serves = decision["action"] in SERVES_CANDIDATE
+    serves = outputs.serves_model
     # What answers at the URL now: this model (its digest is the served version), or the
     # earlier model that blessing or a failed rollout kept.
-    served = {"name": model_name, "url": decision.get("url") or "", "backend": backend,
-              "action": decision["action"], "model": model.uri if serves else "earlier model",
+    served = {"name": model_name, "url": outputs.url, "backend": backend,
+              "action": outputs.action, "model": model.uri if serves else "earlier model",
               "version": content_digest(model.path) if serves else ""}
-    if decision.get("storage_uri"):
-        served["storage_uri"] = decision["storage_uri"]
+    if decision.storage_uri:
+        served["storage_uri"] = decision.storage_uri
     add_lineage(deployment, "deploy", "deploy_model", inputs={"model": model, "dataset": dataset},
                 parameters={"model_name": model_name, "blessing_tolerance": blessing_tolerance,
-                            "blessed": record["blessed"],
+                            "blessed": decision.blessing.blessed,
                             **({"image": serving.get("image") or image}
                                if backend == "kubernetes" else {})}, served=served)
-    outputs = namedtuple("DeployOutputs", ["url", "action", "serves_model"])
-    return outputs(decision.get("url") or "", decision["action"],
-                   decision["action"] in SERVES_CANDIDATE)
+    return outputs

@@ -3,11 +3,12 @@ Two backends (``local`` and ``kubernetes``) chosen the way training and tuning c
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fmnist_kfp.backends import require_backend
 from fmnist_kfp.errors import FmnistError, UserInputError
 from fmnist_kfp.kfp_components import reports_errors_briefly
+from fmnist_kfp.kfp_components.outputs import StepOutputs
 from fmnist_kfp.settings.jobs import BACKENDS
 from fmnist_kfp.settings.serving import (
     FMNIST_RUNTIME,
@@ -18,8 +19,12 @@ from fmnist_kfp.settings.serving import (
     check_storage_uri,
 )
 
-# Outcomes after which the deployment serves the candidate model.
-SERVES_CANDIDATE = ("created", "promoted", "unchanged")
+if TYPE_CHECKING:  # the serving modules are imported where a step runs, not by its checks
+    from fmnist_kfp.serving.deploy.local_deployer import LocalDeployment
+    from fmnist_kfp.serving.deploy.rollout_result import RolloutResult
+
+    # How a deployment ended, on either backend.
+    Deployment = LocalDeployment | RolloutResult
 
 
 class DeploymentError(FmnistError, RuntimeError):
@@ -91,12 +96,28 @@ def kserve_settings(model_name: str, settings: ServingSettings, model_uri: str,
     return KServeSettings(name=model_name, **values).validate()
 
 
+def deployment_outputs(deployment: Deployment) -> StepOutputs:
+    """What the deploy step hands to KFP: the record (the ``deployment`` artifact's file, and
+    its metadata without the empty values), the blessing's metrics, and the outputs ``url``,
+    ``action`` and ``serves_model``."""
+    record = deployment.record()
+    blessing = deployment.blessing
+    return StepOutputs(
+        metadata={key: value for key, value in record.items() if value is not None},
+        record=record,
+        metrics={"candidate_test_accuracy": blessing.candidate_accuracy,
+                 **({} if blessing.serving_accuracy is None
+                    else {"serving_test_accuracy": blessing.serving_accuracy}),
+                 "blessed": int(blessing.blessed)},
+        returns=(deployment.url or "", deployment.action, deployment.action.serves_candidate))
+
+
 @reports_errors_briefly
 def deploy(*, model_dir: str, model_uri: str, test_accuracy: float, data_dir: str,
            backend: str, model_name: str, tolerance: float, verification_images: int,
            serving: dict[str, Any], image: str = "", log=print,
-           kserve_client=None) -> dict:
-    """Blesses, deploys and verifies the model; returns the decision record.
+           kserve_client=None) -> Deployment:
+    """Blesses, deploys and verifies the model; returns how the deployment ended.
 
     ``image``: the deploy step's image input, which the ServingRuntime of our predictor runs
     unless ``serving.image`` names another.
@@ -118,27 +139,26 @@ def deploy(*, model_dir: str, model_uri: str, test_accuracy: float, data_dir: st
     verify = make_verifier(model_dir, model_name, images, labels, log=log)
 
     require_backend("deployment", backend)
+    deployment: Deployment
     if backend == "local":
         from fmnist_kfp.serving.deploy.local_deployer import deploy_locally
 
-        decision = deploy_locally(
+        deployment = deploy_locally(
             model_name, model_dir, test_accuracy, tolerance=tolerance, verify=verify,
             server_args=settings.local_server_args(serving), log=log)
     else:
         from fmnist_kfp.serving.deploy.kserve_deployer import deploy_with_kserve
 
         service = kserve_settings(model_name, settings, model_uri, image)
-        rollout = deploy_with_kserve(
+        deployment = deploy_with_kserve(
             service, storage_uri=storage_uri_for(model_uri, settings.storage_uri),
             test_accuracy=test_accuracy, tolerance=tolerance, verify=verify,
             client=kserve_client, log=log,
             needs_credentials=from_kfp_store(model_uri, settings.storage_uri))
-        decision = {**rollout.as_dict(), "backend": "kubernetes"}
-    if decision["action"] not in (*SERVES_CANDIDATE, "rejected"):
-        still = decision.get("url") or "nothing"
+    if deployment.action.failed_verification:
         raise DeploymentError(
             f"{model_name}: the new model failed verification when served and was not "
-            f"promoted ({decision['action']}); still serving: {still}. "
-            f"Verification: {decision.get('verification')}"
+            f"promoted ({deployment.action}); still serving: {deployment.url or 'nothing'}. "
+            f"Verification: {deployment.record()['verification']}"
         )
-    return decision
+    return deployment

@@ -33,12 +33,13 @@ def ingest_fashion_mnist(
             validation split was carved).
     """
     from fmnist_kfp.kfp_components.ingest.step import ingest_step
+    from fmnist_kfp.kfp_components.outputs import publish
     from fmnist_kfp.lineage import add_lineage
 
-    dataset.metadata.update(ingest_step(data_source, dataset.path,
-                                        freshness_window=freshness_window,
-                                        expected_sha256=expected_sha256,
-                                        validation_examples=validation_examples))
+    ingested = ingest_step(data_source, dataset.path, freshness_window=freshness_window,
+                           expected_sha256=expected_sha256,
+                           validation_examples=validation_examples)
+    publish(ingested.kfp_outputs(), artifact=dataset)
     add_lineage(dataset, "ingest", "ingest_fashion_mnist", inputs={}, parameters={
         "source": dataset.metadata["source"], "idx_sha256": dataset.metadata["sha256"],
         "freshness_window": freshness_window, "validation_examples": validation_examples})

@@ -37,21 +37,17 @@ def predict_with_served_model(
     Returns:
         The served model's accuracy on the sample.
     """
-    import json
-
+    from fmnist_kfp.kfp_components.outputs import publish
     from fmnist_kfp.kfp_components.predict.step import predict_step
 
-    values = predict_step(model_dir=model.path, data_dir=dataset.path, url=url,
-                          model_name=model_name, sample_size=sample_size,
-                          serves_model=serves_model)
-    for name, value in values.items():
-        metrics.log_metric(name, value)
-    with open(metrics.path, "w") as handle:
-        json.dump(metrics.metadata, handle)
+    prediction = predict_step(model_dir=model.path, data_dir=dataset.path, url=url,
+                              model_name=model_name, sample_size=sample_size,
+                              serves_model=serves_model)
+    (served_accuracy,) = publish(prediction.kfp_outputs(), metrics=metrics)
     from fmnist_kfp.lineage import add_lineage
 
     add_lineage(metrics, "predict", "predict_with_served_model",
                 inputs={"model": model, "dataset": dataset},
                 parameters={"url": url, "model_name": model_name, "sample_size": sample_size,
                             "serves_model": serves_model})
-    return float(values["served_accuracy"])
+    return served_accuracy

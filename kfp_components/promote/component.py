@@ -52,9 +52,9 @@ def promote_early(
         url: Where the deployment answers now.
         action: created, promoted, unchanged, rejected, superseded, rolled_back or failed.
     """
-    import json
     from collections import namedtuple
 
+    from fmnist_kfp.kfp_components.outputs import publish
     from fmnist_kfp.kfp_components.promote.step import promote
 
     decision = promote(
@@ -63,9 +63,5 @@ def promote_early(
         tolerance=blessing_tolerance, verification_images=verification_images,
         serving=serving, image=image,
     )
-    promotion.metadata.update({k: v for k, v in decision.items()
-                               if isinstance(v, str | int | float | bool)})
-    with open(promotion.path, "w") as handle:
-        json.dump(decision, handle, indent=2)
-    outputs = namedtuple("PromoteOutputs", ["url", "action"])
-    return outputs(decision.get("url") or "", decision["action"])
+    return namedtuple("PromoteOutputs", ["url", "action"])(
+        *publish(decision.kfp_outputs(), artifact=promotion))

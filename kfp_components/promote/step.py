@@ -8,7 +8,8 @@ re-checks (:func:`fmnist_kfp.serving.deploy.kserve_promotion.promote_with_kserve
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from fmnist_kfp.backends import require_backend
 from fmnist_kfp.errors import UserInputError
@@ -19,15 +20,57 @@ from fmnist_kfp.kfp_components.deploy.step import (
     serving_problems,
     storage_uri_for,
 )
+from fmnist_kfp.kfp_components.outputs import StepOutputs
 from fmnist_kfp.settings.serving import ServingSettings
+
+if TYPE_CHECKING:  # the serving modules are imported where the step runs
+    from fmnist_kfp.serving.deploy.local_deployer import LocalPromotion
+    from fmnist_kfp.serving.deploy.rollout_result import Action, RolloutResult, SupersededResult
+
+
+@dataclass(frozen=True)
+class Promotion:
+    """How an early promotion ended: the backend's result, which model it was, its
+    validation accuracy and, when it started serving, since when (``time.time()``)."""
+
+    result: LocalPromotion | RolloutResult | SupersededResult
+    model_type: str
+    validation_accuracy: float
+    serving_since: float | None
+
+    @property
+    def action(self) -> Action:
+        return self.result.action
+
+    @property
+    def url(self) -> str:
+        """Where the deployment answers now ("" when nothing does)."""
+        return self.result.url or ""
+
+    def record(self) -> dict[str, Any]:
+        """The ``promotion`` artifact's record: the backend's, then the model's."""
+        return {**self.result.record(), "model_type": self.model_type,
+                "validation_accuracy": self.validation_accuracy,
+                "serving_since": self.serving_since}
+
+    def kfp_outputs(self) -> StepOutputs:
+        """The record (its plain values also the artifact's metadata) and the outputs ``url``
+        and ``action``."""
+        record = self.record()
+        return StepOutputs(
+            metadata={key: value for key, value in record.items()
+                      if isinstance(value, str | int | float | bool)},
+            record=record, returns=(self.url, self.action))
 
 
 @reports_errors_briefly
 def promote(*, model_dir: str, model_uri: str, model_type: str, data_dir: str, backend: str,
             model_name: str, tolerance: float, verification_images: int,
-            serving: dict[str, Any], image: str = "", log=print, kserve_client=None) -> dict:
-    """Promotes the model if it is the best trained so far; returns the decision record
-    (``action``: created, promoted, unchanged, rejected, rolled_back or failed)."""
+            serving: dict[str, Any], image: str = "", log=print,
+            kserve_client=None) -> Promotion:
+    """Promotes the model if it is the best trained so far; returns how it ended
+    (``action``: created, promoted, unchanged, rejected, superseded, rolled_back or
+    failed)."""
     import time
 
     from fmnist_kfp.selection.select import validation_accuracy
@@ -44,22 +87,21 @@ def promote(*, model_dir: str, model_uri: str, model_type: str, data_dir: str, b
     verify = make_verifier(model_dir, model_name, images, labels, log=log)
 
     require_backend("deployment", backend)
+    result: LocalPromotion | RolloutResult | SupersededResult
     if backend == "local":
         from fmnist_kfp.serving.deploy.local_deployer import promote_locally
 
-        decision = promote_locally(
+        result = promote_locally(
             model_name, model_dir, accuracy, model_type=model_type, tolerance=tolerance,
             verify=verify, server_args=settings.local_server_args(serving), log=log)
     else:
         from fmnist_kfp.serving.deploy.kserve_promotion import promote_with_kserve
 
         service = kserve_settings(model_name, settings, model_uri, image)
-        rollout = promote_with_kserve(
+        result = promote_with_kserve(
             service, storage_uri=storage_uri_for(model_uri, settings.storage_uri),
             validation_accuracy=accuracy, model_type=model_type, tolerance=tolerance,
             verify=verify, client=kserve_client, log=log,
             needs_credentials=from_kfp_store(model_uri, settings.storage_uri))
-        decision = {**rollout.as_dict(), "backend": "kubernetes"}
-    serving_since = time.time() if decision["action"] in ("created", "promoted") else None
-    return {**decision, "model_type": model_type, "validation_accuracy": accuracy,
-            "serving_since": serving_since}
+    return Promotion(result, model_type=model_type, validation_accuracy=accuracy,
+                     serving_since=time.time() if result.action.started_serving else None)

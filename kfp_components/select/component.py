@@ -36,17 +36,14 @@ def select_best_model(
     import json
 
     from fmnist_kfp.dataset.official import CLASS_NAMES
+    from fmnist_kfp.kfp_components.outputs import publish
     from fmnist_kfp.kfp_components.select.step import select_step
 
     outputs = select_step(dataset.path, [(c.path, c.metadata) for c in candidates],
                           best_model.path)
-    best_model.metadata.update(outputs.metadata)
-    for name, value in outputs.metrics.items():
-        metrics.log_metric(name, value)
+    (best_model_type,) = publish(outputs.kfp_outputs(), artifact=best_model, metrics=metrics)
     confusion_matrix.log_confusion_matrix(list(CLASS_NAMES), outputs.confusion_matrix)
     # Files behind every output artifact, so a cached run can reuse them.
-    with open(metrics.path, "w") as handle:
-        json.dump(metrics.metadata, handle)
     with open(confusion_matrix.path, "w") as handle:
         json.dump(confusion_matrix.metadata, handle)
     with open(report.path, "w") as handle:
@@ -58,11 +55,11 @@ def select_best_model(
     winner = next(c for c in candidates if c.path == outputs.source_dir)
     entry = add_lineage(best_model, "select", "select_best_model", inputs={
         "dataset": dataset, "model": winner, "candidates": candidates}, parameters={
-        "model_type": outputs.best_model_type,
+        "model_type": best_model_type,
         "validation_accuracy": outputs.metadata["validation_accuracy"],
         "test_accuracy": outputs.metadata["test_accuracy"],
         "test_examples": outputs.metadata["test_examples"]})
     for document in (report, report_markdown):
         document.metadata[LINEAGE_KEY] = {**entry, "uri": document.uri,
                                           "digest": content_digest(document.path)}
-    return outputs.best_model_type
+    return best_model_type

@@ -9,6 +9,7 @@ from typing import Any
 
 from fmnist_kfp.dataset.official import CLASS_NAMES
 from fmnist_kfp.kfp_components import reports_errors_briefly
+from fmnist_kfp.kfp_components.outputs import StepOutputs
 from fmnist_kfp.selection.select import leaderboard, select_best
 
 
@@ -21,6 +22,11 @@ class SelectionOutputs:
     html: str
     markdown: str
     source_dir: str = ""  # the winning candidate's directory
+
+    def kfp_outputs(self) -> StepOutputs:
+        """The best model's metadata, the metrics, and its model type as the step's output."""
+        return StepOutputs(metadata=self.metadata, metrics=self.metrics,
+                           returns=(self.best_model_type,))
 
 
 @reports_errors_briefly

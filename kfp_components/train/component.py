@@ -79,8 +79,7 @@ def train_model(
         tensorboard: Where to see the job's TensorBoard: a link to the Kubeflow
             ``Tensorboard`` this step creates on Kubernetes, the logs' path locally.
     """
-    import json
-
+    from fmnist_kfp.kfp_components.outputs import publish
     from fmnist_kfp.kfp_components.train.step import tensorboard_markdown, train_step
     from fmnist_kfp.lineage import add_lineage
     from fmnist_kfp.settings.training import TrainingConfig
@@ -103,13 +102,7 @@ def train_model(
         image=image,
         gpu_image=gpu_image,
     )
-    # The one place the result becomes what KFP records: the artifact's metadata, metrics.
-    metadata, values = result.model_metadata(), result.metrics()
-    model.metadata.update(metadata)
-    for name, value in values.items():
-        metrics.log_metric(name, value)
-    with open(metrics.path, "w") as handle:  # a file, so the cache entry can be reused
-        json.dump(values, handle)
+    publish(result.kfp_outputs(), artifact=model, metrics=metrics)
     with open(tensorboard.path, "w") as handle:
         handle.write(tensorboard_markdown(model_type, result.tensorboard))
     add_lineage(model, "train", "train_model", inputs={"dataset": dataset}, parameters={

@@ -20,6 +20,7 @@ from typing import Any
 from fmnist_kfp.backends import require_backend
 from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.kfp_components import reports_errors_briefly
+from fmnist_kfp.kfp_components.outputs import StepOutputs
 from fmnist_kfp.kubernetes.names import stable_name
 from fmnist_kfp.kubernetes.storage import copy_tree, make_shared_dirs, stage_dataset
 from fmnist_kfp.settings.jobs import KubernetesSettings, cluster_settings
@@ -199,6 +200,10 @@ class TrainingResult:
         if self.evaluation:  # the evaluator replica's score of the last epoch
             metrics["validation_accuracy"] = self.evaluation[-1]["val_accuracy"]
         return metrics
+
+    def kfp_outputs(self) -> StepOutputs:
+        """The model's metadata and the metrics."""
+        return StepOutputs(metadata=self.model_metadata(), metrics=self.metrics())
 
 
 @reports_errors_briefly

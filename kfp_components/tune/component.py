@@ -82,6 +82,7 @@ def tune_hyperparameters(
     from collections import namedtuple
     from dataclasses import asdict
 
+    from fmnist_kfp.kfp_components.outputs import publish
     from fmnist_kfp.kfp_components.tune.step import tune_step, tuning_outputs
     from fmnist_kfp.settings.training import Hyperparameters, TrainingConfig
 
@@ -103,18 +104,14 @@ def tune_hyperparameters(
     os.makedirs(search.path, exist_ok=True)
     with open(f"{search.path}/result.json", "w") as handle:
         json.dump(outputs.result, handle, indent=2)
-    search.metadata.update(outputs.metadata)
-    for name, value in outputs.metrics.items():
-        metrics.log_metric(name, value)
-    with open(metrics.path, "w") as handle:
-        json.dump(metrics.metadata, handle)
+    (best,) = publish(outputs.kfp_outputs(), artifact=search, metrics=metrics)
     with open(report.path, "w") as handle:
         handle.write(outputs.html)
     from fmnist_kfp.lineage import add_lineage
 
     add_lineage(search, "tune", "tune_hyperparameters", inputs={"dataset": dataset}, parameters={
         "model_type": model_type, "tuned": enabled, "backend": backend,
-        "given": asdict(given), "best": asdict(outputs.hyperparameters),
+        "given": asdict(given), "best": best,
         **({"image": image, "gpu_image": gpu_image}
            if enabled and backend == "kubernetes" else {})})
-    return namedtuple("TuneOutputs", ["hyperparameters"])(asdict(outputs.hyperparameters))
+    return namedtuple("TuneOutputs", ["hyperparameters"])(best)

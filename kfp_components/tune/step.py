@@ -8,13 +8,14 @@ takes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from fmnist_kfp.backends import require_backend
 from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.katib.results import TuningResult
 from fmnist_kfp.kfp_components import reports_errors_briefly
+from fmnist_kfp.kfp_components.outputs import StepOutputs
 from fmnist_kfp.kubernetes.names import stable_name
 from fmnist_kfp.settings.jobs import cluster_settings
 from fmnist_kfp.settings.training import Hyperparameters, TrainingConfig
@@ -114,6 +115,12 @@ class TuningOutputs:
     metrics: dict[str, float]
     html: str
     hyperparameters: Hyperparameters
+
+    def kfp_outputs(self) -> StepOutputs:
+        """The search's metadata, the metrics, and the best hyperparameters as the step's
+        output."""
+        return StepOutputs(metadata=self.metadata, metrics=self.metrics,
+                           returns=(asdict(self.hyperparameters),))
 
 
 def tuning_outputs(result: TuningResult | None, given: Hyperparameters) -> TuningOutputs:

@@ -78,7 +78,7 @@ from fmnist_kfp.serving.deploy.kserve_api import (
 )
 from fmnist_kfp.serving.deploy.kserve_deployer import prepare_rollout
 from fmnist_kfp.serving.deploy.rollout_base import Log, Rollout, Verify
-from fmnist_kfp.serving.deploy.rollout_result import RolloutResult, SupersededResult
+from fmnist_kfp.serving.deploy.rollout_result import Action, RolloutResult, SupersededResult
 from fmnist_kfp.settings.serving import KServeSettings
 
 CLAIM_ATTEMPTS = 10
@@ -197,7 +197,7 @@ def promote_with_kserve(settings: KServeSettings, *, storage_uri: str,
                                if claimed is None and current is not None else None)
                 decision = bless_early(validation_accuracy, claimed, served_test, tolerance)
                 if current is not None and model_uri_of(current) == storage_uri:
-                    return rollout.result("unchanged", decision, current,
+                    return rollout.result(Action.UNCHANGED, decision, current,
                                           reason=f"{storage_uri} is already served")
                 log(f"[kserve] serve_early: {model_type}: {decision.reason}"
                     + (f" (claimed by {claimed_type})" if claimed_type else ""))
@@ -208,7 +208,7 @@ def promote_with_kserve(settings: KServeSettings, *, storage_uri: str,
                     decision = bless_early(validation_accuracy, None, None, tolerance)
                 else:
                     if not decision.blessed:
-                        return rollout.result("rejected", decision, current,
+                        return rollout.result(Action.REJECTED, decision, current,
                                               reason=decision.reason)
                     try:
                         _write_claim(api, settings, config_map,

@@ -24,11 +24,12 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any, ClassVar
 
 from fmnist_kfp.errors import FmnistError
-from fmnist_kfp.serving.deploy.blessing import bless, bless_early
+from fmnist_kfp.serving.deploy.blessing import BlessingDecision, bless, bless_early
 from fmnist_kfp.serving.deploy.client import wait_until_ready
-from fmnist_kfp.serving.deploy.rollout_result import report_of
+from fmnist_kfp.serving.deploy.rollout_result import Action, Verification
 from fmnist_kfp.serving.model_server.ports import read_port_file
 
 STATE_DIR_ENV = "FMNIST_SERVING_STATE_DIR"
@@ -200,13 +201,47 @@ def stop_server(name: str) -> bool:
     return True
 
 
-def _checked(verify: Callable[[str], object], url: str) -> dict:
-    """``verify(url)`` as the record a deployment keeps; a check that cannot finish is a failed
-    check."""
-    try:
-        return report_of(verify(url))
-    except Exception as error:
-        return {"ok": False, "error": f"{type(error).__name__}: {error}"}
+@dataclass(frozen=True)
+class LocalDeployment:
+    """How a local deployment ended (``action``: created, unchanged, rejected, promoted,
+    rolled_back, failed), where it answers now (``url``: the serving model's when this one was
+    not served) and the verification of the model (None: none ran)."""
+
+    BACKEND: ClassVar[str] = "local"
+    storage_uri: ClassVar[str] = ""  # served from its directory on this machine, not fetched
+
+    name: str
+    action: Action
+    url: str
+    blessing: BlessingDecision
+    previous_url: str  # what served before ("" when nothing did)
+    verification: Verification | None
+
+    def _fields(self) -> dict[str, Any]:
+        """What :meth:`record` writes after the name, backend and blessing, before the
+        outcome (a promotion adds its models')."""
+        return {"previous_url": self.previous_url}
+
+    def record(self) -> dict[str, Any]:
+        """The record the deploy and promote steps hand to KFP, as local deployments always
+        wrote it: the verifier's report as ``verification`` (``{}`` when none ran)."""
+        return {"name": self.name, "backend": self.BACKEND, "blessing": self.blessing.as_dict(),
+                **self._fields(), "action": self.action.value, "url": self.url,
+                "verification": {} if self.verification is None
+                else dict(self.verification.report)}
+
+
+@dataclass(frozen=True)
+class LocalPromotion(LocalDeployment):
+    """How a local early promotion (``serve_early``) ended: a :class:`LocalDeployment` of
+    ``model_type``, and which model served before."""
+
+    model_type: str
+    previous_model_type: str  # "" when nothing served
+
+    def _fields(self) -> dict[str, Any]:
+        return {"model_type": self.model_type, "previous_url": self.previous_url,
+                "previous_model_type": self.previous_model_type}
 
 
 def history_path(name: str) -> Path:
@@ -215,8 +250,8 @@ def history_path(name: str) -> Path:
     return state_dir() / f"{name}.history.jsonl"
 
 
-def _record_change(name: str, action: str, server: LocalServer, how: str) -> None:
-    entry = {"at": time.time(), "action": action, "how": how, "url": server.url,
+def _record_change(name: str, action: Action, server: LocalServer, how: str) -> None:
+    entry = {"at": time.time(), "action": action.value, "how": how, "url": server.url,
              "model_type": server.model_type, "model_dir": server.model_dir,
              "validation_accuracy": server.validation_accuracy,
              "test_accuracy": server.test_accuracy}
@@ -248,50 +283,55 @@ def deployment_lock(name: str):
 def promote_locally(name: str, model_dir: str, validation_accuracy: float, *, model_type: str,
                     tolerance: float, verify: Callable[[str], object],
                     server_args: list[str] | None = None, log: Callable[[str], None] = print,
-                    start: Callable[..., LocalServer] | None = None) -> dict:
+                    start: Callable[..., LocalServer] | None = None) -> LocalPromotion:
     """``serve_early``: serves ``model_dir`` as ``name`` if it is better on validation than
     what is served (:func:`~fmnist_kfp.serving.deploy.blessing.bless_early`), under the deployment's
-    lock; returns the decision record. ``start``: how a server is started (tests)."""
+    lock; returns how it ended. ``start``: how a server is started (tests)."""
     start = start or start_server
     with deployment_lock(name):
         current = running_server(name)
         decision = bless_early(
             validation_accuracy, current.validation_accuracy if current else None,
             current.test_accuracy if current else None, tolerance)
-        record = {"name": name, "backend": "local", "blessing": decision.as_dict(),
-                  "model_type": model_type, "previous_url": current.url if current else "",
-                  "previous_model_type": current.model_type if current else ""}
+
+        def ended(action: Action, url: str,
+                  verification: Verification | None = None) -> LocalPromotion:
+            return LocalPromotion(
+                name=name, action=action, url=url, blessing=decision,
+                previous_url=current.url if current else "", verification=verification,
+                model_type=model_type, previous_model_type=current.model_type if current else "")
+
         if current and current.model_fingerprint == model_fingerprint(model_dir):
-            return {**record, "action": "unchanged", "url": current.url, "verification": {}}
+            return ended(Action.UNCHANGED, current.url)
         if not decision.blessed:
             log(f"{name}: {model_type} not served early: {decision.reason}")
-            return {**record, "action": "rejected", "url": current.url if current else "",
-                    "verification": {}}
+            return ended(Action.REJECTED, current.url if current else "")
         log(f"{name}: serving {model_type} early ({decision.reason})")
         candidate = start(name, model_dir, server_args=server_args)
         candidate.validation_accuracy = validation_accuracy
         candidate.model_type = model_type
-        verification = _checked(verify, candidate.url)
-        if not verification.get("ok"):
+        verification = Verification.of(lambda: verify(candidate.url), validation_accuracy,
+                                       tolerance)
+        if not verification.passed:
             stop_process(candidate.pid)
-            log(f"{name}: {model_type} failed verification ({verification}); still serving "
-                f"{current.model_type if current else 'nothing'}")
-            return {**record, "action": "rolled_back" if current else "failed",
-                    "url": current.url if current else "", "verification": verification}
+            log(f"{name}: {model_type} failed verification ({verification.report}); still "
+                f"serving {current.model_type if current else 'nothing'}")
+            return ended(Action.undone(bool(current)), current.url if current else "",
+                         verification)
         _save(candidate)
-        _record_change(name, "promoted" if current else "created", candidate, "serve_early")
+        action = Action.serving(bool(current))
+        _record_change(name, action, candidate, "serve_early")
         if current:
             stop_process(current.pid)
         log(f"{name}: {model_type} serves at {candidate.url}"
             + (f", replacing {current.model_type or 'the previous model'}" if current else ""))
-        return {**record, "action": "promoted" if current else "created",
-                "url": candidate.url, "verification": verification}
+        return ended(action, candidate.url, verification)
 
 
 def deploy_locally(name: str, model_dir: str, test_accuracy: float, *, tolerance: float,
                    verify: Callable[[str], object], server_args: list[str] | None = None,
-                   log: Callable[[str], None] = print) -> dict:
-    """Deploys ``model_dir`` as ``name`` on loopback; returns the decision record."""
+                   log: Callable[[str], None] = print) -> LocalDeployment:
+    """Deploys ``model_dir`` as ``name`` on loopback; returns how it ended."""
     with deployment_lock(name):
         return _deploy_locally(name, model_dir, test_accuracy, tolerance=tolerance,
                                verify=verify, server_args=server_args, log=log)
@@ -299,40 +339,45 @@ def deploy_locally(name: str, model_dir: str, test_accuracy: float, *, tolerance
 
 def _deploy_locally(name: str, model_dir: str, test_accuracy: float, *, tolerance: float,
                     verify: Callable[[str], object], server_args: list[str] | None,
-                    log: Callable[[str], None]) -> dict:
+                    log: Callable[[str], None]) -> LocalDeployment:
     current = running_server(name)
     fingerprint = model_fingerprint(model_dir)
     serving_accuracy = current.test_accuracy if current else None
     blessing = bless(test_accuracy, serving_accuracy, tolerance)
-    decision = {"name": name, "backend": "local", "blessing": blessing.as_dict(),
-                "previous_url": current.url if current else ""}
+
+    def ended(action: Action, url: str,
+              verification: Verification | None = None) -> LocalDeployment:
+        return LocalDeployment(name=name, action=action, url=url, blessing=blessing,
+                               previous_url=current.url if current else "",
+                               verification=verification)
+
     if current and current.model_fingerprint == fingerprint:
         log(f"{name}: this model is already served at {current.url}; reusing it")
         if current.test_accuracy is None:  # served early: its test accuracy is known now
             current.test_accuracy = test_accuracy
             _save(current)
-        return {**decision, "action": "unchanged", "url": current.url,
-                "verification": report_of(verify(current.url))}
+        # Measured, as it always was; a verifier that raises fails the step.
+        return ended(Action.UNCHANGED, current.url,
+                     Verification.judged(verify(current.url), test_accuracy, tolerance))
     if not blessing.blessed:
         log(f"{name}: not deployed: {blessing.reason}")
-        return {**decision, "action": "rejected", "url": current.url, "verification": {}}
+        return ended(Action.REJECTED, current.url)
     log(f"{name}: starting the predictor for {test_accuracy:.4f} test accuracy "
         f"({blessing.reason})")
     candidate = start_server(name, model_dir, test_accuracy=test_accuracy,
                              server_args=server_args)
-    verification = _checked(verify, candidate.url)
-    if not verification.get("ok"):
+    verification = Verification.of(lambda: verify(candidate.url), test_accuracy, tolerance)
+    if not verification.passed:
         stop_process(candidate.pid)
-        action = "rolled_back" if current else "failed"
-        log(f"{name}: the new server failed verification ({verification}); {action}")
-        return {**decision, "action": action, "url": current.url if current else "",
-                "verification": verification}
+        action = Action.undone(bool(current))
+        log(f"{name}: the new server failed verification ({verification.report}); {action}")
+        return ended(action, current.url if current else "", verification)
     _save(candidate)
-    _record_change(name, "promoted" if current else "created", candidate, "deploy")
+    action = Action.serving(bool(current))
+    _record_change(name, action, candidate, "deploy")
     if current:
         stop_process(current.pid)
         log(f"{name}: promoted {candidate.url}; stopped the previous server {current.url}")
     else:
         log(f"{name}: serving at {candidate.url}")
-    return {**decision, "action": "promoted" if current else "created", "url": candidate.url,
-            "verification": verification}
+    return ended(action, candidate.url, verification)

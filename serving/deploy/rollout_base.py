@@ -48,7 +48,7 @@ from fmnist_kfp.serving.deploy.kserve_api import (
     RolloutLeftAsIs,
     TransientApiError,
 )
-from fmnist_kfp.serving.deploy.rollout_result import RolloutResult, Verification, report_of
+from fmnist_kfp.serving.deploy.rollout_result import Action, RolloutResult, Verification
 from fmnist_kfp.settings.serving import FMNIST_RUNTIME, KServeSettings
 
 __all__ = ["Check", "Log", "Rollout", "Verify", "Written"]
@@ -122,7 +122,7 @@ class Rollout:
         if served == self.storage_uri:
             return self.unchanged(current, decision)
         if not decision.blessed:
-            return self.result("rejected", decision, current, reason=decision.reason)
+            return self.result(Action.REJECTED, decision, current, reason=decision.reason)
         return self.update(current, decision, served)
 
     def update(self, current: dict, decision: BlessingDecision,
@@ -152,7 +152,7 @@ class Rollout:
             "new InferenceService", self.name,
             create=lambda: written.record(self.create_object(body)),
             rolled_out=lambda isvc: self.rolled_out(isvc, written.response, self.name))
-        result = self.result("created", decision, isvc, verification=verification,
+        result = self.result(Action.CREATED, decision, isvc, verification=verification,
                              reason=f"nothing was served; created {self.where}")
         if not verification.passed:
             raise KServeRolloutError(
@@ -166,7 +166,7 @@ class Rollout:
     def unchanged(self, current: dict, decision: BlessingDecision) -> RolloutResult:
         url = self.require_address(current)
         verification = self.verify(url, self.name, "served model")
-        result = self.result("unchanged", decision, current, verification=verification,
+        result = self.result(Action.UNCHANGED, decision, current, verification=verification,
                              reason=f"{self.storage_uri} is already served")
         if not verification.passed:
             raise KServeRolloutError(
@@ -217,14 +217,11 @@ class Rollout:
     # -- verification ----------------------------------------------------------------------
 
     def verify(self, url: str, model_name: str, what: str) -> Verification:
-        """The model served at ``url`` verified and judged
-        (:meth:`~fmnist_kfp.serving.deploy.rollout_result.Verification.judged`)."""
+        """The model served at ``url`` verified and judged by the one rule
+        (:meth:`~fmnist_kfp.serving.deploy.rollout_result.Verification.of`)."""
         self.log(f"[kserve] verifying the {what} at {url}")
-        try:
-            verification = Verification.judged(report_of(self.verify_url(url, model_name)),
-                                               self.test_accuracy, self.tolerance)
-        except Exception as error:  # a verifier that cannot reach the model is a failure
-            verification = Verification.failed(error)
+        verification = Verification.of(lambda: self.verify_url(url, model_name),
+                                       self.test_accuracy, self.tolerance)
         self.log(f"[kserve] verification of the {what}: "
                  f"{'passed' if verification.passed else 'FAILED'} "
                  f"({verification.describe()})")
@@ -455,7 +452,7 @@ class Rollout:
                                      "address (status.address.url)")
         return url
 
-    def result(self, action: str, decision: BlessingDecision, isvc: dict | None, *,
+    def result(self, action: Action, decision: BlessingDecision, isvc: dict | None, *,
                canary_url: str | None = None, verification: Verification | None = None,
                canary_percent: int | None = None, reason: str = "") -> RolloutResult:
         """How this rollout ended, ``isvc`` being the InferenceService as last read."""

@@ -1,19 +1,60 @@
-"""What a KServe rollout reports: the verification of a served model and the rollout's result.
+"""What a deployment reports, on either backend: the one verdict on a served model
+(:class:`Verification`, :meth:`Verification.judged` the one rule), how the rollout ended
+(:class:`Action`) and the KServe rollout's result.
 
-Both are frozen dataclasses inside ``serving/deploy``; :meth:`RolloutResult.as_dict` is the one
-place they become the dict the deploy and promote steps hand to KFP (the same keys and values
-the steps have always recorded).
+Frozen dataclasses inside ``serving/deploy``; each result's ``record`` is the one place it becomes
+the dict the deploy and promote steps hand to KFP (the same keys and values the steps have always
+recorded), and :func:`fmnist_kfp.kfp_components.outputs.publish` the one place that writes it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from enum import StrEnum
+from typing import Any, ClassVar
 
 from fmnist_kfp.serving.deploy.blessing import BlessingDecision
 
-__all__ = ["RolloutResult", "SupersededResult", "Verification", "report_of"]
+__all__ = ["Action", "RolloutResult", "SupersededResult", "Verification", "report_of"]
+
+
+class Action(StrEnum):
+    """How a deployment or an early promotion ended; the value is what the steps output."""
+
+    CREATED = "created"  # nothing was served: the model serves now
+    UNCHANGED = "unchanged"  # the model was already served
+    REJECTED = "rejected"  # not blessed: the serving model stays
+    PROMOTED = "promoted"  # the model replaced the serving one
+    ROLLED_BACK = "rolled_back"  # it failed verification: the previous model serves again
+    CANDIDATE_FAILED = "candidate_failed"  # KServe Standard: the candidate failed, nothing changed
+    FAILED = "failed"  # local: it failed verification and nothing was served before
+    SUPERSEDED = "superseded"  # serve_early: a better model claimed the InferenceService
+
+    @classmethod
+    def serving(cls, replaced: bool) -> Action:
+        """A model that passed and now serves: it replaced one (``replaced``) or none."""
+        return cls.PROMOTED if replaced else cls.CREATED
+
+    @classmethod
+    def undone(cls, replaced: bool) -> Action:
+        """A model that failed verification, locally: the previous one serves again, or none."""
+        return cls.ROLLED_BACK if replaced else cls.FAILED
+
+    @property
+    def serves_candidate(self) -> bool:
+        """Whether the deployment now serves the model this rollout was for."""
+        return self in (Action.CREATED, Action.PROMOTED, Action.UNCHANGED)
+
+    @property
+    def started_serving(self) -> bool:
+        """Whether this rollout put the model into service (it was not served before)."""
+        return self in (Action.CREATED, Action.PROMOTED)
+
+    @property
+    def failed_verification(self) -> bool:
+        """Whether the model failed when served, so that it does not serve."""
+        return self in (Action.ROLLED_BACK, Action.CANDIDATE_FAILED, Action.FAILED)
 
 
 def report_of(found: Any) -> dict[str, Any]:
@@ -27,28 +68,40 @@ def report_of(found: Any) -> dict[str, Any]:
 @dataclass(frozen=True)
 class Verification:
     """One verification of a served model: what the verifier reported (at least ``ok`` and
-    ``accuracy``; ``error`` when it could not finish) and whether that passes the rule."""
+    ``accuracy``; ``error`` when it could not finish) and whether that passes the rule
+    (:meth:`judged`, the one rule: the KServe rollouts, the local deployer and the predict step
+    all judge with it)."""
 
     report: Mapping[str, Any] = field(default_factory=dict)
     passed: bool = False
 
     @classmethod
-    def judged(cls, report: Mapping[str, Any], test_accuracy: float,
-               tolerance: float) -> Verification:
-        """``report`` judged: passed when ``ok`` and its accuracy is at least what the model
-        should score minus ``tolerance``. A verifier that scores a sample says what the model
-        should score on that sample (``expected_accuracy``); the test-split accuracy is the
-        yardstick otherwise."""
+    def judged(cls, found: Any, test_accuracy: float, tolerance: float) -> Verification:
+        """The verifier's answer ``found`` (a Comparison or a mapping) judged: passed when ``ok``
+        and its accuracy is at least what the model should score minus ``tolerance``. A
+        verifier that scores a sample says what the model should score on that sample
+        (``expected_accuracy``); the test-split accuracy is the yardstick otherwise."""
+        report = report_of(found)
         accuracy = report.get("accuracy")
         expected = report.get("expected_accuracy", test_accuracy)
         passed = (report.get("ok") is True and isinstance(accuracy, int | float)
                   and accuracy >= expected - tolerance)
-        return cls(dict(report), passed)
+        return cls(report, passed)
 
     @classmethod
     def failed(cls, error: BaseException) -> Verification:
         """A verifier that could not reach the model: a failure."""
         return cls({"ok": False, "error": f"{type(error).__name__}: {error}"}, False)
+
+    @classmethod
+    def of(cls, check: Callable[[], Any], test_accuracy: float, tolerance: float
+           ) -> Verification:
+        """``check()`` (a verifier called on one address) :meth:`judged`; a check that raises
+        could not reach the model, and fails (:meth:`failed`)."""
+        try:
+            return cls.judged(check(), test_accuracy, tolerance)
+        except Exception as error:
+            return cls.failed(error)
 
     def describe(self) -> str:
         """One line for logs and errors."""
@@ -69,10 +122,12 @@ class Verification:
 
 @dataclass(frozen=True)
 class RolloutResult:
-    """How one rollout ended (``action``: created, unchanged, rejected, promoted,
+    """How one KServe rollout ended (``action``: created, unchanged, rejected, promoted,
     rolled_back, candidate_failed) and where the model is served."""
 
-    action: str
+    BACKEND: ClassVar[str] = "kubernetes"
+
+    action: Action
     blessing: BlessingDecision
     url: str | None
     external_url: str | None
@@ -87,10 +142,11 @@ class RolloutResult:
     canary_traffic_percent: int | None
     reason: str
 
-    def as_dict(self) -> dict[str, Any]:
-        """The record the steps hand to KFP."""
+    def record(self) -> dict[str, Any]:
+        """The record the deploy and promote steps hand to KFP: the fourteen fields, then the
+        backend."""
         return {
-            "action": self.action,
+            "action": self.action.value,
             "blessing": self.blessing.as_dict(),
             "url": self.url,
             "external_url": self.external_url,
@@ -104,6 +160,7 @@ class RolloutResult:
             "service_account": self.service_account,
             "canary_traffic_percent": self.canary_traffic_percent,
             "reason": self.reason,
+            "backend": self.BACKEND,
         }
 
 
@@ -114,10 +171,13 @@ class SupersededResult:
 
     reason: str
     storage_uri: str
-    action: str = "superseded"
+    action: Action = Action.SUPERSEDED
     url: str = ""
+    blessing: BlessingDecision | None = None  # none was decided for this model
+    verification: Verification | None = None  # nor verified
 
-    def as_dict(self) -> dict[str, Any]:
+    def record(self) -> dict[str, Any]:
         """The record the promote step hands to KFP."""
-        return {"action": self.action, "reason": self.reason, "url": self.url,
-                "storage_uri": self.storage_uri, "blessing": {}, "verification": {}}
+        return {"action": self.action.value, "reason": self.reason, "url": self.url,
+                "storage_uri": self.storage_uri, "blessing": {}, "verification": {},
+                "backend": RolloutResult.BACKEND}

@@ -79,7 +79,7 @@ from fmnist_kfp.serving.deploy.kserve_api import (
     RolloutLeftAsIs,
 )
 from fmnist_kfp.serving.deploy.rollout_base import Check, Rollout
-from fmnist_kfp.serving.deploy.rollout_result import RolloutResult, Verification
+from fmnist_kfp.serving.deploy.rollout_result import Action, RolloutResult, Verification
 
 
 def _template(isvc: dict) -> tuple:
@@ -154,7 +154,7 @@ class ServerlessRollout(Rollout):
             "replacement", self.name, create=lambda: self.send(write),
             rolled_out=lambda isvc: self.revision(
                 isvc, write.before, None, new_revision=makes_revision(current, write.response)))
-        result = self.result("created", decision, isvc, verification=verification,
+        result = self.result(Action.CREATED, decision, isvc, verification=verification,
                              reason="nothing was rolled out; the new model replaced it")
         if not verification.passed:
             raise KServeRolloutError(
@@ -199,7 +199,7 @@ class ServerlessRollout(Rollout):
             self.interrupted(error, undone, decision, percent, previous)
         if not verification.passed:
             return self.result(
-                "rolled_back", decision, undone.isvc, canary_url=canary_url,
+                Action.ROLLED_BACK, decision, undone.isvc, canary_url=canary_url,
                 verification=verification, canary_percent=percent,
                 reason=f"the canary failed verification ({verification.describe()}); "
                        f"{undone.note or 'it was rolled back'}")
@@ -246,7 +246,7 @@ class ServerlessRollout(Rollout):
                 "that, all traffic would go to the rejected revision)") from error
         if not undone.done:
             raise error  # nothing was written: nothing to roll back
-        result = self.result("rolled_back", decision, undone.isvc, canary_percent=percent,
+        result = self.result(Action.ROLLED_BACK, decision, undone.isvc, canary_percent=percent,
                              reason=f"canary interrupted: {why}; {undone.note}")
         raise KServeRolloutError(
             f"the canary of {self.storage_uri} on {self.where} was interrupted ({why}); "
@@ -267,7 +267,7 @@ class ServerlessRollout(Rollout):
                                          f"{self.storage_uri} interrupted ({why}); it is "
                                          "written and KServe completes it"))
         return self.result(
-            "promoted", decision, isvc, canary_url=canary_url,
+            Action.PROMOTED, decision, isvc, canary_url=canary_url,
             verification=verification, canary_percent=percent,
             reason=f"the canary passed verification ({verification.describe()}) and was "
                    "promoted to all traffic")

@@ -50,7 +50,7 @@ from fmnist_kfp.kubernetes.inference_service_status import (
 from fmnist_kfp.serving.deploy.blessing import BlessingDecision
 from fmnist_kfp.serving.deploy.kserve_api import KServeRolloutError, RolloutLeftAsIs
 from fmnist_kfp.serving.deploy.rollout_base import Check, Rollout, Written
-from fmnist_kfp.serving.deploy.rollout_result import RolloutResult
+from fmnist_kfp.serving.deploy.rollout_result import Action, RolloutResult
 
 
 @dataclass
@@ -111,7 +111,7 @@ class StandardRollout(Rollout):
                 f"not changed and still serves {previous_uri}") from error
         if not verification.passed:
             result = self.result(
-                "candidate_failed", decision, current, canary_url=candidate_url,
+                Action.CANDIDATE_FAILED, decision, current, canary_url=candidate_url,
                 verification=verification,
                 reason=f"the candidate failed verification ({verification.describe()}); "
                        f"{self.where} was not changed and still serves {previous_uri}")
@@ -130,7 +130,8 @@ class StandardRollout(Rollout):
             raise
         self.delete_candidate(candidate, "the main InferenceService serves its model now")
         return self.result(
-            "promoted", decision, promoted, canary_url=candidate_url, verification=verification,
+            Action.PROMOTED, decision, promoted, canary_url=candidate_url,
+            verification=verification,
             reason=f"the candidate passed verification ({verification.describe()}) and "
                    f"{self.where} was rolled over to it")
 
@@ -181,7 +182,7 @@ class StandardRollout(Rollout):
                 f"{previous_uri} back failed ({undone.failure}); set "
                 f"spec.predictor.model.storageUri back to {previous_uri} by hand (kubectl edit "
                 f"inferenceservice -n {self.api.namespace} {self.name})") from error
-        result = self.result("rolled_back", decision, undone.isvc,
+        result = self.result(Action.ROLLED_BACK, decision, undone.isvc,
                              reason=f"the rollover did not finish ({why}); {previous_uri} is "
                                     "served again")
         raise KServeRolloutError(

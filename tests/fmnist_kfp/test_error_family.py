@@ -119,3 +119,31 @@ def test_importing_the_components_changes_nothing_in_the_process(tmp_path):
                            check=True, env={**__import__("os").environ,
                                             STEP_ERRORS_ENV: str(tmp_path / "e")}).stdout
     assert shown.split() == ["True"]
+
+
+def test_every_steps_entry_point_reports_errors_briefly_and_returns_a_dataclass():
+    """Each step's entry point is the decorated one (``batch_predict_step`` once lost its
+    decorator to the result class written between them), and what it returns is a dataclass
+    (the deploy step: either deployer's)."""
+    import dataclasses
+    import inspect
+    import typing
+
+    from fmnist_kfp.kfp_components.batch_predict.step import batch_predict_step
+    from fmnist_kfp.kfp_components.deploy.step import deploy
+    from fmnist_kfp.kfp_components.ingest.step import ingest_step
+    from fmnist_kfp.kfp_components.predict.step import predict_step
+    from fmnist_kfp.kfp_components.promote.step import promote
+    from fmnist_kfp.kfp_components.select.step import select_step
+    from fmnist_kfp.kfp_components.train.step import train_step
+    from fmnist_kfp.kfp_components.tune.step import tune_step
+    from fmnist_kfp.serving.deploy.local_deployer import LocalDeployment
+    from fmnist_kfp.serving.deploy.rollout_result import RolloutResult
+
+    deployment = {"Deployment": LocalDeployment | RolloutResult}  # named for type checkers only
+    for step in (ingest_step, tune_step, train_step, select_step, batch_predict_step, deploy,
+                 promote, predict_step):
+        assert inspect.isfunction(step) and hasattr(step, "__wrapped__"), step
+        returned = typing.get_type_hints(step.__wrapped__, localns=deployment)["return"]
+        for kind in typing.get_args(returned) or (returned,):
+            assert isinstance(kind, type) and dataclasses.is_dataclass(kind), (step, kind)

@@ -17,7 +17,12 @@ import time
 import pytest
 
 from fmnist_kfp.serving.deploy import local_deployer
-from fmnist_kfp.serving.deploy.local_deployer import LocalServer, promote_locally, running_server
+from fmnist_kfp.serving.deploy.local_deployer import (
+    LocalPromotion,
+    LocalServer,
+    promote_locally,
+    running_server,
+)
 
 NAME = "fashion-mnist"
 _READY_SERVER = """
@@ -72,17 +77,18 @@ def _starter(started: list, barrier: threading.Barrier, better_saved: threading.
     return start
 
 
-def _race(tmp_path, started, first: str) -> list[dict]:
+def _race(tmp_path, started, first: str) -> list[LocalPromotion]:
     models = {"better": (_model(tmp_path, "better"), 0.9312),
               "worse": (_model(tmp_path, "worse"), 0.9188)}
     barrier, better_saved = threading.Barrier(2), threading.Event()
     start = _starter(started, barrier, better_saved)
-    decisions: list[dict] = []
+    decisions: list[LocalPromotion] = []
 
     def promote(which: str) -> None:
         model_dir, accuracy = models[which]
         decision = promote_locally(NAME, model_dir, accuracy, model_type=which, tolerance=0.005,
-                                   verify=lambda url: {"ok": True}, start=start,
+                                   verify=lambda url: {"ok": True, "accuracy": accuracy},
+                                   start=start,
                                    log=lambda message: None)
         if which == "better":
             better_saved.set()
@@ -103,7 +109,7 @@ def test_racing_promotions_never_serve_the_worse_model(tmp_path, state, first):
     decisions = _race(tmp_path, state, first)
     served = running_server(NAME)
     assert served.model_type == "better" and served.validation_accuracy == 0.9312
-    by_model = {d["model_type"]: d["action"] for d in decisions}
+    by_model = {d.model_type: d.action for d in decisions}
     if first == "better":  # the worse one, deciding after it, is rejected
         assert by_model == {"better": "created", "worse": "rejected"}
     else:  # the worse one served first, the better one replaced it

@@ -15,6 +15,7 @@ import yaml
 from fmnist_kfp.cli import main as cli_main
 from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.serving.deploy.kserve_deployer import deploy_with_kserve
+from fmnist_kfp.serving.deploy.rollout_result import Action
 from fmnist_kfp.settings.serving import KServeSettings
 from tests import ROOT
 from tests.standins.kfp import API, KfpStandIn
@@ -121,7 +122,7 @@ def test_standard_mode_never_touches_the_served_model_for_a_bad_candidate():
         puts = [body for method, body in standin.isvc_writes()
                 if method == "PUT" and body["metadata"]["name"] == NAME]
         assert not puts
-        assert result.action != "rolled_back"  # nothing was rolled back
+        assert result.action is not Action.ROLLED_BACK  # nothing was rolled back
         assert standin.answering(f"http://{NAME}-predictor.{NS}.svc.cluster.local")[0] == OLD
 
 

@@ -102,33 +102,33 @@ def test_deploy_and_predict_reach_the_model_inside_the_cluster(cluster, data_dir
         monkeypatch.setenv("HTTP_PROXY", network.url)
         setup(standin)
         first = run_deploy(standin, models, data_dir, "1", 0.80)
-        assert first["action"] == "created" and first["backend"] == "kubernetes"
-        assert first["url"].endswith(".svc.cluster.local")
-        assert first["verification"]["ok"]
+        assert first.action == "created" and first.record()["backend"] == "kubernetes"
+        assert first.url.endswith(".svc.cluster.local")
+        assert first.verification.passed and first.verification.report["ok"]
         body = standin.isvc()["spec"]["predictor"]
         assert body["serviceAccountName"] == "fmnist-serving"  # KFP's store: our credentials
         assert body["model"]["storageUri"] == STORE.format("1").replace("minio://", "s3://")
 
         second = run_deploy(standin, models, data_dir, "2", 0.85)
-        assert second["action"] == "promoted", second["reason"]
-        assert second["verification"]["ok"]
+        assert second.action == "promoted", second.reason
+        assert second.verification.passed and second.verification.report["ok"]
         # The candidate was reached at its own cluster-local host.
         assert any(uri and uri.endswith("run-2/select/best_model")
-                   for _, url, uri in network.requests if url.startswith(second["canary_url"]))
+                   for _, url, uri in network.requests if url.startswith(second.canary_url))
 
         # The predict step, with the URL the deploy step output, gets the new model's answers.
         metrics = predict_step(model_dir=models["2"], data_dir=str(data_dir),
-                               url=second["url"], model_name=NAME, sample_size=48,
+                               url=second.url, model_name=NAME, sample_size=48,
                                serves_model=True, log=lambda line: None)
-        assert metrics["failures"] == 0 and metrics["unexplained_disagreements"] == 0
+        assert metrics.failures == 0 and metrics.unexplained_disagreements == 0
 
         # A broken build (run 3's artifact serves other weights) fails verification.
         with pytest.raises(DeploymentError, match="failed verification"):
             run_deploy(standin, models, data_dir, "3", 0.90)
         metrics = predict_step(model_dir=models["2"], data_dir=str(data_dir),
-                               url=second["url"], model_name=NAME, sample_size=16,
+                               url=second.url, model_name=NAME, sample_size=16,
                                serves_model=True, log=lambda line: None)
-        assert metrics["unexplained_disagreements"] == 0  # run 2 still answers
+        assert metrics.unexplained_disagreements == 0  # run 2 still answers
 
 
 def test_without_the_istio_policy_the_pods_are_refused(cluster, data_dir, models,

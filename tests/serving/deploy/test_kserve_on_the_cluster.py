@@ -145,7 +145,7 @@ try:
                       model_uri="minio://mlpipeline/runs/{step}/best_model",
                       test_accuracy={accuracy}, data_dir="{MOUNT_PATH}/dataset",
                       backend="kubernetes", model_name="fashion-mnist", tolerance=0.005,
-                      verification_images=16, serving={serving!r}, image={image!r})
+                      verification_images=16, serving={serving!r}, image={image!r}).record()
 except DeploymentError as error:
     decision = {{"failed": str(error)}}
 print(json.dumps(decision))
@@ -187,7 +187,8 @@ import json
 from fmnist_kfp.kfp_components.predict.step import predict_step
 print(json.dumps(predict_step(model_dir="{MOUNT_PATH}/models/second",
                               data_dir="{MOUNT_PATH}/dataset", url={second["url"]!r},
-                              model_name="fashion-mnist", sample_size=32, serves_model=True)))
+                              model_name="fashion-mnist", sample_size=32,
+                              serves_model=True).metrics()))
 """
     metrics, _ = cluster.run_step_pod(namespace, "predict", image, env, script, 600)
     assert metrics["failures"] == 0 and metrics["images"] == 32, metrics
@@ -207,7 +208,7 @@ decision = promote(model_dir="{MOUNT_PATH}/models/{folder}",
                    data_dir="{MOUNT_PATH}/dataset", backend="kubernetes",
                    model_name="fashion-mnist", tolerance=0.005, verification_images=16,
                    serving={serving!r}, image={image!r})
-print(json.dumps(decision))
+print(json.dumps(decision.record()))
 """
 
 

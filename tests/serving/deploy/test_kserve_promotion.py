@@ -32,7 +32,7 @@ from fmnist_kfp.serving.deploy.kserve_promotion import (
     claim_name,
     promote_with_kserve,
 )
-from fmnist_kfp.serving.deploy.rollout_result import RolloutResult
+from fmnist_kfp.serving.deploy.rollout_result import Action, RolloutResult
 from tests.serving.deploy.test_kserve_rollout import (
     NS,
     OLD,
@@ -85,7 +85,7 @@ def _claim(standin) -> dict:
 
 def test_promotions_one_after_another_serve_each_better_model_and_reject_a_worse_one(standin):
     first = _promote(standin, WORSE, "basic")
-    assert first.action == "created" and _served(standin) == WORSE
+    assert first.action is Action.CREATED and _served(standin) == WORSE
     annotations = standin.isvc()["metadata"]["annotations"]
     claim = _claim(standin)  # issue 29: in a ConfigMap, no longer in the annotations
     assert claim[CLAIM_ACCURACY] == "0.918800"
@@ -96,17 +96,17 @@ def test_promotions_one_after_another_serve_each_better_model_and_reject_a_worse
     # The test split is not read for it: no test accuracy recorded.
     assert ANNOTATION_TEST_ACCURACY not in annotations
     second = _promote(standin, BETTER, "batchnorm")
-    assert second.action == "promoted" and _served(standin) == BETTER
+    assert second.action is Action.PROMOTED and _served(standin) == BETTER
     assert _claim(standin)[CLAIM_MODEL_URI] == BETTER
     third = _promote(standin, WORSE, "basic")
-    assert third.action == "rejected" and _served(standin) == BETTER
+    assert third.action is Action.REJECTED and _served(standin) == BETTER
     assert "0.9188" in third.reason and "0.9312" in third.reason
 
 
 def test_an_ordinarily_deployed_model_is_beaten_only_within_the_blessing_tolerance(standin):
     serve_old_model(standin, accuracy=0.95)  # test accuracy 0.95 on record, no claim
     result = _promote(standin, BETTER, "batchnorm")
-    assert result.action == "rejected" and _served(standin) == OLD
+    assert result.action is Action.REJECTED and _served(standin) == OLD
 
 
 class _ReadBarrier:
@@ -162,12 +162,12 @@ def test_racing_promotions_never_leave_the_worse_model_served(standin, monkeypat
     assert _claim(standin)[CLAIM_MODEL_URI] == BETTER
     assert ANNOTATION_EARLY_MODEL_URI not in annotations
     assert annotations[ANNOTATION_MODEL_URI] == BETTER
-    assert results["better"].action == "promoted", logs["better"]
+    assert results["better"].action is Action.PROMOTED, logs["better"]
     # Both read the old model; one claimed first, so the other's write was answered 409.
     loser = "worse" if first == "better" else "better"
     assert any("changed since it was read" in line for line in logs[loser]), logs[loser]
     if first == "better":
-        assert results["worse"].action == "rejected"
+        assert results["worse"].action is Action.REJECTED
     else:  # the worse one claimed first; the better one overtook it
         assert results["worse"].action in ("superseded", "promoted")
 
@@ -224,14 +224,15 @@ def test_a_better_model_overtaking_a_cold_start_supersedes_it():
             ready_timeout_seconds=30)
         check_writes(standin)
         assert not errors and set(results) == {"better", "worse"}, (errors, logs)
-        assert results["worse"].action == "superseded", logs["worse"]
+        assert results["worse"].action is Action.SUPERSEDED, logs["worse"]
         # What the step's outputs carry: why, and no URL, blessing or verification of its own.
-        superseded = results["worse"].as_dict()
+        superseded = results["worse"].record()
         assert superseded == {"action": "superseded", "reason": superseded["reason"], "url": "",
-                              "storage_uri": WORSE, "blessing": {}, "verification": {}}
+                              "storage_uri": WORSE, "blessing": {}, "verification": {},
+                              "backend": "kubernetes"}
         assert "batchnorm claim (validation accuracy 0.931200) replaced this one" in \
             superseded["reason"], superseded
-        assert results["better"].action == "created", logs["better"]
+        assert results["better"].action is Action.CREATED, logs["better"]
         assert _served(standin) == BETTER and _claim(standin)[CLAIM_MODEL_URI] == BETTER
         assert standin.answering(f"http://fashion-mnist.{NS}.svc.cluster.local")[0] == BETTER
 
@@ -304,12 +305,12 @@ def test_a_claim_write_restarts_nothing(mode):
         assert standin.rollouts() == [OLD]
         result = _promote(standin, BETTER, "batchnorm")
         check_writes(standin)
-        assert result.action == "promoted" and _served(standin) == BETTER
+        assert result.action is Action.PROMOTED and _served(standin) == BETTER
         assert standin.rollouts()[0] == OLD
         assert set(standin.rollouts()[1:]) == {BETTER}, standin.rollouts()
         # A worse model's decision writes nothing the controller sees.
         rolled = standin.rollouts()
-        assert _promote(standin, WORSE, "basic").action == "rejected"
+        assert _promote(standin, WORSE, "basic").action is Action.REJECTED
         assert standin.rollouts() == rolled
 
 
@@ -338,7 +339,7 @@ def test_a_transient_read_after_a_cold_start_create_neither_fails_nor_unbinds(
     monkeypatch.setattr(Rollout, "create", create_then_fault)
     monkeypatch.setattr(kserve_api.KServeApi, "get", get_faulted_once)
     result = _promote(standin, BETTER, "batchnorm")
-    assert result.action == "created" and _served(standin) == BETTER
+    assert result.action is Action.CREATED and _served(standin) == BETTER
     assert faulted == ["fashion-mnist"]
     assert _claim(standin)[CLAIM_UID] == standin.isvc()["metadata"]["uid"]
 
@@ -346,12 +347,12 @@ def test_a_transient_read_after_a_cold_start_create_neither_fails_nor_unbinds(
 def test_a_claim_made_on_an_inference_service_deleted_since_is_void(standin):
     """A claim records the uid of the InferenceService it was made on; once that one is
     deleted (and its finalizer removed), a worse model may serve again."""
-    assert _promote(standin, BETTER, "batchnorm").action == "created"
+    assert _promote(standin, BETTER, "batchnorm").action is Action.CREATED
     client = standin.kserve_client(NS)
     api = kserve_api.KServeApi(client.api_instance.api_client, NS)
     api.delete("fashion-mnist")
     _until(lambda: api.get("fashion-mnist") is None, "the deletion")
-    assert _promote(standin, WORSE, "basic").action == "created"
+    assert _promote(standin, WORSE, "basic").action is Action.CREATED
     assert _served(standin) == WORSE and _claim(standin)[CLAIM_MODEL_URI] == WORSE
 
 
@@ -372,14 +373,14 @@ def test_a_claim_left_unbound_is_bound_and_dies_with_its_inference_service(stand
                                CLAIM_UID: ""}})
     logs: list[str] = []
     if holder == "this model":  # the retried step: it rolls its model out
-        assert _promote(standin, BETTER, "batchnorm", logs).action == "promoted", logs
+        assert _promote(standin, BETTER, "batchnorm", logs).action is Action.PROMOTED, logs
     else:  # a worse model: refused against the claim, which it binds
-        assert _promote(standin, WORSE, "basic", logs).action == "rejected", logs
+        assert _promote(standin, WORSE, "basic", logs).action is Action.REJECTED, logs
     assert _claim(standin)[CLAIM_UID] == standin.isvc()["metadata"]["uid"], logs
     api.delete("fashion-mnist")
     _until(lambda: api.get("fashion-mnist") is None, "the deletion")
     logs.clear()
-    assert _promote(standin, WORSE, "basic", logs).action == "created", logs
+    assert _promote(standin, WORSE, "basic", logs).action is Action.CREATED, logs
     assert _served(standin) == WORSE and _claim(standin)[CLAIM_MODEL_URI] == WORSE
 
 
@@ -415,14 +416,14 @@ def test_a_claim_made_before_a_409_created_meanwhile_dies_with_the_service_it_ro
     the old claim must not refuse a model better than the new service's."""
     _created_meanwhile(standin, monkeypatch)
     logs: list[str] = []
-    assert _promote(standin, BETTER, "batchnorm", logs).action == "promoted", logs
+    assert _promote(standin, BETTER, "batchnorm", logs).action is Action.PROMOTED, logs
     assert any("rolls out over that one" in line for line in logs), logs
     assert _claim(standin)[CLAIM_UID] == standin.isvc()["metadata"]["uid"], logs
     _delete_isvc(standin)
     standin.calls.clear()
     serve_old_model(standin, accuracy=0.90)  # a new service, a new uid
     logs.clear()
-    assert _promote(standin, WORSE, "basic", logs).action == "promoted", logs
+    assert _promote(standin, WORSE, "basic", logs).action is Action.PROMOTED, logs
     assert _served(standin) == WORSE and _claim(standin)[CLAIM_MODEL_URI] == WORSE
 
 
@@ -452,7 +453,7 @@ def test_a_cold_start_that_fails_after_creating_binds_its_claim(standin, failure
     assert _claim(standin)[CLAIM_UID] == standin.isvc()["metadata"]["uid"]
     _delete_isvc(standin)
     logs: list[str] = []
-    assert _promote(standin, WORSE, "basic", logs).action == "created", logs
+    assert _promote(standin, WORSE, "basic", logs).action is Action.CREATED, logs
     assert _served(standin) == WORSE and _claim(standin)[CLAIM_MODEL_URI] == WORSE
 
 
@@ -502,7 +503,7 @@ def test_standard_promotions_racing_keep_their_own_candidates():
                                      "A's candidate")}, ready_timeout_seconds=30)
         check_writes(standin)
         assert not errors and set(results) == {"better", "worse"}, (errors, logs)
-        assert results["better"].action == "promoted", logs["better"]
+        assert results["better"].action is Action.PROMOTED, logs["better"]
         assert results["worse"].action in ("superseded", "promoted"), logs["worse"]
         assert _served(standin) == BETTER
         assert standin.answering(f"http://fashion-mnist-predictor.{NS}.svc.cluster.local")[0] \

@@ -34,6 +34,7 @@ from fmnist_kfp.serving.deploy.kserve_deployer import (
     ReadinessTimeout,
     deploy_with_kserve,
 )
+from fmnist_kfp.serving.deploy.rollout_result import Action
 from fmnist_kfp.settings.serving import KServeSettings
 from tests.crd_schemas import validate_strict
 from tests.standins.apiserver import Fault
@@ -165,8 +166,8 @@ def test_first_deploy_creates_the_service_and_verifies_its_cluster_local_address
     verifier = Verifier(standin, {OLD: 0.905})
     logs = []
     result = deploy(standin, OLD, 0.91, verifier, logs=logs)
-    assert set(result.as_dict()) == RESULT_KEYS
-    assert result.action == "created" and result.mode == "Serverless"
+    assert set(result.record()) == RESULT_KEYS | {"backend"}
+    assert result.action is Action.CREATED and result.mode == "Serverless"
     # Pods reach only the cluster-local address; status.url is Kubeflow's example.com domain.
     assert result.url == ADDRESS and verifier.urls == [ADDRESS]
     assert result.external_url == f"http://{NAME}.{NS}.example.com"
@@ -195,7 +196,7 @@ def test_a_better_model_goes_through_a_canary_at_its_cluster_local_tag_and_is_pr
     serve_old_model(standin, 0.90)
     verifier = Verifier(standin, {NEW: 0.912, OLD: 0.90})
     result = deploy(standin, NEW, 0.915, verifier)
-    assert result.action == "promoted"
+    assert result.action is Action.PROMOTED
     assert (result.blessing.candidate_accuracy,
             result.blessing.serving_accuracy) == (0.915, 0.90)
     # The canary's own tag host, cluster-local (knative-v1.16.2 route/resources/service.go).
@@ -226,7 +227,7 @@ def test_a_bad_canary_is_judged_on_the_new_revision_not_on_the_stale_status(stan
     serve_old_model(standin, 0.90)
     verifier = Verifier(standin, {NEW: 0.40, OLD: 0.90})
     result = deploy(standin, NEW, 0.95, verifier)
-    assert result.action == "rolled_back"
+    assert result.action is Action.ROLLED_BACK
     assert verifier.answered == [NEW]
     assert standin.answering(ADDRESS)[0] == OLD
 
@@ -235,7 +236,7 @@ def test_a_canary_that_fails_verification_is_rolled_back(standin):
     serve_old_model(standin, 0.90)
     verifier = Verifier(standin, {NEW: 0.62})
     result = deploy(standin, NEW, 0.915, verifier)
-    assert result.action == "rolled_back"
+    assert result.action is Action.ROLLED_BACK
     assert result.verification.report["accuracy"] == 0.62 and not result.verification.passed
     assert "failed verification" in result.reason and OLD in result.reason
     assert "no traffic and no tag" in result.reason
@@ -265,7 +266,7 @@ def test_a_rolled_back_canary_leaves_no_revision_of_the_rejected_model_running(s
     rejected one is named by no traffic target: it scales to zero."""
     serve_old_model(standin, 0.90)
     result = deploy(standin, NEW, 0.95, Verifier(standin, {NEW: 0.40, OLD: 0.90}))
-    assert result.action == "rolled_back"
+    assert result.action is Action.ROLLED_BACK
     isvc = standin.isvc()
     predictor = isvc["spec"]["predictor"]
     assert predictor["model"]["storageUri"] == OLD and "canaryTrafficPercent" not in predictor
@@ -339,7 +340,7 @@ def test_a_good_canary_is_promoted_when_the_generations_differ(standin):
     assert standin.answering(ADDRESS)[0] == OLD
     verifier = Verifier(standin, {NEW: 0.95, OLD: 0.90})
     result = deploy(standin, NEW, 0.95, verifier, ready_timeout_seconds=1)
-    assert result.action == "promoted"
+    assert result.action is Action.PROMOTED
     assert verifier.answered == [NEW]
     assert standin.answering(ADDRESS)[0] == NEW
 
@@ -363,7 +364,7 @@ def test_a_canary_is_judged_on_its_own_revision_when_knatives_generation_is_ahea
     standin.calls.clear()
     verifier = Verifier(standin, {NEW: 0.40, OLD: 0.90})
     result = deploy(standin, NEW, 0.95, verifier)
-    assert result.action == "rolled_back"
+    assert result.action is Action.ROLLED_BACK
     assert verifier.answered == [NEW]
     assert standin.answering(ADDRESS)[0] == OLD
 
@@ -375,7 +376,7 @@ def test_a_verifier_that_raises_counts_as_a_failed_canary(standin):
         raise ConnectionError("connection refused")
 
     result = deploy(standin, NEW, 0.92, Verifier(standin, raises={CANARY_URL: unreachable}))
-    assert result.action == "rolled_back"
+    assert result.action is Action.ROLLED_BACK
     assert result.verification.as_dict() == {"ok": False, "passed": False,
                                              "error": "ConnectionError: connection refused"}
     assert rolled_back_to(standin, OLD)
@@ -385,14 +386,14 @@ def test_a_canary_below_the_tolerance_is_rolled_back_even_when_ok(standin):
     serve_old_model(standin, 0.90)
     verifier = Verifier(standin, {NEW: 0.905})
     result = deploy(standin, NEW, 0.92, verifier, tolerance=0.01)
-    assert result.action == "rolled_back"  # 0.905 < 0.92 - 0.01
+    assert result.action is Action.ROLLED_BACK  # 0.905 < 0.92 - 0.01
 
 
 def test_a_worse_model_is_rejected_without_a_write(standin):
     serve_old_model(standin, 0.90)
     verifier = Verifier(standin)
     result = deploy(standin, NEW, 0.88, verifier)
-    assert result.action == "rejected"
+    assert result.action is Action.REJECTED
     blessing = result.blessing
     assert (blessing.candidate_accuracy, blessing.serving_accuracy) == (0.88, 0.90)
     assert blessing.tolerance == 0.005 and "serving model stays" in blessing.reason
@@ -402,14 +403,14 @@ def test_a_worse_model_is_rejected_without_a_write(standin):
 
 def test_within_the_tolerance_is_blessed(standin):
     serve_old_model(standin, 0.90)
-    assert deploy(standin, NEW, 0.896, tolerance=0.005).action == "promoted"
+    assert deploy(standin, NEW, 0.896, tolerance=0.005).action is Action.PROMOTED
 
 
 def test_the_same_model_is_unchanged_but_verified(standin):
     serve_old_model(standin, 0.90)
     verifier = Verifier(standin, {OLD: 0.90})
     result = deploy(standin, OLD, 0.90, verifier)
-    assert result.action == "unchanged" and result.url == ADDRESS
+    assert result.action is Action.UNCHANGED and result.url == ADDRESS
     assert result.reason == f"{OLD} is already served"
     assert verifier.urls == [ADDRESS] and result.verification.passed
     assert not standin.isvc_writes()
@@ -419,14 +420,14 @@ def test_an_unchanged_model_failing_verification_raises(standin):
     serve_old_model(standin, 0.90)
     with pytest.raises(KServeRolloutError, match="nothing was changed") as error:
         deploy(standin, OLD, 0.90, Verifier(standin, {OLD: 0.1}))
-    assert error.value.result.action == "unchanged"
+    assert error.value.result.action is Action.UNCHANGED
     assert not standin.isvc_writes()
 
 
 def test_a_created_model_failing_verification_raises(standin):
     with pytest.raises(KServeRolloutError, match="no earlier model to roll back to") as error:
         deploy(standin, OLD, 0.91, Verifier(standin, {OLD: 0.0}))
-    assert error.value.result.action == "created"
+    assert error.value.result.action is Action.CREATED
 
 
 def test_missing_accuracy_annotation_blesses_with_a_reason(standin):
@@ -434,7 +435,7 @@ def test_missing_accuracy_annotation_blesses_with_a_reason(standin):
     del standin.objects[("InferenceService", NS, NAME)]["metadata"]["annotations"][
         ANNOTATION_TEST_ACCURACY]
     result = deploy(standin, NEW, 0.5)
-    assert result.action == "promoted"
+    assert result.action is Action.PROMOTED
     assert result.blessing.serving_accuracy is None
     assert ANNOTATION_TEST_ACCURACY in result.blessing.reason
 
@@ -449,7 +450,7 @@ def test_a_canary_that_never_gets_ready_is_rolled_back_then_raised(standin):
     assert isinstance(error.value.__cause__, ReadinessTimeout)
     assert "not ready after 0.3 s" in str(error.value.__cause__)
     assert "kubectl describe inferenceservice" in str(error.value.__cause__)
-    assert error.value.result.action == "rolled_back"
+    assert error.value.result.action is Action.ROLLED_BACK
     assert rolled_back_to(standin, OLD)
     assert not verifier.calls
     assert standin.answering(ADDRESS)[0] == OLD
@@ -486,7 +487,7 @@ def test_conflicts_are_retried_with_a_fresh_read(standin):
     serve_old_model(standin)
     standin.faults.append(Fault("PUT", f"inferenceservices/{NAME}", status=409, times=2))
     logs = []
-    assert deploy(standin, NEW, 0.95, logs=logs).action == "promoted"
+    assert deploy(standin, NEW, 0.95, logs=logs).action is Action.PROMOTED
     assert sum("retrying" in line for line in logs) == 2
 
 
@@ -502,7 +503,7 @@ def test_transient_api_errors_mid_rollout_are_retried(standin, monkeypatch):
     ]
     logs = []
     result = deploy(standin, NEW, 0.95, logs=logs)
-    assert result.action == "promoted"
+    assert result.action is Action.PROMOTED
     assert all(fault.times == 0 for fault in standin.faults)
     assert any("failed transiently" in line for line in logs)  # the runner retried
 
@@ -631,7 +632,7 @@ def test_an_update_spells_the_mode_as_the_status_does():
         assert isvc["status"]["deploymentMode"] == "Standard"
         isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] = "RawDeployment"
         result = deploy(server, NEW, 0.95, Verifier(server, {NEW: 0.95}))
-        assert result.action == "promoted"
+        assert result.action is Action.PROMOTED
         assert puts(server)[-1]["metadata"]["annotations"][
             "serving.kserve.io/deploymentMode"] == "Standard"
         check_writes(server)
@@ -668,7 +669,7 @@ def test_an_unreadable_kserve_config_means_kserves_default_until_the_status_says
 def test_standard_mode_creates_with_a_safe_rollout_strategy(raw):
     verifier = Verifier(raw, {OLD: 0.91})
     result = deploy(raw, OLD, 0.91, verifier)
-    assert result.action == "created" and result.mode == "Standard"
+    assert result.action is Action.CREATED and result.mode == "Standard"
     assert result.url == RAW_ADDRESS and verifier.urls == [RAW_ADDRESS]
     (_, body), = raw.isvc_writes()
     annotations = body["metadata"]["annotations"]
@@ -688,7 +689,7 @@ def test_standard_mode_verifies_a_candidate_before_touching_the_main_service(raw
     serve_old_model(raw, 0.90)
     verifier = Verifier(raw, {NEW: 0.95, OLD: 0.90})
     result = deploy(raw, NEW, 0.95, verifier)
-    assert result.action == "promoted"
+    assert result.action is Action.PROMOTED
     assert result.canary_url == CANDIDATE_ADDRESS
     assert verifier.calls == [(CANDIDATE_ADDRESS, CANDIDATE, NEW),
                               (RAW_ADDRESS, NAME, NEW)]
@@ -722,7 +723,7 @@ def test_standard_mode_waits_for_the_deployment_not_the_inference_services_gener
     assert isvc["status"]["observedGeneration"] > isvc["metadata"]["generation"]
     verifier = Verifier(raw, {NEW: 0.95, OLD: 0.90})
     result = deploy(raw, NEW, 0.95, verifier)
-    assert result.action == "promoted"
+    assert result.action is Action.PROMOTED
     assert verifier.answered == [NEW, NEW]
 
 
@@ -730,7 +731,7 @@ def test_a_failed_candidate_leaves_the_main_service_untouched_and_says_so(raw):
     serve_old_model(raw, 0.90)
     verifier = Verifier(raw, {NEW: 0.40, OLD: 0.90})
     result = deploy(raw, NEW, 0.95, verifier)
-    assert result.action == "candidate_failed"  # not rolled_back: nothing was changed
+    assert result.action is Action.CANDIDATE_FAILED  # not rolled_back: nothing was changed
     assert "was not changed" in result.reason and OLD in result.reason
     assert result.verification.report["accuracy"] == 0.40 and not result.verification.passed
     assert result.canary_url == CANDIDATE_ADDRESS
@@ -750,7 +751,7 @@ def test_a_rejected_candidate_that_cannot_be_deleted_fails_the_step_and_says_how
                                                  f"delete inferenceservice -n {NS} "
                                                  f"{CANDIDATE}") as error:
         deploy(raw, NEW, 0.95, Verifier(raw, {NEW: 0.40, OLD: 0.90}))
-    assert error.value.result.action == "candidate_failed"
+    assert error.value.result.action is Action.CANDIDATE_FAILED
     assert "was not changed" in str(error.value)
     assert not puts(raw) and raw.answering(RAW_ADDRESS)[0] == OLD
 
@@ -770,7 +771,7 @@ def test_a_main_rollout_that_does_not_finish_writes_the_previous_model_back(raw)
         "predictor"]["model"]["storageUri"] == NEW)
     with pytest.raises(KServeRolloutError, match="written back") as error:
         deploy(raw, NEW, 0.95, Verifier(raw, {NEW: 0.95}), ready_timeout_seconds=0.5)
-    assert error.value.result.action == "rolled_back"
+    assert error.value.result.action is Action.ROLLED_BACK
     forward, back = puts(raw)
     assert forward["spec"]["predictor"]["model"]["storageUri"] == NEW
     assert back["spec"]["predictor"]["model"]["storageUri"] == OLD
@@ -807,7 +808,7 @@ def test_a_candidate_left_by_an_interrupted_run_is_replaced(raw):
              "spec": {"predictor": {"model": {"modelFormat": {"name": "tensorflow"},
                                               "storageUri": "pvc://fmnist-data/stale"}}}})
     logs = []
-    assert deploy(raw, NEW, 0.95, logs=logs).action == "promoted"
+    assert deploy(raw, NEW, 0.95, logs=logs).action is Action.PROMOTED
     assert any("left by an earlier rollout" in line for line in logs)
     assert any(f"{CANDIDATE} is gone" in line for line in logs)
     assert raw.answering(RAW_ADDRESS)[0] == NEW
@@ -824,7 +825,7 @@ def test_a_service_that_never_rolled_out_is_replaced_without_a_canary(standin):
     logs = []
     verifier = Verifier(standin, {NEW: 0.95})
     result = deploy(standin, NEW, 0.95, verifier, logs=logs)
-    assert result.action == "created" and "nothing was rolled out" in result.reason
+    assert result.action is Action.CREATED and "nothing was rolled out" in result.reason
     (replacement,) = puts(standin)
     assert "canaryTrafficPercent" not in replacement["spec"]["predictor"]
     assert verifier.calls == [(ADDRESS, NAME, NEW)]
@@ -940,7 +941,7 @@ def test_a_serving_runtime_created_meanwhile_is_read_and_used(standin, monkeypat
     monkeypatch.setattr(kserve_api.KServeApi, "create_runtime", create_runtime)
     logs: list[str] = []
     result = deploy(standin, OLD, 0.91, logs=logs)
-    assert result.action == "created"
+    assert result.action is Action.CREATED
     assert any("created meanwhile by another step" in line for line in logs)
 
 
@@ -997,5 +998,5 @@ def test_the_reads_before_a_rollout_get_through_a_transient_answer(mode, monkeyp
             standin.put(obj)
         result = deploy(standin, OLD, 0.90, needs_credentials=True,
                         service_account="fmnist-serving")
-    assert result.action == "created", result
+    assert result.action is Action.CREATED, result
     assert all(first_answers[name] >= 2 for name in reads), first_answers

@@ -25,6 +25,7 @@ from fmnist_kfp.serving.deploy.local_deployer import (
     stop_process,
     stop_server,
 )
+from fmnist_kfp.serving.deploy.rollout_result import Action
 from fmnist_kfp.settings.pipeline import PipelineParameters
 from fmnist_kfp.validation import validate_parameters
 from tests.conftest import export_untrained_model
@@ -54,25 +55,31 @@ def test_local_deployment_lifecycle(exported_model, synthetic_dataset, tmp_path,
               "tolerance": 0.005, "verification_images": 32, "serving": {}, "model_uri": ""}
     try:
         first = deploy(model_dir=str(exported_model), test_accuracy=0.90, **common)
-        assert first["action"] == "created" and first["blessing"]["serving_accuracy"] is None
-        assert first["verification"]["ok"]
-        assert first["verification"]["unexplained_disagreements"] == 0
-        assert first["verification"]["failures"] == 0 and first["verification"]["images"] == 32
+        assert first.action is Action.CREATED and first.blessing.serving_accuracy is None
+        assert first.verification.passed and first.verification.report["ok"]
+        assert first.verification.report["unexplained_disagreements"] == 0
+        report = first.verification.report
+        assert report["failures"] == 0 and report["images"] == 32
+        # The record the step hands to KFP, as local deployments always wrote it.
+        assert list(first.record()) == ["name", "backend", "blessing", "previous_url", "action",
+                                        "url", "verification"]
+        assert first.record()["verification"] == dict(report)
         served = running_server(NAME)
-        assert served.url == first["url"] and served.test_accuracy == 0.90
-        assert _answers(first["url"])
+        assert served.url == first.url and served.test_accuracy == 0.90
+        assert _answers(first.url)
 
         # The same model again (a cached pipeline run): the running server is reused.
         again = deploy(model_dir=str(exported_model), test_accuracy=0.90, **common)
-        assert again["action"] == "unchanged" and again["url"] == first["url"]
+        assert again.action is Action.UNCHANGED and again.url == first.url
         assert running_server(NAME).pid == served.pid
 
         # Worse than the serving model beyond the tolerance: not deployed.
         rejected = deploy(model_dir=str(other_model), test_accuracy=0.80, **common)
-        assert rejected["action"] == "rejected" and rejected["url"] == first["url"]
-        assert rejected["blessing"] == {
+        assert rejected.action is Action.REJECTED and rejected.url == first.url
+        assert rejected.blessing.as_dict() == {
             "blessed": False, "candidate_accuracy": 0.80, "serving_accuracy": 0.90,
-            "tolerance": 0.005, "reason": rejected["blessing"]["reason"]}
+            "tolerance": 0.005, "reason": rejected.blessing.reason}
+        assert rejected.verification is None and rejected.record()["verification"] == {}
         assert running_server(NAME).pid == served.pid
 
         # Blessed, but the new server fails its check: it is stopped, the old one stays.
@@ -80,23 +87,23 @@ def test_local_deployment_lifecycle(exported_model, synthetic_dataset, tmp_path,
 
         def failing_verify(url):
             checked.append(url)
-            return {"ok": url == first["url"], "accuracy": 0.0}
+            return {"ok": url == first.url, "accuracy": 0.0}
 
         rolled_back = deploy_locally(NAME, str(other_model), 0.95, tolerance=0.005,
                                      verify=failing_verify, log=lambda message: None)
-        assert rolled_back["action"] == "rolled_back" and rolled_back["url"] == first["url"]
-        assert len(checked) == 1 and checked[0] != first["url"]
-        assert running_server(NAME).pid == served.pid and _answers(first["url"])
+        assert rolled_back.action is Action.ROLLED_BACK and rolled_back.url == first.url
+        assert len(checked) == 1 and checked[0] != first.url
+        assert running_server(NAME).pid == served.pid and _answers(first.url)
         with pytest.raises(httpx.HTTPError):
             httpx.get(checked[0], timeout=2)
 
         # Blessed and verified: the new server replaces the old one.
         promoted = deploy(model_dir=str(other_model), test_accuracy=0.95, **common)
-        assert promoted["action"] == "promoted" and promoted["url"] != first["url"]
-        assert promoted["blessing"]["serving_accuracy"] == 0.90
+        assert promoted.action is Action.PROMOTED and promoted.url != first.url
+        assert promoted.blessing.serving_accuracy == 0.90
         assert running_server(NAME).test_accuracy == 0.95
         assert not _alive(served.pid)
-        assert _answers(promoted["url"])
+        assert _answers(promoted.url)
     finally:
         stop_server(NAME)
     assert running_server(NAME) is None
@@ -133,8 +140,8 @@ def test_two_pipeline_roots_keep_their_local_deployments_apart(exported_model,
             with deployments_of(str(roots[key])) as kept:
                 decision = deploy(model_dir=models[key], test_accuracy=0.90, **common)
             assert kept == roots[key].resolve() / "deployments"
-            assert decision["action"] == "created", decision  # nothing of its own served
-            urls[key] = decision["url"]
+            assert decision.action is Action.CREATED, decision  # nothing of its own served
+            urls[key] = decision.url
         assert urls["a"] != urls["b"]
         stopped = cli("stop", root=roots["a"])
         assert stopped.stdout.strip() == f"stopped {NAME}", stopped.stderr
@@ -195,8 +202,8 @@ def test_a_verifier_that_raises_stops_the_new_server(exported_model, tmp_path, m
 
     decision = deploy_locally(NAME, str(exported_model), 0.9, tolerance=0.0,
                               verify=broken_verify, log=lambda message: None)
-    assert decision["action"] == "failed"
-    assert "lost its network" in decision["verification"]["error"]
+    assert decision.action is Action.FAILED and not decision.verification.passed
+    assert "lost its network" in decision.record()["verification"]["error"]
     with pytest.raises(httpx.HTTPError):
         httpx.get(urls[0], timeout=2)
     assert running_server(NAME) is None
