@@ -106,26 +106,17 @@ NOT_YET_MIRRORED = {
     "fmnist_kfp/settings/scheduling.py": "tests/fmnist_kfp/preflight/test_scheduling.py and "
                                          "tests/manifests/test_scheduling_manifests.py",
     "fmnist_kfp/settings/serving.py": "tests/serving/deploy/ and tests/fmnist_kfp/kubernetes/",
-    "fmnist_kfp/settings/tuning.py": "tests/katib/test_katib_launcher.py",
-    "fmnist_kfp/training/evaluator.py": "through the trainer: tests/fmnist_kfp/launcher/",
     "fmnist_kfp/training/parameter_server.py":
         "tests/fmnist_kfp/launcher/test_parameter_server.py (slow)",
-    "fmnist_kfp/training/tensorboard.py": "through the trainer: tests/fmnist_kfp/launcher/",
     "fmnist_kfp/tuning/experiment_settings.py":
         "tests/fmnist_kfp/kubernetes/test_katib_experiment.py and tests/katib/",
     "fmnist_kfp/tuning/search_space.py":
         "tests/fmnist_kfp/kubernetes/test_katib_experiment.py and tests/katib/",
-    "fmnist_kfp/validation.py": "tests/katib/test_local_tuner.py, "
-                                "tests/serving/deploy/test_local_deploy.py",
     "pipelines/api.py": "through `fmnist_kfp.pipelines`: tests/fmnist_kfp/test_cluster_client.py",
-    "pipelines/arguments.py":
-        "through `fmnist_kfp.pipelines`: tests/fmnist_kfp/test_cluster_client.py",
     "serving/deploy/rollout_serverless.py":
         "through `deploy_with_kserve`: tests/serving/deploy/test_kserve_rollout.py",
     "serving/deploy/rollout_standard.py":
         "through `deploy_with_kserve`: tests/serving/deploy/test_kserve_rollout.py",
-    "serving/model_server/request_gate.py":
-        "through the model server: tests/serving/model_server/test_serving.py",
 }
 
 
