@@ -92,8 +92,6 @@ def test_every_module_of_the_package_is_in_the_map():
 NOT_YET_MIRRORED = {
     "fmnist_kfp/cli_parser.py": "through `fmnist_kfp.cli` (its parser), in tests/fmnist_kfp/",
     "fmnist_kfp/dataset/records.py": "tests/fmnist_kfp/launcher/test_parameter_server.py (slow)",
-    "fmnist_kfp/kubernetes/workload.py":
-        "tests/fmnist_kfp/launcher/test_queued_on_the_cluster.py (cluster: not moved today)",
     "fmnist_kfp/launcher/base.py":
         "through the two cluster launchers, in tests/fmnist_kfp/launcher/",
     "fmnist_kfp/preflight/apis.py": "through `preflight()`, in tests/fmnist_kfp/preflight/ "
@@ -101,16 +99,10 @@ NOT_YET_MIRRORED = {
     "fmnist_kfp/preflight/serving.py": "through `preflight()`, in tests/fmnist_kfp/preflight/ "
                                        "(cluster tests' folder: not moved today)",
     "fmnist_kfp/settings/jobs.py": "by the launchers' and Kubernetes objects' tests",
-    "fmnist_kfp/settings/platform.py": "by tests/pipelines/test_images_at_compile.py, "
-                                       "tests/test_image.py and the compiled-component tests",
-    "fmnist_kfp/settings/scheduling.py": "tests/fmnist_kfp/preflight/test_scheduling.py and "
-                                         "tests/manifests/test_scheduling_manifests.py",
     "fmnist_kfp/settings/serving.py": "tests/serving/deploy/ and tests/fmnist_kfp/kubernetes/",
     "fmnist_kfp/training/parameter_server.py":
         "tests/fmnist_kfp/launcher/test_parameter_server.py (slow)",
     "fmnist_kfp/tuning/experiment_settings.py":
-        "tests/fmnist_kfp/kubernetes/test_katib_experiment.py and tests/katib/",
-    "fmnist_kfp/tuning/search_space.py":
         "tests/fmnist_kfp/kubernetes/test_katib_experiment.py and tests/katib/",
     "pipelines/api.py": "through `fmnist_kfp.pipelines`: tests/fmnist_kfp/test_cluster_client.py",
     "serving/deploy/rollout_serverless.py":
