@@ -96,8 +96,6 @@ NOT_YET_MIRRORED = {
                                     "(cluster tests' folder: not moved today)",
     "fmnist_kfp/preflight/serving.py": "through `preflight()`, in tests/fmnist_kfp/preflight/ "
                                        "(cluster tests' folder: not moved today)",
-    "fmnist_kfp/settings/jobs.py": "by the launchers' and Kubernetes objects' tests",
-    "fmnist_kfp/settings/serving.py": "tests/serving/deploy/ and tests/fmnist_kfp/kubernetes/",
     "fmnist_kfp/training/parameter_server.py":
         "tests/fmnist_kfp/launcher/test_parameter_server.py (slow)",
     "fmnist_kfp/tuning/experiment_settings.py":
