@@ -100,7 +100,6 @@ NOT_YET_MIRRORED = {
         "tests/fmnist_kfp/launcher/test_parameter_server.py (slow)",
     "fmnist_kfp/tuning/experiment_settings.py":
         "tests/fmnist_kfp/kubernetes/test_katib_experiment.py and tests/katib/",
-    "pipelines/api.py": "through `fmnist_kfp.pipelines`: tests/fmnist_kfp/test_cluster_client.py",
     "serving/deploy/rollout_serverless.py":
         "through `deploy_with_kserve`: tests/serving/deploy/test_kserve_rollout.py",
     "serving/deploy/rollout_standard.py":
@@ -133,25 +132,44 @@ def _forwarded(sources: dict[str, ast.Module]) -> dict[tuple[str, str], str]:
                 if isinstance(node, ast.ImportFrom) and node.module and not node.level:
                     for alias in node.names:
                         forwarded[_dotted(path), alias.asname or alias.name] = node.module
+                # A `__getattr__` that imports a module by its name forwards every other name
+                # to it (pipelines/__init__.py: `importlib.import_module(...api)`).
+                elif isinstance(node, ast.FunctionDef) and node.name == "__getattr__":
+                    for inner in ast.walk(node):
+                        if isinstance(inner, ast.Constant) and isinstance(inner.value, str) \
+                                and inner.value.startswith("fmnist_kfp."):
+                            forwarded[_dotted(path), "*"] = inner.value
     return forwarded
 
 
 def _referenced(tree: ast.Module, forwarded: dict[tuple[str, str], str]) -> set[str]:
     """The modules of ours a test module reaches by name: what it imports (a module, or a name
-    from it or forwarded by its package), and the dotted names in its strings (monkeypatch
-    targets, `python -m` commands); every enclosing package of each too."""
-    names = set()
+    from it or forwarded by its package, imported or read as an attribute of the package), and
+    the dotted names in its strings (monkeypatch targets, `python -m` commands); every
+    enclosing package of each too."""
+    names, bound = set(), {}  # bound: a local name -> the module it is
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names |= {alias.name for alias in node.names}
+            bound |= {alias.asname: alias.name for alias in node.names if alias.asname}
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             names.add(node.module)
             for alias in node.names:
                 names.add(f"{node.module}.{alias.name}")
-                names.add(forwarded.get((node.module, alias.name), node.module))
+                names.add(forwarded.get((node.module, alias.name))
+                          or forwarded.get((node.module, "*"), node.module))
+                bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
                 and node.value.startswith("fmnist_kfp."):
             names.add(node.value.split()[0])
+    # `pipelines.train_model`, with `from fmnist_kfp import pipelines`: what the package
+    # forwards that name from.
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.value.id in bound:
+            module = bound[node.value.id]
+            names.add(f"{module}.{node.attr}")
+            names.add(forwarded.get((module, node.attr)) or forwarded.get((module, "*"), module))
     return {".".join(name.split(".")[:depth]) for name in names
             for depth in range(1, name.count(".") + 2)}
 
