@@ -199,8 +199,8 @@ MAPPED_FOLDERS = (*PACKAGE_FOLDERS, "tools")
 def module_map() -> str:
     """docs/layout.md's map of every module: each source folder of the package, then the
     tooling's (``tools/``), and its modules with the first sentence of their docstrings. A
-    module added without a docstring, or without regenerating the map, fails the
-    generated-files test."""
+    module added without a docstring, or without regenerating the map, fails
+    tests/tools/test_docs.py."""
     lines = []
     for top in MAPPED_FOLDERS:
         for folder in sorted({p.parent for p in (ROOT / top).rglob("*.py")
