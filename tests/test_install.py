@@ -104,7 +104,7 @@ def a_user_python() -> str:
 
 
 def uv_binary() -> str:
-    uv = shutil.which("uv") or str(ROOT / ".tools/bin/uv")  # as fmnist_kfp.release finds it
+    uv = shutil.which("uv") or str(ROOT / ".tools/bin/uv")  # as tools/release.py finds it
     if not Path(uv).exists() and shutil.which(uv) is None:
         pytest.fail("no uv to build the wheel: run `make setup` (it installs uv into .tools)")
     return uv
