@@ -117,7 +117,7 @@ compile: setup
 	$(PY) -m fmnist_kfp.cli compile
 
 readme: setup
-	$(PY) -m fmnist_kfp.docs
+	$(PY) -m tools.docs
 
 # tests/test_docs.py runs the same build (into a temporary folder) in `make test`.
 docs: setup
@@ -128,7 +128,7 @@ docs: setup
 DIST ?= dist
 CHANGELOG ?= CHANGELOG.md
 release: setup
-	$(PY) -m fmnist_kfp.release --uv $(UV) --dist $(DIST) --changelog $(CHANGELOG)
+	$(PY) -m tools.release --uv $(UV) --dist $(DIST) --changelog $(CHANGELOG)
 
 bench: setup
 	@command -v wrk >/dev/null || apt-get install -y wrk || sudo apt-get install -y wrk
@@ -168,12 +168,12 @@ clean:
 # Before anything of a release is built or pushed: TAG is v<version>, and CHANGELOG.md dates
 # it. In a workflow it also writes version=<version> to $$GITHUB_OUTPUT.
 release-check: setup
-	$(PY) -m fmnist_kfp.release --check-tag "$(TAG)" --changelog $(CHANGELOG)
+	$(PY) -m tools.release --check-tag "$(TAG)" --changelog $(CHANGELOG)
 
 # Attaches what `make release` wrote into dist/ (checked against dist/SHA256SUMS) to a new
 # GitHub release of TAG, its notes the changelog's section (gh, with GH_TOKEN).
 github-release: setup
-	$(PY) -m fmnist_kfp.release --github-release "$(TAG)" --dist $(DIST) --changelog $(CHANGELOG)
+	$(PY) -m tools.release --github-release "$(TAG)" --dist $(DIST) --changelog $(CHANGELOG)
 
 # Before the image builds of release.yml, on a GitHub-hosted runner only: the GPU image's
 # layers (~3.4 GB of compressed CUDA wheels, several times that unpacked, with the CPU image

@@ -1,6 +1,6 @@
 """The documentation: a README a user reads in five minutes, and the MkDocs site under docs/,
 built with ``mkdocs build --strict`` (every page in the nav, every link and anchor resolving)
-offline. The generated parts are checked by tests/fmnist_kfp/settings/test_settings.py, the
+offline. The generated parts are checked by tests/tools/test_docs.py, the
 examples by the tests that run them (test_cluster_client.py, test_compiled_components.py,
 test_first_run.py)."""
 

@@ -34,8 +34,8 @@ from packaging.specifiers import SpecifierSet
 
 from fmnist_kfp import __version__
 from tests.conftest import IN_CI
+from tests.fmnist_kfp.test_extras import NEEDS, extra_distributions
 from tests.standins.kfp import API, KfpStandIn
-from tests.test_extras import NEEDS, extra_distributions
 
 pytestmark = pytest.mark.install
 
@@ -51,7 +51,7 @@ if not set(CHOSEN) <= set(SUPPORTED):
     raise pytest.UsageError(f"FMNIST_INSTALL_PYTHONS={' '.join(CHOSEN)}: the package supports "
                             f"{', '.join(SUPPORTED)} (pyproject.toml's classifiers)")
 PYTHONS = [pytest.param(v, id=f"py{v}") for v in CHOSEN]
-# The heaviest, by module; tests/test_extras.py derives every extra's distributions.
+# The heaviest, by module; tests/fmnist_kfp/test_extras.py derives every extra's distributions.
 HEAVY = ("tensorflow", "kserve", "optuna", "tensorflow_datasets")
 # Seconds. The [all] dry run downloads ~810 MB of wheels from an index that serves no PEP 658
 # metadata (pip then reads each wheel), only the metadata from pypi.org.
@@ -104,7 +104,7 @@ def a_user_python() -> str:
 
 
 def uv_binary() -> str:
-    uv = shutil.which("uv") or str(ROOT / ".tools/bin/uv")  # as fmnist_kfp.release finds it
+    uv = shutil.which("uv") or str(ROOT / ".tools/bin/uv")  # as tools/release.py finds it
     if not Path(uv).exists() and shutil.which(uv) is None:
         pytest.fail("no uv to build the wheel: run `make setup` (it installs uv into .tools)")
     return uv

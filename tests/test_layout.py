@@ -1,11 +1,13 @@
 """docs/layout.md says where each thing lives; every file and folder it names is there. (Its
 map of every module is generated from the modules' docstrings and checked with the other
-generated blocks, tests/fmnist_kfp/settings/test_settings.py.)"""
+generated blocks, tests/tools/test_docs.py.)"""
 
+import ast
 import re
 import subprocess
 
 from tests import ROOT
+from tools.docs import MAPPED_FOLDERS, PACKAGE_FOLDERS
 
 LAYOUT = ROOT / "docs" / "layout.md"
 _CODE = re.compile(r"`([^`]+)`")
@@ -65,12 +67,13 @@ def test_a_renamed_module_is_caught():
 
 
 def test_every_module_of_the_package_is_in_the_map():
-    """The generated map lists each module of the package's five source folders."""
+    """The generated map lists each module of the package's five source folders and of the
+    tooling's (tools/)."""
     text = LAYOUT.read_text()
     block = re.search(r"<!-- generated:modules -->(.*?)<!-- /generated:modules -->", text,
                       re.DOTALL)[1]
-    modules = [path for path in _tracked() if path.endswith(".py") and path.split("/")[0] in
-               ("fmnist_kfp", "pipelines", "kfp_components", "katib", "serving")]
+    modules = [path for path in _tracked() if path.endswith(".py")
+               and path.split("/")[0] in MAPPED_FOLDERS]
     listed = set()
     folder = ""
     for line in block.splitlines():
@@ -80,3 +83,160 @@ def test_every_module_of_the_package_is_in_the_map():
         elif entry:
             listed.add(folder + entry[1])
     assert {m for m in modules if not m.endswith("__init__.py")} == listed
+
+
+# --- Tests mirror the package: `tests/<package>/<folder>/test_*.py` tests that folder ----------
+
+# Modules whose tests are not yet at the mirrored place, each with where it is tested now. The
+# list only shrinks: a module given its mirrored test must leave it (the test below says so).
+NOT_YET_MIRRORED = {
+    "fmnist_kfp/launcher/base.py":
+        "through the two cluster launchers, in tests/fmnist_kfp/launcher/",
+    "fmnist_kfp/preflight/apis.py": "through `preflight()`, in tests/fmnist_kfp/preflight/ "
+                                    "(cluster tests' folder: not moved today)",
+    "fmnist_kfp/preflight/serving.py": "through `preflight()`, in tests/fmnist_kfp/preflight/ "
+                                       "(cluster tests' folder: not moved today)",
+    "fmnist_kfp/training/parameter_server.py":
+        "tests/fmnist_kfp/launcher/test_parameter_server.py (slow)",
+    "fmnist_kfp/tuning/experiment_settings.py":
+        "tests/fmnist_kfp/kubernetes/test_katib_experiment.py and tests/katib/",
+    "serving/deploy/rollout_serverless.py":
+        "through `deploy_with_kserve`: tests/serving/deploy/test_kserve_rollout.py",
+    "serving/deploy/rollout_standard.py":
+        "through `deploy_with_kserve`: tests/serving/deploy/test_kserve_rollout.py",
+}
+
+
+def _dotted(path: str) -> str:
+    """A source file's module: `kfp_components/train/step.py` is
+    `fmnist_kfp.kfp_components.train.step` (the wheel maps the folders into the package)."""
+    parts = path.removesuffix(".py").split("/")
+    parts = parts if parts[0] == "fmnist_kfp" else ["fmnist_kfp", *parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _has_behaviour(tree: ast.Module) -> bool:
+    """Whether a module defines a function or class (a package whose only function is the
+    lazy ``__getattr__`` that forwards to its component has none of its own)."""
+    return any(isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+               and node.name not in ("__getattr__", "__dir__") for node in tree.body)
+
+
+def _forwarded(sources: dict[str, ast.Module]) -> dict[tuple[str, str], str]:
+    """(package, name) -> the module a package's ``__init__`` imports ``name`` from, at its top
+    or in its lazy ``__getattr__``: importing the name from the package tests that module."""
+    forwarded = {}
+    for path, tree in sources.items():
+        if path.endswith("__init__.py"):
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    for alias in node.names:
+                        forwarded[_dotted(path), alias.asname or alias.name] = node.module
+                # A `__getattr__` that imports a module by its name forwards every other name
+                # to it (pipelines/__init__.py: `importlib.import_module(...api)`).
+                elif isinstance(node, ast.FunctionDef) and node.name == "__getattr__":
+                    for inner in ast.walk(node):
+                        if isinstance(inner, ast.Constant) and isinstance(inner.value, str) \
+                                and inner.value.startswith("fmnist_kfp."):
+                            forwarded[_dotted(path), "*"] = inner.value
+    return forwarded
+
+
+def _referenced(tree: ast.Module, forwarded: dict[tuple[str, str], str]) -> set[str]:
+    """The modules of ours a test module reaches by name: what it imports (a module, or a name
+    from it or forwarded by its package, imported or read as an attribute of the package), and
+    the dotted names in its strings (monkeypatch targets, `python -m` commands); every
+    enclosing package of each too."""
+    names, bound = set(), {}  # bound: a local name -> the module it is
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+            bound |= {alias.asname: alias.name for alias in node.names if alias.asname}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+            for alias in node.names:
+                names.add(f"{node.module}.{alias.name}")
+                names.add(forwarded.get((node.module, alias.name))
+                          or forwarded.get((node.module, "*"), node.module))
+                bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and node.value.startswith("fmnist_kfp."):
+            names.add(node.value.split()[0])
+    # `pipelines.train_model`, with `from fmnist_kfp import pipelines`: what the package
+    # forwards that name from.
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.value.id in bound:
+            module = bound[node.value.id]
+            names.add(f"{module}.{node.attr}")
+            names.add(forwarded.get((module, node.attr)) or forwarded.get((module, "*"), module))
+    return {".".join(name.split(".")[:depth]) for name in names
+            for depth in range(1, name.count(".") + 2)}
+
+
+# A component and a step's checks are tested through the one registry that lists each
+# (COMPONENTS, STEP_CHECKS): the tests in tests/kfp_components/ that import it run every one.
+_REGISTERED = {"component.py": "fmnist_kfp.kfp_components.registry",
+               "checks.py": "fmnist_kfp.kfp_components.checks"}
+
+
+def mirrored_places(path: str) -> list[str]:
+    """Where a module's tests go (docs/layout.md): `tests/` and its folder; a step's modules
+    (`kfp_components/<step>/`) also in `tests/kfp_components/`, beside the other steps'."""
+    folder = "tests/" + path.rsplit("/", 1)[0]
+    return [folder, "tests/kfp_components"] if path.count("/") == 2 and \
+        path.startswith("kfp_components/") else [folder]
+
+
+def untested_modules(tracked: list[str]) -> list[str]:
+    """The package's modules with behaviour that no test module at their mirrored place
+    reaches by name or is named for."""
+    sources = {path: ast.parse((ROOT / path).read_text()) for path in tracked
+               if path.endswith(".py") and path.split("/")[0] in PACKAGE_FOLDERS}
+    forwarded = _forwarded(sources)
+    tests: dict[str, list[set[str]]] = {}
+    for path in tracked:
+        folder, _, name = path.rpartition("/")
+        if folder.startswith("tests") and name.startswith("test_") and name.endswith(".py"):
+            tree = ast.parse((ROOT / path).read_text())
+            # A test module named for modules tests them through any entry point:
+            # test_storage_and_network.py, storage.py and network.py.
+            named = {f"test_{module}.py" for module in
+                     name.removeprefix("test_").removesuffix(".py").split("_and_")}
+            tests.setdefault(folder, []).append(_referenced(tree, forwarded) | named)
+    untested = []
+    for path, tree in sorted(sources.items()):
+        if not _has_behaviour(tree):
+            continue
+        name = path.rsplit("/", 1)[-1]
+        wanted = {_dotted(path), f"test_{name}"}
+        if path.startswith("kfp_components/") and name in _REGISTERED:
+            wanted.add(_REGISTERED[name])
+        if not any(wanted & referenced for place in mirrored_places(path)
+                   for referenced in tests.get(place, [])):
+            untested.append(path)
+    return untested
+
+
+def test_every_module_with_behaviour_has_tests_at_its_mirrored_place():
+    """A module that defines a function or class is tested by a test module in the tests'
+    folder that mirrors its own (`fmnist_kfp/kubernetes/tfjob.py`: `tests/fmnist_kfp/kubernetes/`),
+    one that imports it, names it, or is named for it (`test_tfjob.py`)."""
+    untested = untested_modules(_tracked())
+    assert sorted(set(untested) - set(NOT_YET_MIRRORED)) == [], (
+        "give these modules tests in the folder that mirrors theirs (docs/layout.md)")
+    assert sorted(set(NOT_YET_MIRRORED) - set(untested)) == [], (
+        "these are tested where they should be now: take them out of NOT_YET_MIRRORED")
+
+
+def test_a_module_tested_only_elsewhere_is_found():
+    """Tests of `kubernetes/tfjob.py` outside `tests/fmnist_kfp/kubernetes/` (the launchers')
+    do not count; nor do the registry's tests for a component once they are gone."""
+    tracked = _tracked()
+    assert not {"fmnist_kfp/kubernetes/tfjob.py", "kfp_components/train/component.py"} & set(
+        untested_modules(tracked))
+    without = [path for path in tracked if not path.startswith((
+        "tests/fmnist_kfp/kubernetes/test_", "tests/kfp_components/test_"))]
+    assert any(path.startswith("tests/fmnist_kfp/launcher/test_tfjob") for path in without)
+    assert {"fmnist_kfp/kubernetes/tfjob.py", "kfp_components/train/component.py"} <= set(
+        untested_modules(without))

@@ -2,7 +2,7 @@
 stage and the release workflow build it), then its metadata and files read. The description is
 README.md with every link and image made absolute (pyproject.toml's fancy-pypi-readme
 substitutions: PyPI resolves no relative link); the license text, the project URLs, and one
-import package, ``fmnist_kfp``."""
+import package, ``fmnist_kfp``, without the repository's tooling (``tools/``)."""
 
 from __future__ import annotations
 
@@ -118,3 +118,14 @@ def test_the_wheel_has_one_import_package(wheel):
     # The mapped folders are its subpackages (pyproject.toml's wheel sources).
     for package in ("pipelines", "kfp_components", "katib", "serving"):
         assert f"fmnist_kfp/{package}/__init__.py" in wheel.namelist(), package
+
+
+def test_the_wheel_carries_no_tooling(wheel):
+    """The repository's tooling (tools/: the generated docs, releases) runs from a checkout and
+    is not the product: no module of it is in the wheel, under its own name or the package's."""
+    tooling = {path.name for path in (ROOT / "tools").glob("*.py")} - {"__init__.py"}
+    assert tooling >= {"docs.py", "release.py"}
+    shipped = {name.rsplit("/", 1)[-1] for name in wheel.namelist()
+               if name.count("/") == 1 and name.startswith("fmnist_kfp/")}
+    assert not tooling & shipped, tooling & shipped
+    assert not [name for name in wheel.namelist() if name.startswith("tools/")]

@@ -17,8 +17,8 @@ from typing import Any
 
 from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.selection.evaluate import evaluate_predictions, predict_classes, predict_with
+from fmnist_kfp.selection.held_out_scores import store_probabilities
 from fmnist_kfp.selection.report import html_report, markdown_report
-from fmnist_kfp.selection.test_scores import store_probabilities
 from fmnist_kfp.training.trainer import read_result
 
 

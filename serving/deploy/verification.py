@@ -103,9 +103,9 @@ def in_process_probabilities(model_dir: str, images: np.ndarray) -> np.ndarray:
 
 def model_probabilities(model_dir: str, images: np.ndarray, *, log=None) -> np.ndarray:
     """The model's own probabilities ``[N, 10]`` for ``images``: those selection stored for
-    this very model and these very images (:mod:`fmnist_kfp.selection.test_scores`), else
+    this very model and these very images (:mod:`fmnist_kfp.selection.held_out_scores`), else
     :func:`in_process_probabilities`."""
-    from fmnist_kfp.selection.test_scores import stored_probabilities
+    from fmnist_kfp.selection.held_out_scores import stored_probabilities
 
     stored = stored_probabilities(model_dir, images)
     if stored is not None:

@@ -63,7 +63,7 @@ def test_tuning_training_and_selection_read_the_test_split_once_for_the_chosen_m
 
     # Deploy and predict hold the server to the chosen model's answers, which selection
     # stored beside it: the model's own, for the test images.
-    from fmnist_kfp.selection.test_scores import stored_probabilities
+    from fmnist_kfp.selection.held_out_scores import stored_probabilities
     from fmnist_kfp.serving.deploy.verification import in_process_probabilities, test_sample
 
     images, _ = test_sample(data_dir, 50)

@@ -198,7 +198,7 @@ def _with_stored(model_dir, tmp_path, images, probabilities):
     """A copy of ``model_dir`` with ``probabilities`` stored beside it as selection does."""
     import shutil
 
-    from fmnist_kfp.selection.test_scores import store_probabilities
+    from fmnist_kfp.selection.held_out_scores import store_probabilities
 
     copy = tmp_path / "selected"
     shutil.copytree(model_dir, copy)

@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from fmnist_kfp import __version__
-from fmnist_kfp.release import changelog_problem, image_tag, release_problems, tag_problems
 from tests import ROOT
+from tools.release import changelog_problem, image_tag, release_problems, tag_problems
 
 # A fake digest: sha256: + 64 hex digits, as docker/build-push-action outputs it.
 CPU_DIGEST, GPU_DIGEST = "sha256:" + "c" * 64, "sha256:" + "d" * 64
@@ -40,7 +40,7 @@ def _release(tmp_path, image: str, changelog: str, gpu: str = "") -> subprocess.
     pipeline is built, at import."""
     (tmp_path / "CHANGELOG.md").write_text(changelog)
     return subprocess.run(  # the uv the Makefile uses: on the PATH, else .tools/bin/uv
-        [sys.executable, "-m", "fmnist_kfp.release", "--dist", str(tmp_path / "dist"),
+        [sys.executable, "-m", "tools.release", "--dist", str(tmp_path / "dist"),
          "--changelog", str(tmp_path / "CHANGELOG.md")],
         cwd=ROOT, env=_env(image, gpu), capture_output=True, text=True, timeout=300)
 
@@ -191,7 +191,7 @@ def test_a_release_writes_the_wheel_the_digest_pinned_yamls_and_checksums(tmp_pa
 
     # make github-release: the same files, checked, to `gh release create --verify-tag`, its
     # notes the changelog's section of the version.
-    from fmnist_kfp.release import changelog_section
+    from tools.release import changelog_section
 
     assert changelog_section(DATED, __version__) == "- things\n"
     bin_dir = tmp_path / "bin"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fmnist_kfp.selection.test_scores import (
+from fmnist_kfp.selection.held_out_scores import (
     SCORES_DIR,
     store_probabilities,
     stored_probabilities,

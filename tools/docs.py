@@ -192,14 +192,17 @@ def module_summary(path: Path) -> str:
 
 # The package's source folders in a checkout, in layer order (docs/layout.md's table).
 PACKAGE_FOLDERS = ("fmnist_kfp", "pipelines", "kfp_components", "katib", "serving")
+# Mapped too, after the package: the repository's tooling, not in the wheel.
+MAPPED_FOLDERS = (*PACKAGE_FOLDERS, "tools")
 
 
 def module_map() -> str:
-    """docs/layout.md's map of every module: each source folder of the package and its modules
-    with the first sentence of their docstrings. A module added without a docstring, or
-    without regenerating the map, fails the generated-files test."""
+    """docs/layout.md's map of every module: each source folder of the package, then the
+    tooling's (``tools/``), and its modules with the first sentence of their docstrings. A
+    module added without a docstring, or without regenerating the map, fails
+    tests/tools/test_docs.py."""
     lines = []
-    for top in PACKAGE_FOLDERS:
+    for top in MAPPED_FOLDERS:
         for folder in sorted({p.parent for p in (ROOT / top).rglob("*.py")
                               if "__pycache__" not in p.parts}):
             where = folder.relative_to(ROOT).as_posix()

@@ -19,7 +19,7 @@ from fmnist_kfp import __version__, extras
 from fmnist_kfp.cli import main as cli_main
 from fmnist_kfp.errors import MissingExtraError, UserInputError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXTRAS = ("training", "serving", "tuning", "all")
 # A command that needs an extra, and the extra it names.
 NEEDS = [

@@ -242,7 +242,7 @@ def github_release(tag: str, dist: Path, changelog: Path, gh: str = "gh") -> int
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fmnist_kfp.release",
+    parser = argparse.ArgumentParser(prog="python -m tools.release",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--dist", default=str(ROOT / "dist"), help="where the release goes")
     parser.add_argument("--uv", default=shutil.which("uv") or str(ROOT / ".tools/bin/uv"),

@@ -1,4 +1,4 @@
-"""The chosen model's test-split probabilities, kept beside it by selection.
+"""The chosen model's probabilities on the held-out test split, kept beside it by selection.
 
 Selection runs the chosen model on the whole test split once. The steps after it (deploy's
 verification, predict) compare a server's answers with the model's own on test images; they
