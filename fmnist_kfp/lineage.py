@@ -114,7 +114,7 @@ def lineage_entry(step: str, component: str, *,
         if hasattr(value, "uri"):
             entry["inputs"][name] = input_entry(value)  # type: ignore[arg-type]
         else:
-            entry["inputs"][name] = [input_entry(item) for item in value]  # type: ignore[union-attr]
+            entry["inputs"][name] = [input_entry(item) for item in value]
     entry["parameters"] = dict(parameters or {})
     if output is not None:
         entry["uri"] = output.uri
