@@ -259,7 +259,8 @@ class Settings:
         unknown = sorted(set(values) - set(specs))
         if unknown:
             return {}, [f"unknown {cls.WHAT} {unknown}; known: {sorted(specs)}"]
-        typed, problems = {}, []
+        typed: dict[str, Any] = {}
+        problems: list[str] = []
         for name, value in values.items():
             spec = specs[name]
             if value is None and spec.optional:
@@ -327,8 +328,8 @@ class Settings:
 def _default(f: Field) -> Any:
     if f.default is not MISSING:
         return f.default
-    if f.default_factory is not MISSING:  # type: ignore[misc]
-        return f.default_factory()  # type: ignore[misc]
+    if f.default_factory is not MISSING:
+        return f.default_factory()
     return None
 
 
