@@ -315,7 +315,8 @@ def _deploy_locally(name: str, model_dir: str, test_accuracy: float, *, toleranc
                 "verification": report_of(verify(current.url))}
     if not blessing.blessed:
         log(f"{name}: not deployed: {blessing.reason}")
-        return {**decision, "action": "rejected", "url": current.url, "verification": {}}
+        return {**decision, "action": "rejected", "url": current.url if current else "",
+                "verification": {}}
     log(f"{name}: starting the predictor for {test_accuracy:.4f} test accuracy "
         f"({blessing.reason})")
     candidate = start_server(name, model_dir, test_accuracy=test_accuracy,
