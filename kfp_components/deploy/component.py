@@ -87,6 +87,6 @@ def deploy_model(
                             "blessed": record["blessed"],
                             **({"image": serving.get("image") or image}
                                if backend == "kubernetes" else {})}, served=served)
-    DeployOutputs = namedtuple("DeployOutputs", ["url", "action", "serves_model"])
-    return DeployOutputs(decision.get("url") or "", decision["action"],
-                         decision["action"] in SERVES_CANDIDATE)
+    outputs = namedtuple("DeployOutputs", ["url", "action", "serves_model"])
+    return outputs(decision.get("url") or "", decision["action"],
+                   decision["action"] in SERVES_CANDIDATE)

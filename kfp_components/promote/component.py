@@ -67,5 +67,5 @@ def promote_early(
                                if isinstance(v, str | int | float | bool)})
     with open(promotion.path, "w") as handle:
         json.dump(decision, handle, indent=2)
-    PromoteOutputs = namedtuple("PromoteOutputs", ["url", "action"])
-    return PromoteOutputs(decision.get("url") or "", decision["action"])
+    outputs = namedtuple("PromoteOutputs", ["url", "action"])
+    return outputs(decision.get("url") or "", decision["action"])
