@@ -404,7 +404,7 @@ class KatibExperimentLauncher:
             parameters=parameters,
             status=state,
             objective=objective,
-            metrics=metrics,
+            metrics=dict(metrics),  # a record's may hold an error too
             epochs=_epochs_run(f"{settings.trials_root}/{name}"),
             seconds=elapsed,
             parameter_count=count,

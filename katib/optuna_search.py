@@ -287,7 +287,7 @@ class LocalTuner:
         if over_budget(settings, count):  # pruned before any trainer starts
             why = f"{count:,} parameters, over max_parameters={settings.max_parameters:,}"
             return TrialRecord(name=name, parameters=parameters, status=OVER_PARAMETER_BUDGET,
-                               metrics={"error": why},  # type: ignore[dict-item]
+                               metrics={"error": why},
                                parameter_count=count)
         work_dir = os.path.join(self.work_dir, name)
         spec = TrainingJobSpec(
@@ -320,10 +320,10 @@ class LocalTuner:
             status, error = METRICS_UNAVAILABLE, "no epoch reported the objective metric"
         last = reports[-1] if reports else {}
         objective = last.get(settings.objective_metric)
-        metrics = {k: v for k, v in last.items()
-                   if k in settings.additional_metrics}
+        metrics: dict[str, float | str] = {k: v for k, v in last.items()
+                                           if k in settings.additional_metrics}
         if error:
-            metrics["error"] = error  # type: ignore[assignment]
+            metrics["error"] = error
         return TrialRecord(name=name, parameters=parameters, status=status,
                            objective=objective, metrics=metrics, epochs=len(reports),
                            seconds=round(time.time() - started, 1), parameter_count=count)

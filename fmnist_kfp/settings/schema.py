@@ -241,7 +241,7 @@ class Settings:
     def specs(cls) -> dict[str, Spec]:
         hints = typing.get_type_hints(cls)
         specs = {}
-        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]  # each group is a dataclass
             if _KEY not in f.metadata:
                 continue
             kind, optional = _base_type(hints[f.name])
