@@ -36,14 +36,8 @@ def compiled_files(platform: Platform | None = None) -> dict[str, ForPlatform]:
              else fashion_mnist_pipeline}
     for component in COMPONENTS.values():
         name = component.component_spec.name
-        files[f"{COMPONENTS_SUBDIR}/{name}.yaml"] = ForPlatform(_always(component), platform)
+        files[f"{COMPONENTS_SUBDIR}/{name}.yaml"] = ForPlatform.of_component(component, platform)
     return files
-
-
-def _always(component):
-    """A component's build: the component itself, whatever the platform (ForPlatform replaces
-    its release images when it compiles)."""
-    return lambda _chosen: component
 
 
 def release_label(pipeline) -> str:
