@@ -5,7 +5,7 @@ UV := $(or $(shell command -v uv 2>/dev/null),.tools/bin/uv)
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup run serve test layers cluster-build cluster-up cluster-down shared-data install-check ranges-check compile readme docs release bench lint clean help \
+.PHONY: setup run serve test layers cluster-build cluster-up cluster-down shared-data install-check ranges-check compile readme docs release bench lint typecheck clean help \
 	mutation
 
 help:
@@ -27,6 +27,7 @@ help:
 	@echo "make bench    - training, serving, tuning, batch prediction and TensorBoard benchmarks"
 	@echo "               into bench/results/ (needs wrk)"
 	@echo "make lint     - ruff"
+	@echo "make typecheck - mypy over the package as the wheel lays it out (make test runs it)"
 	@echo "make mutation - mutation testing of the cluster-side modules (MUTANTS=glob to narrow)"
 
 .tools/bin/uv:
@@ -56,7 +57,7 @@ serve: setup
 # Two worker processes: most tests wait on processes, servers and stand-ins, so two share the
 # two cores CI has; tests/conftest.py says what runs together. PYTEST_WORKERS= runs in one.
 PYTEST_WORKERS ?= -n 2 --no-loadscope-reorder
-test: setup layers cluster-build
+test: setup layers typecheck cluster-build
 	$(PY) -m pytest $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 # The upstream programs of the local cluster, built once per pinned version into a cache outside
@@ -89,6 +90,22 @@ layers: setup
 	$(UV) build --quiet --wheel --out-dir $(LAYERS)/wheel .
 	cd $(LAYERS)/tree && $(abspath $(PY)) -m zipfile -e ../wheel/*.whl . \
 		&& $(abspath $(VENV))/bin/lint-imports --config $(abspath pyproject.toml)
+
+# mypy ([tool.mypy] in pyproject.toml) over fmnist_kfp as the wheel lays it out. mypy finds a
+# module by its file's path, so it reads a tree of links: fmnist_kfp/'s own entries, and each
+# folder the wheel maps into it (pyproject.toml's [tool.hatch.build.targets.wheel.sources], read
+# here so the two never differ). Its errors name the links' paths (.build/typecheck/fmnist_kfp/
+# serving/... is serving/...); its cache (.build/mypy-cache) survives the tree's rebuild.
+TYPECHECK := .build/typecheck
+WHEEL_SOURCES := import tomllib; \
+	t = tomllib.load(open("pyproject.toml", "rb"))["tool"]["hatch"]["build"]["targets"]; \
+	print("\n".join(f"{k} {v}" for k, v in t["wheel"]["sources"].items()))
+typecheck: setup
+	rm -rf $(TYPECHECK) && mkdir -p $(TYPECHECK)/fmnist_kfp
+	ln -s $(CURDIR)/fmnist_kfp/* $(TYPECHECK)/fmnist_kfp/
+	$(PY) -c '$(WHEEL_SOURCES)' | while read -r folder target; do \
+		ln -s "$(CURDIR)/$$folder" "$(TYPECHECK)/$$target" || exit 1; done
+	$(VENV)/bin/mypy $(TYPECHECK)/fmnist_kfp
 
 # What the tests read beside the checkout (../shared: the four official Fashion-MNIST files, the
 # upstream CRDs), each checked against its sha256 pinned in tests/shared_files.py; files already

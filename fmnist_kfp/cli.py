@@ -165,6 +165,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     from fmnist_kfp import kfp_client as cluster
 
     endpoint = _endpoint(args)
+    outcome: dict | list[dict]
     if args.action == "create":
         cluster.cron_expression(args.cron)  # a malformed cron fails before any call
         outcome = cluster.schedule(

@@ -112,9 +112,9 @@ def lineage_entry(step: str, component: str, *,
     entry: dict[str, Any] = {"producer": producer(step, component), "inputs": {}}
     for name, value in inputs.items():
         if hasattr(value, "uri"):
-            entry["inputs"][name] = input_entry(value)  # type: ignore[arg-type]
+            entry["inputs"][name] = input_entry(value)  # type: ignore[arg-type]  # hasattr: one
         else:
-            entry["inputs"][name] = [input_entry(item) for item in value]  # type: ignore[union-attr]
+            entry["inputs"][name] = [input_entry(item) for item in value]
     entry["parameters"] = dict(parameters or {})
     if output is not None:
         entry["uri"] = output.uri

@@ -88,7 +88,7 @@ def _tuning_reports(pipeline_root: str, models: dict[str, dict[str, Any]]) -> di
     reports: dict[str, str] = {}
     for artifact in sorted(Index.of(pipeline_root).artifacts.values(), key=lambda a: a.run):
         values = artifact.lineage.get("parameters") or {}
-        model = models.get(values.get("model_type"))
+        model = models.get(values.get("model_type", ""))
         report = os.path.join(os.path.dirname(artifact.uri), "report")
         if (artifact.name == "search" and model and values.get("tuned")
                 and _hyperparameters(values.get("best") or {}) == model["hyperparameters"]
@@ -245,8 +245,8 @@ def _run_local(parameters: PipelineParameters, *, pipeline_root: str,
     root = logging.getLogger()
     previous_level = root.level
     root.setLevel(logging.INFO)  # kfp.local's step events are INFO records
-    handle, errors_path = tempfile.mkstemp(prefix="fmnist-step-errors-", suffix=".jsonl")
-    os.close(handle)
+    descriptor, errors_path = tempfile.mkstemp(prefix="fmnist-step-errors-", suffix=".jsonl")
+    os.close(descriptor)
     previous_errors = os.environ.get(STEP_ERRORS_ENV)
     os.environ[STEP_ERRORS_ENV] = errors_path  # the steps inherit it
     console = RunConsole(os.path.join(pipeline_root, "logs", time.strftime(

@@ -141,9 +141,7 @@ class _Lines(io.TextIOBase):
     def isatty(self) -> bool:
         return False
 
-    @property
-    def encoding(self) -> str:  # what code that encodes for sys.stdout asks
-        return "utf-8"
+    encoding = "utf-8"  # what code that encodes for sys.stdout asks
 
 
 class RunConsole(logging.Filter):

@@ -55,7 +55,7 @@ from fmnist_kfp.katib.results import (
 )
 from fmnist_kfp.katib.stalls import STALL_SECONDS, StallWatch
 from fmnist_kfp.kubernetes.api_errors import is_transient
-from fmnist_kfp.kubernetes.experiment import build_experiment
+from fmnist_kfp.kubernetes.experiment import build_experiment, trial_pod_settings
 from fmnist_kfp.kubernetes.manifest import to_manifest
 from fmnist_kfp.kubernetes.runner import FAILED as FAILED_JOB
 from fmnist_kfp.kubernetes.runner import (
@@ -243,7 +243,7 @@ class KatibExperimentLauncher:
     def _training_operator(self, settings: ExperimentSettings) -> tuple[str, str]:
         """The trials' operator and TrainJob shape: as given, else asked of the cluster (its
         transient errors retried, as the runner retries reads), and printed."""
-        setting = settings.kubernetes.operator
+        setting = trial_pod_settings(settings).operator
         if self.operator:
             operator, shape = self.operator, self.shape
         else:
@@ -404,7 +404,7 @@ class KatibExperimentLauncher:
             parameters=parameters,
             status=state,
             objective=objective,
-            metrics=metrics,
+            metrics=dict(metrics),  # a record's may hold an error too
             epochs=_epochs_run(f"{settings.trials_root}/{name}"),
             seconds=elapsed,
             parameter_count=count,

@@ -44,7 +44,7 @@ class KatibMedianStopPruner(optuna.pruners.BasePruner):
         threshold = self.threshold(study)
         if threshold is None:
             return False
-        latest = trial.intermediate_values[trial.last_step]
+        latest = trial.intermediate_values[max(trial.intermediate_values)]  # the last step's
         if study.direction == optuna.study.StudyDirection.MAXIMIZE:
             return latest < threshold
         return latest > threshold

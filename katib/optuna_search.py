@@ -101,10 +101,12 @@ def distributions(search_space: SearchSpace) -> dict[str, Any]:
         if p.type == "categorical":
             result[p.name] = CategoricalDistribution(list(p.values))
         elif p.type == "int":
-            result[p.name] = IntDistribution(int(p.low), int(p.high), log=log,
+            low, high = p.bounds()
+            result[p.name] = IntDistribution(int(low), int(high), log=log,
                                              step=int(p.step or 1))
         else:
-            result[p.name] = FloatDistribution(float(p.low), float(p.high), log=log,
+            low, high = p.bounds()
+            result[p.name] = FloatDistribution(float(low), float(high), log=log,
                                                step=None if log else p.step)
     return result
 
@@ -181,6 +183,7 @@ class _EpochCollector:
         step = len(self.reports)
         self.trial.report(metrics[self.objective], step)
         if self.trial.should_prune():
+            assert self.launcher is not None, "the trial's lines come from its launcher"
             self.launcher.stop(
                 f"early stopped by medianstop after {step} epochs "
                 f"({self.objective}={metrics[self.objective]:.4f})")
@@ -284,7 +287,7 @@ class LocalTuner:
         if over_budget(settings, count):  # pruned before any trainer starts
             why = f"{count:,} parameters, over max_parameters={settings.max_parameters:,}"
             return TrialRecord(name=name, parameters=parameters, status=OVER_PARAMETER_BUDGET,
-                               metrics={"error": why},  # type: ignore[dict-item]
+                               metrics={"error": why},
                                parameter_count=count)
         work_dir = os.path.join(self.work_dir, name)
         spec = TrainingJobSpec(
@@ -317,10 +320,10 @@ class LocalTuner:
             status, error = METRICS_UNAVAILABLE, "no epoch reported the objective metric"
         last = reports[-1] if reports else {}
         objective = last.get(settings.objective_metric)
-        metrics = {k: v for k, v in last.items()
-                   if k in settings.additional_metrics}
+        metrics: dict[str, float | str] = {k: v for k, v in last.items()
+                                           if k in settings.additional_metrics}
         if error:
-            metrics["error"] = error  # type: ignore[assignment]
+            metrics["error"] = error
         return TrialRecord(name=name, parameters=parameters, status=status,
                            objective=objective, metrics=metrics, epochs=len(reports),
                            seconds=round(time.time() - started, 1), parameter_count=count)
@@ -391,6 +394,7 @@ class LocalTuner:
                 + (f" ({over} of {len(records)} were over tuning.max_parameters="
                    f"{settings.max_parameters:,}: raise it, or search smaller models)"
                    if over else "; see the trials' logs above"))
+        assert best.objective is not None, "_best chooses among trials with an objective"
         return TuningResult(
             experiment=settings.name, backend="local", algorithm=settings.algorithm,
             objective_metric=settings.objective_metric,
@@ -406,12 +410,12 @@ class LocalTuner:
 def _best(settings: ExperimentSettings, records: list[TrialRecord]) -> TrialRecord | None:
     """Katib's optimal trial: the best objective among trials that reported one (succeeded
     or stopped early)."""
-    scored = [r for r in records if r.objective is not None
+    scored = [(r.objective, r) for r in records if r.objective is not None
               and r.status in (SUCCEEDED, EARLY_STOPPED)]
     if not scored:
         return None
     sign = 1 if OBJECTIVE_TYPES[settings.objective_metric] == "maximize" else -1
-    return max(scored, key=lambda r: sign * r.objective)
+    return max(scored, key=lambda scored_record: sign * scored_record[0])[1]
 
 
 def _describe(parameters: dict[str, Any]) -> str:

@@ -46,10 +46,11 @@ def budget_problems(settings: ExperimentSettings, search_space: SearchSpace) -> 
             continue
         if parameter.type == "categorical":
             candidates = [TrainingConfig.typed(name, v) for v in parameter.values]
-            smallest[name] = min(candidates, key=lambda v, n=name: parameter_count(
-                replace(settings.training_config(), **{n: v})))
+            counts = [parameter_count(replace(settings.training_config(), **{name: v}))
+                      for v in candidates]
+            smallest[name] = candidates[counts.index(min(counts))]  # the first smallest
         else:
-            smallest[name] = int(parameter.low)
+            smallest[name] = int(parameter.bounds()[0])
     count = trial_parameter_count(settings, smallest)
     if not over_budget(settings, count):
         return []

@@ -4,6 +4,7 @@ objective against the trial, best so far drawn over it, as one HTML page."""
 from __future__ import annotations
 
 import html
+import math
 
 from fmnist_kfp.katib.results import (
     EARLY_STOPPED,
@@ -26,7 +27,8 @@ def objective_plot_png(result: TuningResult) -> str:
 
     figure, axis = plt.subplots(figsize=(8, 3.8))
     sign = 1 if result.objective_type == "maximize" else -1
-    best_so_far, best_line = None, []
+    best_so_far: float | None = None
+    best_line: list[float] = []  # NaN until a trial has scored: no line drawn there
     for index, trial in enumerate(result.trials, start=1):
         if trial.objective is not None:
             axis.scatter(index, trial.objective, color=_COLOURS.get(trial.status, "tab:gray"),
@@ -34,7 +36,7 @@ def objective_plot_png(result: TuningResult) -> str:
             if trial.status in (SUCCEEDED, EARLY_STOPPED) and (
                     best_so_far is None or sign * trial.objective > sign * best_so_far):
                 best_so_far = trial.objective
-        best_line.append(best_so_far)
+        best_line.append(math.nan if best_so_far is None else best_so_far)
     axis.step(range(1, len(best_line) + 1), best_line, where="post", color="tab:green",
               label="best so far")
     for status, colour in _COLOURS.items():

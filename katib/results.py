@@ -40,7 +40,8 @@ class TrialRecord:
     parameters: dict[str, Any]  # typed, as the trainer takes them
     status: str  # one of FINISHED_STATES, or Running/Pending while the search goes on
     objective: float | None = None  # the objective by the metric strategy (latest epoch)
-    metrics: dict[str, float] = field(default_factory=dict)  # other reported metrics, latest
+    # Other reported metrics, latest; "error": why a trial that failed has no objective.
+    metrics: dict[str, float | str] = field(default_factory=dict)
     epochs: int = 0  # epochs reported (fewer than asked when stopped early)
     seconds: float = 0.0
     parameter_count: int = 0  # the model's, as its configuration builds it

@@ -27,7 +27,7 @@ from kfp import dsl
 
 from fmnist_kfp.settings.pipeline import NESTED, PipelineParameters, cluster_defaults
 from fmnist_kfp.settings.platform import JobImages
-from fmnist_kfp.settings.schema import Spec
+from fmnist_kfp.settings.schema import Settings, Spec
 from fmnist_kfp.settings.training import TrainingConfig
 
 SINGLE_OUTPUT = "Output"  # KFP's name for a component's one unnamed return value
@@ -37,7 +37,9 @@ def setting_specs() -> dict[str, Spec]:
     """Every setting a component input can stand for, by name (``image`` is the step's
     :class:`JobImages` input, not the ``serving`` key of that name)."""
     specs: dict[str, Spec] = {}
-    for group in (TrainingConfig, *NESTED.values(), PipelineParameters, JobImages):
+    groups: tuple[type[Settings], ...] = (TrainingConfig, *NESTED.values(), PipelineParameters,
+                                          JobImages)
+    for group in groups:
         specs.update(group.specs())
     return specs
 

@@ -20,7 +20,7 @@ def _for_the_chosen_images(component) -> ForPlatform:
     """``component`` as a user's ``@dsl.pipeline`` gets it: each task takes the images chosen
     when it is made (``$FMNIST_COMPONENT_IMAGE``/``$FMNIST_GPU_IMAGE`` as set then, else the
     release's); ``.built`` is the registered component."""
-    return ForPlatform(lambda _chosen: component)
+    return ForPlatform.of_component(component)
 
 
 freshness_window = _for_the_chosen_images(COMPONENTS["freshness"])

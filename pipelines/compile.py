@@ -36,8 +36,7 @@ def compiled_files(platform: Platform | None = None) -> dict[str, ForPlatform]:
              else fashion_mnist_pipeline}
     for component in COMPONENTS.values():
         name = component.component_spec.name
-        files[f"{COMPONENTS_SUBDIR}/{name}.yaml"] = ForPlatform(
-            lambda _chosen, component=component: component, platform)
+        files[f"{COMPONENTS_SUBDIR}/{name}.yaml"] = ForPlatform.of_component(component, platform)
     return files
 
 

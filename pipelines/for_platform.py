@@ -65,6 +65,13 @@ class ForPlatform(base_component.BaseComponent):
         self._platform = platform
         self.name = self.built.name
 
+    @classmethod
+    def of_component(cls, component: base_component.BaseComponent,
+                     platform: Platform | None = None) -> ForPlatform:
+        """A registered component: built once, the same for every platform (its images are
+        replaced when it compiles)."""
+        return cls(lambda _chosen: component, platform)
+
     def platform(self) -> Platform:
         return self._platform or Platform.from_env()
 

@@ -205,3 +205,10 @@ def test_free_runner_disk_deletes_only_toolchains_the_build_never_uses():
     [remove] = [line for line in lines if "rm -rf" in line]
     assert remove.split()[3:] == ["/usr/share/dotnet", "/usr/local/lib/android", "/opt/ghc",
                                   "/usr/local/.ghcup", "/opt/hostedtoolcache/CodeQL"]
+
+
+def test_make_test_runs_the_import_contracts_and_the_type_checker_first():
+    # CI runs `make test`: the contracts (lint-imports) and mypy run there as its prerequisites.
+    [prerequisites] = re.findall(r"^test: (.*)$", (ROOT / "Makefile").read_text(), re.MULTILINE)
+    assert {"setup", "layers", "typecheck"} <= set(prerequisites.split())
+    assert "typecheck" in _make_targets()

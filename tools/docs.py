@@ -185,7 +185,8 @@ def module_summary(path: Path) -> str:
     tree = ast.parse(path.read_text())
     doc = ast.get_docstring(tree) or next(
         (ast.get_docstring(node) for node in tree.body
-         if isinstance(node, ast.FunctionDef | ast.ClassDef) and ast.get_docstring(node)), "")
+         if isinstance(node, ast.FunctionDef | ast.ClassDef) and ast.get_docstring(node)),
+        None) or ""
     paragraph = " ".join(doc.split("\n\n")[0].split())
     return first_sentence(_ROLE.sub(r"`\1`", paragraph).replace("``", "`"))
 

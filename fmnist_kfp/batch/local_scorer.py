@@ -77,6 +77,7 @@ class LocalBatchScorer:
         return summary
 
     def _pump(self, process: subprocess.Popen, tail, shard: int) -> None:
+        assert process.stdout is not None, "started with stdout=PIPE"
         for line in process.stdout:
             line = line.rstrip("\n")
             if line.strip():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from types import FrameType
 
 from fmnist_kfp.dataset.official import IMAGE_SIZE
 from fmnist_kfp.dataset.records import (
@@ -50,7 +51,7 @@ def _record_read(split: str) -> None:
     path = os.environ.get(SPLIT_READ_LOG_ENV)
     if not path:
         return
-    frame = sys._getframe(2)  # noqa: SLF001 - who asked for the split
+    frame: FrameType | None = sys._getframe(2)  # noqa: SLF001 - who asked for the split
     while frame is not None and frame.f_globals.get("__name__") == __name__:
         frame = frame.f_back
     reader = "?" if frame is None else f"{frame.f_globals.get('__name__')}.{frame.f_code.co_name}"

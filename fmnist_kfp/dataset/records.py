@@ -170,6 +170,7 @@ def _fields(buffer: bytes):
     """``(field number, value)`` of a protobuf message: an int for varints, bytes for the
     length-delimited fields (the only wire types an Example of ours holds)."""
     at = 0
+    value: int | bytes
     while at < len(buffer):
         key, at = _varint(buffer, at)
         if key & 7 == 0:
@@ -200,7 +201,8 @@ def _example(record: bytes) -> tuple[bytes, int]:
 def read_local_split(paths: list[str], take: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """``(images uint8 [N, 28, 28], labels int32 [N])`` of local TFRecord shards, in file
     order (the first ``take`` when not 0), as ``tf.data`` would parse them."""
-    images, labels = [], []
+    images: list[bytes] = []
+    labels: list[int] = []
     for path in paths:
         with open(path, "rb") as handle:
             data = handle.read()

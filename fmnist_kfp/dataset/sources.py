@@ -203,7 +203,7 @@ def _needs_download(builder, data_dir: str) -> bool:
     return not builder.is_prepared() and not (os.path.isdir(downloads) and os.listdir(downloads))
 
 
-def _download_failed(error: BaseException) -> bool:
+def _download_failed(error: BaseException | None) -> bool:
     """Whether ``error`` (or one it was raised from) is a failed download, not a bug."""
     import requests
     from tensorflow_datasets.core.download.util import DownloadError

@@ -29,6 +29,7 @@ from fmnist_kfp.kubernetes.manifest import to_manifest
 from fmnist_kfp.kubernetes.tfjob import CONTAINER_NAME
 from fmnist_kfp.kubernetes.trainjob import CONTAINER_NAME as TRAINJOB_CONTAINER
 from fmnist_kfp.kubernetes.trainjob import OVERRIDES
+from fmnist_kfp.settings.jobs import KubernetesSettings
 from fmnist_kfp.tuning.experiment_settings import (
     API_VERSION,
     FAILURE_CONDITION,
@@ -116,13 +117,20 @@ def _trial_metadata(manifest: dict, search_space: SearchSpace) -> None:
             metadata["labels"][keys.MODEL_TYPE] = placeholder(name)
 
 
+def trial_pod_settings(settings: ExperimentSettings) -> KubernetesSettings:
+    """The trial pods' settings, in the Experiment's namespace: a search on Katib has them."""
+    if settings.kubernetes is None:
+        raise UserInputError(f"search {settings.name}: a Katib search runs its trials on the "
+                             "cluster and needs the kubernetes settings of their pods")
+    return replace(settings.kubernetes, namespace=settings.target_namespace)
+
+
 def _trial_spec(settings: ExperimentSettings, search_space: SearchSpace, data_dir: str) -> dict:
     """The trial TFJob as a manifest, with placeholders for the searched flags' values."""
     from fmnist_kfp.kubernetes.tfjob import build_tfjob
 
     spec = _trial_job_spec(settings, data_dir, settings.name)
-    manifest = to_manifest(build_tfjob(spec, replace(settings.kubernetes,
-                                                     namespace=settings.target_namespace)))
+    manifest = to_manifest(build_tfjob(spec, trial_pod_settings(settings)))
     _trial_metadata(manifest, search_space)
     for replica in manifest["spec"]["tfReplicaSpecs"].values():
         for container in replica["template"]["spec"]["containers"]:
@@ -138,8 +146,7 @@ def _trainjob_trial_spec(settings: ExperimentSettings, search_space: SearchSpace
     from fmnist_kfp.kubernetes.trainjob import build_trainjob
 
     spec = _trial_job_spec(settings, data_dir, settings.name + TRIAL_NAME_SUFFIX)
-    manifest = build_trainjob(spec, replace(settings.kubernetes,
-                                            namespace=settings.target_namespace), shape)
+    manifest = build_trainjob(spec, trial_pod_settings(settings), shape)
     _trial_metadata(manifest, search_space)
     trainer = manifest["spec"]["trainer"]
     trainer["command"] = _trial_command(trainer["command"], search_space)

@@ -107,7 +107,7 @@ def _webhook_count_problems(spec: dict) -> list[str]:
 def _webhook_parameter_problems(parameters: list[dict]) -> list[str]:
     problems = []
     names = [p.get("name") for p in parameters]
-    for duplicate in sorted({n for n in names if names.count(n) > 1}):
+    for duplicate in sorted({n for n in names if names.count(n) > 1}, key=str):  # None: unnamed
         problems.append(f"spec.parameters: name {duplicate!r} is duplicated")
     for i, p in enumerate(parameters):
         where = f"spec.parameters[{i}] ({p.get('name')})"

@@ -82,12 +82,12 @@ def mode_of(isvc: dict, cluster_default: str | None) -> DeploymentMode:
     status_value = (isvc.get("status") or {}).get("deploymentMode")
     annotated = _annotations(isvc).get(MODE_ANNOTATION)
     default = canonical_mode(cluster_default) or SERVERLESS
-    if canonical_mode(status_value):
-        mode, source = canonical_mode(status_value), f"status.deploymentMode={status_value}"
+    if status_mode := canonical_mode(status_value):
+        mode, source = status_mode, f"status.deploymentMode={status_value}"
         spelling = status_value
-    elif annotated and canonical_mode(annotated) and (
+    elif annotated and (annotated_mode := canonical_mode(annotated)) and (
             annotated in _LEGACY_NAMES or not (isvc.get("status") or {}).get("conditions")):
-        mode, source, spelling = canonical_mode(annotated), f"annotation {annotated}", annotated
+        mode, source, spelling = annotated_mode, f"annotation {annotated}", annotated
     else:
         # No status field (KServe 0.14/0.15.0) and no annotation that version knows: the default.
         mode, source = default, f"the cluster's default ({cluster_default or 'Serverless'})"
@@ -109,6 +109,8 @@ def mode_for_new(setting: str, cluster_default: str | None) -> DeploymentMode:
     default = canonical_mode(cluster_default)
     if setting:
         mode = canonical_mode(setting)
+        if mode is None:  # the setting's own check refuses it first
+            raise ValueError(f"serving.deployment_mode={setting!r} is not a KServe mode")
         annotation = None if mode == SERVERLESS and default in (None, SERVERLESS) else setting
         return DeploymentMode(mode, annotation, f"serving.deployment_mode={setting}")
     if default == STANDARD:

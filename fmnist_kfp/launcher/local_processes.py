@@ -171,6 +171,7 @@ class _Worker:
         self._thread.start()
 
     def _pump(self, job: str, out) -> None:
+        assert self.process.stdout is not None, "started with stdout=PIPE"
         for raw in self.process.stdout:
             line = raw.rstrip("\n")
             if line.strip() and not _NOISE.match(line):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import Literal
 
 from fmnist_kfp.kubernetes.api_errors import own_status, read_body
 from fmnist_kfp.settings.jobs import KubernetesSettings
@@ -135,12 +136,12 @@ def _serves(api_client, group: str, version: str, plural: str) -> bool | None:
     return plural in {resource.get("name") for resource in (listing or {}).get("resources") or []}
 
 
-def _read(api_client, path: str) -> tuple[dict | None, object]:
-    """``(object, None)``, ``(None, "missing")`` on a 404, or ``(None, error)``."""
+def _read(api_client, path: str) -> tuple[dict, Exception | Literal["missing"] | None]:
+    """``(object, None)``, ``({}, "missing")`` on a 404, or ``({}, error)``."""
     try:
         return _call(api_client, path) or {}, None
     except Exception as error:
-        return None, ("missing" if own_status(error) == 404 else error)
+        return {}, ("missing" if own_status(error) == 404 else error)
 
 
 def _condition(obj: dict, kind: str) -> dict | None:

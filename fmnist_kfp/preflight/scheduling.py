@@ -311,7 +311,7 @@ def _check_operator_flag(api_client, gang: str) -> Row:
     what = "training operator gang scheduling"
     path = f"/apis/apps/v1/namespaces/{OPERATOR_NAMESPACE}/deployments/{OPERATOR_DEPLOYMENT}"
     deployment, problem = _read(api_client, path)
-    if deployment is None:
+    if problem is not None:
         why = ("not found" if problem == "missing" else status_line(problem))
         return Row(what, None, f"could not check: cannot read deployment "
                                f"{OPERATOR_NAMESPACE}/{OPERATOR_DEPLOYMENT} ({why}); the "

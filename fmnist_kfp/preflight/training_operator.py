@@ -119,7 +119,7 @@ def offered(api_client) -> Offered:
     if found.trainjobs:
         runtime, problem = _read(api_client, f"/apis/{TRAINER_GROUP}/{TRAINER_VERSION}/"
                                              f"{RUNTIME_PLURAL}/{RUNTIME_NAME}")
-        found.runtime = runtime is not None if problem in (None, "missing") else None
+        found.runtime = problem is None if problem in (None, "missing") else None
         found.runtime_problem = problem
         from fmnist_kfp.kubernetes.training_operators import ClusterDiscovery
 
@@ -195,11 +195,11 @@ def check_training(api_client, cluster: Cluster) -> Training:
         if found.runtime is not False:  # a missing runtime is the row above's, alone
             training.job = dry_run_training_job(api_client, cluster, operator, shape)
             job_row = _training_job_row(cluster, training.job)
+            said_by_runtime_row = False
             if found.runtime is None and job_row.ok is not None:
                 rows[-1] = _runtime_row_from_webhook(training.job, runtime_row, found)
-                if _runtime_refusal(training.job):  # said by the runtime's row
-                    job_row = None
-            if job_row is not None:
+                said_by_runtime_row = _runtime_refusal(training.job)
+            if not said_by_runtime_row:
                 rows.append(job_row)
     elif operator == "tfjob" and found.tfjobs:
         training.job = dry_run_training_job(api_client, cluster, operator, "")
@@ -285,14 +285,14 @@ def _runtime_row_from_webhook(job: DryRun, unread: Row, found: Offered) -> Row:
     """The runtime's row where it could not be read, from the TrainJob's dry run: Trainer's
     webhook reads it (as Trainer) for every TrainJob that names it."""
     what = unread.check
-    if _runtime_refusal(job):
+    if job.error is not None and _runtime_refusal(job):
         return Row(what, False, "missing: Trainer's webhook refused the run's TrainJob naming "
                                 f"it (server-side dry run: {refusal_message(job.error)}), so "
                                 "training and TrainJob trials cannot start", RUNTIME_FIX)
     if job.answer is not None:
         return Row(what, True, "exists: Trainer's webhook accepted a TrainJob naming it "
                                "(server-side dry run; you cannot read it: "
-                               f"{status_line(found.runtime_problem)})")
+                               f"{_unread(found)})")
     return unread
 
 
@@ -353,11 +353,17 @@ def _jobset_row(api_client) -> Row:
     return Row(what, True, f"{JOBSET_PLURAL}.{JOBSET_GROUP}, served at {JOBSET_VERSION}")
 
 
+def _unread(found: Offered) -> str:
+    """Why the runtime could not be read: its read's error, in a few words."""
+    problem = found.runtime_problem
+    return status_line(problem) if isinstance(problem, BaseException) else str(problem)
+
+
 def _runtime_row(found: Offered) -> Row:
     """Our ClusterTrainingRuntime's row (read as you: no Role grants a cluster-scoped read)."""
     what = f"ClusterTrainingRuntime {RUNTIME_NAME}"
     if found.runtime is None:
-        return Row(what, None, f"cannot read it ({status_line(found.runtime_problem)}); Trainer's "
+        return Row(what, None, f"cannot read it ({_unread(found)}); Trainer's "
                                "webhook refuses every TrainJob of the run without it",
                    f"if missing: {RUNTIME_FIX}")
     if not found.runtime:

@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     from fmnist_kfp.selection.report import photo_examples_png
     from fmnist_kfp.training.export import load_pixels_predictor
 
-    parser = argparse.ArgumentParser(description=main.__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=(main.__doc__ or "").split("\n")[0])
     parser.add_argument("model_dir")
     parser.add_argument("data_dir", help="the four official IDX files")
     parser.add_argument("out")

@@ -241,7 +241,7 @@ class Settings:
     def specs(cls) -> dict[str, Spec]:
         hints = typing.get_type_hints(cls)
         specs = {}
-        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]  # each group is a dataclass
             if _KEY not in f.metadata:
                 continue
             kind, optional = _base_type(hints[f.name])
@@ -259,7 +259,8 @@ class Settings:
         unknown = sorted(set(values) - set(specs))
         if unknown:
             return {}, [f"unknown {cls.WHAT} {unknown}; known: {sorted(specs)}"]
-        typed, problems = {}, []
+        typed: dict[str, Any] = {}
+        problems: list[str] = []
         for name, value in values.items():
             spec = specs[name]
             if value is None and spec.optional:
@@ -327,8 +328,8 @@ class Settings:
 def _default(f: Field) -> Any:
     if f.default is not MISSING:
         return f.default
-    if f.default_factory is not MISSING:  # type: ignore[misc]
-        return f.default_factory()  # type: ignore[misc]
+    if f.default_factory is not MISSING:
+        return f.default_factory()
     return None
 
 

@@ -34,8 +34,10 @@ def tensorboard_callbacks(work_dir: str, *, is_chief: bool, profile_steps: int =
         """Keras writes the train graph from a batch hook, which runs only while profiling;
         with per-epoch scalars it would never be written, so it is written after epoch 1."""
 
+        _should_write_train_graph: bool  # tf_keras 2.21's own flag, set in its __init__
+
         def on_epoch_end(self, epoch, logs=None):
-            if self._should_write_train_graph:  # tf_keras 2.21's own flag and writer
+            if self._should_write_train_graph:
                 self._write_keras_model_train_graph()
                 self._should_write_train_graph = False
             super().on_epoch_end(epoch, logs)

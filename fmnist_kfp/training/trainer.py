@@ -22,7 +22,7 @@ import logging
 import os
 import sys
 import time
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from fmnist_kfp.errors import UserInputError
@@ -70,7 +70,7 @@ def read_result(work_dir: str) -> dict[str, Any]:
 def epoch_line(entry: dict[str, Any], epochs: int, when: float) -> str:
     """The line an epoch prints: ``<RFC 3339 UTC time, microseconds> epoch=E epochs=N k=v ...``
     (``entry`` as the history holds it; ``when`` a POSIX time)."""
-    stamp = datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    stamp = datetime.fromtimestamp(when, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     return " ".join(
         [stamp, f"epoch={entry['epoch']}", f"epochs={epochs}"]
         + [f"{k}={v:.4f}" for k, v in entry.items() if k not in ("epoch", "finished_at")]

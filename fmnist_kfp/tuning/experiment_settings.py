@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.settings.jobs import KubernetesSettings, strategy_problems
@@ -34,8 +34,8 @@ API_VERSION = "kubeflow.org/v1beta1"
 # What the trainer prints each epoch (besides the epoch=/epochs= counters); the val_ pair is
 # scored on the dataset's validation split.
 REPORTED_METRICS = ("loss", "accuracy", "val_loss", "val_accuracy", "seconds", "images_per_second")
-OBJECTIVE_TYPES = {"val_accuracy": "maximize", "val_loss": "minimize",
-                   "accuracy": "maximize", "loss": "minimize"}
+OBJECTIVE_TYPES: dict[str, Literal["maximize", "minimize"]] = {
+    "val_accuracy": "maximize", "val_loss": "minimize", "accuracy": "maximize", "loss": "minimize"}
 METRIC_STRATEGIES = ("latest", "max", "min")
 RESUME_POLICIES = ("Never", "LongRunning", "FromVolume")
 EARLY_STOPPING_ALGORITHMS = ("medianstop",)
@@ -295,7 +295,7 @@ class ExperimentSettings:
                 f"{search_space.grid_size()} combinations (Katib refuses that): lower it"
             )
         epochs = search_space.get("epochs")
-        fewest_epochs = epochs.low if epochs and epochs.type == "int" else (
+        fewest_epochs = epochs.bounds()[0] if epochs and epochs.type == "int" else (
             min(int(v) for v in epochs.values) if epochs else self.base_config.epochs
         )
         stopping = self.early_stopping

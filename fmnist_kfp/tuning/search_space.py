@@ -16,6 +16,7 @@ and scikit-optimize samples every double log-uniformly (hence its low > 0 rule).
 
 from __future__ import annotations
 
+import builtins
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -99,7 +100,7 @@ class Parameter:
             return self._categorical_problems(kind)
         return self._range_problems(kind)
 
-    def _categorical_problems(self, kind: type) -> list[str]:
+    def _categorical_problems(self, kind: builtins.type) -> list[str]:
         problems = []
         if self.low is not None or self.high is not None or self.step is not None:
             problems.append(f"{self.name}: a categorical parameter takes values, not "
@@ -118,7 +119,7 @@ class Parameter:
             problems += _value_problems(self.name, kind, value)
         return problems
 
-    def _range_problems(self, kind: type) -> list[str]:
+    def _range_problems(self, kind: builtins.type) -> list[str]:
         name = self.name
         if self.values:
             return [f"{name}: a {self.type} parameter takes low/high, not values; drop values "
@@ -165,20 +166,27 @@ class Parameter:
             problems += _value_problems(name, kind, value)
         return problems
 
+    def bounds(self) -> tuple[float, float]:
+        """``(low, high)`` of a range parameter (``problems()`` holds that it has both)."""
+        if self.low is None or self.high is None:
+            raise ValueError(f"{self.name}: a {self.type} range needs both low and high")
+        return self.low, self.high
+
     def grid_points(self) -> list[Any]:
         """The values Katib's grid tries for this parameter (its Optuna service expands
         ``range(low, high + 1, step)`` for ints, ``arange(low, high + step, step)`` minus any
         value past ``high`` for doubles); empty where grid cannot enumerate it."""
         if self.type == "categorical":
             return list(self.values)
+        low, high = self.bounds()
         if self.type == "int":
-            return list(range(int(self.low), int(self.high) + 1, int(self.step or 1)))
+            return list(range(int(low), int(high) + 1, int(self.step or 1)))
         if not self.step:
             return []
-        count = math.ceil((self.high + self.step - self.low) / self.step)
-        if self.low + (count - 1) * self.step > self.high:
+        count = math.ceil((high + self.step - low) / self.step)
+        if low + (count - 1) * self.step > high:
             count -= 1
-        return [round(self.low + i * self.step, 12) for i in range(count)]
+        return [round(low + i * self.step, 12) for i in range(count)]
 
     def grid_values(self) -> int:
         """How many values Katib's grid tries for this parameter (0: it cannot)."""

@@ -50,6 +50,8 @@ def training_backend(backend: str, settings: KubernetesSettings | None = None,
         return LocalProcessLauncher()
     if make_launcher is not None:
         return make_launcher(settings, operator, shape)
+    if settings is None:
+        raise ValueError(f"the {backend} training backend needs the pods' kubernetes settings")
     if operator == "trainjob":
         from fmnist_kfp.launcher.trainjob_launcher import TrainJobLauncher
 

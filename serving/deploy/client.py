@@ -9,7 +9,7 @@ import base64
 import io
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -35,7 +35,7 @@ def png_bytes(image: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
-def v1_image_request(images: Sequence[np.ndarray]) -> dict:
+def v1_image_request(images: Iterable[np.ndarray]) -> dict:  # a list, or an array of them
     return {"instances": [
         {"image_bytes": {"b64": base64.b64encode(png_bytes(image)).decode()}} for image in images
     ]}

@@ -16,9 +16,13 @@ upstream: docs/upstream.md#kubernetes
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from fmnist_kfp.errors import FmnistError
 from fmnist_kfp.kubernetes.api_errors import is_transient, status_message, status_object
+
+if TYPE_CHECKING:  # an annotation only: the result module has no need of this one
+    from fmnist_kfp.serving.deploy.rollout_result import RolloutResult
 
 GROUP = "serving.kserve.io"
 ISVC_VERSION = "v1beta1"
@@ -31,7 +35,7 @@ REQUEST_TIMEOUT_SECONDS = 30
 class KServeRolloutError(FmnistError, RuntimeError):
     """The deployment could not complete; ``result`` holds what was done (or None)."""
 
-    def __init__(self, message: str, result: dict | None = None):
+    def __init__(self, message: str, result: RolloutResult | None = None):
         super().__init__(message)
         self.result = result
 
@@ -79,7 +83,7 @@ class Conflict(FmnistError):
 class KServeApi:
     """The calls one rollout makes in ``namespace``."""
 
-    api_client: object  # kubernetes.client.ApiClient
+    api_client: Any  # kubernetes.client.ApiClient, an untyped library's
     namespace: str
 
     def __post_init__(self):

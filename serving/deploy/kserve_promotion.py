@@ -132,7 +132,7 @@ def claim_of(config_map: dict | None, isvc: dict | None) -> tuple[float | None, 
     return accuracy, data.get(CLAIM_MODEL_URI, ""), data.get(CLAIM_MODEL_TYPE, "")
 
 
-class EarlyClaim:
+class EarlyClaim(Rollout):
     """Laid over a mode's rollout
     (:func:`~fmnist_kfp.serving.deploy.kserve_deployer.prepare_rollout`): nothing is created or
     written, and no wait goes on, unless the claim on the cluster is still this model's; the
@@ -184,6 +184,7 @@ def promote_with_kserve(settings: KServeSettings, *, storage_uri: str,
             tolerance=tolerance, verify=verify, client=client,
             needs_credentials=needs_credentials, poll_seconds=poll_seconds, log=log,
             mixin=EarlyClaim)
+        assert isinstance(rollout, EarlyClaim), "EarlyClaim is laid over the mode's rollout"
         rollout.claimed_uri = storage_uri
         api, name = rollout.api, claim_name(settings.name)
         try:
@@ -236,6 +237,7 @@ def promote_with_kserve(settings: KServeSettings, *, storage_uri: str,
                     raise
                 _bind_or_release(rollout, data)
                 return result
+            assert decision is not None, "decided before this call held the claim"
             return rollout.update(current, decision, model_uri_of(current))
         except Exception as error:  # the runner may wrap what a write raised
             superseded = _superseded(error)

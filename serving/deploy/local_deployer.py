@@ -361,7 +361,7 @@ def _deploy_locally(name: str, model_dir: str, test_accuracy: float, *, toleranc
                      Verification.judged(verify(current.url), test_accuracy, tolerance))
     if not blessing.blessed:
         log(f"{name}: not deployed: {blessing.reason}")
-        return ended(Action.REJECTED, current.url)
+        return ended(Action.REJECTED, current.url if current else "")
     log(f"{name}: starting the predictor for {test_accuracy:.4f} test accuracy "
         f"({blessing.reason})")
     candidate = start_server(name, model_dir, test_accuracy=test_accuracy,

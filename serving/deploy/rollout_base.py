@@ -370,7 +370,12 @@ class Rollout:
     def reader(self, name: str | None = None) -> Callable[[], dict]:
         """Reads the InferenceService; a 404 raises (the runner: it vanished)."""
         name = name or self.name
-        return lambda: self.api.get(name, absent_ok=False)
+
+        def read() -> dict:
+            isvc = self.api.get(name, absent_ok=False)
+            assert isvc is not None, "absent_ok=False: a 404 raises"
+            return isvc
+        return read
 
     def check_not_deleted(self, isvc: dict, name: str) -> None:
         """Stops a wait on an InferenceService being deleted (``metadata.deletionTimestamp``:

@@ -374,7 +374,7 @@ class ServerlessRollout(Rollout):
                 and target.get("percent") == (100 if percent is None else percent))
         if done and percent is None:
             done = predictor.get("latestRolledoutRevision") == ready
-        elif done:
+        elif done and percent is not None:
             rest = pinned_target(isvc)
             done = (rest.get("percent") == 100 - percent
                     and rest.get("revisionName") == predictor.get("latestRolledoutRevision"))

@@ -83,8 +83,8 @@ class AdaptiveBatcher:
                 "max_latency": self.max_latency, "inline_kinds": self.inline_kinds}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["run_batch"], state["max_batch_size"],
-                      state["max_latency"] * 1000.0, state["inline_kinds"])
+        AdaptiveBatcher.__init__(self, state["run_batch"], state["max_batch_size"],
+                                 state["max_latency"] * 1000.0, state["inline_kinds"])
 
     async def submit(self, items: Sequence[tuple[str, Any]]) -> list[Any]:
         """Results for ``(kind, value)`` items in order; an item's exception takes its place."""

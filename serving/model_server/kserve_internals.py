@@ -186,7 +186,7 @@ class PreboundMultiProcess(RESTServerMultiProcess):
         # KServe's __init__ would build a plain RESTServer and bind the socket itself.
         self.log_config_file = log_config_file
         self._rest_server = rest_server
-        self._processes = []
+        self._processes: list = []  # KServe's worker processes, as its __init__ starts them
         self.should_exit = asyncio.Event()
         self._socket = sock
 
@@ -234,6 +234,8 @@ class LoopbackModelServer(ModelServer):
     """``ModelServer`` whose REST and gRPC servers bind ``host`` (kserve 0.21 always binds
     every interface), accept port 0, report the ports they got, and run ``workers`` REST
     processes (gRPC stays in the main one)."""
+
+    http_port: int  # ModelServer's setting (0: any), then the port the socket got
 
     def __init__(self, host: str, *, max_body_bytes: int, access_log: bool,
                  port_file: str = "", **kwargs):

@@ -195,7 +195,7 @@ class FashionMnistModel(ProtocolModel):
         self.saved_model_dir = ""
         self.fast_path = fast_path
         self.batcher = AdaptiveBatcher(self._run_batch, max_batch_size, max_batch_latency_ms)
-        self._signature = None
+        self._signature: Any = None  # the SavedModel's serving signature (untyped TensorFlow)
         self._lite_runner: LiteRunner | None = None
 
     def __getstate__(self) -> dict:

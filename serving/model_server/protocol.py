@@ -211,7 +211,7 @@ def parse_v2(request: InferRequest, max_instances: int, limits: ImageLimits) -> 
         if len(items) != shape[0]:
             raise InvalidInput(f"{IMAGE_BYTES}: shape {shape} but {len(items)} items of data")
         # Raw bytes (binary extension, gRPC) are the image; JSON strings are its base64.
-        parsed = [
+        parsed: list[Instance] = [
             open_image(item, f"{IMAGE_BYTES}[{i}]", limits) if isinstance(item, bytes)
             else decode_b64_image(item, f"{IMAGE_BYTES}[{i}]", limits)
             for i, item in enumerate(items)

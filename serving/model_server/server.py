@@ -32,13 +32,15 @@ from kserve.logging import logger
 from fmnist_kfp.serving.model_server.kserve_internals import LoopbackModelServer
 from fmnist_kfp.serving.model_server.ports import PortInUse, check_ports
 from fmnist_kfp.serving.model_server.request_gate import DEFAULT_MAX_BODY_BYTES
+from fmnist_kfp.settings.schema import Settings
 from fmnist_kfp.settings.serving import DeploySettings, ServingSettings
 from fmnist_kfp.training.quiet_start import import_tensorflow_quietly
 
 DEFAULT_GRPC_PORT = 8081
 # The flags that are settings: each takes the setting's default and help.
-SETTING_FLAGS = {"model_name": DeploySettings, "max_batch_size": ServingSettings,
-                 "max_batch_latency_ms": ServingSettings, "uncertain_margin": ServingSettings}
+SETTING_FLAGS: dict[str, type[Settings]] = {
+    "model_name": DeploySettings, "max_batch_size": ServingSettings,
+    "max_batch_latency_ms": ServingSettings, "uncertain_margin": ServingSettings}
 PROGRESS_SECONDS = 30.0
 
 
