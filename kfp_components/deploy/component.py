@@ -62,15 +62,14 @@ def deploy_model(
         backend=backend, model_name=model_name, tolerance=blessing_tolerance,
         verification_images=verification_images, serving=serving, image=image,
     )
-    outputs = namedtuple("DeployOutputs", ["url", "action", "serves_model"])(
-        *publish(deployment_outputs(decision), artifact=deployment, metrics=blessing))
+    url, action, serves = publish(deployment_outputs(decision), artifact=deployment,
+                                  metrics=blessing)
     from fmnist_kfp.lineage import add_lineage, content_digest
 
-    serves = outputs.serves_model
     # What answers at the URL now: this model (its digest is the served version), or the
     # earlier model that blessing or a failed rollout kept.
-    served = {"name": model_name, "url": outputs.url, "backend": backend,
-              "action": outputs.action, "model": model.uri if serves else "earlier model",
+    served = {"name": model_name, "url": url, "backend": backend,
+              "action": action, "model": model.uri if serves else "earlier model",
               "version": content_digest(model.path) if serves else ""}
     if decision.storage_uri:
         served["storage_uri"] = decision.storage_uri
@@ -79,4 +78,5 @@ def deploy_model(
                             "blessed": decision.blessing.blessed,
                             **({"image": serving.get("image") or image}
                                if backend == "kubernetes" else {})}, served=served)
-    return outputs
+    outputs = namedtuple("DeployOutputs", ["url", "action", "serves_model"])
+    return outputs(url, action, serves)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
+from enum import Enum
 from typing import Any, ClassVar
 
 from fmnist_kfp.serving.deploy.blessing import BlessingDecision
@@ -19,8 +19,11 @@ from fmnist_kfp.serving.deploy.blessing import BlessingDecision
 __all__ = ["Action", "RolloutResult", "SupersededResult", "Verification", "report_of"]
 
 
-class Action(StrEnum):
-    """How a deployment or an early promotion ended; the value is what the steps output."""
+class Action(str, Enum):
+    """How a deployment or an early promotion ended; the value is what the steps output.
+
+    A ``str`` enum rather than ``enum.StrEnum``, which Python 3.10 (supported) does not have;
+    ``__str__`` gives the value, so f-strings read the same on every version."""
 
     CREATED = "created"  # nothing was served: the model serves now
     UNCHANGED = "unchanged"  # the model was already served
@@ -30,6 +33,9 @@ class Action(StrEnum):
     CANDIDATE_FAILED = "candidate_failed"  # KServe Standard: the candidate failed, nothing changed
     FAILED = "failed"  # local: it failed verification and nothing was served before
     SUPERSEDED = "superseded"  # serve_early: a better model claimed the InferenceService
+
+    def __str__(self) -> str:
+        return self.value
 
     @classmethod
     def serving(cls, replaced: bool) -> Action:
