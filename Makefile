@@ -95,7 +95,8 @@ layers: setup
 # module by its file's path, so it reads a tree of links: fmnist_kfp/'s own entries, and each
 # folder the wheel maps into it (pyproject.toml's [tool.hatch.build.targets.wheel.sources], read
 # here so the two never differ). Its errors name the links' paths (.build/typecheck/fmnist_kfp/
-# serving/... is serving/...); its cache (.build/mypy-cache) survives the tree's rebuild.
+# serving/... is serving/...); its cache, outside the checkout ([tool.mypy] cache_dir), survives
+# the tree's rebuild and a fresh clone.
 TYPECHECK := .build/typecheck
 WHEEL_SOURCES := import tomllib; \
 	t = tomllib.load(open("pyproject.toml", "rb"))["tool"]["hatch"]["build"]["targets"]; \

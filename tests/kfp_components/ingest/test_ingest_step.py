@@ -11,7 +11,8 @@ from fmnist_kfp.kfp_components.ingest.step import ingest_step
 def test_the_metadata_names_the_source_window_and_every_split(synthetic_idx, tmp_path):
     directory, checksums = synthetic_idx
     metadata = ingest_step(str(directory), str(tmp_path / "out"), freshness_window="2026-12-02",
-                           expected_sha256=checksums, validation_examples=200)
+                           expected_sha256=checksums,
+                           validation_examples=200).kfp_outputs().metadata
     assert metadata["freshness_window"] == "2026-12-02"
     assert metadata["sha256"] == checksums
     assert metadata["splits"] == ["train", "validation", "test"]
