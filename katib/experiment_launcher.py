@@ -55,7 +55,7 @@ from fmnist_kfp.katib.results import (
 )
 from fmnist_kfp.katib.stalls import STALL_SECONDS, StallWatch
 from fmnist_kfp.kubernetes.api_errors import is_transient
-from fmnist_kfp.kubernetes.experiment import build_experiment
+from fmnist_kfp.kubernetes.experiment import build_checked_experiment, check_experiment
 from fmnist_kfp.kubernetes.manifest import to_manifest
 from fmnist_kfp.kubernetes.runner import FAILED as FAILED_JOB
 from fmnist_kfp.kubernetes.runner import (
@@ -265,12 +265,24 @@ class KatibExperimentLauncher:
                       f"kubernetes.operator is {setting}")
         return operator, shape
 
+    def experiment(self, settings: ExperimentSettings, search_space: SearchSpace,
+                   data_dir: str):
+        """The Experiment this launcher would create, each rule checked once: the Experiment's
+        own before any call to the cluster, then, the trials' operator asked (and kept for
+        :meth:`run`), what that operator cannot do of the trials' job."""
+        check_experiment(settings, search_space, data_dir)
+        self.operator, self.shape = self._training_operator(settings)
+        return build_checked_experiment(settings, search_space, data_dir, self.operator,
+                                        self.shape)
+
     def run(self, settings: ExperimentSettings, search_space: SearchSpace,
-            data_dir: str) -> TuningResult:
-        experiment = build_experiment(settings, search_space, data_dir)  # validates first
-        operator, shape = self._training_operator(settings)
-        if operator != "tfjob":  # what a TrainJob cannot do is refused here, before the create
-            experiment = build_experiment(settings, search_space, data_dir, operator, shape)
+            data_dir: str, experiment=None) -> TuningResult:
+        """Runs the search to its end; ``experiment``: what :meth:`experiment` made for the
+        same arguments (the tuning step's, checked before it staged the dataset), else made
+        here."""
+        if experiment is None:
+            experiment = self.experiment(settings, search_space, data_dir)
+        operator = self.operator
         name, namespace = settings.name, settings.target_namespace
         client = self.client()
         timeout = self.request_timeout_seconds

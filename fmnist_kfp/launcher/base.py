@@ -15,6 +15,8 @@ from typing import Protocol
 
 from fmnist_kfp.errors import TrainingJobError
 from fmnist_kfp.kubernetes.runner import RemoteJob, RemoteJobError, RemoteJobRunner
+from fmnist_kfp.kubernetes.training_operators import ClusterJob
+from fmnist_kfp.kubernetes.trainjob import OVERRIDES
 from fmnist_kfp.settings.jobs import KubernetesSettings
 from fmnist_kfp.training.trainer import read_result
 from fmnist_kfp.training.training_job import TrainingJobResult, TrainingJobSpec
@@ -27,21 +29,34 @@ class TrainingLauncher(Protocol):
 
 
 class ClusterLauncher:
-    """What the two cluster launchers share: their ``settings`` validated once, where they
-    print (``out``), the one :class:`RemoteJobRunner` that creates, watches and cleans up
-    their job (``clock`` and ``sleep`` go to it: tests wait without waiting), and the bound on
-    each API call (``request_timeout_seconds``)."""
+    """What the two cluster launchers share: their ``settings`` (as
+    :func:`~fmnist_kfp.settings.jobs.cluster_settings` validated them), where they print
+    (``out``), the one :class:`RemoteJobRunner` that creates, watches and cleans up their job
+    (``clock`` and ``sleep`` go to it: tests wait without waiting), the bound on each API call
+    (``request_timeout_seconds``), and the job checked once against their operator
+    (:meth:`checked`)."""
+
+    OPERATOR = ""  # the operator whose jobs the launcher runs: tfjob or trainjob
+    shape = OVERRIDES  # a TrainJob's pod settings
 
     def __init__(self, settings: KubernetesSettings, *, poll_seconds: float,
                  timeout_seconds: float, out, request_timeout_seconds: float, clock=None,
                  sleep=None):
-        self.settings = settings.validate()
+        self.settings = settings
         self.out = out or sys.stdout
         injected = {k: v for k, v in (("clock", clock), ("sleep", sleep)) if v is not None}
         self.runner = RemoteJobRunner.for_job(self.settings, timeout_seconds=timeout_seconds,
                                               poll_seconds=poll_seconds, log=self._say,
                                               **injected)
         self.request_timeout_seconds = request_timeout_seconds
+
+    def checked(self, job: TrainingJobSpec | ClusterJob) -> ClusterJob:
+        """``job`` as this launcher's operator runs it: a :class:`ClusterJob` as given (the
+        train step checked it before staging anything), else the spec checked now, before
+        anything is created."""
+        if isinstance(job, ClusterJob):
+            return job
+        return ClusterJob(job, self.settings, self.OPERATOR, self.shape)
 
     @property
     def namespace(self) -> str:

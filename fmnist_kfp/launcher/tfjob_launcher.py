@@ -60,6 +60,7 @@ from fmnist_kfp.kubernetes.tfjob import (
     REPLICA_TYPE_LABEL,
     build_tfjob,
 )
+from fmnist_kfp.kubernetes.training_operators import ClusterJob
 from fmnist_kfp.kubernetes.workload import queued_status
 from fmnist_kfp.launcher.base import ClusterLauncher
 from fmnist_kfp.settings.jobs import KubernetesSettings
@@ -206,8 +207,12 @@ class TFJobLauncher(ClusterLauncher):
             self._client = TrainingClient(namespace=self.namespace, job_kind=TFJOB_KIND)
         return self._client
 
-    def run(self, spec: TrainingJobSpec) -> TrainingJobResult:
-        tfjob = build_tfjob(spec, self.settings)  # validates before anything is created
+    OPERATOR = "tfjob"
+
+    def run(self, job: TrainingJobSpec | ClusterJob) -> TrainingJobResult:
+        checked = self.checked(job)  # before anything is created
+        spec = checked.spec
+        tfjob = build_tfjob(spec, checked.settings)
         started = self.runner.clock()
         watch = _Watch(self, spec)
         job = RemoteJob(

@@ -43,6 +43,7 @@ from fmnist_kfp.kubernetes.runner import (
     JobStatus,
     RemoteJob,
 )
+from fmnist_kfp.kubernetes.training_operators import ClusterJob
 from fmnist_kfp.kubernetes.trainjob import (
     CONTAINER_NAME,
     CREATION_FAILED,
@@ -53,7 +54,6 @@ from fmnist_kfp.kubernetes.trainjob import (
     PLURAL,
     RESTART_ATTEMPT_LABEL,
     VERSION,
-    build_trainjob,
 )
 from fmnist_kfp.kubernetes.workload import queued_status
 from fmnist_kfp.launcher.base import ClusterLauncher
@@ -137,8 +137,12 @@ class TrainJobLauncher(ClusterLauncher):
 
         return client.CoreV1Api(self.api_client)
 
-    def run(self, spec: TrainingJobSpec) -> TrainingJobResult:
-        manifest = build_trainjob(spec, self.settings, self.shape)  # refuses before creating
+    OPERATOR = "trainjob"
+
+    def run(self, job: TrainingJobSpec | ClusterJob) -> TrainingJobResult:
+        checked = self.checked(job)  # what a TrainJob cannot do, refused before creating
+        spec = checked.spec
+        manifest = checked.manifest()
         started = self.runner.clock()
         watch = _Watch(self, spec)
         job = RemoteJob(

@@ -21,7 +21,14 @@ from fmnist_kfp.backends import require_backend
 from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.kfp_components import reports_errors_briefly
 from fmnist_kfp.kubernetes.names import stable_name
-from fmnist_kfp.kubernetes.storage import copy_tree, make_shared_dirs, stage_dataset
+from fmnist_kfp.kubernetes.storage import (
+    copy_tree,
+    make_shared_dirs,
+    stage_dataset,
+    staged_location,
+)
+from fmnist_kfp.kubernetes.training_operators import ClusterJob
+from fmnist_kfp.kubernetes.trainjob import OVERRIDES
 from fmnist_kfp.settings.jobs import KubernetesSettings, cluster_settings
 from fmnist_kfp.settings.platform import PVC_ENV
 from fmnist_kfp.settings.training import TrainingConfig
@@ -239,7 +246,8 @@ def train_step(
     settings = None
     if backend == "kubernetes":
         # Checked before anything is copied.
-        settings = cluster_settings(launcher_options, image=image, gpu_image=gpu_image)
+        settings = cluster_settings(launcher_options, image=image, gpu_image=gpu_image,
+                                    gpus_per_worker=gpus_per_worker)
         if not settings.pvc_name:
             raise UserInputError(
                 "a TFJob needs the shared claim its pods and this step both mount (the staged "
@@ -247,7 +255,8 @@ def train_step(
                 "or set pvc_name in the kubernetes parameter")
         shared = settings.mount_path.rstrip("/")
         job_dir = f"{shared}/jobs/{name}"
-    spec = TrainingJobSpec(
+        job_data_dir = staged_location(data_dir, f"{shared}/datasets")  # staged below
+    spec = TrainingJobSpec(  # validated as it is made
         name=name,
         config=config,
         data_dir=job_data_dir,
@@ -260,29 +269,20 @@ def train_step(
         evaluator=evaluator,
         gpus_per_worker=gpus_per_worker,
         max_restarts=max_restarts,
-    ).validate()
+    )
     tensorboard = {"logs": log_dir(model_dir), "profiled": config.profile_steps > 0}
     operator, shape = "tfjob", ""
+    job: TrainingJobSpec | ClusterJob = spec
     if settings is not None:  # every problem found before the dataset is copied
-        from fmnist_kfp.kubernetes.trainjob import require_gpu_image
-
-        require_gpu_image(spec, settings)  # either operator's rule, before the cluster is asked
         operator, shape = training_operator(settings, discovery)
-        if operator == "trainjob":
-            from fmnist_kfp.kubernetes.trainjob import build_trainjob
-
-            build_trainjob(spec, settings, shape)  # refuses what a TrainJob cannot do
-        else:
-            from fmnist_kfp.kubernetes.tfjob import validate_tfjob
-
-            validate_tfjob(spec, settings)
-        job_data_dir = stage_dataset(data_dir, f"{shared}/datasets")
+        # What the chosen operator cannot do is refused here, once; the launcher runs it.
+        job = ClusterJob(spec, settings, operator, shape or OVERRIDES)
+        stage_dataset(data_dir, f"{shared}/datasets")
         make_shared_dirs(f"{shared}/jobs")  # group-writable: every job's pods make theirs
-        spec.data_dir = job_data_dir
         # Before the job starts, so its progress can be watched.
         tensorboard.update(publish_tensorboard(tensorboard_name(config.model_type, model_dir),
                                                job_dir, settings, create_tensorboard))
-    outcome = training_backend(backend, settings, make_launcher, operator, shape).run(spec)
+    outcome = training_backend(backend, settings, make_launcher, operator, shape).run(job)
     if job_dir != model_dir:
         copy_tree(job_dir, model_dir)
     result = outcome.result

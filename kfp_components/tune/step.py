@@ -89,19 +89,21 @@ def tune_step(*, model_type: str, base: TrainingConfig, tuning: dict[str, Any], 
 
         return LocalTuner(work_dir=f"{output_dir}/trials").run(settings, space, data_dir)
     from fmnist_kfp.katib.experiment_launcher import KatibExperimentLauncher
-    from fmnist_kfp.kubernetes.experiment import build_experiment
-    from fmnist_kfp.kubernetes.storage import make_shared_dirs, stage_dataset
+    from fmnist_kfp.kubernetes.storage import make_shared_dirs, stage_dataset, staged_location
 
     # The compiled image and claim under the user's settings, checked (namespace, claim).
-    pods = cluster_settings(kubernetes, image=image, gpu_image=gpu_image)
+    pods = cluster_settings(kubernetes, image=image, gpu_image=gpu_image,
+                            gpus_per_worker=gpus_per_worker)
     on_cluster = replace(settings, kubernetes=pods)
-    data = f"{pods.mount_path.rstrip('/')}/datasets"
-    build_experiment(on_cluster, space, data)  # every problem before the dataset is copied
-    data = stage_dataset(data_dir, data)
-    make_shared_dirs(on_cluster.trials_root)  # group-writable: every trial makes its own
+    datasets = f"{pods.mount_path.rstrip('/')}/datasets"
+    data = staged_location(data_dir, datasets)  # staged below
     katib = launcher or KatibExperimentLauncher(
         timeout_seconds=on_cluster.deadline_seconds())  # tuning.trial_minutes per round
-    return katib.run(on_cluster, space, data)
+    # Every problem before the dataset is copied, each checked once.
+    experiment = katib.experiment(on_cluster, space, data)
+    stage_dataset(data_dir, datasets)
+    make_shared_dirs(on_cluster.trials_root)  # group-writable: every trial makes its own
+    return katib.run(on_cluster, space, data, experiment)
 
 
 @dataclass
