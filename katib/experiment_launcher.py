@@ -218,12 +218,11 @@ class KatibExperimentLauncher:
 
     def __init__(self, katib_client: KatibApi | None = None, poll_seconds: float = 15.0,
                  timeout_seconds: float = 0.0, out=None, request_timeout_seconds: float = 60.0,
-                 clock=None, sleep=None, stall_seconds: float = STALL_SECONDS,
-                 operator: str = "", shape: str = OVERRIDES):
-        """``operator`` (``tfjob`` or ``trainjob``) fixes the trials' job, with ``shape`` for
-        a TrainJob; empty: asked of the cluster when the search starts."""
+                 clock=None, sleep=None, stall_seconds: float = STALL_SECONDS):
         self._client = katib_client
-        self.operator, self.shape = operator, shape
+        # The trials' job, tfjob or trainjob (with a TrainJob's shape): asked of the cluster
+        # when the Experiment is made (experiment()).
+        self.operator, self.shape = "", OVERRIDES
         self.stall_seconds = stall_seconds
         self.out = out or sys.stdout
         # timeout 0: wait as long as the Experiment runs
@@ -241,25 +240,22 @@ class KatibExperimentLauncher:
         print(message, file=self.out, flush=True)
 
     def _training_operator(self, settings: ExperimentSettings) -> tuple[str, str]:
-        """The trials' operator and TrainJob shape: as given, else asked of the cluster (its
-        transient errors retried, as the runner retries reads), and printed."""
+        """The trials' operator and TrainJob shape, asked of the cluster (its transient errors
+        retried, as the runner retries reads), and printed."""
         setting = settings.kubernetes.operator
-        if self.operator:
-            operator, shape = self.operator, self.shape
-        else:
-            pause, most = self.runner.retry_seconds
-            while True:
-                try:
-                    operator, shape = self.client().training_operator(
-                        setting, self.request_timeout_seconds)
-                    break
-                except Exception as error:
-                    if not is_transient(error) or pause > most:
-                        raise
-                    self._say(f"asking which training operator the cluster serves: {error}; "
-                              f"retrying in {pause:.0f}s")
-                    self.runner.sleep(pause)
-                    pause *= 2
+        pause, most = self.runner.retry_seconds
+        while True:
+            try:
+                operator, shape = self.client().training_operator(
+                    setting, self.request_timeout_seconds)
+                break
+            except Exception as error:
+                if not is_transient(error) or pause > most:
+                    raise
+                self._say(f"asking which training operator the cluster serves: {error}; "
+                          f"retrying in {pause:.0f}s")
+                self.runner.sleep(pause)
+                pause *= 2
         if operator == "trainjob":  # TFJob trials, as ever: nothing new to say
             self._say(f"trials run as TrainJobs (Kubeflow Trainer v2, pod settings as {shape}); "
                       f"kubernetes.operator is {setting}")

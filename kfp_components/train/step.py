@@ -208,6 +208,26 @@ class TrainingResult:
         return metrics
 
 
+@dataclass(frozen=True)
+class TrainJobInputs:
+    """How the train step's job runs, one object for the component's flat inputs of that
+    name: its replicas, and on Kubernetes its pods. ``launcher_options`` is the pipeline's
+    ``kubernetes`` parameter, merged over the compiled platform's pod settings
+    (:func:`~fmnist_kfp.settings.jobs.cluster_settings`); ``image`` and ``gpu_image`` are what
+    the job's replicas run, without and with GPUs."""
+
+    num_workers: int = 1
+    use_chief: bool = False
+    strategy: str = "multi_worker_mirrored"
+    num_ps: int = 1  # parameter servers, for strategy parameter_server only
+    evaluator: bool = False
+    gpus_per_worker: int = 0
+    max_restarts: int = 2
+    launcher_options: dict[str, Any] | None = None
+    image: str = ""
+    gpu_image: str = ""
+
+
 @reports_errors_briefly
 def train_step(
     *,
@@ -215,39 +235,30 @@ def train_step(
     data_dir: str,
     model_dir: str,
     backend: str = "local",
-    num_workers: int = 1,
-    use_chief: bool = False,
-    strategy: str = "multi_worker_mirrored",
-    num_ps: int = 1,
-    evaluator: bool = False,
-    gpus_per_worker: int = 0,
-    max_restarts: int = 2,
-    launcher_options: dict[str, Any] | None = None,
-    image: str = "",
-    gpu_image: str = "",
     make_launcher: Callable[..., Any] | None = None,
     create_tensorboard=None,
     discovery=None,
+    **job: Any,
 ) -> TrainingResult:
     """Trains one model; returns what it made (the ``Model`` artifact's metadata and the
-    metrics to log, :class:`TrainingResult`).
+    metrics to log, :class:`TrainingResult`). ``job``: the fields of :class:`TrainJobInputs`,
+    as the component passes its inputs (the compiled component calls the step with them).
 
     On Kubernetes the workers are pods that cannot see this step's artifact paths, so the
     dataset is staged on the shared volume (once per dataset) and the job works there; the
-    finished model is then copied into ``model_dir`` like the local backend's.
-    ``launcher_options`` is the pipeline's ``kubernetes`` parameter, merged over the compiled
-    platform's pod settings (:func:`~fmnist_kfp.settings.jobs.cluster_settings`); ``image`` and
-    ``gpu_image`` are what the job's replicas run, without and with GPUs. Its ``operator``
-    (TFJob or TrainJob) is decided by what the cluster serves, asked through ``discovery``
-    (:func:`training_operator`), before anything is copied.
+    finished model is then copied into ``model_dir`` like the local backend's. Its
+    ``operator`` (TFJob or TrainJob) is decided by what the cluster serves, asked through
+    ``discovery`` (:func:`training_operator`), before anything is copied.
     """
+    inputs = TrainJobInputs(**job)
     name = job_name(config.model_type, model_dir)
     job_data_dir, job_dir = data_dir, model_dir
     settings = None
     if backend == "kubernetes":
         # Checked before anything is copied.
-        settings = cluster_settings(launcher_options, image=image, gpu_image=gpu_image,
-                                    gpus_per_worker=gpus_per_worker)
+        settings = cluster_settings(inputs.launcher_options, image=inputs.image,
+                                    gpu_image=inputs.gpu_image,
+                                    gpus_per_worker=inputs.gpus_per_worker)
         if not settings.pvc_name:
             raise UserInputError(
                 "a TFJob needs the shared claim its pods and this step both mount (the staged "
@@ -262,13 +273,13 @@ def train_step(
         data_dir=job_data_dir,
         export_dir=f"{job_dir}/{SAVED_MODEL_VERSION}",
         work_dir=job_dir,
-        num_workers=num_workers,
-        use_chief=use_chief,
-        strategy=strategy,
-        num_ps=num_ps if strategy == "parameter_server" else 0,
-        evaluator=evaluator,
-        gpus_per_worker=gpus_per_worker,
-        max_restarts=max_restarts,
+        num_workers=inputs.num_workers,
+        use_chief=inputs.use_chief,
+        strategy=inputs.strategy,
+        num_ps=inputs.num_ps if inputs.strategy == "parameter_server" else 0,
+        evaluator=inputs.evaluator,
+        gpus_per_worker=inputs.gpus_per_worker,
+        max_restarts=inputs.max_restarts,
     )
     tensorboard = {"logs": log_dir(model_dir), "profiled": config.profile_steps > 0}
     operator, shape = "tfjob", ""
@@ -292,7 +303,7 @@ def train_step(
         parameters=result["parameters"],
         epochs=result["epochs"],
         replicas=result["replicas"],
-        strategy=result.get("strategy", strategy),
+        strategy=result.get("strategy", inputs.strategy),
         topology=spec.replica_counts(),
         global_batch_size=result["global_batch_size"],
         precision=result["precision"],
