@@ -24,6 +24,9 @@ A TrainJob's pod settings take one of two shapes (:mod:`fmnist_kfp.kubernetes.tr
 told apart by the fields of the TrainJob schema the API server publishes
 (:func:`trainjob_api`): ``/openapi/v3`` is readable by every authenticated user (the
 ``system:discovery`` ClusterRole).
+
+A job the chosen operator is to run is a :class:`ClusterJob`, checked once as it is made
+against what that operator can do; the TFJob and TrainJob builders then only build.
 """
 
 from __future__ import annotations
