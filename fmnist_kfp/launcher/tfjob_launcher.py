@@ -45,6 +45,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from fmnist_kfp.kubernetes.pods import why_not_running
 from fmnist_kfp.kubernetes.runner import (
@@ -62,7 +63,7 @@ from fmnist_kfp.kubernetes.tfjob import (
 )
 from fmnist_kfp.kubernetes.training_operators import ClusterJob
 from fmnist_kfp.kubernetes.workload import queued_status
-from fmnist_kfp.launcher.base import ClusterLauncher
+from fmnist_kfp.launcher.base import ClusterLauncher, Watching
 from fmnist_kfp.settings.jobs import KubernetesSettings
 from fmnist_kfp.training.training_job import TrainingJobResult, TrainingJobSpec
 
@@ -183,20 +184,9 @@ class TFJobLauncher(ClusterLauncher):
     and ``sleep`` go to the :class:`RemoteJobRunner` (tests wait without waiting);
     ``request_timeout_seconds`` bounds each API call."""
 
-    def __init__(
-        self,
-        settings: KubernetesSettings,
-        training_client=None,
-        poll_seconds: float = 10.0,
-        timeout_seconds: float = 0.0,
-        out=None,
-        request_timeout_seconds: float = 60.0,
-        clock=None,
-        sleep=None,
-    ):
-        super().__init__(settings, poll_seconds=poll_seconds, timeout_seconds=timeout_seconds,
-                         out=out, request_timeout_seconds=request_timeout_seconds,
-                         clock=clock, sleep=sleep)
+    def __init__(self, settings: KubernetesSettings, training_client=None, **watching: Any):
+        """``watching``: the fields of :class:`~fmnist_kfp.launcher.base.Watching`."""
+        super().__init__(settings, Watching(**watching))
         self._client = training_client
 
     @property

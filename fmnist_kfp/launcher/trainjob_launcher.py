@@ -37,6 +37,8 @@ What is particular to TrainJobs (kubeflow/trainer v2.1.0; v2.2.0 the same unless
 
 from __future__ import annotations
 
+from typing import Any
+
 from fmnist_kfp.kubernetes.pods import why_not_running
 from fmnist_kfp.kubernetes.runner import (
     FAILED,
@@ -56,7 +58,7 @@ from fmnist_kfp.kubernetes.trainjob import (
     VERSION,
 )
 from fmnist_kfp.kubernetes.workload import queued_status
-from fmnist_kfp.launcher.base import ClusterLauncher
+from fmnist_kfp.launcher.base import ClusterLauncher, Watching
 from fmnist_kfp.settings.jobs import KubernetesSettings
 from fmnist_kfp.training.training_job import TrainingJobResult, TrainingJobSpec
 
@@ -98,22 +100,11 @@ class TrainJobLauncher(ClusterLauncher):
     ``clock`` and ``sleep`` go to the :class:`RemoteJobRunner`; ``request_timeout_seconds``
     bounds each API call."""
 
-    def __init__(
-        self,
-        settings: KubernetesSettings,
-        api_client=None,
-        shape: str = OVERRIDES,
-        poll_seconds: float = 10.0,
-        timeout_seconds: float = 0.0,
-        out=None,
-        request_timeout_seconds: float = 60.0,
-        clock=None,
-        sleep=None,
-    ):
-        # (Trainer 2.1 has no deadline of its own: the runner's is it.)
-        super().__init__(settings, poll_seconds=poll_seconds, timeout_seconds=timeout_seconds,
-                         out=out, request_timeout_seconds=request_timeout_seconds,
-                         clock=clock, sleep=sleep)
+    def __init__(self, settings: KubernetesSettings, api_client=None, shape: str = OVERRIDES,
+                 **watching: Any):
+        """``watching``: the fields of :class:`~fmnist_kfp.launcher.base.Watching` (Trainer
+        2.1 has no deadline of its own: the runner's is it)."""
+        super().__init__(settings, Watching(**watching))
         self._api_client = api_client
         self.shape = shape
 
