@@ -26,7 +26,8 @@ from fmnist_kfp.training.training_job import TrainingJobResult, TrainingJobSpec
 
 class TrainingLauncher(Protocol):
     def run(self, spec: TrainingJobSpec) -> TrainingJobResult:
-        """Runs the job to completion; raises ``TrainingJobError`` if it fails."""
+        """Runs the job to completion; raises ``TrainingJobError`` if it fails. (A cluster
+        launcher also takes the job as a :class:`ClusterJob`, checked for its operator.)"""
         ...
 
 

@@ -48,7 +48,8 @@ def training_backend(backend: str, settings: KubernetesSettings | None = None,
     """The launcher of ``backend``: worker processes here, or on the cluster a TFJob or a
     TrainJob (``operator``, as :func:`choose_operator` chose it; ``shape`` the TrainJob's pod
     settings) with the pods' ``settings``. ``make_launcher(settings, operator, shape)`` builds
-    it instead (tests give it a client)."""
+    it instead (tests give it a client). On the cluster its ``run`` is given the step's
+    :class:`~fmnist_kfp.kubernetes.training_operators.ClusterJob`, already checked."""
     require_backend("training", backend)
     if backend == "local":
         from fmnist_kfp.launcher.local_processes import LocalProcessLauncher
