@@ -167,11 +167,11 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     endpoint = _endpoint(args)
     outcome: dict | list[dict]
     if args.action == "create":
-        cluster.cron_expression(args.cron)  # a malformed cron fails before any call
+        # A malformed cron or concurrency fails before any call.
+        recurrence = cluster.Recurrence(args.cron, args.max_concurrency, args.catchup)
         outcome = cluster.schedule(
-            endpoint, args.name, args.cron, _cluster_arguments(args), package=args.package,
+            endpoint, args.name, recurrence, _cluster_arguments(args), package=args.package,
             image=args.image, gpu_image=args.gpu_image, experiment=args.experiment,
-            max_concurrency=args.max_concurrency, catchup=args.catchup,
         )
     elif args.action == "list":
         outcome = cluster.list_schedules(endpoint, args.experiment)

@@ -415,24 +415,42 @@ def _upload(endpoint: Endpoint, name: str, path: str, *, version: str,
             "version_id": created.pipeline_version_id}
 
 
+@dataclass(frozen=True)
+class Recurrence:
+    """When a recurring run starts: its ``cron`` (five or six fields, :func:`cron_expression`),
+    how many of its runs may run at once, and whether runs missed while it was paused are
+    caught up (off unless asked for). Checked as it is made, before any call."""
+
+    cron: str
+    max_concurrency: int = 1
+    catchup: bool = False
+
+    def __post_init__(self) -> None:
+        cron_expression(self.cron)
+        if self.max_concurrency < 1:
+            raise UserInputError(
+                f"max concurrency must be at least 1, got {self.max_concurrency}")
+
+    @property
+    def expression(self) -> str:
+        """The six-field expression KFP takes."""
+        return cron_expression(self.cron)
+
+
 def schedule(
     endpoint: Endpoint,
     name: str,
-    cron: str,
+    recurrence: Recurrence,
     arguments: dict[str, Any],
     *,
     package: str = "",
     image: str | None = None,
     gpu_image: str | None = None,
     experiment: str = DEFAULT_EXPERIMENT,
-    max_concurrency: int = 1,
-    catchup: bool = False,
 ) -> dict[str, Any]:
     """Creates a recurring run of the pipeline compiled for ``image``/``gpu_image`` (or of
-    ``package``: :func:`pipeline_package`); catch-up of missed runs is off unless asked for."""
-    expression = cron_expression(cron)
-    if max_concurrency < 1:
-        raise UserInputError(f"max concurrency must be at least 1, got {max_concurrency}")
+    ``package``: :func:`pipeline_package`), started as ``recurrence`` says."""
+    expression = recurrence.expression
     with pipeline_package(package, image=image, gpu_image=gpu_image) as path:
         client = endpoint.client()
         with talking_to(endpoint):
@@ -441,7 +459,8 @@ def schedule(
             ).experiment_id
             recurring = client.create_recurring_run(
                 experiment_id=experiment_id, job_name=name, cron_expression=expression,
-                max_concurrency=max_concurrency, no_catchup=not catchup, params=arguments,
+                max_concurrency=recurrence.max_concurrency, no_catchup=not recurrence.catchup,
+                params=arguments,
                 pipeline_package_path=path,
             )
     return {"recurring_run_id": recurring.recurring_run_id, "cron": expression}

@@ -55,7 +55,11 @@ from fmnist_kfp.katib.results import (
 )
 from fmnist_kfp.katib.stalls import STALL_SECONDS, StallWatch
 from fmnist_kfp.kubernetes.api_errors import is_transient
-from fmnist_kfp.kubernetes.experiment import build_experiment, trial_pod_settings
+from fmnist_kfp.kubernetes.experiment import (
+    build_checked_experiment,
+    check_experiment,
+    trial_pod_settings,
+)
 from fmnist_kfp.kubernetes.manifest import to_manifest
 from fmnist_kfp.kubernetes.runner import FAILED as FAILED_JOB
 from fmnist_kfp.kubernetes.runner import (
@@ -218,12 +222,11 @@ class KatibExperimentLauncher:
 
     def __init__(self, katib_client: KatibApi | None = None, poll_seconds: float = 15.0,
                  timeout_seconds: float = 0.0, out=None, request_timeout_seconds: float = 60.0,
-                 clock=None, sleep=None, stall_seconds: float = STALL_SECONDS,
-                 operator: str = "", shape: str = OVERRIDES):
-        """``operator`` (``tfjob`` or ``trainjob``) fixes the trials' job, with ``shape`` for
-        a TrainJob; empty: asked of the cluster when the search starts."""
+                 clock=None, sleep=None, stall_seconds: float = STALL_SECONDS):
         self._client = katib_client
-        self.operator, self.shape = operator, shape
+        # The trials' job, tfjob or trainjob (with a TrainJob's shape): asked of the cluster
+        # when the Experiment is made (experiment()).
+        self.operator, self.shape = "", OVERRIDES
         self.stall_seconds = stall_seconds
         self.out = out or sys.stdout
         # timeout 0: wait as long as the Experiment runs
@@ -241,36 +244,45 @@ class KatibExperimentLauncher:
         print(message, file=self.out, flush=True)
 
     def _training_operator(self, settings: ExperimentSettings) -> tuple[str, str]:
-        """The trials' operator and TrainJob shape: as given, else asked of the cluster (its
-        transient errors retried, as the runner retries reads), and printed."""
+        """The trials' operator and TrainJob shape, asked of the cluster (its transient errors
+        retried, as the runner retries reads), and printed."""
         setting = trial_pod_settings(settings).operator
-        if self.operator:
-            operator, shape = self.operator, self.shape
-        else:
-            pause, most = self.runner.retry_seconds
-            while True:
-                try:
-                    operator, shape = self.client().training_operator(
-                        setting, self.request_timeout_seconds)
-                    break
-                except Exception as error:
-                    if not is_transient(error) or pause > most:
-                        raise
-                    self._say(f"asking which training operator the cluster serves: {error}; "
-                              f"retrying in {pause:.0f}s")
-                    self.runner.sleep(pause)
-                    pause *= 2
+        pause, most = self.runner.retry_seconds
+        while True:
+            try:
+                operator, shape = self.client().training_operator(
+                    setting, self.request_timeout_seconds)
+                break
+            except Exception as error:
+                if not is_transient(error) or pause > most:
+                    raise
+                self._say(f"asking which training operator the cluster serves: {error}; "
+                          f"retrying in {pause:.0f}s")
+                self.runner.sleep(pause)
+                pause *= 2
         if operator == "trainjob":  # TFJob trials, as ever: nothing new to say
             self._say(f"trials run as TrainJobs (Kubeflow Trainer v2, pod settings as {shape}); "
                       f"kubernetes.operator is {setting}")
         return operator, shape
 
+    def experiment(self, settings: ExperimentSettings, search_space: SearchSpace,
+                   data_dir: str):
+        """The Experiment this launcher would create, each rule checked once: the Experiment's
+        own before any call to the cluster, then, the trials' operator asked (and kept for
+        :meth:`run`), what that operator cannot do of the trials' job."""
+        check_experiment(settings, search_space, data_dir)
+        self.operator, self.shape = self._training_operator(settings)
+        return build_checked_experiment(settings, search_space, data_dir, self.operator,
+                                        self.shape)
+
     def run(self, settings: ExperimentSettings, search_space: SearchSpace,
-            data_dir: str) -> TuningResult:
-        experiment = build_experiment(settings, search_space, data_dir)  # validates first
-        operator, shape = self._training_operator(settings)
-        if operator != "tfjob":  # what a TrainJob cannot do is refused here, before the create
-            experiment = build_experiment(settings, search_space, data_dir, operator, shape)
+            data_dir: str, experiment=None) -> TuningResult:
+        """Runs the search to its end; ``experiment``: what :meth:`experiment` made for the
+        same arguments (the tuning step's, checked before it staged the dataset), else made
+        here."""
+        if experiment is None:
+            experiment = self.experiment(settings, search_space, data_dir)
+        operator = self.operator
         name, namespace = settings.name, settings.target_namespace
         client = self.client()
         timeout = self.request_timeout_seconds

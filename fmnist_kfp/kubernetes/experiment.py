@@ -27,6 +27,7 @@ from fmnist_kfp.kubernetes import keys
 from fmnist_kfp.kubernetes.experiment_webhook import webhook_problems
 from fmnist_kfp.kubernetes.manifest import to_manifest
 from fmnist_kfp.kubernetes.tfjob import CONTAINER_NAME
+from fmnist_kfp.kubernetes.training_operators import ClusterJob
 from fmnist_kfp.kubernetes.trainjob import CONTAINER_NAME as TRAINJOB_CONTAINER
 from fmnist_kfp.kubernetes.trainjob import OVERRIDES
 from fmnist_kfp.settings.jobs import KubernetesSettings
@@ -90,6 +91,14 @@ def _trial_job_spec(settings: ExperimentSettings, data_dir: str, name: str):
     )
 
 
+def _trial_job(settings: ExperimentSettings, data_dir: str, name: str, operator: str,
+               shape: str) -> ClusterJob:
+    """The trials' job as ``operator`` runs it, checked once as it is made: the job spec's
+    rules (the base configuration, the replicas) and what the operator cannot do of it."""
+    return ClusterJob(_trial_job_spec(settings, data_dir, name), trial_pod_settings(settings),
+                      operator, shape)
+
+
 def _trial_command(command: list[str], search_space: SearchSpace) -> list[str]:
     """The trainer's command under the trial process, each searched flag's value a
     placeholder; refused when Katib's wrapper would split or interpret an argument."""
@@ -127,10 +136,7 @@ def trial_pod_settings(settings: ExperimentSettings) -> KubernetesSettings:
 
 def _trial_spec(settings: ExperimentSettings, search_space: SearchSpace, data_dir: str) -> dict:
     """The trial TFJob as a manifest, with placeholders for the searched flags' values."""
-    from fmnist_kfp.kubernetes.tfjob import build_tfjob
-
-    spec = _trial_job_spec(settings, data_dir, settings.name)
-    manifest = to_manifest(build_tfjob(spec, trial_pod_settings(settings)))
+    manifest = _trial_job(settings, data_dir, settings.name, "tfjob", OVERRIDES).manifest()
     _trial_metadata(manifest, search_space)
     for replica in manifest["spec"]["tfReplicaSpecs"].values():
         for container in replica["template"]["spec"]["containers"]:
@@ -143,10 +149,8 @@ def _trainjob_trial_spec(settings: ExperimentSettings, search_space: SearchSpace
     """The trial TrainJob as a manifest (pod settings in ``shape``: the TrainJob fields the
     cluster's Trainer serves), with placeholders for the searched flags' values. What a
     TrainJob cannot do raises :class:`UserInputError` before anything is created."""
-    from fmnist_kfp.kubernetes.trainjob import build_trainjob
-
-    spec = _trial_job_spec(settings, data_dir, settings.name + TRIAL_NAME_SUFFIX)
-    manifest = build_trainjob(spec, trial_pod_settings(settings), shape)
+    manifest = _trial_job(settings, data_dir, settings.name + TRIAL_NAME_SUFFIX, "trainjob",
+                          shape).manifest()
     _trial_metadata(manifest, search_space)
     trainer = manifest["spec"]["trainer"]
     trainer["command"] = _trial_command(trainer["command"], search_space)
@@ -165,10 +169,35 @@ def max_failed_trial_count(settings: ExperimentSettings) -> int:
 def build_experiment(settings: ExperimentSettings, search_space: SearchSpace, data_dir: str,
                      operator: str = "tfjob", shape: str = OVERRIDES):
     """The ``V1beta1Experiment`` that searches ``search_space`` with trials reading the dataset
-    at ``data_dir`` (a path on the PVC or an object-store URI). ``operator``: the trials' job,
-    ``tfjob`` or ``trainjob`` (:func:`fmnist_kfp.kubernetes.training_operators.choose_operator`
-    decides it at run time); ``shape``: a TrainJob's pod settings, as the cluster's Trainer
-    takes them (:func:`fmnist_kfp.kubernetes.training_operators.trainjob_api`)."""
+    at ``data_dir`` (a path on the PVC or an object-store URI), checked first
+    (:func:`check_experiment`). ``operator``: the trials' job, ``tfjob`` or ``trainjob``
+    (:func:`fmnist_kfp.kubernetes.training_operators.choose_operator` decides it at run time);
+    ``shape``: a TrainJob's pod settings, as the cluster's Trainer takes them
+    (:func:`fmnist_kfp.kubernetes.training_operators.trainjob_api`)."""
+    check_experiment(settings, search_space, data_dir, operator)
+    return build_checked_experiment(settings, search_space, data_dir, operator, shape)
+
+
+def check_experiment(settings: ExperimentSettings, search_space: SearchSpace, data_dir: str,
+                     operator: str = "tfjob") -> None:
+    """Raises :class:`UserInputError` for what is wrong with the Experiment itself, before any
+    call to the cluster; its trials' job checks itself as it is made (:func:`_trial_job`)."""
+    if settings.kubernetes is None:
+        raise UserInputError(settings.cluster_problems()[0])
+    problems = settings.cluster_problems() + settings.experiment_problems(search_space)
+    if problems:
+        raise UserInputError("invalid Katib experiment: " + "; ".join(problems))
+    if not data_dir:
+        raise UserInputError("data_dir is empty: give the ingested dataset's directory or URI")
+    if operator not in TRIAL_TEMPLATES:
+        raise UserInputError(f"the trials' operator must be one of {', '.join(TRIAL_TEMPLATES)}"
+                             f", got {operator!r}")
+
+
+def build_checked_experiment(settings: ExperimentSettings, search_space: SearchSpace,
+                             data_dir: str, operator: str = "tfjob", shape: str = OVERRIDES):
+    """:func:`build_experiment` after :func:`check_experiment` passed for the same settings:
+    it builds, the trials' job checked once as it is made."""
     from kubeflow_katib_api.models import (
         IoK8sApimachineryPkgApisMetaV1ObjectMeta,
         V1beta1AlgorithmSetting,
@@ -189,14 +218,6 @@ def build_experiment(settings: ExperimentSettings, search_space: SearchSpace, da
         V1beta1TrialTemplate,
     )
 
-    if settings.kubernetes is None:
-        raise UserInputError(settings.cluster_problems()[0])
-    settings.validate(search_space)
-    if not data_dir:
-        raise UserInputError("data_dir is empty: give the ingested dataset's directory or URI")
-    if operator not in TRIAL_TEMPLATES:
-        raise UserInputError(f"the trials' operator must be one of {', '.join(TRIAL_TEMPLATES)}"
-                             f", got {operator!r}")
     metrics = [settings.objective_metric, *settings.additional_metrics]
     objective = V1beta1ObjectiveSpec(
         type=OBJECTIVE_TYPES[settings.objective_metric],
@@ -276,7 +297,7 @@ def build_experiment(settings: ExperimentSettings, search_space: SearchSpace, da
         ),
     )
     problems = webhook_problems(to_manifest(experiment))
-    if problems:  # a bug here, not bad input: validate() should have caught it first
+    if problems:  # a bug here, not bad input: the checks above should have caught it
         raise RuntimeError("the built Experiment would fail Katib's admission webhook: "
                            + "; ".join(problems))
     return experiment

@@ -202,10 +202,19 @@ def stage_dataset(data_dir: str, shared_root: str,
     from its checksums, ``metadata.json`` last, and returns where (:func:`publish_copy`): of
     steps staging the same dataset at once one copy is published, and none is ever rewritten
     while a job reads it."""
-    from fmnist_kfp.dataset.records import METADATA_FILE, read_metadata
+    from fmnist_kfp.dataset.records import METADATA_FILE
 
     if _is_uri(shared_root):
         raise ValueError(f"the dataset is staged on a mounted volume, not {shared_root!r}: "
                          "publishing it relies on an atomic directory rename")
-    target = f"{shared_root.rstrip('/')}/{dataset_key(read_metadata(data_dir))}"
-    return publish_copy(data_dir, target, marker=METADATA_FILE, before_publish=before_publish)
+    return publish_copy(data_dir, staged_location(data_dir, shared_root), marker=METADATA_FILE,
+                        before_publish=before_publish)
+
+
+def staged_location(data_dir: str, shared_root: str) -> str:
+    """Where :func:`stage_dataset` puts the dataset at ``data_dir`` under ``shared_root``,
+    known before anything is copied (from its ``metadata.json`` alone), so that a job can be
+    made and checked with its final dataset path first."""
+    from fmnist_kfp.dataset.records import read_metadata
+
+    return f"{shared_root.rstrip('/')}/{dataset_key(read_metadata(data_dir))}"

@@ -13,7 +13,6 @@ it (:func:`backoff_limit`).
 
 from __future__ import annotations
 
-from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.kubernetes import keys
 from fmnist_kfp.kubernetes.storage import pod_security_context
 from fmnist_kfp.settings.jobs import GPU_RESOURCE, KubernetesSettings
@@ -60,12 +59,11 @@ def gang_policy(scheduling: SchedulingSettings, replicas: int):
         schedule_timeout_seconds=scheduling.gang_timeout_seconds or None)
 
 
-def validate_tfjob(spec: TrainingJobSpec, settings: KubernetesSettings) -> None:
-    """Raises :class:`UserInputError` for a training job the training operator or the API
-    server would refuse, or that would not end as asked, as a TFJob with these pod settings:
-    checked before the training step copies anything, and by :func:`build_tfjob`."""
-    spec.validate()  # at least one worker, among the rest
-    settings.validate()
+def tfjob_problems(spec: TrainingJobSpec, settings: KubernetesSettings) -> list[str]:
+    """What the training operator or the API server would refuse of this job as a TFJob with
+    these pod settings, or what would not end as asked, each with the fix (empty: nothing).
+    :class:`fmnist_kfp.kubernetes.training_operators.ClusterJob` refuses with these."""
+    problems = []
     # Our rule, from the operator's naming: each pod and its headless Service are named
     # <job>-<type>-<index> (pkg/controller.v1/common/util.go GenGeneralName, v1.9.2 lines
     # 50-53), and a Service name must be a DNS-1035 label of at most 63 characters, which the
@@ -73,30 +71,27 @@ def validate_tfjob(spec: TrainingJobSpec, settings: KubernetesSettings) -> None:
     longest = max((f"{spec.name}-{kind.lower()}-{count - 1}"
                    for kind, count in spec.replica_counts().items()), key=len)
     if len(longest) > DNS_LABEL_MAX:
-        raise UserInputError(
+        problems.append(
             f"job name {spec.name!r} is too long: its pod and service {longest!r} would exceed "
             f"{DNS_LABEL_MAX} characters; shorten the name by {len(longest) - DNS_LABEL_MAX}")
     if spec.parameter_server and settings.clean_pod_policy == "None":
         # tfjob_controller.go (v1.9.2) lines 444-458: with a Chief the job succeeds when the
         # chief does; common/job.go lines 40-66: cleanPodPolicy None then deletes nothing, and
         # PS pods (which never exit) would run on after the job.
-        raise UserInputError(
+        problems.append(
             "strategy parameter_server with clean_pod_policy None would leave the PS and worker "
             "pods running after the job succeeds (they never exit on their own): set "
             "clean_pod_policy to Running (the default) or All")
-    if spec.gpus_per_worker and not settings.gpu_image:
-        raise UserInputError(
-            f"the job asks for {spec.gpus_per_worker} GPU(s) per worker, but no GPU image was "
-            "given for those replicas: give the step's gpu_image input (a compiled component "
-            "defaults it to the GPU image it was compiled with), or set gpus_per_worker to 0")
+    return problems
 
 
 def build_tfjob(spec: TrainingJobSpec, settings: KubernetesSettings):
-    """The ``KubeflowOrgV1TFJob`` for a training job (:func:`validate_tfjob` first)."""
+    """The ``KubeflowOrgV1TFJob`` for a training job; it only builds: ``spec`` and
+    ``settings`` as a :class:`~fmnist_kfp.kubernetes.training_operators.ClusterJob` checked
+    them (:func:`tfjob_problems`)."""
     from kubeflow.training import models
     from kubernetes import client
 
-    validate_tfjob(spec, settings)
     command = spec.trainer_command(python="python")  # the image's interpreter, not ours
     limits = {"cpu": settings.cpu, "memory": settings.memory}
     if spec.gpus_per_worker:

@@ -24,14 +24,20 @@ A TrainJob's pod settings take one of two shapes (:mod:`fmnist_kfp.kubernetes.tr
 told apart by the fields of the TrainJob schema the API server publishes
 (:func:`trainjob_api`): ``/openapi/v3`` is readable by every authenticated user (the
 ``system:discovery`` ClusterRole).
+
+A job the chosen operator is to run is a :class:`ClusterJob`, checked once as it is made
+against what that operator can do; the TFJob and TrainJob builders then only build.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.kubernetes.api_errors import api_status
+from fmnist_kfp.kubernetes.manifest import to_manifest
+from fmnist_kfp.kubernetes.tfjob import build_tfjob, tfjob_problems
 from fmnist_kfp.kubernetes.trainjob import (
     API_VERSION,
     GROUP,
@@ -42,9 +48,13 @@ from fmnist_kfp.kubernetes.trainjob import (
     RUNTIME_APPLY,
     RUNTIME_NAME,
     RUNTIME_PLURAL,
+    SHAPES,
     VERSION,
+    build_trainjob,
+    trainjob_problems,
 )
-from fmnist_kfp.settings.jobs import OPERATORS
+from fmnist_kfp.settings.jobs import OPERATORS, KubernetesSettings
+from fmnist_kfp.training.training_job import TrainingJobSpec
 
 TFJOB_API = ("kubeflow.org/v1", "tfjobs")
 TRAINJOB_API = (API_VERSION, PLURAL)
@@ -195,3 +205,41 @@ def choose_operator(setting: str, discovery: Discovery) -> str:
         return "tfjob"
     _trainjob_ready(discovery, setting)
     return "trainjob"
+
+
+@dataclass(frozen=True)
+class ClusterJob:
+    """A training job as one operator runs it: the job spec (validated as it was made), the
+    pods' settings (as :func:`fmnist_kfp.settings.jobs.cluster_settings` validated them),
+    the ``operator`` (``tfjob`` or ``trainjob``, as :func:`choose_operator` chose it) and a
+    TrainJob's ``shape`` (:func:`trainjob_api`). Checked once, at construction, against what
+    that operator can do (:func:`~fmnist_kfp.kubernetes.tfjob.tfjob_problems`,
+    :func:`~fmnist_kfp.kubernetes.trainjob.trainjob_problems`), so that the builders only
+    build and a launcher given one creates it unchecked again."""
+
+    spec: TrainingJobSpec
+    settings: KubernetesSettings
+    operator: str = "tfjob"
+    shape: str = OVERRIDES  # a TrainJob's pod settings; unused by a TFJob
+
+    def __post_init__(self) -> None:
+        if self.operator == "tfjob":
+            problems = tfjob_problems(self.spec, self.settings)
+            if problems:
+                raise UserInputError("; ".join(problems))
+            return
+        if self.operator != "trainjob":
+            raise ValueError(f"operator must be tfjob or trainjob, got {self.operator!r}")
+        if self.shape not in SHAPES:
+            raise ValueError(f"shape must be one of {SHAPES}, got {self.shape!r}")
+        problems = trainjob_problems(self.spec, self.settings, self.shape)
+        if problems:
+            raise UserInputError(
+                "this job cannot run as a TrainJob (kubernetes.operator trainjob): "
+                + "; ".join(problems))
+
+    def manifest(self) -> dict[str, Any]:
+        """The TFJob or TrainJob as the API server receives it."""
+        if self.operator == "tfjob":
+            return to_manifest(build_tfjob(self.spec, self.settings))
+        return build_trainjob(self.spec, self.settings, self.shape)

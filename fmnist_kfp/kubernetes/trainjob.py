@@ -39,7 +39,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.kubernetes import keys
 from fmnist_kfp.kubernetes.storage import pod_security_context
 from fmnist_kfp.settings.jobs import GPU_RESOURCE, KubernetesSettings
@@ -99,8 +98,9 @@ def trainjob_problems(spec: TrainingJobSpec, settings: KubernetesSettings,
                       shape: str = OVERRIDES) -> list[str]:
     """What a TrainJob with the ``fmnist-tensorflow`` runtime cannot do of ``spec`` and
     ``settings``, each with its reason and fix (empty: nothing). ``shape``: which of
-    :data:`SHAPES` the cluster serves. The train step, Katib's trial template and preflight
-    refuse with these before any work."""
+    :data:`SHAPES` the cluster serves. :class:`fmnist_kfp.kubernetes.training_operators.
+    ClusterJob` refuses with these, for the train step and Katib's trial template, before any
+    work."""
     problems = []
     scheduling = settings.scheduling_settings
     # The roles the runtime's one `node` job cannot take (the TF_CONFIG module says why).
@@ -152,26 +152,6 @@ def trainjob_problems(spec: TrainingJobSpec, settings: KubernetesSettings,
     return problems
 
 
-def check_trainjob(spec: TrainingJobSpec, settings: KubernetesSettings,
-                   shape: str = OVERRIDES) -> None:
-    """Raises :class:`UserInputError` with every problem of :func:`trainjob_problems`."""
-    problems = trainjob_problems(spec, settings, shape)
-    if problems:
-        raise UserInputError(
-            "this job cannot run as a TrainJob (kubernetes.operator trainjob): "
-            + "; ".join(problems))
-
-
-def require_gpu_image(spec: TrainingJobSpec, settings: KubernetesSettings) -> None:
-    """Raises :class:`UserInputError` when GPUs are asked for without a GPU image (the TFJob
-    builder's rule too): checked before the cluster is asked which operator it has."""
-    if spec.gpus_per_worker and not settings.gpu_image:
-        raise UserInputError(
-            f"the job asks for {spec.gpus_per_worker} GPU(s) per worker, but no GPU image was "
-            "given for those replicas: give the step's gpu_image input (a compiled component "
-            "defaults it to the GPU image it was compiled with), or set gpus_per_worker to 0")
-
-
 def _pod_template_patch(spec: TrainingJobSpec, settings: KubernetesSettings, shape: str):
     """The pod settings of the ``node`` job as Trainer 2.2's ``PodTemplatePatch`` model (2.1's
     override takes the same fields but ``securityContext``)."""
@@ -218,16 +198,12 @@ def build_trainjob(spec: TrainingJobSpec, settings: KubernetesSettings,
                    shape: str = OVERRIDES) -> dict[str, Any]:
     """The TrainJob the API server receives (camelCase keys, no nulls) for a training job,
     its pod settings in ``shape`` (:data:`OVERRIDES` for Trainer 2.1, :data:`PATCHES` for 2.2
-    and later). Raises :class:`UserInputError` for what a TrainJob cannot do."""
+    and later). It only builds: ``spec``, ``settings`` and ``shape`` as a
+    :class:`~fmnist_kfp.kubernetes.training_operators.ClusterJob` checked them
+    (:func:`trainjob_problems`)."""
     from kubeflow_trainer_api import models
     from kubernetes.client import ApiClient
 
-    spec.validate()
-    settings.validate()
-    if shape not in SHAPES:
-        raise ValueError(f"shape must be one of {SHAPES}, got {shape!r}")
-    check_trainjob(spec, settings, shape)
-    require_gpu_image(spec, settings)
     scheduling = settings.scheduling_settings
     limits = {"cpu": settings.cpu, "memory": settings.memory}
     if spec.gpus_per_worker:

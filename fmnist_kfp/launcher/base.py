@@ -11,10 +11,14 @@ checks the name with :func:`fmnist_kfp.backends.require_backend` and picks one w
 from __future__ import annotations
 
 import sys
-from typing import Protocol
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from fmnist_kfp.errors import TrainingJobError
 from fmnist_kfp.kubernetes.runner import RemoteJob, RemoteJobError, RemoteJobRunner
+from fmnist_kfp.kubernetes.training_operators import ClusterJob
+from fmnist_kfp.kubernetes.trainjob import OVERRIDES
 from fmnist_kfp.settings.jobs import KubernetesSettings
 from fmnist_kfp.training.trainer import read_result
 from fmnist_kfp.training.training_job import TrainingJobResult, TrainingJobSpec
@@ -22,26 +26,54 @@ from fmnist_kfp.training.training_job import TrainingJobResult, TrainingJobSpec
 
 class TrainingLauncher(Protocol):
     def run(self, spec: TrainingJobSpec) -> TrainingJobResult:
-        """Runs the job to completion; raises ``TrainingJobError`` if it fails."""
+        """Runs the job to completion; raises ``TrainingJobError`` if it fails. (A cluster
+        launcher also takes the job as a :class:`ClusterJob`, checked for its operator.)"""
         ...
 
 
-class ClusterLauncher:
-    """What the two cluster launchers share: their ``settings`` validated once, where they
-    print (``out``), the one :class:`RemoteJobRunner` that creates, watches and cleans up
-    their job (``clock`` and ``sleep`` go to it: tests wait without waiting), and the bound on
-    each API call (``request_timeout_seconds``)."""
+@dataclass(frozen=True)
+class Watching:
+    """How a cluster launcher follows its job, one object for the launchers' keywords of
+    these names: the poll interval, the step's deadline (0: the job's own, see
+    :meth:`RemoteJobRunner.for_job`), where it prints (``out``, default stdout), the bound on
+    each API call, and the runner's ``clock`` and ``sleep`` (tests wait without waiting)."""
 
-    def __init__(self, settings: KubernetesSettings, *, poll_seconds: float,
-                 timeout_seconds: float, out, request_timeout_seconds: float, clock=None,
-                 sleep=None):
-        self.settings = settings.validate()
-        self.out = out or sys.stdout
-        injected = {k: v for k, v in (("clock", clock), ("sleep", sleep)) if v is not None}
-        self.runner = RemoteJobRunner.for_job(self.settings, timeout_seconds=timeout_seconds,
-                                              poll_seconds=poll_seconds, log=self._say,
+    poll_seconds: float = 10.0
+    timeout_seconds: float = 0.0
+    out: Any = None
+    request_timeout_seconds: float = 60.0
+    clock: Callable[[], float] | None = None
+    sleep: Callable[[float], None] | None = None
+
+
+class ClusterLauncher:
+    """What the two cluster launchers share: their ``settings`` (as
+    :func:`~fmnist_kfp.settings.jobs.cluster_settings` validated them), how they follow their
+    job (:class:`Watching`: where they print, the one :class:`RemoteJobRunner` that creates,
+    watches and cleans up their job, the bound on each API call), and the job checked once
+    against their operator (:meth:`checked`)."""
+
+    OPERATOR = ""  # the operator whose jobs the launcher runs: tfjob or trainjob
+    shape = OVERRIDES  # a TrainJob's pod settings
+
+    def __init__(self, settings: KubernetesSettings, watching: Watching):
+        self.settings = settings
+        self.out = watching.out or sys.stdout
+        injected = {k: v for k, v in (("clock", watching.clock), ("sleep", watching.sleep))
+                    if v is not None}
+        self.runner = RemoteJobRunner.for_job(self.settings,
+                                              timeout_seconds=watching.timeout_seconds,
+                                              poll_seconds=watching.poll_seconds, log=self._say,
                                               **injected)
-        self.request_timeout_seconds = request_timeout_seconds
+        self.request_timeout_seconds = watching.request_timeout_seconds
+
+    def checked(self, job: TrainingJobSpec | ClusterJob) -> ClusterJob:
+        """``job`` as this launcher's operator runs it: a :class:`ClusterJob` as given (the
+        train step checked it before staging anything), else the spec checked now, before
+        anything is created."""
+        if isinstance(job, ClusterJob):
+            return job
+        return ClusterJob(job, self.settings, self.OPERATOR, self.shape)
 
     @property
     def namespace(self) -> str:

@@ -360,7 +360,6 @@ class LocalProcessLauncher:
         return None
 
     def run(self, spec: TrainingJobSpec) -> TrainingJobResult:
-        spec.validate()
         if self.cluster_env == "jobset":
             problems = jobset_cluster.cluster_problems(spec.strategy, spec.use_chief,
                                                        spec.evaluator)

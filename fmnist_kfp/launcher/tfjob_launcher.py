@@ -45,6 +45,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from fmnist_kfp.kubernetes.pods import why_not_running
 from fmnist_kfp.kubernetes.runner import (
@@ -60,8 +61,9 @@ from fmnist_kfp.kubernetes.tfjob import (
     REPLICA_TYPE_LABEL,
     build_tfjob,
 )
+from fmnist_kfp.kubernetes.training_operators import ClusterJob
 from fmnist_kfp.kubernetes.workload import queued_status
-from fmnist_kfp.launcher.base import ClusterLauncher
+from fmnist_kfp.launcher.base import ClusterLauncher, Watching
 from fmnist_kfp.settings.jobs import KubernetesSettings
 from fmnist_kfp.training.training_job import TrainingJobResult, TrainingJobSpec
 
@@ -182,20 +184,9 @@ class TFJobLauncher(ClusterLauncher):
     and ``sleep`` go to the :class:`RemoteJobRunner` (tests wait without waiting);
     ``request_timeout_seconds`` bounds each API call."""
 
-    def __init__(
-        self,
-        settings: KubernetesSettings,
-        training_client=None,
-        poll_seconds: float = 10.0,
-        timeout_seconds: float = 0.0,
-        out=None,
-        request_timeout_seconds: float = 60.0,
-        clock=None,
-        sleep=None,
-    ):
-        super().__init__(settings, poll_seconds=poll_seconds, timeout_seconds=timeout_seconds,
-                         out=out, request_timeout_seconds=request_timeout_seconds,
-                         clock=clock, sleep=sleep)
+    def __init__(self, settings: KubernetesSettings, training_client=None, **watching: Any):
+        """``watching``: the fields of :class:`~fmnist_kfp.launcher.base.Watching`."""
+        super().__init__(settings, Watching(**watching))
         self._client = training_client
 
     @property
@@ -206,17 +197,21 @@ class TFJobLauncher(ClusterLauncher):
             self._client = TrainingClient(namespace=self.namespace, job_kind=TFJOB_KIND)
         return self._client
 
-    def run(self, spec: TrainingJobSpec) -> TrainingJobResult:
-        tfjob = build_tfjob(spec, self.settings)  # validates before anything is created
+    OPERATOR = "tfjob"
+
+    def run(self, job: TrainingJobSpec | ClusterJob) -> TrainingJobResult:
+        checked = self.checked(job)  # before anything is created
+        spec = checked.spec
+        tfjob = build_tfjob(spec, checked.settings)
         started = self.runner.clock()
         watch = _Watch(self, spec)
-        job = RemoteJob(
+        remote = RemoteJob(
             kind=TFJOB_KIND, namespace=self.namespace, name=spec.name,
             create=lambda: self.client.create_job(job=tfjob, namespace=self.namespace),
             read=watch.read, status=watch.status, cleanup=watch.cleanup,
             describe_created=f"{spec.replicas} replicas, at most {spec.max_restarts} restarts",
         )
-        return self._run(job, spec, started, lambda: watch.restarts)
+        return self._run(remote, spec, started, lambda: watch.restarts)
 
 
 class _Watch:

@@ -37,12 +37,15 @@ What is particular to TrainJobs (kubeflow/trainer v2.1.0; v2.2.0 the same unless
 
 from __future__ import annotations
 
+from typing import Any
+
 from fmnist_kfp.kubernetes.pods import why_not_running
 from fmnist_kfp.kubernetes.runner import (
     FAILED,
     JobStatus,
     RemoteJob,
 )
+from fmnist_kfp.kubernetes.training_operators import ClusterJob
 from fmnist_kfp.kubernetes.trainjob import (
     CONTAINER_NAME,
     CREATION_FAILED,
@@ -53,10 +56,9 @@ from fmnist_kfp.kubernetes.trainjob import (
     PLURAL,
     RESTART_ATTEMPT_LABEL,
     VERSION,
-    build_trainjob,
 )
 from fmnist_kfp.kubernetes.workload import queued_status
-from fmnist_kfp.launcher.base import ClusterLauncher
+from fmnist_kfp.launcher.base import ClusterLauncher, Watching
 from fmnist_kfp.settings.jobs import KubernetesSettings
 from fmnist_kfp.training.training_job import TrainingJobResult, TrainingJobSpec
 
@@ -98,22 +100,11 @@ class TrainJobLauncher(ClusterLauncher):
     ``clock`` and ``sleep`` go to the :class:`RemoteJobRunner`; ``request_timeout_seconds``
     bounds each API call."""
 
-    def __init__(
-        self,
-        settings: KubernetesSettings,
-        api_client=None,
-        shape: str = OVERRIDES,
-        poll_seconds: float = 10.0,
-        timeout_seconds: float = 0.0,
-        out=None,
-        request_timeout_seconds: float = 60.0,
-        clock=None,
-        sleep=None,
-    ):
-        # (Trainer 2.1 has no deadline of its own: the runner's is it.)
-        super().__init__(settings, poll_seconds=poll_seconds, timeout_seconds=timeout_seconds,
-                         out=out, request_timeout_seconds=request_timeout_seconds,
-                         clock=clock, sleep=sleep)
+    def __init__(self, settings: KubernetesSettings, api_client=None, shape: str = OVERRIDES,
+                 **watching: Any):
+        """``watching``: the fields of :class:`~fmnist_kfp.launcher.base.Watching` (Trainer
+        2.1 has no deadline of its own: the runner's is it)."""
+        super().__init__(settings, Watching(**watching))
         self._api_client = api_client
         self.shape = shape
 
@@ -137,11 +128,15 @@ class TrainJobLauncher(ClusterLauncher):
 
         return client.CoreV1Api(self.api_client)
 
-    def run(self, spec: TrainingJobSpec) -> TrainingJobResult:
-        manifest = build_trainjob(spec, self.settings, self.shape)  # refuses before creating
+    OPERATOR = "trainjob"
+
+    def run(self, job: TrainingJobSpec | ClusterJob) -> TrainingJobResult:
+        checked = self.checked(job)  # what a TrainJob cannot do, refused before creating
+        spec = checked.spec
+        manifest = checked.manifest()
         started = self.runner.clock()
         watch = _Watch(self, spec)
-        job = RemoteJob(
+        remote = RemoteJob(
             kind=KIND, namespace=self.namespace, name=spec.name,
             create=lambda: self.custom_api.create_namespaced_custom_object(
                 GROUP, VERSION, self.namespace, PLURAL, manifest,
@@ -150,7 +145,7 @@ class TrainJobLauncher(ClusterLauncher):
             describe_created=f"{spec.num_workers} node(s) on runtime "
                              f"{manifest['spec']['runtimeRef']['name']}, at most "
                              f"{spec.max_restarts} restarts")
-        return self._run(job, spec, started, lambda: watch.restarts)
+        return self._run(remote, spec, started, lambda: watch.restarts)
 
 
 class _Watch:

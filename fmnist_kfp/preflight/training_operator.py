@@ -208,23 +208,18 @@ def check_training(api_client, cluster: Cluster) -> Training:
 
 
 def dry_run_training_job(api_client, cluster: Cluster, operator: str, shape: str) -> DryRun:
-    """The training job the train step builds from the run's settings (``build_tfjob``; for
-    ``trainjob`` ``build_trainjob`` in the cluster's ``shape``, without ``gang``, which the
-    scheduling rows refuse for TrainJobs), sent as a server-side dry run in the run's
-    namespace, as the caller (the steps' ServiceAccount's permission is a row of its own)."""
+    """The training job the train step builds from the run's settings (its ``ClusterJob``,
+    checked as it is made, then ``build_tfjob``; for ``trainjob`` ``build_trainjob`` in the
+    cluster's ``shape``, without ``gang``, which the scheduling rows refuse for TrainJobs),
+    sent as a server-side dry run in the run's namespace, as the caller (the steps'
+    ServiceAccount's permission is a row of its own)."""
     kind, path = JOB_APIS[operator]
     try:
+        from fmnist_kfp.kubernetes.training_operators import ClusterJob
+
         settings = run_settings(cluster, gang=operator != "trainjob")
         spec = run_job_spec(probe_name(), settings)
-        if operator == "trainjob":
-            from fmnist_kfp.kubernetes.trainjob import build_trainjob
-
-            manifest = build_trainjob(spec, settings, shape or OVERRIDES)
-        else:
-            from fmnist_kfp.kubernetes.manifest import to_manifest
-            from fmnist_kfp.kubernetes.tfjob import build_tfjob
-
-            manifest = to_manifest(build_tfjob(spec, settings))
+        manifest = ClusterJob(spec, settings, operator, shape or OVERRIDES).manifest()
     except ModuleNotFoundError as error:  # a base install: the builders' SDKs are extras
         return DryRun(kind, unbuilt=f"not checked: building the {kind} needs {error.name}, "
                                     f"of the training extra ({TRAINING_EXTRA})")

@@ -85,6 +85,23 @@ def strategy_problems(strategy: str, num_workers: int, num_ps: int) -> list[str]
     return problems
 
 
+def job_problems(num_workers: int, gpus_per_worker: int, max_restarts: int, strategy: str,
+                 num_ps: int) -> list[str]:
+    """What is wrong with a training job's replicas, each problem naming its fix: the one
+    rule of a job's shape, for a job spec (:class:`fmnist_kfp.training.training_job.
+    TrainingJobSpec`, at construction) and for a search's trials alike."""
+    problems = []
+    if num_workers < 1:
+        problems.append(f"num_workers must be at least 1, got {num_workers}")
+    if gpus_per_worker < 0:
+        problems.append(f"gpus_per_worker must be 0 or more, got {gpus_per_worker}")
+    if max_restarts < 0:
+        problems.append(f"max_restarts must be 0 or more, got {max_restarts}")
+    if strategy not in STRATEGIES:
+        problems.append(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+    return problems + strategy_problems(strategy, num_workers, num_ps)
+
+
 @dataclass
 class KubernetesSettings(Settings):
     """Where and how TFJobs (and Katib trials) run on the cluster: the ``kubernetes`` parameter.
@@ -193,8 +210,8 @@ def step_namespace() -> str:
         return ""
 
 
-def cluster_settings(user: dict[str, Any] | None, *, image: str,
-                     gpu_image: str = "") -> KubernetesSettings:
+def cluster_settings(user: dict[str, Any] | None, *, image: str, gpu_image: str = "",
+                     gpus_per_worker: int = 0) -> KubernetesSettings:
     """The settings of the TFJob (and Katib trial, and batch Job) pods a step creates: the
     compiled platform's under the user's ``kubernetes`` parameter. The one place the two merge.
 
@@ -206,7 +223,8 @@ def cluster_settings(user: dict[str, Any] | None, *, image: str,
     image, a claim or mount path other than the one this step mounts (the pods would not see
     the staged dataset, nor this step their model), and pods in another namespace than this
     step's while they mount a claim (a pod can only mount a PersistentVolumeClaim of its own
-    namespace)."""
+    namespace), and GPUs asked for (``gpus_per_worker``, each worker's) without a GPU image:
+    the pods' settings are validated here, once."""
     from fmnist_kfp.settings.platform import MOUNT_PATH, PVC_ENV
 
     if not image:
@@ -236,4 +254,10 @@ def cluster_settings(user: dict[str, Any] | None, *, image: str,
             "only mount a PersistentVolumeClaim of its own namespace. Drop namespace from the "
             f"kubernetes parameter (the TFJobs then run in {here!r}), or run the pipeline in "
             f"{settings.namespace!r}")
+    if gpus_per_worker and not gpu_image:
+        # A CPU image on a GPU node would train on its CPU without a word.
+        raise UserInputError(
+            f"the job asks for {gpus_per_worker} GPU(s) per worker, but no GPU image was "
+            "given for those replicas: give the step's gpu_image input (a compiled component "
+            "defaults it to the GPU image it was compiled with), or set gpus_per_worker to 0")
     return settings.validate()

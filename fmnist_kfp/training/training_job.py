@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from fmnist_kfp.errors import UserInputError
-from fmnist_kfp.settings.jobs import STRATEGIES, strategy_problems
+from fmnist_kfp.settings.jobs import job_problems
 from fmnist_kfp.settings.names import is_dns_1035_label
 from fmnist_kfp.settings.training import TrainingConfig
 
@@ -24,10 +24,15 @@ KATIB_EARLY_STOPPING_ENV = "FMNIST_KATIB_EARLY_STOPPING"
 OVER_BUDGET_VERDICT_SECONDS = 15
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainingJobSpec:
     """``export_dir`` receives the SavedModel (chief only); ``work_dir`` holds the checkpoint a
-    restarted job resumes from, the per-epoch history and ``result.json``."""
+    restarted job resumes from, the per-epoch history and ``result.json``.
+
+    Validated once, at construction: a spec that exists is a job that can run (its config,
+    its name, its replicas); what a TFJob or a TrainJob cannot do of it is
+    :class:`fmnist_kfp.kubernetes.training_operators.ClusterJob`'s to say. Frozen, so it
+    stays what was checked."""
 
     name: str
     config: TrainingConfig
@@ -43,7 +48,7 @@ class TrainingJobSpec:
     evaluator: bool = False  # an evaluator replica scoring each epoch's checkpoint
     trainer_args: list[str] = field(default_factory=list)  # extra trainer flags (benchmarks)
 
-    def validate(self) -> TrainingJobSpec:
+    def __post_init__(self) -> None:
         self.config.validate()
         # The training operator's webhook wants a DNS-1035 label: its services are named
         # <job>-<replica>-<index>.
@@ -52,19 +57,10 @@ class TrainingJobSpec:
                 f"job name {self.name!r} must be a DNS-1035 label: lowercase letters, digits "
                 "and '-', starting with a letter, at most 63 characters"
             )
-        if self.num_workers < 1:
-            raise UserInputError(f"num_workers must be at least 1, got {self.num_workers}")
-        if self.gpus_per_worker < 0:
-            raise UserInputError(f"gpus_per_worker must be 0 or more, got {self.gpus_per_worker}")
-        if self.max_restarts < 0:
-            raise UserInputError(f"max_restarts must be 0 or more, got {self.max_restarts}")
-        if self.strategy not in STRATEGIES:
-            raise UserInputError(f"strategy must be one of {', '.join(STRATEGIES)}, got "
-                                 f"{self.strategy!r}")
-        problems = strategy_problems(self.strategy, self.num_workers, self.num_ps)
+        problems = job_problems(self.num_workers, self.gpus_per_worker, self.max_restarts,
+                                self.strategy, self.num_ps)
         if problems:
             raise UserInputError("; ".join(problems))
-        return self
 
     @property
     def parameter_server(self) -> bool:

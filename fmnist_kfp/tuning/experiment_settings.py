@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from fmnist_kfp.errors import UserInputError
-from fmnist_kfp.settings.jobs import KubernetesSettings, strategy_problems
+from fmnist_kfp.settings.jobs import KubernetesSettings, job_problems
 from fmnist_kfp.settings.training import TrainingConfig
 from fmnist_kfp.settings.tuning import TuningSettings
 from fmnist_kfp.tuning.search_space import SearchSpace, algorithm_problems
@@ -190,15 +190,24 @@ class ExperimentSettings:
         if not self.output_dir and not self.kubernetes.pvc_name:
             problems.append("trials need shared storage for their checkpoints and models: set "
                             "output_dir (an object-store URI) or kubernetes.pvc_name")
-        if self.gpus_per_worker < 0:
-            problems.append(f"gpus_per_worker must be 0 or more, got {self.gpus_per_worker}")
-        if self.max_restarts < 0:
-            problems.append(f"max_restarts must be 0 or more, got {self.max_restarts}")
         return problems
 
     def search_problems(self, search_space: SearchSpace | None = None) -> list[str]:
-        """What any backend needs: name, objective, algorithm, budget, base configuration
-        and the search space."""
+        """What any backend needs: the experiment's own rules (:meth:`experiment_problems`)
+        and its trials' (:meth:`trial_problems`)."""
+        return self.experiment_problems(search_space) + self.trial_problems()
+
+    def trial_problems(self) -> list[str]:
+        """What is wrong with the job every trial runs: its base configuration and replicas
+        (the job spec's own rule, :func:`fmnist_kfp.settings.jobs.job_problems`). On Katib the
+        trial's job spec checks these as it is made, so the Experiment's builder leaves them
+        to it."""
+        return ([f"base configuration: {p}" for p in self.training_config().problems()]
+                + job_problems(self.num_workers, self.gpus_per_worker, self.max_restarts,
+                               self.strategy, self.num_ps))
+
+    def experiment_problems(self, search_space: SearchSpace | None = None) -> list[str]:
+        """The search's own rules: name, objective, algorithm, budget and the search space."""
         problems = []
         if not re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", self.name):
             problems.append(f"experiment name {self.name!r} must start with a lowercase letter, "
@@ -212,13 +221,9 @@ class ExperimentSettings:
         if self.resume_policy not in RESUME_POLICIES:
             problems.append(f"unknown resume policy {self.resume_policy!r}; choose one of "
                             f"{', '.join(RESUME_POLICIES)}")
-        if self.num_workers < 1:
-            problems.append(f"num_workers must be at least 1, got {self.num_workers}")
         if self.max_parameters < 0:
             problems.append(f"max_parameters must be 0 (no budget) or more, got "
                             f"{self.max_parameters}")
-        problems += strategy_problems(self.strategy, self.num_workers, self.num_ps)
-        problems += [f"base configuration: {p}" for p in self.training_config().problems()]
         if search_space is not None:
             space_problems = search_space.problems(self.algorithm, self.model_type)
             problems += space_problems

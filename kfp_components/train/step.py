@@ -22,7 +22,14 @@ from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.kfp_components import reports_errors_briefly
 from fmnist_kfp.kfp_components.outputs import StepOutputs
 from fmnist_kfp.kubernetes.names import stable_name
-from fmnist_kfp.kubernetes.storage import copy_tree, make_shared_dirs, stage_dataset
+from fmnist_kfp.kubernetes.storage import (
+    copy_tree,
+    make_shared_dirs,
+    stage_dataset,
+    staged_location,
+)
+from fmnist_kfp.kubernetes.training_operators import ClusterJob
+from fmnist_kfp.kubernetes.trainjob import OVERRIDES
 from fmnist_kfp.settings.jobs import KubernetesSettings, cluster_settings
 from fmnist_kfp.settings.platform import PVC_ENV
 from fmnist_kfp.settings.training import TrainingConfig
@@ -42,7 +49,8 @@ def training_backend(backend: str, settings: KubernetesSettings | None = None,
     """The launcher of ``backend``: worker processes here, or on the cluster a TFJob or a
     TrainJob (``operator``, as :func:`choose_operator` chose it; ``shape`` the TrainJob's pod
     settings) with the pods' ``settings``. ``make_launcher(settings, operator, shape)`` builds
-    it instead (tests give it a client)."""
+    it instead (tests give it a client). On the cluster its ``run`` is given the step's
+    :class:`~fmnist_kfp.kubernetes.training_operators.ClusterJob`, already checked."""
     require_backend("training", backend)
     if backend == "local":
         from fmnist_kfp.launcher.local_processes import LocalProcessLauncher
@@ -208,6 +216,26 @@ class TrainingResult:
         return StepOutputs(metadata=self.model_metadata(), metrics=self.metrics())
 
 
+@dataclass(frozen=True)
+class TrainJobInputs:
+    """How the train step's job runs, one object for the component's flat inputs of that
+    name: its replicas, and on Kubernetes its pods. ``launcher_options`` is the pipeline's
+    ``kubernetes`` parameter, merged over the compiled platform's pod settings
+    (:func:`~fmnist_kfp.settings.jobs.cluster_settings`); ``image`` and ``gpu_image`` are what
+    the job's replicas run, without and with GPUs."""
+
+    num_workers: int = 1
+    use_chief: bool = False
+    strategy: str = "multi_worker_mirrored"
+    num_ps: int = 1  # parameter servers, for strategy parameter_server only
+    evaluator: bool = False
+    gpus_per_worker: int = 0
+    max_restarts: int = 2
+    launcher_options: dict[str, Any] | None = None
+    image: str = ""
+    gpu_image: str = ""
+
+
 @reports_errors_briefly
 def train_step(
     *,
@@ -215,38 +243,30 @@ def train_step(
     data_dir: str,
     model_dir: str,
     backend: str = "local",
-    num_workers: int = 1,
-    use_chief: bool = False,
-    strategy: str = "multi_worker_mirrored",
-    num_ps: int = 1,
-    evaluator: bool = False,
-    gpus_per_worker: int = 0,
-    max_restarts: int = 2,
-    launcher_options: dict[str, Any] | None = None,
-    image: str = "",
-    gpu_image: str = "",
     make_launcher: Callable[..., Any] | None = None,
     create_tensorboard=None,
     discovery=None,
+    **job: Any,
 ) -> TrainingResult:
     """Trains one model; returns what it made (the ``Model`` artifact's metadata and the
-    metrics to log, :class:`TrainingResult`).
+    metrics to log, :class:`TrainingResult`). ``job``: the fields of :class:`TrainJobInputs`,
+    as the component passes its inputs (the compiled component calls the step with them).
 
     On Kubernetes the workers are pods that cannot see this step's artifact paths, so the
     dataset is staged on the shared volume (once per dataset) and the job works there; the
-    finished model is then copied into ``model_dir`` like the local backend's.
-    ``launcher_options`` is the pipeline's ``kubernetes`` parameter, merged over the compiled
-    platform's pod settings (:func:`~fmnist_kfp.settings.jobs.cluster_settings`); ``image`` and
-    ``gpu_image`` are what the job's replicas run, without and with GPUs. Its ``operator``
-    (TFJob or TrainJob) is decided by what the cluster serves, asked through ``discovery``
-    (:func:`training_operator`), before anything is copied.
+    finished model is then copied into ``model_dir`` like the local backend's. Its
+    ``operator`` (TFJob or TrainJob) is decided by what the cluster serves, asked through
+    ``discovery`` (:func:`training_operator`), before anything is copied.
     """
+    inputs = TrainJobInputs(**job)
     name = job_name(config.model_type, model_dir)
     job_data_dir, job_dir = data_dir, model_dir
     settings = None
     if backend == "kubernetes":
         # Checked before anything is copied.
-        settings = cluster_settings(launcher_options, image=image, gpu_image=gpu_image)
+        settings = cluster_settings(inputs.launcher_options, image=inputs.image,
+                                    gpu_image=inputs.gpu_image,
+                                    gpus_per_worker=inputs.gpus_per_worker)
         if not settings.pvc_name:
             raise UserInputError(
                 "a TFJob needs the shared claim its pods and this step both mount (the staged "
@@ -254,42 +274,34 @@ def train_step(
                 "or set pvc_name in the kubernetes parameter")
         shared = settings.mount_path.rstrip("/")
         job_dir = f"{shared}/jobs/{name}"
-    spec = TrainingJobSpec(
+        job_data_dir = staged_location(data_dir, f"{shared}/datasets")  # staged below
+    spec = TrainingJobSpec(  # validated as it is made
         name=name,
         config=config,
         data_dir=job_data_dir,
         export_dir=f"{job_dir}/{SAVED_MODEL_VERSION}",
         work_dir=job_dir,
-        num_workers=num_workers,
-        use_chief=use_chief,
-        strategy=strategy,
-        num_ps=num_ps if strategy == "parameter_server" else 0,
-        evaluator=evaluator,
-        gpus_per_worker=gpus_per_worker,
-        max_restarts=max_restarts,
-    ).validate()
+        num_workers=inputs.num_workers,
+        use_chief=inputs.use_chief,
+        strategy=inputs.strategy,
+        num_ps=inputs.num_ps if inputs.strategy == "parameter_server" else 0,
+        evaluator=inputs.evaluator,
+        gpus_per_worker=inputs.gpus_per_worker,
+        max_restarts=inputs.max_restarts,
+    )
     tensorboard = {"logs": log_dir(model_dir), "profiled": config.profile_steps > 0}
     operator, shape = "tfjob", ""
+    to_run: TrainingJobSpec | ClusterJob = spec
     if settings is not None:  # every problem found before the dataset is copied
-        from fmnist_kfp.kubernetes.trainjob import require_gpu_image
-
-        require_gpu_image(spec, settings)  # either operator's rule, before the cluster is asked
         operator, shape = training_operator(settings, discovery)
-        if operator == "trainjob":
-            from fmnist_kfp.kubernetes.trainjob import build_trainjob
-
-            build_trainjob(spec, settings, shape)  # refuses what a TrainJob cannot do
-        else:
-            from fmnist_kfp.kubernetes.tfjob import validate_tfjob
-
-            validate_tfjob(spec, settings)
-        job_data_dir = stage_dataset(data_dir, f"{shared}/datasets")
+        # What the chosen operator cannot do is refused here, once; the launcher runs it.
+        to_run = ClusterJob(spec, settings, operator, shape or OVERRIDES)
+        stage_dataset(data_dir, f"{shared}/datasets")
         make_shared_dirs(f"{shared}/jobs")  # group-writable: every job's pods make theirs
-        spec.data_dir = job_data_dir
         # Before the job starts, so its progress can be watched.
         tensorboard.update(publish_tensorboard(tensorboard_name(config.model_type, model_dir),
                                                job_dir, settings, create_tensorboard))
-    outcome = training_backend(backend, settings, make_launcher, operator, shape).run(spec)
+    outcome = training_backend(backend, settings, make_launcher, operator, shape).run(to_run)
     if job_dir != model_dir:
         copy_tree(job_dir, model_dir)
     result = outcome.result
@@ -299,7 +311,7 @@ def train_step(
         parameters=result["parameters"],
         epochs=result["epochs"],
         replicas=result["replicas"],
-        strategy=result.get("strategy", strategy),
+        strategy=result.get("strategy", inputs.strategy),
         topology=spec.replica_counts(),
         global_batch_size=result["global_batch_size"],
         precision=result["precision"],

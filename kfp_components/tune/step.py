@@ -67,22 +67,37 @@ def tuning_problems(tuning: dict[str, Any], model_type: str, base: TrainingConfi
     return problems + (budget_problems(settings, space) if not problems else [])
 
 
+@dataclass(frozen=True)
+class TrialJobInputs:
+    """How the tuning step's trials run, one object for the component's flat inputs of that
+    name: each trial's replicas (the training step's), and on Kubernetes their pods
+    (``kubernetes``, the pipeline's parameter, over the images: ``image``, or ``gpu_image``
+    for trials that request GPUs)."""
+
+    num_workers: int = 1
+    gpus_per_worker: int = 0
+    strategy: str = "multi_worker_mirrored"
+    num_ps: int = 1  # parameter servers, for strategy parameter_server only
+    kubernetes: dict[str, Any] | None = None
+    image: str = ""
+    gpu_image: str = ""
+
+
 @reports_errors_briefly
 def tune_step(*, model_type: str, base: TrainingConfig, tuning: dict[str, Any], data_dir: str,
-              output_dir: str, backend: str = "local", kubernetes: dict[str, Any] | None = None,
-              num_workers: int = 1, gpus_per_worker: int = 0,
-              strategy: str = "multi_worker_mirrored", num_ps: int = 1, image: str = "",
-              gpu_image: str = "", launcher=None) -> TuningResult:
+              output_dir: str, backend: str = "local", launcher=None,
+              **trials: Any) -> TuningResult:
     """Runs the search; trials work under ``output_dir`` locally, on the shared volume on
-    Kubernetes (``launcher``: a ``KatibExperimentLauncher`` with its own client), where the
-    trials' TFJob replicas run ``image``, or ``gpu_image`` when they request GPUs. Raises
-    ``UserInputError`` before any trial for bad settings and ``TuningError`` when the search
-    fails."""
+    Kubernetes (``launcher``: a ``KatibExperimentLauncher`` with its own client). ``trials``:
+    the fields of :class:`TrialJobInputs`, as the component passes its inputs (the compiled
+    component calls the step with them). Raises ``UserInputError`` before any trial for bad
+    settings and ``TuningError`` when the search fails."""
+    inputs = TrialJobInputs(**trials)
     name = experiment_name(model_type, output_dir)
     settings, space = experiment_settings(name, model_type, base, tuning,
-                                          num_workers=num_workers,
-                                          gpus_per_worker=gpus_per_worker,
-                                          strategy=strategy, num_ps=num_ps)
+                                          num_workers=inputs.num_workers,
+                                          gpus_per_worker=inputs.gpus_per_worker,
+                                          strategy=inputs.strategy, num_ps=inputs.num_ps)
 
     require_backend("tuning", backend)
     if backend == "local":
@@ -90,19 +105,21 @@ def tune_step(*, model_type: str, base: TrainingConfig, tuning: dict[str, Any], 
 
         return LocalTuner(work_dir=f"{output_dir}/trials").run(settings, space, data_dir)
     from fmnist_kfp.katib.experiment_launcher import KatibExperimentLauncher
-    from fmnist_kfp.kubernetes.experiment import build_experiment
-    from fmnist_kfp.kubernetes.storage import make_shared_dirs, stage_dataset
+    from fmnist_kfp.kubernetes.storage import make_shared_dirs, stage_dataset, staged_location
 
     # The compiled image and claim under the user's settings, checked (namespace, claim).
-    pods = cluster_settings(kubernetes, image=image, gpu_image=gpu_image)
+    pods = cluster_settings(inputs.kubernetes, image=inputs.image, gpu_image=inputs.gpu_image,
+                            gpus_per_worker=inputs.gpus_per_worker)
     on_cluster = replace(settings, kubernetes=pods)
-    data = f"{pods.mount_path.rstrip('/')}/datasets"
-    build_experiment(on_cluster, space, data)  # every problem before the dataset is copied
-    data = stage_dataset(data_dir, data)
-    make_shared_dirs(on_cluster.trials_root)  # group-writable: every trial makes its own
+    datasets = f"{pods.mount_path.rstrip('/')}/datasets"
+    data = staged_location(data_dir, datasets)  # staged below
     katib = launcher or KatibExperimentLauncher(
         timeout_seconds=on_cluster.deadline_seconds())  # tuning.trial_minutes per round
-    return katib.run(on_cluster, space, data)
+    # Every problem before the dataset is copied, each checked once.
+    experiment = katib.experiment(on_cluster, space, data)
+    stage_dataset(data_dir, datasets)
+    make_shared_dirs(on_cluster.trials_root)  # group-writable: every trial makes its own
+    return katib.run(on_cluster, space, data, experiment)
 
 
 @dataclass

@@ -312,7 +312,7 @@ def test_a_wrong_api_version_or_kind_is_refused_at_once(tmp_path, monkeypatch):
     than the path's is 400, a misspelt kind 422; the step fails with it."""
     import fmnist_kfp.katib.experiment_launcher as module
 
-    build = module.build_experiment
+    build = module.build_checked_experiment
     for field, value, answer in (("api_version", "kubeflow.org/v1", "HTTP 400 Bad Request"),
                                  ("kind", "Experimnet", "HTTP 422 Unprocessable Entity")):
         def wrong(*args, field=field, value=value):
@@ -320,7 +320,7 @@ def test_a_wrong_api_version_or_kind_is_refused_at_once(tmp_path, monkeypatch):
             setattr(experiment, field, value)
             return experiment
 
-        monkeypatch.setattr(module, "build_experiment", wrong)
+        monkeypatch.setattr(module, "build_checked_experiment", wrong)
         with KatibStandIn() as standin:
             with pytest.raises(TuningError, match=answer):
                 _launcher(standin).run(_settings(tmp_path), _space(), DATA_DIR)
@@ -687,8 +687,12 @@ def test_the_tuning_step_gives_its_launcher_that_deadline(synthetic_dataset, tmp
         def __init__(self, **kwargs):
             made.update(kwargs)
 
-        def run(self, settings, space, data):
-            made["ran"] = settings.name
+        def experiment(self, settings, space, data):
+            made["checked"] = settings.name
+            return "experiment"
+
+        def run(self, settings, space, data, experiment):
+            made["ran"] = settings.name, experiment
             return "result"
 
     monkeypatch.delenv("FMNIST_PVC_NAME", raising=False)

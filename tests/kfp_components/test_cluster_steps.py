@@ -337,8 +337,8 @@ def test_user_settings_are_merged_over_the_compiled_claim(on_the_cluster, synthe
         assert (operator, shape) == ("tfjob", "")
 
         class Launcher:
-            def run(self, spec):
-                made["tfjob"] = to_manifest(build_tfjob(spec, settings))
+            def run(self, job):  # the ClusterJob the step checked
+                made["tfjob"] = to_manifest(build_tfjob(job.spec, settings))
                 raise _Recorded()
         return Launcher()
 

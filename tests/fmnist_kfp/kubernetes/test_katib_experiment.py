@@ -5,6 +5,7 @@ checks of Katib's admission webhook; bad input fails early with the problem name
 from __future__ import annotations
 
 import copy
+import io
 import itertools
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.kubernetes.experiment import build_experiment
 from fmnist_kfp.kubernetes.experiment_webhook import webhook_problems
 from fmnist_kfp.kubernetes.manifest import to_manifest
+from fmnist_kfp.kubernetes.trainjob import OVERRIDES, PATCHES
 from fmnist_kfp.settings.jobs import KubernetesSettings
 from fmnist_kfp.tuning.experiment_settings import (
     METRICS_FILTER,
@@ -523,3 +525,50 @@ def test_what_a_trainjob_trial_cannot_do_is_refused_before_anything(overrides, w
 def test_an_unknown_trial_operator_is_refused():
     with pytest.raises(UserInputError, match="tfjob, trainjob"):
         build_experiment(_settings(), SearchSpace.default("tpe", "dropout"), DATA_DIR, "jax")
+
+
+@pytest.mark.parametrize(("operator", "shape"), [("tfjob", OVERRIDES), ("trainjob", OVERRIDES),
+                                                 ("trainjob", PATCHES)])
+def test_following_the_settings_through_the_build_meets_each_check_once(monkeypatch, operator,
+                                                                         shape):
+    """Issue 43: TrainingJobSpec.validate was reached three times on this path and the TrainJob
+    rules by three functions. Now the Experiment's rules run in check_experiment, the trials'
+    job checks itself as it is made, and the builders only build."""
+    from tests.call_counts import count_rules
+
+    settings, space = _settings(num_workers=2), SearchSpace.default("tpe", "dropout")
+    counts = count_rules(monkeypatch)
+    build_experiment(settings, space, DATA_DIR, operator, shape)
+    assert counts == {
+        "the training configuration": 1, "the job's replicas": 1, "the pods' settings": 1,
+        "the Experiment's storage and pods": 1, "the Experiment's search": 1,
+        "Katib's webhook": 1,
+        ("what a TFJob cannot do" if operator == "tfjob" else "what a TrainJob cannot do"): 1}
+
+
+def test_the_katib_launcher_checks_the_experiment_once_and_before_asking_the_cluster(
+        monkeypatch):
+    """The launcher checks the Experiment before any call, asks which operator runs the
+    trials, and builds it for that operator once (it built it twice for TrainJob trials)."""
+    from fmnist_kfp.katib.experiment_launcher import KatibExperimentLauncher
+    from tests.call_counts import count_rules
+
+    asked = []
+
+    class Katib:
+        def training_operator(self, setting, timeout):
+            asked.append(setting)
+            return "trainjob", PATCHES
+
+    launcher = KatibExperimentLauncher(Katib(), out=io.StringIO())
+    counts = count_rules(monkeypatch)
+    with pytest.raises(UserInputError, match="max_trial_count"):
+        launcher.experiment(_settings(max_trial_count=0), SearchSpace.default("tpe", "dropout"),
+                            DATA_DIR)
+    assert asked == []  # refused before the cluster was asked
+    counts.clear()
+    experiment = launcher.experiment(_settings(), SearchSpace.default("tpe", "dropout"),
+                                     DATA_DIR)
+    assert asked == ["auto"] and (launcher.operator, launcher.shape) == ("trainjob", PATCHES)
+    assert experiment.spec.trial_template.trial_spec["kind"] == "TrainJob"
+    assert set(counts.values()) == {1} and "what a TFJob cannot do" not in counts

@@ -16,9 +16,9 @@ from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.kubernetes.experiment import build_experiment
 from fmnist_kfp.kubernetes.job import build_indexed_job
 from fmnist_kfp.kubernetes.manifest import to_manifest
-from fmnist_kfp.kubernetes.tfjob import build_tfjob
+from fmnist_kfp.kubernetes.training_operators import ClusterJob
 from fmnist_kfp.scoring.scoring_job import ScoringJobSpec
-from fmnist_kfp.settings.jobs import KubernetesSettings
+from fmnist_kfp.settings.jobs import KubernetesSettings, cluster_settings
 from fmnist_kfp.settings.training import TrainingConfig
 from fmnist_kfp.training.training_job import TrainingJobSpec
 from fmnist_kfp.tuning.experiment_settings import ExperimentSettings
@@ -40,8 +40,9 @@ OPTIONS = {
 
 
 def _settings(scheduling: dict) -> KubernetesSettings:
-    return KubernetesSettings(image=IMAGE, gpu_image=GPU_IMAGE, namespace="team-a",
-                              pvc_name="fmnist-pvc", scheduling=scheduling)
+    """The pods' settings as a step makes them: checked there, once."""
+    return cluster_settings({"namespace": "team-a", "pvc_name": "fmnist-pvc",
+                             "scheduling": scheduling}, image=IMAGE, gpu_image=GPU_IMAGE)
 
 
 def _tfjob(scheduling: dict, **spec) -> dict:
@@ -49,7 +50,7 @@ def _tfjob(scheduling: dict, **spec) -> dict:
                   data_dir="/mnt/fmnist/dataset", export_dir="/mnt/fmnist/models/b/1",
                   work_dir="/mnt/fmnist/models/b", num_workers=2)
     values.update(spec)
-    return to_manifest(build_tfjob(TrainingJobSpec(**values), _settings(scheduling)))
+    return ClusterJob(TrainingJobSpec(**values), _settings(scheduling), "tfjob").manifest()
 
 
 def _templates(tfjob: dict) -> list[dict]:

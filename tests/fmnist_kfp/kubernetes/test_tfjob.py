@@ -11,7 +11,8 @@ import pytest
 from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.kubernetes.manifest import to_manifest
 from fmnist_kfp.kubernetes.tfjob import build_tfjob
-from fmnist_kfp.settings.jobs import KubernetesSettings
+from fmnist_kfp.kubernetes.training_operators import ClusterJob
+from fmnist_kfp.settings.jobs import KubernetesSettings, cluster_settings
 from fmnist_kfp.settings.training import TrainingConfig
 from fmnist_kfp.training.training_job import TrainingJobSpec
 from tests.crd_schemas import validate_strict
@@ -92,18 +93,21 @@ def test_the_strict_validation_catches_a_misplaced_field():
 
 
 def test_an_image_without_a_tag_is_rejected_before_anything_is_created():
+    """The pods' settings are checked where they are made (cluster_settings), once; the
+    builder only builds."""
     with pytest.raises(UserInputError, match="image 'ghcr.io/fmnist-kfp/fmnist-kfp' has no tag"):
-        build_tfjob(_spec(), KubernetesSettings(image="ghcr.io/fmnist-kfp/fmnist-kfp"))
+        cluster_settings({}, image="ghcr.io/fmnist-kfp/fmnist-kfp")
     with pytest.raises(UserInputError, match="gpu_image 'r.example/fmnist' has no tag"):
-        build_tfjob(_spec(gpus_per_worker=1), _settings(gpu_image="r.example/fmnist"))
-    build_tfjob(_spec(), KubernetesSettings(image="registry.local:5000/fmnist@sha256:" + "a" * 64))
+        cluster_settings({}, image=IMAGE, gpu_image="r.example/fmnist", gpus_per_worker=1)
+    build_tfjob(_spec(), cluster_settings(
+        {}, image="registry.local:5000/fmnist@sha256:" + "a" * 64))
 
 
 def test_a_gpu_job_without_a_gpu_image_is_refused_naming_the_input():
     """A CPU image on a GPU node would train on its CPU without a word: refused instead."""
     with pytest.raises(UserInputError, match="asks for 2 GPU.*give the step's gpu_image input"):
-        build_tfjob(_spec(gpus_per_worker=2), _settings(gpu_image=""))
-    build_tfjob(_spec(gpus_per_worker=0), _settings(gpu_image=""))  # no GPUs: not needed
+        cluster_settings({}, image=IMAGE, gpu_image="", gpus_per_worker=2)
+    cluster_settings({}, image=IMAGE, gpu_image="", gpus_per_worker=0)  # no GPUs: not needed
 
 
 def test_job_names_are_stable_per_task_and_distinct_across_tasks():
@@ -196,8 +200,8 @@ def test_a_name_whose_pods_would_not_be_dns_labels_is_refused():
     v1.9.2 lines 50-53): Service names are DNS-1035 labels of at most 63 characters."""
     name = "a" * 54  # "-worker-0" makes 63
     build_tfjob(_spec(name=name, num_workers=1), _settings())
-    with pytest.raises(UserInputError) as refused:
-        build_tfjob(_spec(name=name, num_workers=11), _settings())  # "-worker-10": 64
+    with pytest.raises(UserInputError) as refused:  # the job as a TFJob, checked as it is made
+        ClusterJob(_spec(name=name, num_workers=11), _settings(), "tfjob")  # "-worker-10": 64
     assert str(refused.value) == (
         f"job name {name!r} is too long: its pod and service '{name}-worker-10' would exceed "
         "63 characters; shorten the name by 1")

@@ -24,6 +24,7 @@ import pytest
 from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.kubernetes.manifest import to_manifest
 from fmnist_kfp.kubernetes.tfjob import build_tfjob
+from fmnist_kfp.kubernetes.training_operators import ClusterJob
 from fmnist_kfp.settings.jobs import KubernetesSettings
 from fmnist_kfp.settings.training import TrainingConfig
 from fmnist_kfp.training.training_job import TrainingJobSpec
@@ -94,14 +95,14 @@ def test_an_evaluator_on_a_mirrored_job_passes_strict_crd_validation():
 
 def test_clean_pod_policy_none_is_refused_for_a_parameter_server_job():
     with pytest.raises(UserInputError, match="set clean_pod_policy to Running"):
-        build_tfjob(_spec(), _settings(clean_pod_policy="None"))
+        ClusterJob(_spec(), _settings(clean_pod_policy="None"), "tfjob")
 
 
 def test_the_longest_pod_name_counts_the_evaluator():
     name = "a" * 51  # "-evaluator-0" makes 63
     build_tfjob(_spec(name=name, evaluator=True), _settings())
     with pytest.raises(UserInputError, match=f"'{name}a-evaluator-0' would exceed 63"):
-        build_tfjob(_spec(name=name + "a", evaluator=True), _settings())
+        ClusterJob(_spec(name=name + "a", evaluator=True), _settings(), "tfjob")
 
 
 def test_ps_resources_are_checked_like_the_others():

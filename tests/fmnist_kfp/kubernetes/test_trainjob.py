@@ -14,6 +14,7 @@ import pytest
 from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.kubernetes.training_operators import (
     ClusterDiscovery,
+    ClusterJob,
     choose_operator,
     spec_fields,
     trainjob_api,
@@ -146,7 +147,7 @@ def test_what_a_trainjob_cannot_express_is_refused_with_its_reason(spec, setting
     problems = trainjob_problems(job, pods, shape)
     assert len(problems) == 1 and problem in problems[0], problems
     with pytest.raises(UserInputError, match="cannot run as a TrainJob"):
-        build_trainjob(job, pods, shape)
+        ClusterJob(job, pods, "trainjob", shape)  # checked as it is made, before any build
 
 
 def test_the_restart_ceiling_is_the_runtimes_and_its_own_value_passes():
@@ -172,11 +173,6 @@ def test_the_name_rule_is_jobsets_pod_name_with_its_suffix():
     assert pod_name(fits, 9) == f"{fits}-node-0-9"
     assert trainjob_problems(_spec(name=fits, num_workers=10), _settings()) == []
     assert trainjob_problems(_spec(name=fits + "y", num_workers=10), _settings())
-
-
-def test_a_gpu_job_without_a_gpu_image_is_refused_naming_the_input():
-    with pytest.raises(UserInputError, match="asks for 2 GPU.*give the step's gpu_image input"):
-        build_trainjob(_spec(gpus_per_worker=2), _settings(gpu_image=""))
 
 
 # ---------------------------------------------------------------------------------------------

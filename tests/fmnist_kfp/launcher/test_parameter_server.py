@@ -93,7 +93,7 @@ def test_a_parameter_server_job_without_ps_or_workers_is_refused_naming_the_fix(
 
 def test_the_job_spec_refuses_a_parameter_server_job_without_ps(tmp_path):
     with pytest.raises(UserInputError, match="set num_ps to 1 or more"):
-        _spec(tmp_path, tmp_path, num_ps=0).validate()
+        _spec(tmp_path, tmp_path, num_ps=0)  # refused as it is made
 
 
 def test_the_evaluator_scores_the_ingested_validation_split(synthetic_dataset):

@@ -92,12 +92,12 @@ def test_exported_model_serves_pixels_and_encoded_images_alike(trained, syntheti
     ],
 )
 def test_bad_hyperparameters_fail_before_any_work(changes, message, tmp_path):
-    spec = TrainingJobSpec(
-        name="bad", config=TrainingConfig(**changes), data_dir=str(tmp_path),
-        export_dir=str(tmp_path / "m"), work_dir=str(tmp_path / "w"),
-    )
+    """A job spec is checked as it is made: a bad one never exists to be run."""
     with pytest.raises(UserInputError, match=message):
-        training_backend("local", {}).run(spec)
+        TrainingJobSpec(
+            name="bad", config=TrainingConfig(**changes), data_dir=str(tmp_path),
+            export_dir=str(tmp_path / "m"), work_dir=str(tmp_path / "w"),
+        )
     assert not (tmp_path / "w").exists()
 
 
