@@ -98,8 +98,6 @@ NOT_YET_MIRRORED = {
                                        "(cluster tests' folder: not moved today)",
     "fmnist_kfp/training/parameter_server.py":
         "tests/fmnist_kfp/launcher/test_parameter_server.py (slow)",
-    "fmnist_kfp/tuning/experiment_settings.py":
-        "tests/fmnist_kfp/kubernetes/test_katib_experiment.py and tests/katib/",
     "serving/deploy/rollout_serverless.py":
         "through `deploy_with_kserve`: tests/serving/deploy/test_kserve_rollout.py",
     "serving/deploy/rollout_standard.py":

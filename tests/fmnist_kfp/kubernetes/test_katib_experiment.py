@@ -289,17 +289,6 @@ def test_bad_input_fails_naming_the_problem(settings_changes, space, message):
         build_experiment(settings, space or SearchSpace.default("tpe", "dropout"), DATA_DIR)
 
 
-def test_every_problem_is_named_at_once():
-    settings = _settings(algorithm="annealing", max_trial_count=1, parallel_trial_count=2,
-                         resume_policy="Always")
-    space = _space(Parameter.double("dropout_rate", 0.6, 0.1))
-    problems = settings.problems(space)
-    assert any("unknown algorithm" in p for p in problems)
-    assert any("below parallel_trial_count" in p for p in problems)
-    assert any("unknown resume policy" in p for p in problems)
-    assert any("inverted" in p for p in problems)
-
-
 def test_grid_counts_combinations_as_katib_does():
     space = SearchSpace.default("grid", "dropout")
     # 4 learning rates × 4 batch sizes × 3 filter counts × dropout 0.2, 0.35, 0.5
