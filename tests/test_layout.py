@@ -92,10 +92,6 @@ def test_every_module_of_the_package_is_in_the_map():
 NOT_YET_MIRRORED = {
     "fmnist_kfp/launcher/base.py":
         "through the two cluster launchers, in tests/fmnist_kfp/launcher/",
-    "fmnist_kfp/preflight/apis.py": "through `preflight()`, in tests/fmnist_kfp/preflight/ "
-                                    "(cluster tests' folder: not moved today)",
-    "fmnist_kfp/preflight/serving.py": "through `preflight()`, in tests/fmnist_kfp/preflight/ "
-                                       "(cluster tests' folder: not moved today)",
     "fmnist_kfp/training/parameter_server.py":
         "tests/fmnist_kfp/launcher/test_parameter_server.py (slow)",
     "serving/deploy/rollout_serverless.py":
