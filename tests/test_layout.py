@@ -90,8 +90,6 @@ def test_every_module_of_the_package_is_in_the_map():
 # Modules whose tests are not yet at the mirrored place, each with where it is tested now. The
 # list only shrinks: a module given its mirrored test must leave it (the test below says so).
 NOT_YET_MIRRORED = {
-    "fmnist_kfp/training/parameter_server.py":
-        "tests/fmnist_kfp/launcher/test_parameter_server.py (slow)",
     "serving/deploy/rollout_serverless.py":
         "through `deploy_with_kserve`: tests/serving/deploy/test_kserve_rollout.py",
     "serving/deploy/rollout_standard.py":
