@@ -87,16 +87,6 @@ def test_every_module_of_the_package_is_in_the_map():
 
 # --- Tests mirror the package: `tests/<package>/<folder>/test_*.py` tests that folder ----------
 
-# Modules whose tests are not yet at the mirrored place, each with where it is tested now. The
-# list only shrinks: a module given its mirrored test must leave it (the test below says so).
-NOT_YET_MIRRORED = {
-    "serving/deploy/rollout_serverless.py":
-        "through `deploy_with_kserve`: tests/serving/deploy/test_kserve_rollout.py",
-    "serving/deploy/rollout_standard.py":
-        "through `deploy_with_kserve`: tests/serving/deploy/test_kserve_rollout.py",
-}
-
-
 def _dotted(path: str) -> str:
     """A source file's module: `kfp_components/train/step.py` is
     `fmnist_kfp.kfp_components.train.step` (the wheel maps the folders into the package)."""
@@ -212,11 +202,8 @@ def test_every_module_with_behaviour_has_tests_at_its_mirrored_place():
     """A module that defines a function or class is tested by a test module in the tests'
     folder that mirrors its own (`fmnist_kfp/kubernetes/tfjob.py`: `tests/fmnist_kfp/kubernetes/`),
     one that imports it, names it, or is named for it (`test_tfjob.py`)."""
-    untested = untested_modules(_tracked())
-    assert sorted(set(untested) - set(NOT_YET_MIRRORED)) == [], (
+    assert untested_modules(_tracked()) == [], (
         "give these modules tests in the folder that mirrors theirs (docs/layout.md)")
-    assert sorted(set(NOT_YET_MIRRORED) - set(untested)) == [], (
-        "these are tested where they should be now: take them out of NOT_YET_MIRRORED")
 
 
 def test_a_module_tested_only_elsewhere_is_found():
