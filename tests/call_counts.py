@@ -12,6 +12,7 @@ import fmnist_kfp.kubernetes.experiment
 import fmnist_kfp.kubernetes.training_operators
 import fmnist_kfp.training.training_job  # noqa: F401
 from fmnist_kfp.kubernetes import experiment_webhook, tfjob, trainjob
+from fmnist_kfp.scoring.scoring_job import ScoringJobSpec
 from fmnist_kfp.settings import jobs
 from fmnist_kfp.settings.jobs import KubernetesSettings
 from fmnist_kfp.settings.training import TrainingConfig
@@ -27,6 +28,7 @@ RULES = {
     "the Experiment's storage and pods": (ExperimentSettings, "cluster_problems"),
     "the Experiment's search": (ExperimentSettings, "experiment_problems"),
     "Katib's webhook": (experiment_webhook, "webhook_problems"),
+    "the scoring job": (ScoringJobSpec, "problems"),
 }
 
 

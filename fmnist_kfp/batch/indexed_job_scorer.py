@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import posixpath
 import time
-from dataclasses import replace
 
 from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.kubernetes.job import build_indexed_job, job_state
@@ -21,7 +20,7 @@ from fmnist_kfp.kubernetes.runner import JobStatus, RemoteJob, RemoteJobRunner, 
 from fmnist_kfp.kubernetes.storage import copy_tree, make_shared_dirs, publish_copy, stage_dataset
 from fmnist_kfp.kubernetes.workload import queued_status
 from fmnist_kfp.scoring.scoring_job import ScoringJobSpec, merge_shards
-from fmnist_kfp.settings.jobs import KubernetesSettings, cluster_settings
+from fmnist_kfp.settings.jobs import KubernetesSettings
 from fmnist_kfp.settings.platform import PVC_ENV
 
 _URI_SCHEMES = ("gs://", "s3://")
@@ -33,21 +32,19 @@ def _on_volume(path: str, mount_path: str) -> bool:
 
 
 class IndexedJobScorer:
-    """Runs a :class:`ScoringJobSpec` as an Indexed Job; ``batch_api`` (a ``BatchV1Api``) and
-    ``runner`` are injectable for tests. Without ``settings``: the pods run ``image`` with the
-    compiled platform's claim under the user's kubernetes parameter (``setting_overrides``)."""
+    """Runs a :class:`ScoringJobSpec` as an Indexed Job whose pods have ``settings`` (as
+    :func:`fmnist_kfp.settings.jobs.cluster_settings` checked them where the step made them;
+    checked again nowhere); ``batch_api`` (a ``BatchV1Api``) and ``runner`` are injectable for
+    tests."""
 
-    def __init__(self, settings: KubernetesSettings | None = None, batch_api=None,
-                 runner: RemoteJobRunner | None = None, poll_seconds: float = 10.0,
-                 image: str = "", **setting_overrides):
-        if settings is None:
-            settings = cluster_settings(setting_overrides, image=image)
-        self.settings = settings.validate()
-        if not self.settings.pvc_name:
+    def __init__(self, settings: KubernetesSettings, batch_api=None,
+                 runner: RemoteJobRunner | None = None, poll_seconds: float = 10.0):
+        if not settings.pvc_name:
             raise UserInputError(
                 "batch prediction on Kubernetes needs the shared claim its pods and this step "
                 f"both mount: compile the pipeline with {PVC_ENV}=<claim>, or set pvc_name in "
                 "the kubernetes parameter")
+        self.settings = settings
         self._api = batch_api
         self.runner = runner or RemoteJobRunner.for_job(self.settings, poll_seconds=poll_seconds)
 
@@ -74,12 +71,11 @@ class IndexedJobScorer:
         # A retried step re-attaches to the Job its first try created, whose pods may be
         # loading this model: published once, never rewritten.
         publish_copy(spec.model_dir, f"{root}/model")
-        return replace(spec, model_dir=f"{root}/model",
-                       data_dir=stage_dataset(spec.data_dir, f"{mount}/datasets"),
-                       output_dir=f"{root}/predictions")
+        return spec.moved(model_dir=f"{root}/model",
+                          data_dir=stage_dataset(spec.data_dir, f"{mount}/datasets"),
+                          output_dir=f"{root}/predictions")
 
     def run(self, spec: ScoringJobSpec) -> dict:
-        spec.validate()
         started = time.time()
         remote = self.remote_spec(spec)
         manifest = to_manifest(build_indexed_job(remote, self.settings))

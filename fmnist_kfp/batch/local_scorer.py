@@ -28,7 +28,6 @@ class LocalBatchScorer:
         self.timeout_seconds = timeout_seconds
 
     def run(self, spec: ScoringJobSpec) -> dict:
-        spec.validate()
         threads = max(1, self.cpu_count // spec.num_shards)
         env = {**os.environ, **tensorflow_env(), "TF_NUM_INTRAOP_THREADS": str(threads),
                "TF_NUM_INTEROP_THREADS": str(min(2, threads)), "CUDA_VISIBLE_DEVICES": ""}

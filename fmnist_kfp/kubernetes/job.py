@@ -20,29 +20,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.kubernetes import keys
 from fmnist_kfp.kubernetes.storage import pod_security_context
 from fmnist_kfp.scoring.scoring_job import ScoringJobSpec
 from fmnist_kfp.settings.jobs import KubernetesSettings
-from fmnist_kfp.settings.names import is_dns_1035_label
 from fmnist_kfp.settings.platform import TENSORFLOW_ENV
 
 CONTAINER_NAME = "scorer"
-MAX_NAME_LENGTH = 56  # <name>-<index> is the pods' hostname: a 63-character DNS label
 MAX_INDEXED_PARALLELISM = 100_000
 SIDECAR_INJECT = "sidecar.istio.io/inject"  # a label (what Istio reads first) and annotation
 
 
 def build_indexed_job(spec: ScoringJobSpec, settings: KubernetesSettings):
-    """The ``V1Job`` scoring ``spec``'s shards, one pod each, on the shared volume."""
+    """The ``V1Job`` scoring ``spec``'s shards, one pod each, on the shared volume. Only
+    builds: the spec checked itself as it was made (its name leaves room for the pods'
+    index), the settings were checked as the step made them
+    (:func:`fmnist_kfp.settings.jobs.cluster_settings`)."""
     from kubernetes import client
 
-    spec.validate()
-    settings.validate()
-    if not is_dns_1035_label(spec.name, MAX_NAME_LENGTH):
-        raise UserInputError(f"job name {spec.name!r} must be a DNS-1035 label of at most "
-                             f"{MAX_NAME_LENGTH} characters (its pods are <name>-<index>)")
     limits = {"cpu": settings.cpu, "memory": settings.memory}
     env = [client.V1EnvVar(name=name, value=value) for name, value in TENSORFLOW_ENV.items()]
     env_from = None

@@ -4,25 +4,35 @@ shards' counts once they are done."""
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
 from dataclasses import dataclass
 from typing import Any
 
 from fmnist_kfp.errors import FmnistError, UserInputError
-from fmnist_kfp.settings.batch import MAX_BATCH_WORKERS
+from fmnist_kfp.settings.batch import WORKERS_RULE
 from fmnist_kfp.settings.names import is_dns_1035_label
 
 WORKER_MODULE = "fmnist_kfp.scoring.worker"
 SUMMARY_FILE = "summary.json"
+# On Kubernetes the job's name is an Indexed Job's, whose pods' hostnames are <name>-<index>:
+# a 63-character DNS label leaves the name 56.
+MAX_NAME_LENGTH = 56
 
 
 class BatchPredictionError(FmnistError, RuntimeError):
     """A shard's worker failed (not a bad input: those are error rows)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class ScoringJobSpec:
+    """What one batch prediction scores, with which model, in how many shards.
+
+    Validated once, at construction (:meth:`problems`): a spec that exists is a job that can
+    run, locally or as an Indexed Job, so the scorers and the Job's builder only build. Frozen,
+    so it stays what was checked."""
+
     name: str
     model_dir: str
     data_dir: str
@@ -33,17 +43,36 @@ class ScoringJobSpec:
     # Pods a Kubernetes Job may lose (killed, evicted) before it fails; locally none.
     retries: int = 2
 
-    def validate(self) -> ScoringJobSpec:
-        if not is_dns_1035_label(self.name):
-            raise UserInputError(f"job name {self.name!r} must be a DNS-1035 label")
-        if not 1 <= self.num_shards <= MAX_BATCH_WORKERS:
-            raise UserInputError(f"batch_prediction_workers must be in [1, {MAX_BATCH_WORKERS}],"
-                                 f" got {self.num_shards}")
+    def __post_init__(self) -> None:
+        problems = self.problems()
+        if problems:
+            raise UserInputError("; ".join(problems))
+
+    def problems(self) -> list[str]:
+        """What is wrong with the job, each problem naming its fix."""
+        problems = []
+        if not is_dns_1035_label(self.name, MAX_NAME_LENGTH):
+            problems.append(f"job name {self.name!r} must be a DNS-1035 label of at most "
+                            f"{MAX_NAME_LENGTH} characters (on Kubernetes its pods are "
+                            "<name>-<index>)")
+        workers = WORKERS_RULE("batch_prediction_workers", self.num_shards)
+        if workers:
+            problems.append(workers)
         if self.retries < 0:
-            raise UserInputError(f"retries must be 0 or more, got {self.retries}")
+            problems.append(f"retries must be 0 or more, got {self.retries}")
         if self.batch_size < 1:
-            raise UserInputError(f"batch size must be at least 1, got {self.batch_size}")
-        return self
+            problems.append(f"batch size must be at least 1, got {self.batch_size}")
+        return problems
+
+    def moved(self, *, model_dir: str, data_dir: str, output_dir: str) -> ScoringJobSpec:
+        """The same job reading and writing at other paths (an Indexed Job's, on the shared
+        volume). No rule is about the paths, so the copy is not checked again (a
+        ``dataclasses.replace`` would be)."""
+        moved = copy.copy(self)
+        for name, value in (("model_dir", model_dir), ("data_dir", data_dir),
+                            ("output_dir", output_dir)):
+            object.__setattr__(moved, name, value)
+        return moved
 
     def worker_command(self, python: str = sys.executable, shard: int | None = None) -> list[str]:
         """The worker's command; without ``shard`` it reads ``JOB_COMPLETION_INDEX``."""

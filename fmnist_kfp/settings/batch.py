@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from fmnist_kfp.settings.schema import Settings, between, setting
 
 MAX_BATCH_WORKERS = 100
+# The one rule of the workers: the setting's, and the scoring job's shards (ScoringJobSpec).
+WORKERS_RULE = between(1, MAX_BATCH_WORKERS)
 
 
 @dataclass
@@ -20,4 +22,4 @@ class BatchPredictionSettings(Settings):
     batch_prediction_workers: int = setting(
         2, help="Shards scored in parallel: worker processes locally, the pods of an Indexed "
                 "Job on Kubernetes.",
-        rules=[between(1, MAX_BATCH_WORKERS)])
+        rules=[WORKERS_RULE])

@@ -212,8 +212,17 @@ def step_namespace() -> str:
 
 def cluster_settings(user: dict[str, Any] | None, *, image: str, gpu_image: str = "",
                      gpus_per_worker: int = 0) -> KubernetesSettings:
-    """The settings of the TFJob (and Katib trial, and batch Job) pods a step creates: the
-    compiled platform's under the user's ``kubernetes`` parameter. The one place the two merge.
+    """The settings of the TFJob (and batch Job) pods a step creates, checked: those of
+    :func:`merged_cluster_settings`, then their own rules (:meth:`KubernetesSettings.validate`),
+    so that the jobs made with them check them no more."""
+    return merged_cluster_settings(user, image=image, gpu_image=gpu_image,
+                                   gpus_per_worker=gpus_per_worker).validate()
+
+
+def merged_cluster_settings(user: dict[str, Any] | None, *, image: str, gpu_image: str = "",
+                            gpus_per_worker: int = 0) -> KubernetesSettings:
+    """The settings of the pods a step creates: the compiled platform's under the user's
+    ``kubernetes`` parameter. The one place the two merge.
 
     ``image`` and ``gpu_image`` are the step's inputs of those names (the pods without and
     with GPUs run them; their defaults are the images the component was compiled with). From
@@ -223,8 +232,10 @@ def cluster_settings(user: dict[str, Any] | None, *, image: str, gpu_image: str 
     image, a claim or mount path other than the one this step mounts (the pods would not see
     the staged dataset, nor this step their model), and pods in another namespace than this
     step's while they mount a claim (a pod can only mount a PersistentVolumeClaim of its own
-    namespace), and GPUs asked for (``gpus_per_worker``, each worker's) without a GPU image:
-    the pods' settings are validated here, once."""
+    namespace), and GPUs asked for (``gpus_per_worker``, each worker's) without a GPU image.
+    The settings' own rules are the caller's to check, once: :func:`cluster_settings` checks
+    them, a Katib Experiment's check with the Experiment's other rules
+    (:func:`fmnist_kfp.kubernetes.experiment.check_experiment`)."""
     from fmnist_kfp.settings.platform import MOUNT_PATH, PVC_ENV
 
     if not image:
@@ -260,4 +271,4 @@ def cluster_settings(user: dict[str, Any] | None, *, image: str, gpu_image: str 
             f"the job asks for {gpus_per_worker} GPU(s) per worker, but no GPU image was "
             "given for those replicas: give the step's gpu_image input (a compiled component "
             "defaults it to the GPU image it was compiled with), or set gpus_per_worker to 0")
-    return settings.validate()
+    return settings

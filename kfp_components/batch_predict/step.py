@@ -20,7 +20,6 @@ from fmnist_kfp.kfp_components.outputs import StepOutputs
 from fmnist_kfp.kubernetes.names import stable_name
 from fmnist_kfp.scoring.inputs import list_source
 from fmnist_kfp.scoring.scoring_job import ScoringJobSpec
-from fmnist_kfp.settings.batch import BatchPredictionSettings
 
 ROW_FORMAT = ("JSON Lines: id, class, class_name, probabilities (10), label when known; "
               "an unreadable input is a row with id and error")
@@ -32,15 +31,18 @@ def job_name(output_dir: str) -> str:
 
 
 def scoring_backend(backend: str, options: dict[str, Any], image: str = ""):
-    """Worker processes here, or an Indexed Job on the cluster whose pods run ``image``."""
+    """Worker processes here, or an Indexed Job on the cluster whose pods run ``image`` with
+    the compiled platform's claim under the user's ``kubernetes`` parameter (``options``),
+    checked here, once."""
     require_backend("batch prediction", backend)
     if backend == "local":
         from fmnist_kfp.batch.local_scorer import LocalBatchScorer
 
         return LocalBatchScorer()
     from fmnist_kfp.batch.indexed_job_scorer import IndexedJobScorer
+    from fmnist_kfp.settings.jobs import cluster_settings
 
-    return IndexedJobScorer(image=image, **options)
+    return IndexedJobScorer(cluster_settings(options, image=image))
 
 
 @dataclass(frozen=True)
@@ -101,14 +103,14 @@ def batch_predict_step(*, model_dir: str, data_dir: str, output_dir: str, source
     """Scores ``source`` (``""``: the dataset's test split) with the model in ``workers``
     shards (on Kubernetes, pods running ``image``) and says what it scored. Bad settings and
     a source that does not exist fail before any worker starts."""
-    BatchPredictionSettings(batch_prediction_source=source,
-                            batch_prediction_workers=workers).validate()
+    # The spec checks itself as it is made (the workers among it), the backend its pods'
+    # settings: both before the source is listed.
+    spec = ScoringJobSpec(name=job_name(output_dir), model_dir=model_dir, data_dir=data_dir,
+                          output_dir=output_dir, source=source, num_shards=workers)
+    runner = scorer or scoring_backend(backend, dict(kubernetes or {}), image)
     listed = list_source(source, data_dir)
     print(f"batch prediction of {listed.describe()} in {workers} shard(s), {backend}",
           flush=True)
-    spec = ScoringJobSpec(name=job_name(output_dir), model_dir=model_dir, data_dir=data_dir,
-                          output_dir=output_dir, source=source, num_shards=workers).validate()
-    runner = scorer or scoring_backend(backend, dict(kubernetes or {}), image)
     summary = runner.run(spec)
     return BatchPredictionResult(
         source=source, **{key: summary[key] for key in (

@@ -3,6 +3,7 @@ Two backends (``local`` and ``kubernetes``) chosen the way training and tuning c
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fmnist_kfp.backends import require_backend
@@ -21,6 +22,7 @@ from fmnist_kfp.settings.serving import (
 
 if TYPE_CHECKING:  # the serving modules are imported where a step runs, not by its checks
     from fmnist_kfp.serving.deploy.local_deployer import LocalDeployment
+    from fmnist_kfp.serving.deploy.rollout_base import Candidate
     from fmnist_kfp.serving.deploy.rollout_result import RolloutResult
 
     # How a deployment ended, on either backend.
@@ -51,6 +53,41 @@ def serving_problems(serving: dict[str, Any], backend: str, model_name: str,
                             "serving.image")
         return problems + service.problems()
     return problems + settings.local_problems()
+
+
+@dataclass(frozen=True)
+class ServingInputs:
+    """How the deploy and promote steps serve a model, one object for the components' flat
+    inputs of those names: the backend, the served model's name, the blessing's
+    ``tolerance``, the images that verify a new server, the ``serving`` parameter and the
+    step's ``image`` input (our predictor's, unless ``serving.image`` names another)."""
+
+    backend: str
+    model_name: str
+    tolerance: float
+    verification_images: int
+    serving: dict[str, Any]
+    image: str = ""
+
+    def checked(self) -> ServingSettings:
+        """The ``serving`` parameter's settings, once every problem with these inputs
+        (:func:`serving_problems`) is ruled out; else ``UserInputError`` naming them all."""
+        problems = serving_problems(self.serving, self.backend, self.model_name,
+                                    self.tolerance, self.verification_images, self.image)
+        if problems:
+            raise UserInputError("invalid serving parameters:\n  - " + "\n  - ".join(problems))
+        return ServingSettings.from_dict(self.serving)
+
+
+def kserve_candidate(model_uri: str, settings: ServingSettings, accuracy: float,
+                     model_type: str = "") -> Candidate:
+    """The model artifact at ``model_uri`` as KServe fetches it (:func:`storage_uri_for`,
+    with KFP's store credentials when it is there), with the accuracy its blessing compares."""
+    from fmnist_kfp.serving.deploy.rollout_base import Candidate
+
+    return Candidate(storage_uri_for(model_uri, settings.storage_uri), accuracy,
+                     needs_credentials=from_kfp_store(model_uri, settings.storage_uri),
+                     model_type=model_type)
 
 
 def storage_uri_for(model_uri: str, override: str = "") -> str:
@@ -113,14 +150,12 @@ def deployment_outputs(deployment: Deployment) -> StepOutputs:
 
 
 @reports_errors_briefly
-def deploy(*, model_dir: str, model_uri: str, test_accuracy: float, data_dir: str,
-           backend: str, model_name: str, tolerance: float, verification_images: int,
-           serving: dict[str, Any], image: str = "", log=print,
-           kserve_client=None) -> Deployment:
+def deploy(*, model_dir: str, model_uri: str, test_accuracy: float, data_dir: str, log=print,
+           kserve_client=None, **serving_inputs: Any) -> Deployment:
     """Blesses, deploys and verifies the model; returns how the deployment ended.
 
-    ``image``: the deploy step's image input, which the ServingRuntime of our predictor runs
-    unless ``serving.image`` names another.
+    ``serving_inputs``: the fields of :class:`ServingInputs`, as the component passes its
+    inputs (the compiled component calls the step with them).
 
     ``kserve_client``: the ``kserve.KServeClient`` of the kubernetes backend (None: one from
     the pod's or the kubeconfig's credentials).
@@ -130,31 +165,28 @@ def deploy(*, model_dir: str, model_uri: str, test_accuracy: float, data_dir: st
     """
     from fmnist_kfp.serving.deploy.verification import make_verifier, test_sample
 
-    problems = serving_problems(serving, backend, model_name, tolerance, verification_images,
-                                image)
-    if problems:
-        raise UserInputError("invalid serving parameters:\n  - " + "\n  - ".join(problems))
-    settings = ServingSettings.from_dict(serving)
-    images, labels = test_sample(data_dir, verification_images)
+    inputs = ServingInputs(**serving_inputs)
+    settings = inputs.checked()
+    model_name, tolerance = inputs.model_name, inputs.tolerance
+    images, labels = test_sample(data_dir, inputs.verification_images)
     verify = make_verifier(model_dir, model_name, images, labels, log=log)
 
-    require_backend("deployment", backend)
+    require_backend("deployment", inputs.backend)
     deployment: Deployment
-    if backend == "local":
+    if inputs.backend == "local":
         from fmnist_kfp.serving.deploy.local_deployer import deploy_locally
 
         deployment = deploy_locally(
             model_name, model_dir, test_accuracy, tolerance=tolerance, verify=verify,
-            server_args=settings.local_server_args(serving), log=log)
+            server_args=settings.local_server_args(inputs.serving), log=log)
     else:
         from fmnist_kfp.serving.deploy.kserve_deployer import deploy_with_kserve
+        from fmnist_kfp.serving.deploy.rollout_base import Acceptance
 
-        service = kserve_settings(model_name, settings, model_uri, image)
         deployment = deploy_with_kserve(
-            service, storage_uri=storage_uri_for(model_uri, settings.storage_uri),
-            test_accuracy=test_accuracy, tolerance=tolerance, verify=verify,
-            client=kserve_client, log=log,
-            needs_credentials=from_kfp_store(model_uri, settings.storage_uri))
+            kserve_settings(model_name, settings, model_uri, inputs.image),
+            kserve_candidate(model_uri, settings, test_accuracy), Acceptance(tolerance, verify),
+            client=kserve_client, log=log)
     if deployment.action.failed_verification:
         raise DeploymentError(
             f"{model_name}: the new model failed verification when served and was not "

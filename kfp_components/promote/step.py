@@ -12,16 +12,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fmnist_kfp.backends import require_backend
-from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.kfp_components import reports_errors_briefly
-from fmnist_kfp.kfp_components.deploy.step import (
-    from_kfp_store,
-    kserve_settings,
-    serving_problems,
-    storage_uri_for,
-)
+from fmnist_kfp.kfp_components.deploy.step import ServingInputs, kserve_candidate, kserve_settings
 from fmnist_kfp.kfp_components.outputs import StepOutputs
-from fmnist_kfp.settings.serving import ServingSettings
 
 if TYPE_CHECKING:  # the serving modules are imported where the step runs
     from fmnist_kfp.serving.deploy.local_deployer import LocalPromotion
@@ -64,44 +57,41 @@ class Promotion:
 
 
 @reports_errors_briefly
-def promote(*, model_dir: str, model_uri: str, model_type: str, data_dir: str, backend: str,
-            model_name: str, tolerance: float, verification_images: int,
-            serving: dict[str, Any], image: str = "", log=print,
-            kserve_client=None) -> Promotion:
+def promote(*, model_dir: str, model_uri: str, model_type: str, data_dir: str, log=print,
+            kserve_client=None, **serving_inputs: Any) -> Promotion:
     """Promotes the model if it is the best trained so far; returns how it ended
     (``action``: created, promoted, unchanged, rejected, superseded, rolled_back or
-    failed)."""
+    failed). ``serving_inputs``: the fields of
+    :class:`~fmnist_kfp.kfp_components.deploy.step.ServingInputs`, as the component passes
+    its inputs."""
     import time
 
     from fmnist_kfp.selection.select import validation_accuracy
     from fmnist_kfp.serving.deploy.verification import make_verifier, test_sample
 
-    problems = serving_problems(serving, backend, model_name, tolerance, verification_images,
-                                image)
-    if problems:
-        raise UserInputError("invalid serving parameters:\n  - " + "\n  - ".join(problems))
-    settings = ServingSettings.from_dict(serving)
+    inputs = ServingInputs(**serving_inputs)
+    settings = inputs.checked()
+    model_name, tolerance = inputs.model_name, inputs.tolerance
     accuracy = validation_accuracy(model_dir, data_dir)
     log(f"{model_type}: validation accuracy {accuracy:.4f}")
-    images, labels = test_sample(data_dir, verification_images, split="validation")
+    images, labels = test_sample(data_dir, inputs.verification_images, split="validation")
     verify = make_verifier(model_dir, model_name, images, labels, log=log)
 
-    require_backend("deployment", backend)
+    require_backend("deployment", inputs.backend)
     result: LocalPromotion | RolloutResult | SupersededResult
-    if backend == "local":
+    if inputs.backend == "local":
         from fmnist_kfp.serving.deploy.local_deployer import promote_locally
 
         result = promote_locally(
             model_name, model_dir, accuracy, model_type=model_type, tolerance=tolerance,
-            verify=verify, server_args=settings.local_server_args(serving), log=log)
+            verify=verify, server_args=settings.local_server_args(inputs.serving), log=log)
     else:
         from fmnist_kfp.serving.deploy.kserve_promotion import promote_with_kserve
+        from fmnist_kfp.serving.deploy.rollout_base import Acceptance
 
-        service = kserve_settings(model_name, settings, model_uri, image)
         result = promote_with_kserve(
-            service, storage_uri=storage_uri_for(model_uri, settings.storage_uri),
-            validation_accuracy=accuracy, model_type=model_type, tolerance=tolerance,
-            verify=verify, client=kserve_client, log=log,
-            needs_credentials=from_kfp_store(model_uri, settings.storage_uri))
+            kserve_settings(model_name, settings, model_uri, inputs.image),
+            kserve_candidate(model_uri, settings, accuracy, model_type),
+            Acceptance(tolerance, verify), client=kserve_client, log=log)
     return Promotion(result, model_type=model_type, validation_accuracy=accuracy,
                      serving_since=time.time() if result.action.started_serving else None)

@@ -17,7 +17,7 @@ from fmnist_kfp.katib.results import TuningResult
 from fmnist_kfp.kfp_components import reports_errors_briefly
 from fmnist_kfp.kfp_components.outputs import StepOutputs
 from fmnist_kfp.kubernetes.names import stable_name
-from fmnist_kfp.settings.jobs import cluster_settings
+from fmnist_kfp.settings.jobs import merged_cluster_settings
 from fmnist_kfp.settings.training import Hyperparameters, TrainingConfig
 from fmnist_kfp.settings.tuning import TuningSettings
 from fmnist_kfp.tuning.experiment_settings import MAX_NAME_LENGTH, ExperimentSettings
@@ -107,9 +107,11 @@ def tune_step(*, model_type: str, base: TrainingConfig, tuning: dict[str, Any], 
     from fmnist_kfp.katib.experiment_launcher import KatibExperimentLauncher
     from fmnist_kfp.kubernetes.storage import make_shared_dirs, stage_dataset, staged_location
 
-    # The compiled image and claim under the user's settings, checked (namespace, claim).
-    pods = cluster_settings(inputs.kubernetes, image=inputs.image, gpu_image=inputs.gpu_image,
-                            gpus_per_worker=inputs.gpus_per_worker)
+    # The compiled image and claim under the user's settings, the merge checked (namespace,
+    # claim); the pods' own rules are the Experiment's check's (katib.experiment, below).
+    pods = merged_cluster_settings(inputs.kubernetes, image=inputs.image,
+                                   gpu_image=inputs.gpu_image,
+                                   gpus_per_worker=inputs.gpus_per_worker)
     on_cluster = replace(settings, kubernetes=pods)
     datasets = f"{pods.mount_path.rstrip('/')}/datasets"
     data = staged_location(data_dir, datasets)  # staged below

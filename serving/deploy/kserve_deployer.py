@@ -43,57 +43,43 @@ from fmnist_kfp.serving.deploy.kserve_api import (
     ReadinessTimeout,
     retrying,
 )
-from fmnist_kfp.serving.deploy.rollout_base import Log, Rollout, Verify
+from fmnist_kfp.serving.deploy.rollout_base import Acceptance, Candidate, Log, Rollout
 from fmnist_kfp.serving.deploy.rollout_result import RolloutResult
 from fmnist_kfp.serving.deploy.rollout_serverless import ServerlessRollout
 from fmnist_kfp.serving.deploy.rollout_standard import StandardRollout
-from fmnist_kfp.settings.serving import KServeSettings, check_storage_uri, check_tolerance
+from fmnist_kfp.settings.serving import KServeSettings
 
 __all__ = ["KServeRolloutError", "ReadinessTimeout", "deploy_with_kserve", "detect_mode",
            "prepare_rollout"]
 
 
-def deploy_with_kserve(
-    settings: KServeSettings,
-    *,
-    storage_uri: str,
-    test_accuracy: float,
-    tolerance: float,
-    verify: Verify,
-    client=None,
-    needs_credentials: bool = False,
-    poll_seconds: float = 5.0,
-    log: Log = print,
-) -> RolloutResult:
-    """Serves ``storage_uri`` (whose test accuracy is ``test_accuracy``) on KServe.
+def deploy_with_kserve(settings: KServeSettings, candidate: Candidate, acceptance: Acceptance,
+                       *, client=None, poll_seconds: float = 5.0,
+                       log: Log = print) -> RolloutResult:
+    """Serves ``candidate`` (its accuracy: the test split's) on KServe, as ``acceptance``
+    accepts it.
 
-    ``verify(url, model_name)`` sends real test images to ``url`` (a base URL) and returns a
-    :class:`~fmnist_kfp.serving.deploy.verification.Comparison` or a mapping with at least
-    ``{"ok": bool, "accuracy": float}``; a model passes when ``ok`` and its accuracy is at
-    least ``expected_accuracy - tolerance`` (default ``test_accuracy``). ``client`` is a
+    ``acceptance.verify(url, model_name)`` sends real test images to ``url`` (a base URL) and
+    returns a :class:`~fmnist_kfp.serving.deploy.verification.Comparison` or a mapping with at
+    least ``{"ok": bool, "accuracy": float}``; a model passes when ``ok`` and its accuracy is at
+    least ``expected_accuracy - tolerance`` (default the candidate's). ``client`` is a
     ``kserve.KServeClient`` (None: one from the in-cluster or kubeconfig credentials).
-    ``needs_credentials``: the model is in KFP's object store, so KServe needs the
+    ``candidate.needs_credentials``: the model is in KFP's object store, so KServe needs the
     ServiceAccount's S3 Secret; a missing one fails before any write.
     """
-    rollout, current = prepare_rollout(
-        settings, storage_uri=storage_uri, test_accuracy=test_accuracy, tolerance=tolerance,
-        verify=verify, client=client, needs_credentials=needs_credentials,
-        poll_seconds=poll_seconds, log=log)
+    rollout, current = prepare_rollout(settings, candidate, acceptance, client=client,
+                                       poll_seconds=poll_seconds, log=log)
     return rollout.deploy(current)
 
 
-def prepare_rollout(settings: KServeSettings, *, storage_uri: str, test_accuracy: float,
-                    tolerance: float, verify: Verify, client=None,
-                    needs_credentials: bool = False, poll_seconds: float = 5.0,
-                    log: Log = print, mixin: type | None = None) -> tuple[Rollout, dict | None]:
+def prepare_rollout(settings: KServeSettings, candidate: Candidate, acceptance: Acceptance, *,
+                    client=None, poll_seconds: float = 5.0, log: Log = print,
+                    mixin: type | None = None) -> tuple[Rollout, dict | None]:
     """The rollout of the mode the InferenceService is in, and the InferenceService as read
-    (None when absent); what KServe would refuse is refused first. ``mixin``: a class laid
-    over the mode's rollout (an early promotion's claim and guard)."""
+    (None when absent); what KServe would refuse is refused first (the candidate and its
+    acceptance checked themselves as they were made). ``mixin``: a class laid over the mode's
+    rollout (an early promotion's claim and guard)."""
     settings.validate()
-    storage_uri = check_storage_uri(storage_uri)
-    check_tolerance(tolerance)
-    if not 0.0 <= test_accuracy <= 1.0:
-        raise UserInputError(f"test accuracy {test_accuracy} is not in [0, 1]")
     if client is None:
         from kserve import KServeClient
 
@@ -102,16 +88,16 @@ def prepare_rollout(settings: KServeSettings, *, storage_uri: str, test_accuracy
     current = retrying(api.get, settings.name)
     mode = detect_mode(api, current, settings.deployment_mode, log)
     problems = scale_problems(settings, mode)
-    if needs_credentials:
+    if candidate.needs_credentials:
         problems += credential_problems(api, settings.service_account, log)
     if problems:
-        raise UserInputError(f"cannot deploy {storage_uri} to {api.where(settings.name)} "
-                             f"({mode.mode} mode): " + "; ".join(problems))
+        raise UserInputError(f"cannot deploy {candidate.storage_uri} to "
+                             f"{api.where(settings.name)} ({mode.mode} mode): "
+                             + "; ".join(problems))
     kind: type[Rollout] = ServerlessRollout if mode.serverless else StandardRollout
     if mixin is not None:
         kind = type(f"{mixin.__name__}{kind.__name__}", (mixin, kind), {})
-    rollout = kind(settings, api, mode, storage_uri, test_accuracy, tolerance, verify,
-                   poll_seconds, log)
+    rollout = kind(settings, api, mode, candidate, acceptance, poll_seconds, log)
     return rollout, current
 
 

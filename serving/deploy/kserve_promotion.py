@@ -77,7 +77,7 @@ from fmnist_kfp.serving.deploy.kserve_api import (
     TransientApiError,
 )
 from fmnist_kfp.serving.deploy.kserve_deployer import prepare_rollout
-from fmnist_kfp.serving.deploy.rollout_base import Log, Rollout, Verify
+from fmnist_kfp.serving.deploy.rollout_base import Acceptance, Candidate, Log, Rollout
 from fmnist_kfp.serving.deploy.rollout_result import Action, RolloutResult, SupersededResult
 from fmnist_kfp.settings.serving import KServeSettings
 
@@ -165,25 +165,24 @@ def _superseded(error: BaseException) -> Superseded | None:
     return next((e for e in exception_chain(error) if isinstance(e, Superseded)), None)
 
 
-def promote_with_kserve(settings: KServeSettings, *, storage_uri: str,
-                        validation_accuracy: float, model_type: str, tolerance: float,
-                        verify: Verify, client=None, needs_credentials: bool = False,
-                        poll_seconds: float = 5.0, log: Log = print,
+def promote_with_kserve(settings: KServeSettings, candidate: Candidate, acceptance: Acceptance,
+                        *, client=None, poll_seconds: float = 5.0, log: Log = print,
                         attempts: int = CLAIM_ATTEMPTS) -> RolloutResult | SupersededResult:
-    """Promotes ``storage_uri`` if it is better on validation than the claim on the
-    InferenceService (module docstring); returns the rollout's result, its ``action`` also
-    ``rejected`` (not better) or ``unchanged`` (already claimed by this model), or a
-    :class:`SupersededResult` (a better model claimed it during the rollout)."""
+    """Promotes ``candidate`` (its accuracy: the validation split's) if it is better on
+    validation than the claim on the InferenceService (module docstring); returns the
+    rollout's result, its ``action`` also ``rejected`` (not better) or ``unchanged`` (already
+    claimed by this model), or a :class:`SupersededResult` (a better model claimed it during
+    the rollout)."""
+    storage_uri, validation_accuracy = candidate.storage_uri, candidate.accuracy
+    model_type, tolerance = candidate.model_type, acceptance.tolerance
     data = {CLAIM_ACCURACY: format_accuracy(validation_accuracy), CLAIM_MODEL_URI: storage_uri,
             CLAIM_MODEL_TYPE: model_type}
     held = False  # this call wrote the claim (and nobody has overtaken it since, last seen)
     decision = None
     for attempt in range(1, attempts + 1):
-        rollout, current = prepare_rollout(
-            settings, storage_uri=storage_uri, test_accuracy=validation_accuracy,
-            tolerance=tolerance, verify=verify, client=client,
-            needs_credentials=needs_credentials, poll_seconds=poll_seconds, log=log,
-            mixin=EarlyClaim)
+        rollout, current = prepare_rollout(settings, candidate, acceptance, client=client,
+                                           poll_seconds=poll_seconds, log=log,
+                                           mixin=EarlyClaim)
         assert isinstance(rollout, EarlyClaim), "EarlyClaim is laid over the mode's rollout"
         rollout.claimed_uri = storage_uri
         api, name = rollout.api, claim_name(settings.name)

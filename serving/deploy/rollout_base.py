@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.kubernetes.inference_service import (
     ANNOTATION_CANDIDATE_MODEL_URI,
     ANNOTATION_MODEL_URI,
@@ -49,15 +50,52 @@ from fmnist_kfp.serving.deploy.kserve_api import (
     TransientApiError,
 )
 from fmnist_kfp.serving.deploy.rollout_result import Action, RolloutResult, Verification
-from fmnist_kfp.settings.serving import FMNIST_RUNTIME, KServeSettings
+from fmnist_kfp.settings.serving import (
+    FMNIST_RUNTIME,
+    KServeSettings,
+    check_storage_uri,
+    check_tolerance,
+)
 
-__all__ = ["Check", "Log", "Rollout", "Verify", "Written"]
+__all__ = ["Acceptance", "Candidate", "Check", "Log", "Rollout", "Verify", "Written"]
 
 # A verifier: (base URL, model name) -> its report, a Comparison or a mapping with at least
 # ``ok`` and ``accuracy``.
 Verify = Callable[[str, str], Mapping[str, Any] | Any]
 Log = Callable[[str], None]
 CONFLICT_RETRIES = 5
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """The model a rollout serves: where KServe's storage initializer fetches it, the accuracy
+    its blessing compares with the serving model's (the test split's when deployed, the
+    validation split's when promoted early), whether KServe needs KFP's object-store
+    credentials to fetch it, and its model type (the name an early promotion's claim gives
+    it). Checked as it is made, before any call to the cluster."""
+
+    storage_uri: str
+    accuracy: float
+    needs_credentials: bool = False
+    model_type: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "storage_uri", check_storage_uri(self.storage_uri))
+        if not 0.0 <= self.accuracy <= 1.0:
+            raise UserInputError(f"test accuracy {self.accuracy} is not in [0, 1]")
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """How a rollout accepts its candidate: blessed when its accuracy is at least the serving
+    model's minus ``tolerance``, then served only once ``verify`` (real test images sent to
+    where it answers) passes within the same tolerance. Checked as it is made."""
+
+    tolerance: float
+    verify: Verify
+
+    def __post_init__(self) -> None:
+        check_tolerance(self.tolerance)
 
 
 @dataclass
@@ -94,16 +132,15 @@ class Rollout:
     """One deployment of ``storage_uri`` on the InferenceService ``settings.name``."""
 
     def __init__(self, settings: KServeSettings, api: KServeApi, mode: DeploymentMode,
-                 storage_uri: str, test_accuracy: float, tolerance: float, verify: Verify,
-                 poll_seconds: float, log: Log):
+                 candidate: Candidate, acceptance: Acceptance, poll_seconds: float, log: Log):
         self.settings = settings
         self.api = api
         self.mode = mode
         self.name = settings.name
-        self.storage_uri = storage_uri
-        self.test_accuracy = test_accuracy
-        self.tolerance = tolerance
-        self.verify_url = verify
+        self.storage_uri = candidate.storage_uri
+        self.test_accuracy = candidate.accuracy
+        self.tolerance = acceptance.tolerance
+        self.verify_url = acceptance.verify
         self.poll_seconds = poll_seconds
         self.log = log
 

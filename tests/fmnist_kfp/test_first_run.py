@@ -229,6 +229,7 @@ def _deploy_log(tmp_path: Path) -> str:
     (Serverless, Kubeflow's default), with the ServiceAccount and S3 Secret of step 2's
     ``manifests/serving-credentials``, verified, then all traffic."""
     from fmnist_kfp.serving.deploy.kserve_deployer import deploy_with_kserve
+    from fmnist_kfp.serving.deploy.rollout_base import Acceptance, Candidate
     from fmnist_kfp.settings.serving import KServeSettings
     from tests.serving.deploy.test_kserve_rollout import Verifier
 
@@ -240,9 +241,9 @@ def _deploy_log(tmp_path: Path) -> str:
                                   image="ghcr.io/fmnist-kfp/fmnist-kfp:0.2.0",
                                   service_account="fmnist-serving", ready_timeout_seconds=5)
         result = deploy_with_kserve(
-            settings, storage_uri=MODEL_URI, test_accuracy=0.9087, tolerance=0.005,
-            verify=Verifier(standin, default=0.9087), client=standin.kserve_client(NAMESPACE),
-            needs_credentials=True, poll_seconds=0.005, log=lines.append)
+            settings, Candidate(MODEL_URI, 0.9087, needs_credentials=True),
+            Acceptance(0.005, Verifier(standin, default=0.9087)),
+            client=standin.kserve_client(NAMESPACE), poll_seconds=0.005, log=lines.append)
     assert result.action == "created", result
     return "\n".join(lines)
 

@@ -408,7 +408,7 @@ def test_a_step_given_no_image_creates_nothing_and_names_its_input(on_the_cluste
                                                                     tmp_path, monkeypatch):
     """The pods' image comes from the step's inputs alone: not from the environment, where
     FMNIST_COMPONENT_IMAGE only records the step's own image for lineage."""
-    from fmnist_kfp.batch.indexed_job_scorer import IndexedJobScorer
+    from fmnist_kfp.kfp_components.batch_predict.step import scoring_backend
     from fmnist_kfp.kfp_components.train.step import train_step
     from fmnist_kfp.kfp_components.tune.step import tune_step
 
@@ -422,7 +422,7 @@ def test_a_step_given_no_image_creates_nothing_and_names_its_input(on_the_cluste
                   tuning={"algorithm": "random"}, data_dir=str(synthetic_dataset),
                   output_dir=str(tmp_path / "search"), backend="kubernetes")
     with pytest.raises(UserInputError, match="no image for the pods.*step's image input"):
-        IndexedJobScorer(namespace="team-a")
+        scoring_backend("kubernetes", {"namespace": "team-a"})
     with pytest.raises(UserInputError, match="asks for 1 GPU.*gpu_image input"):
         train_step(config=TrainingConfig(model_type="basic"),
                    data_dir=str(synthetic_dataset), model_dir=str(tmp_path / "model"),

@@ -561,3 +561,49 @@ def test_the_katib_launcher_checks_the_experiment_once_and_before_asking_the_clu
     assert asked == ["auto"] and (launcher.operator, launcher.shape) == ("trainjob", PATCHES)
     assert experiment.spec.trial_template.trial_spec["kind"] == "TrainJob"
     assert set(counts.values()) == {1} and "what a TFJob cannot do" not in counts
+
+
+class _Created(Exception):
+    """The tuning step got as far as running its Experiment."""
+
+
+@pytest.mark.parametrize("kubernetes", [{}, {"cpu": "lots"}])
+def test_the_tuning_step_checks_each_rule_once_before_the_dataset_is_staged(
+        kubernetes, monkeypatch, tmp_path, synthetic_dataset):
+    """Issue 43: on the tuning step's path the pods' settings were checked twice, as the step
+    made them and with the Experiment; now the step merges them (its own rules: claim,
+    namespace, images) and the Experiment's check checks them, once, before anything is
+    staged."""
+    from fmnist_kfp.katib.experiment_launcher import KatibExperimentLauncher
+    from fmnist_kfp.kfp_components.tune.step import tune_step
+    from fmnist_kfp.settings.training import TrainingConfig
+    from tests.call_counts import count_rules
+
+    class Katib:
+        def training_operator(self, setting, timeout):
+            return "tfjob", OVERRIDES
+
+    class Launcher(KatibExperimentLauncher):
+        def run(self, settings, search_space, data_dir, experiment=None):
+            raise _Created()
+
+    monkeypatch.delenv("FMNIST_PVC_NAME", raising=False)
+    volume = tmp_path / "volume"
+    counts = count_rules(monkeypatch)
+    with pytest.raises(UserInputError if kubernetes else _Created, match="cpu" if kubernetes
+                       else None):
+        tune_step(model_type="dropout", base=TrainingConfig(), data_dir=str(synthetic_dataset),
+                  tuning={"algorithm": "random", "max_trials": 2, "parallel_trials": 1,
+                          "early_stopping": False},
+                  output_dir=str(tmp_path / "search"), backend="kubernetes",
+                  kubernetes={"namespace": "team-a", "pvc_name": "fmnist-pvc",
+                              "mount_path": str(volume), **kubernetes},
+                  image=IMAGE, launcher=Launcher(Katib(), out=io.StringIO()))
+    if kubernetes:
+        assert counts["the pods' settings"] == 1 and not volume.exists()
+        return
+    assert counts == {
+        "the training configuration": 1, "the job's replicas": 1, "the pods' settings": 1,
+        "the Experiment's storage and pods": 1, "the Experiment's search": 1,
+        "Katib's webhook": 1, "what a TFJob cannot do": 1}
+    assert (volume / "datasets").exists()  # staged once everything was checked

@@ -15,6 +15,7 @@ import yaml
 from fmnist_kfp.cli import main as cli_main
 from fmnist_kfp.errors import UserInputError
 from fmnist_kfp.serving.deploy.kserve_deployer import deploy_with_kserve
+from fmnist_kfp.serving.deploy.rollout_base import Acceptance, Candidate
 from fmnist_kfp.serving.deploy.rollout_result import Action
 from fmnist_kfp.settings.serving import KServeSettings
 from tests import ROOT
@@ -47,7 +48,7 @@ class Verifier:
 def deploy(standin, uri, accuracy, verifier, **settings):
     return deploy_with_kserve(
         KServeSettings(namespace=NS, image=IMAGE, ready_timeout_seconds=5, **settings),
-        storage_uri=uri, test_accuracy=accuracy, tolerance=0.005, verify=verifier,
+        Candidate(uri, accuracy), Acceptance(0.005, verifier),
         client=standin.kserve_client(NS), poll_seconds=0.005, log=lambda line: None)
 
 

@@ -32,6 +32,7 @@ from fmnist_kfp.serving.deploy.kserve_promotion import (
     claim_name,
     promote_with_kserve,
 )
+from fmnist_kfp.serving.deploy.rollout_base import Acceptance, Candidate
 from fmnist_kfp.serving.deploy.rollout_result import Action, RolloutResult
 from tests.serving.deploy.test_kserve_rollout import (
     NS,
@@ -66,9 +67,8 @@ def _promote(standin, uri: str, model_type: str, logs: list | None = None,
              client=None, verify=None, attempts: int = CLAIM_ATTEMPTS,
              **overrides) -> RolloutResult:
     return promote_with_kserve(
-        settings(**overrides), storage_uri=uri, validation_accuracy=ACCURACY[uri],
-        model_type=model_type, tolerance=0.005,
-        verify=verify or Verifier(standin, ACCURACY, own=uri),
+        settings(**overrides), Candidate(uri, ACCURACY[uri], model_type=model_type),
+        Acceptance(0.005, verify or Verifier(standin, ACCURACY, own=uri)),
         client=client or standin.kserve_client(NS),
         poll_seconds=0.005, log=(logs.append if logs is not None else lambda line: None),
         attempts=attempts)

@@ -30,6 +30,7 @@ from fmnist_kfp.serving.deploy.kserve_deployer import (
     ReadinessTimeout,
     deploy_with_kserve,
 )
+from fmnist_kfp.serving.deploy.rollout_base import Acceptance, Candidate
 from fmnist_kfp.serving.deploy.rollout_result import Action
 from fmnist_kfp.settings.serving import KServeSettings
 from tests.crd_schemas import validate_strict
@@ -125,9 +126,8 @@ def deploy(standin, uri, accuracy, verify=None, tolerance=0.005, logs=None,
     if isinstance(verify, Verifier) and not verify.own_given:
         verify.own = uri  # the model this call deploys
     return deploy_with_kserve(
-        settings(**overrides), storage_uri=uri, test_accuracy=accuracy, tolerance=tolerance,
-        verify=verify, client=standin.kserve_client(NS),
-        needs_credentials=needs_credentials, poll_seconds=0.005,
+        settings(**overrides), Candidate(uri, accuracy, needs_credentials=needs_credentials),
+        Acceptance(tolerance, verify), client=standin.kserve_client(NS), poll_seconds=0.005,
         log=(logs.append if logs is not None else lambda line: None),
     )
 
@@ -521,3 +521,15 @@ def test_the_reads_before_a_rollout_get_through_a_transient_answer(mode, monkeyp
                         service_account="fmnist-serving")
     assert result.action is Action.CREATED, result
     assert all(first_answers[name] >= 2 for name in reads), first_answers
+
+
+def test_a_candidate_or_acceptance_that_cannot_be_rolled_out_is_refused_as_it_is_made():
+    """The rollout's parameter objects check themselves, so a bad one fails before any call
+    to the cluster, naming the fix."""
+    with pytest.raises(UserInputError, match="without the mount path"):
+        Candidate("/mnt/fmnist/model", 0.9)
+    with pytest.raises(UserInputError, match=r"test accuracy 1.5 is not in \[0, 1\]"):
+        Candidate("s3://models/fmnist", 1.5)
+    with pytest.raises(UserInputError, match="blessing tolerance 2 is not an accuracy"):
+        Acceptance(2, lambda url, name: {"ok": True, "accuracy": 1.0})
+    assert Candidate("s3://models/fmnist", 0.9).storage_uri == "s3://models/fmnist"
