@@ -82,6 +82,22 @@ class ClusterLauncher:
     def _say(self, message: str) -> None:
         print(message, file=self.out, flush=True)
 
+    def _say_new_log_lines(self, core_api, pod, container: str, printed: dict[str, int]
+                           ) -> None:
+        """Prints the lines of ``pod``'s ``container`` log that ``printed`` (how many of each
+        pod's lines were printed, by uid) has not seen; a failed read is skipped."""
+        try:
+            text = core_api.read_namespaced_pod_log(
+                pod.metadata.name, self.namespace, container=container,
+                _request_timeout=self.request_timeout_seconds)
+        except Exception:  # logs are a courtesy; the job's outcome is what counts
+            return
+        lines = [line for line in (text or "").splitlines() if line.strip()]
+        done = printed.get(pod.metadata.uid, 0)
+        for line in lines[done:]:
+            self._say(f"[{pod.metadata.name}] {line}")
+        printed[pod.metadata.uid] = max(done, len(lines))
+
     def _run(self, job: RemoteJob, spec: TrainingJobSpec, started: float, restarts
              ) -> TrainingJobResult:
         """Runs ``job`` (started at ``started`` on the runner's clock) to its end: the result

@@ -221,17 +221,7 @@ class _Watch:
         nodes = [p for p in pods if completion_index(p) == 0
                  and p.status is not None and p.status.phase != "Pending"]
         for pod in sorted(nodes, key=restart_attempt):
-            try:
-                text = launcher.core_api.read_namespaced_pod_log(
-                    pod.metadata.name, launcher.namespace, container=CONTAINER_NAME,
-                    _request_timeout=launcher.request_timeout_seconds)
-            except Exception:  # logs are a courtesy; the job's outcome is what counts
-                continue
-            lines = [line for line in (text or "").splitlines() if line.strip()]
-            done = self.printed.get(pod.metadata.uid, 0)
-            for line in lines[done:]:
-                launcher._say(f"[{pod.metadata.name}] {line}")
-            self.printed[pod.metadata.uid] = max(done, len(lines))
+            launcher._say_new_log_lines(launcher.core_api, pod, CONTAINER_NAME, self.printed)
 
     def cleanup(self, why: str) -> None:
         launcher = self.launcher
