@@ -223,12 +223,13 @@ class LocalDeployment:
         return {"previous_url": self.previous_url}
 
     def record(self) -> dict[str, Any]:
-        """The record the deploy and promote steps hand to KFP, as local deployments always
-        wrote it: the verifier's report as ``verification`` (``{}`` when none ran)."""
+        """The record the deploy and promote steps hand to KFP: the verifier's report and
+        the one verdict on it as ``verification``, as a KServe rollout records it (``{}``
+        when none ran)."""
         return {"name": self.name, "backend": self.BACKEND, "blessing": self.blessing.as_dict(),
                 **self._fields(), "action": self.action.value, "url": self.url,
                 "verification": {} if self.verification is None
-                else dict(self.verification.report)}
+                else self.verification.as_dict()}
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,7 @@ def test_local_deployment_lifecycle(exported_model, synthetic_dataset, tmp_path,
         # The record the step hands to KFP, as local deployments always wrote it.
         assert list(first.record()) == ["name", "backend", "blessing", "previous_url", "action",
                                         "url", "verification"]
-        assert first.record()["verification"] == dict(report)
+        assert first.record()["verification"] == {**report, "passed": True}
         served = running_server(NAME)
         assert served.url == first.url and served.test_accuracy == 0.90
         assert _answers(first.url)

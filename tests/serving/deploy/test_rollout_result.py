@@ -95,7 +95,7 @@ def test_the_actions_are_the_strings_the_steps_output():
     assert f"{Action.ROLLED_BACK}" == "rolled_back" and Action.CREATED == "created"
 
 
-def test_local_results_are_recorded_as_local_deployments_always_were():
+def test_local_results_are_recorded_with_the_verdict_as_kserve_rollouts_are():
     report = {"ok": True, "accuracy": 0.9}
     deployment = LocalDeployment(
         name="fm", action=Action.CREATED, url="http://127.0.0.1:1",
@@ -104,7 +104,7 @@ def test_local_results_are_recorded_as_local_deployments_always_were():
     assert json.dumps(deployment.record()) == json.dumps({
         "name": "fm", "backend": "local", "blessing": bless(0.9, None, 0.005).as_dict(),
         "previous_url": "", "action": "created", "url": "http://127.0.0.1:1",
-        "verification": report})  # the verifier's report, without "passed"
+        "verification": {**report, "passed": True}})  # the verdict beside the report
     early = bless_early(0.9, 0.8, None, 0.005)
     promotion = LocalPromotion(
         name="fm", action=Action.REJECTED, url="http://127.0.0.1:2", blessing=early,
