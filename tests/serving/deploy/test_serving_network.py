@@ -44,5 +44,5 @@ def test_deploy_from_a_profile_needs_the_gateway_network_policy(
             standin.put(obj)
         network.dropped.clear()
         done = run_deploy(standin, models, data_dir, "1", 0.80, namespace=PROFILE)
-        assert done["verification"]["ok"] and not network.dropped
+        assert done.verification.passed and not network.dropped
 
