@@ -51,10 +51,14 @@ def claim(cluster, synthetic_dataset):
 
 def _start_step(cluster, pod: str, job: str, epochs: int = 1, max_restarts: int = 2,
                 layout: str = "num_workers=2", cpu: str = "500m",
-                timeout_seconds: int = STEP_SECONDS) -> None:
+                timeout_seconds: int = STEP_SECONDS, log_file: str = "") -> None:
     """The train step's launcher in a pod (``pod``), training TFJob ``job``; ``layout``: the
-    spec's replica fields, ``cpu`` each replica's request."""
+    spec's replica fields, ``cpu`` each replica's request; ``log_file``: where on the claim the
+    step writes its output instead (a deleted pod's log is gone with it)."""
+    redirect = (f"import sys; sys.stdout = sys.stderr = open('/mnt/fmnist/{log_file}', 'a', "
+                "buffering=1)") if log_file else ""
     script = f"""
+        {redirect}
         from fmnist_kfp.launcher.tfjob_launcher import TFJobLauncher
         from fmnist_kfp.settings.jobs import KubernetesSettings
         from fmnist_kfp.settings.training import TrainingConfig
@@ -211,10 +215,17 @@ def test_terminating_the_step_deletes_its_tfjob(cluster, claim):
     """The step pod deleted (a run terminated in KFP): SIGTERM reaches the launcher, which
     deletes the TFJob before it exits (fmnist_kfp.kubernetes.runner)."""
     job = "fmnist-basic-stopped"
-    _start_step(cluster, "train-stopped", job, epochs=50)
+    log = claim / "train-stopped.log"
+    _start_step(cluster, "train-stopped", job, epochs=50, log_file=log.name)
     until(lambda: len(_workers(cluster, job)) == 2, "two workers", 300)
     _core(cluster).delete_namespaced_pod("train-stopped", NAMESPACE, grace_period_seconds=30)
-    until(lambda: _tfjob(cluster, job) is None, "the TFJob deleted", 60)
+
+    def seen() -> str:
+        tfjob = _tfjob(cluster, job) or {}
+        return (f"TFJob metadata {tfjob.get('metadata')}; the step's output: "
+                f"{log.read_text() if log.exists() else '(none)'}")
+
+    until(lambda: _tfjob(cluster, job) is None, "the TFJob deleted", 60, shown=seen)
     until(lambda: not _workers(cluster, job), "the workers gone", 60)
 
 
