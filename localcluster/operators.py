@@ -167,6 +167,16 @@ def module_dir(module: GoModule, upstream: str) -> Path:
     return Path(json.loads(answer.stdout)["Dir"])
 
 
+def yaml_documents(text: str) -> list[Any]:
+    """The documents of a YAML stream, empty ones left out, parsed by libyaml where PyYAML has
+    it: an operator's release is megabytes of CRDs (KServe v0.16.0's: 1.6 s, against 8.3 s in
+    pure Python, the same objects)."""
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return [doc for doc in yaml.load_all(text, Loader=loader) if doc]
+
+
 def render(operator: Operator) -> list[dict[str, Any]]:
     """The objects ``kubectl apply -k`` of the operator's kustomization sends."""
     import yaml
@@ -184,8 +194,8 @@ def render(operator: Operator) -> list[dict[str, Any]]:
         text = subprocess.run([str(kustomize), "build", "--load-restrictor",
                                "LoadRestrictionsNone", str(folder)], capture_output=True,
                               text=True, check=True).stdout
-    objects = [doc for doc in yaml.safe_load_all(text)
-               if doc and doc["metadata"]["name"] not in operator.without_objects
+    objects = [doc for doc in yaml_documents(text)
+               if doc["metadata"]["name"] not in operator.without_objects
                and doc["kind"] not in operator.without_kinds]
     for obj in objects:
         if obj["kind"] == "Deployment" and operator.without_containers:

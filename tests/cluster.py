@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from tests.crd_schemas import crds_dir
 
@@ -393,15 +392,16 @@ def install_crds(api_client) -> None:
     """Creates the upstream CRDs and waits until the API server serves each."""
     from kubernetes import client
 
+    from localcluster.operators import yaml_documents
+
     extensions = client.ApiextensionsV1Api(api_client)
     paths = [crds_dir() / name for name in SHARED_CRDS] + [
         HERE / "crds" / name for name in TEST_CRDS]
     names = []
     for path in paths:
-        for document in yaml.safe_load_all(path.read_text()):
-            if document:
-                extensions.create_custom_resource_definition(document)
-                names.append(document["metadata"]["name"])
+        for document in yaml_documents(path.read_text()):
+            extensions.create_custom_resource_definition(document)
+            names.append(document["metadata"]["name"])
     deadline = time.monotonic() + CRD_ESTABLISHED_SECONDS
     for name in names:
         while True:

@@ -68,14 +68,13 @@ def _crd_documents(files: tuple[str, ...] = KUBEFLOW_CRDS, istio: bool = True,
     from localcluster import operators
     from tests.cluster import crds_dir
 
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # some are large
-    documents = [doc for name in files for doc in yaml.load_all(
-        ((folder or crds_dir()) / name).read_text(), Loader=loader) if doc]
+    documents = [doc for name in files for doc in operators.yaml_documents(
+        ((folder or crds_dir()) / name).read_text())]
     if istio:
         module = operators.module_dir(operators.KSERVE_V0_16.module, "istio.io/api")
-        documents += [doc for doc in yaml.load_all(
-            (module / "kubernetes" / "customresourcedefinitions.gen.yaml").read_text(),
-            Loader=loader) if doc and doc["metadata"]["name"] == ISTIO_CRD]
+        documents += [doc for doc in operators.yaml_documents(
+            (module / "kubernetes" / "customresourcedefinitions.gen.yaml").read_text())
+            if doc["metadata"]["name"] == ISTIO_CRD]
     return {doc["metadata"]["name"]: doc for doc in documents}
 
 
