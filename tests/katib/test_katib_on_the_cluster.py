@@ -3,8 +3,13 @@ operators.py KATIB_V0_19): katib-controller with its webhooks, katib-db-manager 
 Katib's hyperopt suggestion and median-stopping services from its module's Python source, and
 its StdOut metrics collector injected into each trial's primary pod, whose PID namespace it
 shares. The step runs as KFP runs it: a pod of the compiled image and environment, as the
-pipeline-runner ServiceAccount, with the claim mounted; the trials' jobs are run by the real
-Training Operator v1.9.2 (TFJob) or Trainer v2.2.0 with JobSet v0.11.0 (TrainJob), and train.
+pipeline-runner ServiceAccount, with the claim mounted; the trials' jobs are TFJobs, run by
+the real Training Operator v1.9.2, and train. TrainJob trials (Trainer v2.2.0 with JobSet
+v0.11.0) run on the same Katib in the whole pipeline's tune step
+(tests/pipelines/test_pipeline_on_the_cluster.py, its ``trainjob`` run): their objectives as
+the collector read them and the best trial's values handed to the training job; a second
+search of them here would cost over two minutes of CI for the early stopping alone, which
+Katib does alike for either kind (it stops the trial, then deletes its job).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from tests.kfp_components.test_cluster_steps import (  # noqa: F401 (the fixture
     katib_step_namespace,
 )
 
-TRIAL_KINDS = {"tfjob": "TFJob", "trainjob": "TrainJob"}
+TRIAL_KINDS = {"tfjob": "TFJob"}
 RANDOM_STATE = 1
 
 

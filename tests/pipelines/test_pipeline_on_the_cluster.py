@@ -78,8 +78,9 @@ def test_the_released_pipeline_runs_whole_on_the_cluster(real_data_dir, whole_pa
     predictions an Indexed Job's."""
     cluster, namespace = whole_path_cluster, run_namespace
     chosen, kind = OPERATORS[operator]
-    # One variant tunes (a TrainJob's trials); the TFJob trials' search runs whole in
-    # tests/katib/test_katib_on_the_cluster.py, and a second here would buy a minute of CI.
+    # One variant tunes: the TrainJob trials' only search on the real Katib (the TFJob
+    # trials' runs whole, with early stopping, in tests/katib/test_katib_on_the_cluster.py;
+    # a second here would buy a minute of CI).
     tune = operator == "trainjob"
     image, env = released_step("exec-train-model")
     claim = env["FMNIST_PVC_NAME"]
