@@ -177,8 +177,24 @@ def yaml_documents(text: str) -> list[Any]:
     return [doc for doc in yaml.load_all(text, Loader=loader) if doc]
 
 
+_RENDERED: dict[str, list[dict[str, Any]]] = {}  # by the operator's repr: all its fields
+
+
 def render(operator: Operator) -> list[dict[str, Any]]:
-    """The objects ``kubectl apply -k`` of the operator's kustomization sends."""
+    """The objects ``kubectl apply -k`` of the operator's kustomization sends; each call gets
+    its own copy. Rendered once per process: a second install of the operator (each test
+    module that needs it installs it) re-applies the same objects, certificates included, so
+    it changes nothing on the cluster instead of rotating the webhooks' serving certificate
+    under the running operator, and skips kustomize."""
+    import copy
+
+    key = repr(operator)
+    if key not in _RENDERED:
+        _RENDERED[key] = _render(operator)
+    return copy.deepcopy(_RENDERED[key])
+
+
+def _render(operator: Operator) -> list[dict[str, Any]]:
     import yaml
 
     kustomize = build(KUSTOMIZE).path("kustomize")
