@@ -414,8 +414,35 @@ def _wait_deployment(api_client, namespace: str, name: str, what: str, timeout: 
             return
         if time.monotonic() > deadline:
             raise TimeoutError(f"Deployment {namespace}/{name} not {what} after "
-                               f"{timeout:.0f} s: {status}")
+                               f"{timeout:.0f} s: {status}"
+                               + _pods_seen(api_client, namespace, deployment))
         time.sleep(0.2)
+
+
+def _pods_seen(api_client, namespace: str, deployment: dict) -> str:
+    """The Deployment's pods as ``kubectl describe`` and ``kubectl logs --tail`` would show
+    them first: each container's state, and its log's last lines (why a pod is not ready)."""
+    labels = deployment["spec"]["selector"].get("matchLabels") or {}
+    selector = ",".join(f"{key}={value}" for key, value in labels.items())
+    seen = []
+    try:
+        pods = _call(api_client, f"/api/v1/namespaces/{namespace}/pods?labelSelector={selector}",
+                     "GET")["items"]
+        for pod in pods:
+            name = pod["metadata"]["name"]
+            for container in (pod.get("status") or {}).get("containerStatuses") or []:
+                log = api_client.call_api(
+                    f"/api/v1/namespaces/{namespace}/pods/{name}/log", "GET",
+                    query_params=[("container", container["name"]), ("tailLines", "20")],
+                    response_type="str", auth_settings=["BearerToken"],
+                    _return_http_data_only=True)
+                seen.append(f"\npod {name}, container {container['name']}: ready "
+                            f"{container.get('ready')}, restarts "
+                            f"{container.get('restartCount')}, state {container.get('state')}"
+                            f"; its log's last lines:\n{log}")
+    except Exception as error:  # the timeout is the error; what is seen only explains it
+        seen.append(f"\n(its pods could not be read: {error})")
+    return "".join(seen)
 
 
 def _wait_established(api_client, name: str, timeout: float = 60) -> None:
