@@ -23,25 +23,23 @@ The rules it enforces, each from upstream source:
   ``tests.standins.kubernetes.selects``).
 * API discovery: ``GET /apis/<group>/<version>`` lists the resources served there (an
   ``APIResourceList``, each with its scope), 404 when the group/version is not served
-  (kubernetes/apiserver ``pkg/endpoints/discovery``). Kueue, Volcano and scheduler-plugins are
-  add-ons, served only once a test installs them (:meth:`ApiServerStandIn.install`), and so
-  are Kubeflow Trainer v2 and its JobSet (``trainer``); the Training Operator v1's TFJobs are
+  (kubernetes/apiserver ``pkg/endpoints/discovery``). Kubeflow Trainer v2 and its JobSet
+  (``trainer``) are an add-on, served only once a test installs it
+  (:meth:`ApiServerStandIn.install`); the Training Operator v1's TFJobs are
   served until a test uninstalls them (:meth:`ApiServerStandIn.uninstall`: a Kubeflow 26.03
   cluster has none); a PriorityClass (``scheduling.k8s.io/v1``) is always served, as by every
   API server. ``/openapi/v3`` publishes Trainer's TrainJob schema where Trainer is installed.
 * A server-side dry run (``?dryRun=All`` on a create) answers what a create would store and
-  stores nothing: the request passes through mutating admission (``mutate``) and validation
-  (``admit``) as a create does, then the storage skips the write, answering 409 when the
-  object exists (kubernetes/apiserver v0.33.9 ``pkg/endpoints/handlers/create.go`` L182
-  (admission attributes carry the dry-run flag) and L202-205 (mutating admission runs),
-  ``pkg/registry/generic/registry/store.go`` L484 and L501 (uid, creationTimestamp and the
+  stores nothing: the request passes through validation (``admit``) as a create does, then
+  the storage skips the write, answering 409 when the object exists (kubernetes/apiserver
+  v0.33.9 ``pkg/endpoints/handlers/create.go`` L182 (admission attributes carry the dry-run
+  flag), ``pkg/registry/generic/registry/store.go`` L484 and L501 (uid, creationTimestamp and the
   strategy's defaults are filled in) and L526, ``pkg/registry/generic/registry/dryrun.go``
   L39-47 (``DryRunnableStorage.Create``: the object is copied out, never persisted, so it has
   no resourceVersion)). ``dryRun`` takes only ``All`` (422 otherwise: create.go L109-113,
-  ``ValidateCreateOptions``). Webhooks run on a dry run only when they declare
-  ``sideEffects: None`` or ``NoneOnDryRun`` (``pkg/admission/plugin/webhook/mutating/
-  dispatcher.go`` L248-254); Kueue's do (kubernetes-sigs/kueue v0.19.2
-  ``pkg/controller/jobs/kubeflow/jobs/tfjob/tfjob_controller.go`` L50-51).
+  ``ValidateCreateOptions``). (Kueue's mutating webhook on a dry run, and Kueue, Volcano's and
+  scheduler-plugins' APIs: the real API server and Kueue, tests/fmnist_kfp/preflight/
+  test_scheduling.py and tests/fmnist_kfp/launcher/test_queued_on_the_cluster.py.)
 * SelfSubjectAccessReview, made as the ``Impersonate-User`` when given, answers
   ``status.allowed``: with ``rbac=True`` by the stored RoleBindings of the namespace, each naming
   a Role of that namespace or a ClusterRole (a rule allows when its apiGroups, resources
@@ -105,35 +103,16 @@ CORE = {
     ("jobset.x-k8s.io", "v1alpha2", "jobsets"): "JobSet",
     ("kubeflow.org", "v1beta1", "experiments"): "Experiment",
     ("kubeflow.org", "v1beta1", "trials"): "Trial",
-    # Add-ons (ADD_ONS: served once installed): Kueue v0.19.2 serves v1beta1 (deprecated) and
-    # v1beta2 (stored) of each kind (tests/crds/kueue.x-k8s.io_*.yaml); the two gang
-    # schedulers' PodGroups (tests/crds/scheduling.volcano.sh_podgroups.yaml,
-    # scheduling.x-k8s.io_podgroups.yaml). Both PodGroup kinds are "PodGroup": a test stores
-    # one scheduler's at most.
-    ("kueue.x-k8s.io", "v1beta1", "localqueues"): "LocalQueue",
-    ("kueue.x-k8s.io", "v1beta2", "localqueues"): "LocalQueue",
-    ("scheduling.volcano.sh", "v1beta1", "podgroups"): "PodGroup",
-    ("scheduling.x-k8s.io", "v1alpha1", "podgroups"): "PodGroup",
 }
 CLUSTER_SCOPED = {
     ("apiextensions.k8s.io", "v1", "customresourcedefinitions"): "CustomResourceDefinition",
     ("rbac.authorization.k8s.io", "v1", "clusterroles"): "ClusterRole",
     ("", "v1", "namespaces"): "Namespace",
     ("scheduling.k8s.io", "v1", "priorityclasses"): "PriorityClass",
-    ("kueue.x-k8s.io", "v1beta1", "clusterqueues"): "ClusterQueue",
-    ("kueue.x-k8s.io", "v1beta2", "clusterqueues"): "ClusterQueue",
-    ("kueue.x-k8s.io", "v1beta1", "resourceflavors"): "ResourceFlavor",
-    ("kueue.x-k8s.io", "v1beta2", "resourceflavors"): "ResourceFlavor",
-    ("kueue.x-k8s.io", "v1beta1", "workloadpriorityclasses"): "WorkloadPriorityClass",
-    ("kueue.x-k8s.io", "v1beta2", "workloadpriorityclasses"): "WorkloadPriorityClass",
-    ("scheduling.volcano.sh", "v1beta1", "queues"): "Queue",
     ("trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes"): "ClusterTrainingRuntime",
 }
 # What a cluster serves only once the add-on is installed, by the groups each brings.
 ADD_ONS = {
-    "kueue": {key for key in {**CORE, **CLUSTER_SCOPED} if key[0] == "kueue.x-k8s.io"},
-    "volcano": {key for key in {**CORE, **CLUSTER_SCOPED} if key[0] == "scheduling.volcano.sh"},
-    "scheduler-plugins": {("scheduling.x-k8s.io", "v1alpha1", "podgroups")},
     "trainer": {key for key in {**CORE, **CLUSTER_SCOPED}
                 if key[0] in ("trainer.kubeflow.org", "jobset.x-k8s.io")},
     "training-operator": {("kubeflow.org", "v1", "tfjobs")},
@@ -211,9 +190,6 @@ class ApiServerStandIn(LoopbackServer):
         self.served = (set(CORE) | set(CLUSTER_SCOPED)) - set().union(
             *(keys for name, keys in ADD_ONS.items() if name not in DEFAULT_ADD_ONS))
         self.trainer_version = "v2.1.0"  # whose TrainJob schema /openapi/v3 publishes
-        # Mutating admission (webhooks): each ``(kind, body)`` may change the body in place,
-        # on every create, dry run or not.
-        self.mutators: list = []
         self.allowed = allowed
         self.rbac = rbac
         self.impersonation = True
@@ -440,7 +416,6 @@ class ApiServerStandIn(LoopbackServer):
             return refused
         name = (body.get("metadata") or {}).get("name", "")
         key = (resource.kind, namespace, name)
-        self.mutate(resource.kind, body, None)
         denied = self.admit(resource.kind, body, None)
         if denied:
             return denied
@@ -518,11 +493,6 @@ class ApiServerStandIn(LoopbackServer):
         return stored
 
     # -- hooks for controllers -------------------------------------------------------------
-
-    def mutate(self, kind: str, body: dict, old: dict | None) -> None:
-        """Mutating admission, before validation: each of ``mutators`` in turn."""
-        for mutator in self.mutators:
-            mutator(kind, body)
 
     def admit(self, kind: str, body: dict, old: dict | None):
         """A validating webhook's answer: None to admit, else ``(code, Status)``."""

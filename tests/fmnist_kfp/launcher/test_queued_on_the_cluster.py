@@ -76,7 +76,8 @@ def kueue_with_tfjobs(cluster):
 
 def _namespace(cluster, role_edit=None) -> str:
     """A namespace of the train step's: the ServiceAccount and its Role (``role_edit``ed),
-    the claim, and the LocalQueue (applied with -n, as manifests/scheduling says)."""
+    the claim, and the LocalQueue (applied with -n, as manifests/scheduling says), once Kueue
+    has marked it active."""
     import uuid
 
     name = f"queued-{uuid.uuid4().hex[:6]}"
@@ -84,6 +85,7 @@ def _namespace(cluster, role_edit=None) -> str:
     cluster.add_claim(name)
     [local_queue] = [o for o in build("scheduling") if o["kind"] == "LocalQueue"]
     cluster.apply(local_queue, namespace=name)
+    _until_local_queue_active(cluster, name, "True")
     return name
 
 
@@ -227,19 +229,22 @@ def _conditions(workload: dict | None) -> dict[str, tuple[str, str]]:
             for c in ((workload or {}).get("status") or {}).get("conditions") or []}
 
 
-def _preflight(cluster, namespace: str, operator: str) -> dict:
-    """`fmnist-kfp preflight --scheduling '{"queue": "fmnist"}'` as the cluster admin who set
-    Kueue up runs it (the steps' Role may not read LocalQueues), its Kueue rows by name."""
+def _preflight(cluster, namespace: str, operator: str, priority_class: str = "",
+               api_client=None) -> dict:
+    """`fmnist-kfp preflight --scheduling '{"queue": "fmnist"}'` (and ``priority_class``) as
+    the cluster admin who set Kueue up runs it (the steps' Role may not read LocalQueues), or
+    with ``api_client``'s identity: its Kueue and PriorityClass rows by name."""
     from fmnist_kfp.preflight import Cluster, preflight
     from fmnist_kfp.settings.scheduling import SchedulingSettings
 
     target = Cluster(namespace=namespace, runner_service_account="pipeline-runner",
                      pvc="fmnist-data", credentials_secret="", serving_namespace=namespace,
                      serving_service_account="default", multi_user=False,
-                     scheduling=SchedulingSettings(queue=QUEUE), operator=operator)
-    return {row.check: row for row in preflight(None, cluster.api_client, target,
+                     scheduling=SchedulingSettings(queue=QUEUE, priority_class=priority_class),
+                     operator=operator)
+    return {row.check: row for row in preflight(None, api_client or cluster.api_client, target,
                                                  check_backend=False)
-            if row.check.startswith("Kueue")}
+            if row.check.startswith(("Kueue", "PriorityClass"))}
 
 
 def test_preflight_finds_tfjobs_unqueued_until_the_admin_enables_them(cluster, tmp_path):
@@ -273,6 +278,159 @@ def test_preflight_finds_tfjobs_unqueued_until_the_admin_enables_them(cluster, t
         assert "is created suspended (server-side dry run)" in managed.found
     finally:
         cluster.delete_namespace(namespace)
+
+
+def _tfjobs(cluster, namespace: str) -> list[dict]:
+    return cluster.read_or_none(PATHS["tfjob"].format(namespace=namespace, name=""))["items"]
+
+
+def test_a_namespace_set_up_for_kueue_passes_preflight_by_a_dry_run_that_stores_nothing(
+        kueue_with_tfjobs, namespace):
+    """manifests/scheduling applied (the LocalQueue with -n): every Kueue and priority row is
+    green, Kueue's own webhook suspending the dry run of the run's TFJob, and the dry run
+    leaves no TFJob behind."""
+    rows = _preflight(kueue_with_tfjobs, namespace, "tfjob", priority_class="fmnist-high")
+    assert sorted(rows) == sorted([
+        "Kueue", f"Kueue LocalQueue {namespace}/{QUEUE}", "Kueue manages TFJobs",
+        "PriorityClass fmnist-high", "Kueue WorkloadPriorityClass fmnist-high"])
+    assert [row for row in rows.values() if not row.ok] == []
+    assert "served at v1beta2" in rows["Kueue"].found
+    assert "ClusterQueue fmnist, active" in rows[f"Kueue LocalQueue {namespace}/{QUEUE}"].found
+    assert "value 1000, preemptionPolicy Never" in rows["PriorityClass fmnist-high"].found
+    assert "is created suspended (server-side dry run)" in rows["Kueue manages TFJobs"].found
+    assert _tfjobs(kueue_with_tfjobs, namespace) == []
+
+
+def _local_queue_of(cluster_queue: str) -> dict:
+    [local_queue] = [o for o in build("scheduling") if o["kind"] == "LocalQueue"]
+    local_queue["spec"]["clusterQueue"] = cluster_queue
+    return local_queue
+
+
+def _take_away_local_queue(cluster, namespace: str) -> None:
+    path = f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{namespace}/localqueues/{QUEUE}"
+    cluster.api_client.call_api(path, "DELETE", auth_settings=["BearerToken"])
+    assert cluster.gone(path), path
+
+
+def _point_local_queue_at_a_missing_cluster_queue(cluster, namespace: str) -> None:
+    """The LocalQueue made again naming ClusterQueue ``fmnist-gone`` (its clusterQueue cannot
+    change in place: Kueue's webhook keeps it immutable), once Kueue marks it inactive."""
+    _take_away_local_queue(cluster, namespace)
+    cluster.apply(_local_queue_of("fmnist-gone"), namespace=namespace)
+    _until_local_queue_active(cluster, namespace, "False")
+
+
+def _until_local_queue_active(cluster, namespace: str, status: str) -> None:
+    """Until Kueue has written the LocalQueue's Active condition ``status`` (it does so
+    moments after the LocalQueue is made: what preflight reads until then is "no status
+    yet")."""
+    path = f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{namespace}/localqueues/{QUEUE}"
+    until(lambda: [c for c in ((cluster.read_or_none(path) or {}).get("status") or {}).get(
+        "conditions", []) if c["type"] == "Active" and c["status"] == status],
+          f"Kueue writing the LocalQueue's Active condition {status}", 60,
+          shown=lambda: cluster.read_or_none(path))
+
+
+def _take_away_workload_priority_class(cluster, namespace: str) -> None:
+    path = "/apis/kueue.x-k8s.io/v1beta2/workloadpriorityclasses/fmnist-high"
+    cluster.api_client.call_api(path, "DELETE", auth_settings=["BearerToken"])
+    assert cluster.gone(path), path
+
+
+KUEUE_PIECES = {
+    "local-queue": (f"Kueue LocalQueue {{namespace}}/{QUEUE}",
+                    "kubectl apply -k manifests/scheduling -n {namespace}",
+                    "missing: the run's jobs would wait suspended", _take_away_local_queue),
+    "cluster-queue": (f"Kueue LocalQueue {{namespace}}/{QUEUE}",
+                      "create or reactivate ClusterQueue fmnist-gone",
+                      "inactive (ClusterQueueDoesNotExist: ",
+                      _point_local_queue_at_a_missing_cluster_queue),
+    "workload-priority-class": ("Kueue WorkloadPriorityClass fmnist-high",
+                                "kubectl apply -k manifests/scheduling",
+                                "missing: Kueue makes no Workload for a job naming it",
+                                _take_away_workload_priority_class),
+}
+
+
+@pytest.mark.parametrize("piece", list(KUEUE_PIECES))
+def test_each_missing_kueue_piece_is_the_one_row_missing_with_its_fix(kueue_with_tfjobs,
+                                                                      namespace, piece):
+    """Each piece of manifests/scheduling taken away on the real Kueue: the one row missing,
+    saying what Kueue then does, and its fix. (Kueue not installed, and an older Kueue
+    serving v1beta1 alone: tests/fmnist_kfp/preflight/test_scheduling.py, on the API server.)"""
+    cluster = kueue_with_tfjobs
+    check, fix, found, take_away = KUEUE_PIECES[piece]
+    take_away(cluster, namespace)
+    try:
+        rows = _preflight(cluster, namespace, "tfjob", priority_class="fmnist-high")
+    finally:
+        for obj in build("scheduling"):  # what the module's other tests queue with
+            if obj["kind"] == "WorkloadPriorityClass":
+                cluster.apply(obj)
+    missing = [row for row in rows.values() if row.ok is False]
+    assert [row.check for row in missing] == [check.format(namespace=namespace)], rows
+    assert missing[0].found.startswith(found), missing[0]
+    assert fix.format(namespace=namespace) in missing[0].fix, missing[0]
+
+
+def _scale(cluster, replicas: int) -> None:
+    deployment = f"/apis/apps/v1/namespaces/{KUEUE}/deployments/{KUEUE_DEPLOYMENT}"
+    cluster.api_client.call_api(
+        deployment, "PATCH", body={"spec": {"replicas": replicas}},
+        auth_settings=["BearerToken"],
+        header_params={"Content-Type": "application/merge-patch+json"})
+
+
+def test_what_preflight_cannot_check_of_kueue_is_a_note_not_a_miss(kueue_with_tfjobs,
+                                                                   namespace):
+    """The dry run refused: by the real authorizer (a user who may read the LocalQueue but
+    not create TFJobs: HTTP 403), and by the API server while Kueue's webhook is down (its
+    mutating webhook's failurePolicy is Fail: kueue v0.19.2 config/components/webhook/
+    manifests.yaml; HTTP 500). Either is a note with what to check, never a miss."""
+    from kubernetes import client
+
+    from localcluster import operators
+
+    cluster = kueue_with_tfjobs
+    rbac = "rbac.authorization.k8s.io/v1"
+    reader = "kueue-reader"
+    cluster.apply({"apiVersion": "v1", "kind": "ServiceAccount",
+                   "metadata": {"name": reader, "namespace": namespace}})
+    cluster.apply({"apiVersion": rbac, "kind": "Role",
+                   "metadata": {"name": reader, "namespace": namespace},
+                   "rules": [{"apiGroups": ["kueue.x-k8s.io"], "resources": ["localqueues"],
+                              "verbs": ["get"]}]})
+    cluster.apply({"apiVersion": rbac, "kind": "RoleBinding",
+                   "metadata": {"name": reader, "namespace": namespace},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                               "name": reader},
+                   "subjects": [{"kind": "ServiceAccount", "name": reader,
+                                 "namespace": namespace}]})
+    as_reader = client.ApiClient(cluster.configuration_as(namespace, reader))
+    until(lambda: _preflight(cluster, namespace, "tfjob", api_client=as_reader)[
+        f"Kueue LocalQueue {namespace}/{QUEUE}"].ok, "the reader's Role granted", 60)
+    refused = _preflight(cluster, namespace, "tfjob", api_client=as_reader)[
+        "Kueue manages TFJobs"]
+    assert refused.ok is None, refused
+    assert refused.found.startswith(
+        f"could not check: the server-side dry run of the run's TFJob (labelled "
+        f"kueue.x-k8s.io/queue-name={QUEUE}) in {namespace} was refused (HTTP 403"), refused
+
+    _scale(cluster, 0)
+    try:
+        until(lambda: not _pods(cluster, KUEUE), "kueue-controller-manager stopped", 60)
+        down = _preflight(cluster, namespace, "tfjob")["Kueue manages TFJobs"]
+    finally:
+        _scale(cluster, 1)
+        until(lambda: cluster.rolled_out(KUEUE, KUEUE_DEPLOYMENT),
+              "kueue-controller-manager back", 120)
+        operators.wait_webhooks_serving(cluster.api_client, [
+            "kueue-mutating-webhook-configuration", "kueue-validating-webhook-configuration"])
+    assert down.ok is None, down
+    assert "was refused (HTTP 500" in down.found, down
+    assert "check kueue-controller-manager in kueue-system" in down.fix, down
+    assert _tfjobs(cluster, namespace) == []
 
 
 def _quota_message(pod_set: str) -> str:

@@ -44,6 +44,9 @@ KUBEFLOW_1_11 = "Kubeflow 1.11"
 # The gang schedulers' CRDs (tests/crds), installed by a test (Kubeflow ships neither).
 GANG_CRDS = ("scheduling.volcano.sh_podgroups.yaml", "scheduling.volcano.sh_queues.yaml",
              "scheduling.x-k8s.io_podgroups.yaml")
+# Kueue v0.19.2's CRDs that preflight reads (tests/crds), installed by a test with no Kueue
+# running (the real Kueue's rows: tests/fmnist_kfp/launcher/test_queued_on_the_cluster.py).
+KUEUE_CRDS = ("kueue.x-k8s.io_localqueues.yaml", "kueue.x-k8s.io_workloadpriorityclasses.yaml")
 # Kinds whose status a program that does not run here writes (the kubelet, Volcano's
 # scheduler): written by the tests (write_status), and restored with the object.
 STATUS_WRITTEN_HERE = ("Pod", "Queue")
@@ -103,6 +106,9 @@ class KubeflowOnTheApiServer:
         self.trainer_crds = _crd_documents(TRAINER_CRDS, istio=False)
         self.gang_crds = _crd_documents(GANG_CRDS, istio=False,
                                         folder=Path(__file__).parents[2] / "crds")
+        self.kueue_crds = _crd_documents(KUEUE_CRDS, istio=False,
+                                         folder=Path(__file__).parents[2] / "crds")
+        self._older: dict[str, dict] = {}  # CRDs as an older release had them (install_older)
         self._undo: list[Callable[[], None]] = []
         self._deleting: list[str] = []  # namespaces deleted, not yet gone
         # The shape the tests start from: Kubeflow 1.11 as ready_cluster leaves it, or one
@@ -310,12 +316,26 @@ class KubeflowOnTheApiServer:
         self._until_discovery(name, served=True)
 
     def _known_crd(self, name: str) -> dict:
-        return {**self.crds, **self.trainer_crds, **self.gang_crds}[name]
+        return {**self.crds, **self.trainer_crds, **self.gang_crds, **self.kueue_crds,
+                **self._older}[name]
 
     def install(self, name: str) -> None:
         """CRD ``name`` installed; uninstalled at :meth:`restore`."""
         self.install_crd(name)
         self._undo.append(lambda: self._uninstall(name))
+
+    def install_older(self, name: str, version: str) -> None:
+        """CRD ``name`` as an older release of its project had it: serving ``version`` alone,
+        stored at it (its newer versions are the later releases'); uninstalled at
+        :meth:`restore`."""
+        crd = copy.deepcopy(self._known_crd(name))
+        crd["spec"]["versions"] = [{**v, "storage": True} for v in crd["spec"]["versions"]
+                                   if v["name"] == version]
+        assert crd["spec"]["versions"], f"{name} has no version {version}"
+        crd["spec"].pop("conversion", None)
+        self._undo.append(lambda: self._older.pop(name))
+        self._older[name] = crd
+        self.install(name)
 
     def write_status(self, manifest: dict, status: dict) -> None:
         """The stored object's status, as the program that owns it (not running here) would

@@ -1,73 +1,26 @@
 """Scheduling (fmnist_kfp.preflight.scheduling; ``--scheduling``: the run's
 kubernetes.scheduling; docs/scheduling.md): Kueue and its LocalQueue, the PriorityClasses,
 Volcano's or scheduler-plugins' PodGroup API, Volcano's queue and the training operator's
---gang-scheduler-name, each missing piece named with its fix; the server-side dry run that asks
-Kueue.
+--gang-scheduler-name, each missing piece named with its fix.
 
-The PriorityClass and gang scheduling checks run on Kubeflow on a real API server (tests/
-fmnist_kfp/preflight/on_the_api_server.py, with Volcano's and scheduler-plugins' CRDs; the
-status Volcano's scheduler writes on its Queue written by the test). Kueue's run on the API
-server stand-in, whose Kueue webhook each test turns on or off (:func:`kueue_webhook`): on the
-real Kueue that is a rollout restart, and its real rows are checked in tests/fmnist_kfp/
+All on a real API server: Kubeflow 1.11 on kube-apiserver v1.34.1 (tests/fmnist_kfp/preflight/
+on_the_api_server.py, with Volcano's, scheduler-plugins' and Kueue's CRDs; the status Volcano's
+scheduler writes on its Queue written by the test). What needs Kueue itself running (its
+webhook suspending the run's job on the dry run, the LocalQueue's Active condition, each of its
+pieces taken away, its webhook down) runs on the real Kueue v0.19.2 in tests/fmnist_kfp/
 launcher/test_queued_on_the_cluster.py."""
 
 from __future__ import annotations
 
 import pytest
 
+from localcluster.fault_proxy import FaultProxy
 from tests.fmnist_kfp.preflight.cluster import NS, missing_lines, preflight
 from tests.fmnist_kfp.preflight.on_the_api_server import training_operator, volcano_queue
-from tests.setup_manifests import build
-from tests.standins.apiserver import ADD_ONS
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-SCHEDULING = '{"queue": "fmnist", "priority_class": "fmnist-high", "gang": "volcano"}'
-LOCAL_QUEUE = ("LocalQueue", NS, "fmnist")
-VOLCANO_DEFAULT = ("Queue", "", "default")
-
-
-def kueue_webhook(kind: str, body: dict) -> None:
-    """Kueue's mutating webhook with the kubeflow.org/tfjob integration on: a TFJob labelled
-    with a queue is suspended (kubernetes-sigs/kueue v0.19.2 pkg/controller/jobframework/
-    base_webhook.go lines 69-82, defaults.go lines 36-46, utils.go lines 130-157;
-    pkg/controller/jobs/kubeflow/kubeflowjob/kubeflowjob_controller.go lines 50-56). With the
-    integration off (v0.19's default: config/components/manager/controller_manager_config.yaml
-    line 55) the webhook is a no-op (jobframework/setup.go lines 108-111): no mutator."""
-    labels = (body.get("metadata") or {}).get("labels") or {}
-    if kind == "TFJob" and labels.get(QUEUE_LABEL):
-        body["spec"].setdefault("runPolicy", {})["suspend"] = True
-
-
-def _set_status(standin, key, status: dict) -> None:
-    standin.write_status(key, status)
-
-
-def _local_queue_active(standin, status: str = "True", reason: str = "Ready",
-                        message: str = "Can submit new workloads to localQueue") -> None:
-    """The LocalQueue's Active condition as Kueue writes it (kueue v0.19.2
-    pkg/controller/core/localqueue_controller.go lines 193-213)."""
-    _set_status(standin, LOCAL_QUEUE, {"conditions": [
-        {"type": "Active", "status": status, "reason": reason, "message": message,
-         "lastTransitionTime": "2026-01-01T09:00:00Z"}], "pendingWorkloads": 0,
-        "admittedWorkloads": 0})
-
-
-def scheduling_cluster(standin) -> None:
-    """Kueue (TFJob integration on) and Volcano installed, manifests/scheduling applied in
-    the pipeline's namespace, Volcano's default queue Open (its scheduler creates it: volcano
-    v1.15.1 pkg/scheduler/cache/cache.go lines 464-519), the training operator run with
-    --gang-scheduler-name=volcano."""
-    standin.install("kueue", "volcano")
-    standin.mutators.append(kueue_webhook)
-    for obj in build("scheduling"):
-        if obj["kind"] == "LocalQueue":  # the only namespaced one: `kubectl apply -n`
-            obj["metadata"]["namespace"] = NS
-        standin.put(obj)
-    _local_queue_active(standin)
-    standin.put({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
-                 "metadata": {"name": "default"}, "spec": {"reclaimable": True, "weight": 1}})
-    _set_status(standin, VOLCANO_DEFAULT, {"state": "Open"})
-    standin.put(training_operator("--gang-scheduler-name=volcano"))
+LOCAL_QUEUES = "localqueues.kueue.x-k8s.io"
+WORKLOAD_PRIORITY_CLASSES = "workloadpriorityclasses.kueue.x-k8s.io"
 
 
 def _scheduling_rows(output: str) -> dict[str, str]:
@@ -86,56 +39,6 @@ def _scheduling_rows(output: str) -> dict[str, str]:
     return rows
 
 
-def test_a_cluster_set_up_for_the_scheduling_passes(cluster, capsys):
-    standin, kfp = cluster
-    scheduling_cluster(standin)
-    assert preflight(standin, kfp, "--scheduling", SCHEDULING) == 0, capsys.readouterr().out
-    rows = _scheduling_rows(capsys.readouterr().out)
-    assert sorted(rows) == sorted([
-        "Kueue", "Kueue LocalQueue kubeflow/fmnist", "Kueue manages TFJobs",
-        "PriorityClass fmnist-high", "Kueue WorkloadPriorityClass fmnist-high",
-        "Volcano PodGroup", "Volcano queue default", "training operator gang scheduling"])
-    assert all(row.startswith("ok") for row in rows.values()), rows
-    assert "served at v1beta2" in rows["Kueue"]
-    assert "ClusterQueue fmnist, active" in rows["Kueue LocalQueue kubeflow/fmnist"]
-    assert "value 1000, preemptionPolicy Never" in rows["PriorityClass fmnist-high"]
-    assert "--gang-scheduler-name=volcano" in rows["training operator gang scheduling"]
-    # Kueue was asked by a server-side dry run, which stored nothing.
-    (call,) = [(method, path, body) for method, path, body in standin.calls
-               if method == "POST" and "/tfjobs" in path]
-    assert "dryRun=All" in call[1] and call[2]["metadata"]["labels"][QUEUE_LABEL] == "fmnist"
-    assert not [key for key in standin.objects if key[0] == "TFJob"]
-
-
-def test_without_scheduling_nothing_of_it_is_checked(cluster, capsys):
-    standin, kfp = cluster
-    assert preflight(standin, kfp) == 0
-    assert _scheduling_rows(capsys.readouterr().out) == {}
-    assert not [path for _, path, _ in standin.calls if "kueue" in path or "volcano" in path]
-
-
-SCHEDULING_PIECES = {
-    # Kubeflow does not install Kueue (kubeflow/manifests v1.11.0, 26.03: no Kueue component).
-    "kueue": ("Kueue", "install Kueue", lambda s: setattr(s, "served",
-                                                          s.served - ADD_ONS["kueue"])),
-    "local-queue": ("Kueue LocalQueue kubeflow/fmnist",
-                    "kubectl apply -k manifests/scheduling -n kubeflow",
-                    lambda s: s.objects.pop(LOCAL_QUEUE)),
-    "cluster-queue": ("Kueue LocalQueue kubeflow/fmnist", "create or reactivate ClusterQueue "
-                      "fmnist", lambda s: _local_queue_active(
-                          s, "False", "ClusterQueueDoesNotExist",
-                          "Can't submit new workloads to clusterQueue")),
-    # Kueue v0.19's default: the TFJob integration off, the queue label ignored.
-    "tfjob-integration": ("Kueue manages TFJobs", "enable kubeflow.org/tfjob in "
-                          "integrations.frameworks of ConfigMap kueue-manager-config in "
-                          "kueue-system (off by default since Kueue v0.19), and restart "
-                          "kueue-controller-manager", lambda s: s.mutators.clear()),
-    "workload-priority-class": ("Kueue WorkloadPriorityClass fmnist-high",
-                                "kubectl apply -k manifests/scheduling", lambda s: s.objects.pop(
-                                    ("WorkloadPriorityClass", "", "fmnist-high"))),
-}
-
-
 def _assert_the_one_missing_row(output: str, name: str, fix: str) -> None:
     """Row ``name`` is the one missing, and its fix says ``fix``."""
     (missing,) = missing_lines(output)
@@ -145,47 +48,66 @@ def _assert_the_one_missing_row(output: str, name: str, fix: str) -> None:
     assert "fix: " in fix_line and fix in fix_line, row
 
 
-@pytest.mark.parametrize("piece", list(SCHEDULING_PIECES))
-def test_each_missing_scheduling_piece_is_named_with_its_fix(cluster, capsys, piece):
-    standin, kfp = cluster
-    scheduling_cluster(standin)
-    name, fix, take_away = SCHEDULING_PIECES[piece]
-    take_away(standin)
-    assert preflight(standin, kfp, "--scheduling", SCHEDULING) == 1
-    _assert_the_one_missing_row(capsys.readouterr().out, name, fix)
+def _preflight_through(proxy: FaultProxy, cluster, kfp, *extra) -> int:
+    """``fmnist-kfp preflight`` with a kubeconfig whose server is ``proxy`` (no faults: it
+    records every request the API server is sent)."""
+    from fmnist_kfp.cli import main as cli_main
+
+    kubeconfig = proxy.kubeconfig(cluster.plane.state_dir / "kubeconfig-recorded",
+                                  token=proxy.token)
+    return cli_main(["preflight", "--host", kfp.url, "--kubeconfig", str(kubeconfig), *extra])
 
 
-def test_an_older_kueue_serving_only_v1beta1_is_asked_at_v1beta1(cluster, capsys):
-    """Kueue before 0.15 serves only kueue.x-k8s.io/v1beta1 (v1beta2 came in v0.15.0)."""
-    standin, kfp = cluster
-    scheduling_cluster(standin)
-    standin.served = {key for key in standin.served
-                      if key[:2] != ("kueue.x-k8s.io", "v1beta2")}
-    assert preflight(standin, kfp, "--scheduling", SCHEDULING) == 0
+def test_without_scheduling_nothing_of_it_is_checked(kubeflow, capsys):
+    cluster, kfp = kubeflow
+    with FaultProxy(cluster.kubeconfig(NS)) as proxy:
+        assert _preflight_through(proxy, cluster, kfp) == 0, capsys.readouterr().out
+    assert _scheduling_rows(capsys.readouterr().out) == {}
+    assert proxy.requests  # preflight asked the API server through the proxy
+    assert not [path for _, path, _ in proxy.requests if "kueue" in path or "volcano" in path]
+
+
+def test_a_queue_without_kueue_installed_is_named_with_its_install(kubeflow, capsys):
+    """Kubeflow does not install Kueue (kubeflow/manifests v1.11.0, 26.03: no Kueue
+    component): localqueues.kueue.x-k8s.io is served at no version."""
+    cluster, kfp = kubeflow
+    assert preflight(cluster, kfp, "--scheduling", '{"queue": "fmnist"}') == 1
+    output = capsys.readouterr().out
+    _assert_the_one_missing_row(output, "Kueue", "install Kueue")
+    assert "localqueues.kueue.x-k8s.io is not served (v1beta2/v1beta1)" in output
+    assert sorted(_scheduling_rows(output)) == ["Kueue"]  # nothing of Kueue asked further
+
+
+def test_an_older_kueue_serving_only_v1beta1_is_asked_at_v1beta1(kubeflow, capsys):
+    """Kueue before 0.15 serves only kueue.x-k8s.io/v1beta1 (v1beta2 came in v0.15.0): its
+    CRDs as v0.19.2's serving v1beta1 alone; the LocalQueue's Active condition as Kueue writes
+    it (kueue v0.19.2 pkg/controller/core/localqueue_controller.go lines 193-213; no Kueue
+    runs on this server). Read at v1beta1, the LocalQueue and the WorkloadPriorityClass are
+    found; no webhook suspends the dry run's TFJob, so Kueue does not manage TFJobs here."""
+    cluster, kfp = kubeflow
+    for name in (LOCAL_QUEUES, WORKLOAD_PRIORITY_CLASSES):
+        cluster.install_older(name, "v1beta1")
+    local_queue = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
+                   "metadata": {"name": "fmnist", "namespace": NS},
+                   "spec": {"clusterQueue": "fmnist"}}
+    cluster.put(local_queue)
+    cluster.write_status(local_queue, {"conditions": [
+        {"type": "Active", "status": "True", "reason": "Ready",
+         "message": "Can submit new workloads to localQueue",
+         "lastTransitionTime": "2026-01-01T09:00:00Z"}]})
+    cluster.put({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "WorkloadPriorityClass",
+                 "metadata": {"name": "fmnist-high"}, "value": 1000})
+    cluster.put({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                 "metadata": {"name": "fmnist-high"}, "value": 1000,
+                 "preemptionPolicy": "Never"})
+    preflight(cluster, kfp, "--scheduling", '{"queue": "fmnist", "priority_class": '
+                                            '"fmnist-high"}')
     rows = _scheduling_rows(capsys.readouterr().out)
     assert "served at v1beta1" in rows["Kueue"]
-    assert rows["Kueue WorkloadPriorityClass fmnist-high"].startswith("ok")
-    assert any("/kueue.x-k8s.io/v1beta1/namespaces/kubeflow/localqueues/fmnist" in path
-               for _, path, _ in standin.calls)
-
-
-@pytest.mark.parametrize(("fault", "check", "said"), [
-    # The user may not create TFJobs, or Kueue's webhook is down (failurePolicy Fail).
-    (("POST", "/tfjobs", 403), "Kueue manages TFJobs",
-     "could not check: the server-side dry run of the run's TFJob (labelled "
-     "kueue.x-k8s.io/queue-name=fmnist) in kubeflow was refused (HTTP 403"),
-    (("POST", "/tfjobs", 500), "Kueue manages TFJobs", "was refused (HTTP 500"),
-])
-def test_what_cannot_be_checked_is_a_note_not_a_miss(cluster, capsys, fault, check, said):
-    from tests.standins.apiserver import Fault
-
-    standin, kfp = cluster
-    scheduling_cluster(standin)
-    method, path, status = fault
-    standin.faults.append(Fault(method, path, status=status, times=10))
-    assert preflight(standin, kfp, "--scheduling", SCHEDULING) == 0
-    row = _scheduling_rows(capsys.readouterr().out)[check]
-    assert row.startswith("note") and said in row.partition("\n")[0], row
+    assert rows["Kueue LocalQueue kubeflow/fmnist"].startswith("ok"), rows
+    assert "ClusterQueue fmnist, active" in rows["Kueue LocalQueue kubeflow/fmnist"]
+    assert rows["Kueue WorkloadPriorityClass fmnist-high"].startswith("ok"), rows
+    assert rows["Kueue manages TFJobs"].startswith("MISSING"), rows
 
 
 @pytest.mark.parametrize(("given", "error"), [
@@ -196,12 +118,12 @@ def test_what_cannot_be_checked_is_a_note_not_a_miss(cluster, capsys, fault, che
     ('{"gang_queue": "q"}', "gang is not `volcano`"),
     ('{"queues": "q"}', "unknown scheduling settings ['queues']"),
 ])
-def test_bad_scheduling_is_refused_before_any_request(cluster, capsys, given, error):
-    standin, kfp = cluster
-    standin.calls.clear()
-    assert preflight(standin, kfp, "--scheduling", given) == 2
+def test_bad_scheduling_is_refused_before_any_request(kubeflow, capsys, given, error):
+    cluster, kfp = kubeflow
+    with FaultProxy(cluster.kubeconfig(NS)) as proxy:
+        assert _preflight_through(proxy, cluster, kfp, "--scheduling", given) == 2
     assert error in capsys.readouterr().err
-    assert standin.calls == []
+    assert proxy.requests == []
 
 
 def _run_tfjob(queue: str) -> dict:
@@ -237,37 +159,6 @@ def test_the_dry_run_tfjob_is_the_train_steps_own():
     assert replica["template"]["spec"]["volumes"][0]["persistentVolumeClaim"] == {
         "claimName": "fmnist-data"}
     assert "suspend" not in probe["spec"]["runPolicy"]  # suspended only if Kueue does it
-
-
-def test_the_standins_dry_run_admits_and_stores_nothing():
-    """The stand-in's dryRun=All, as the API server does it (tests/standins/apiserver.py's
-    docstring: mutating admission runs, the write is skipped, 409 for an existing object, 422
-    for a dryRun value other than All)."""
-    from kubernetes import client
-
-    from tests.standins.kserve import KServeStandIn
-
-    probe = _run_tfjob("q")
-
-    with KServeStandIn() as standin:
-        standin.mutators.append(kueue_webhook)
-        api = client.CustomObjectsApi(standin.api_client())
-        answer = api.create_namespaced_custom_object("kubeflow.org", "v1", NS, "tfjobs",
-                                                     probe, dry_run="All")
-        assert answer["spec"]["runPolicy"]["suspend"] is True
-        assert answer["metadata"]["uid"] and "resourceVersion" not in answer["metadata"]
-        assert not [key for key in standin.objects if key[0] == "TFJob"]
-        stored = api.create_namespaced_custom_object("kubeflow.org", "v1", NS, "tfjobs",
-                                                     probe)
-        assert stored["metadata"]["resourceVersion"]
-        with pytest.raises(client.ApiException) as exists:
-            api.create_namespaced_custom_object("kubeflow.org", "v1", NS, "tfjobs",
-                                                probe, dry_run="All")
-        assert exists.value.status == 409
-        with pytest.raises(client.ApiException) as invalid:
-            api.create_namespaced_custom_object("kubeflow.org", "v1", NS, "tfjobs",
-                                                _run_tfjob("r"), dry_run="Yes")
-        assert invalid.value.status == 422
 
 
 # -- on the real API server: the PriorityClass and gang scheduling, no queue ---------------------
