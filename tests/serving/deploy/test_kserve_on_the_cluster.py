@@ -24,6 +24,8 @@ import pytest
 
 from fmnist_kfp.kubernetes.inference_service import (
     ANNOTATION_MODEL_URI,
+    ANNOTATION_TEST_ACCURACY,
+    TAG_ROUTING_ANNOTATION,
 )
 from fmnist_kfp.kubernetes.inference_service_status import STANDARD, DeploymentMode, mode_of
 from fmnist_kfp.settings.platform import MOUNT_PATH
@@ -105,6 +107,20 @@ def _assert_kserve_made_the_predictor(cluster, namespace: str, name: str, *, ima
     assert (port["port"], port["targetPort"]) == (80, 8080)
     hpa = made["horizontalpodautoscalers"]["spec"]
     assert (hpa["minReplicas"], hpa["maxReplicas"]) == (1, 2)
+    # The safe rollout the deploy step asks for reaches what KServe made: the Deployment
+    # never goes below the replicas serving (maxUnavailable 0, one pod surged), each pod is
+    # ready only once our server answers for the model, and the HPA scales on the
+    # InferenceService's metric (autoscalerClass hpa, Standard mode's).
+    assert made["deployments"]["spec"]["strategy"] == {
+        "type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
+    assert container["readinessProbe"]["httpGet"]["path"] == f"/v2/models/{name}/ready"
+    assert served["metadata"]["annotations"]["serving.kserve.io/autoscalerClass"] == "hpa"
+    assert TAG_ROUTING_ANNOTATION not in served["metadata"]["annotations"]  # Knative's
+    predictor_spec = served["spec"]["predictor"]
+    assert [(m["resource"]["name"], m["resource"]["target"]["averageUtilization"])
+            for m in hpa["metrics"]] == [(predictor_spec["scaleMetric"],
+                                          predictor_spec["scaleTarget"])]
+    assert "canaryTrafficPercent" not in predictor_spec  # Knative's; no traffic split here
 
 
 def _serving(namespace: str, mode: DeploymentMode, storage_uri: str,
@@ -166,8 +182,16 @@ print(json.dumps(decision))
 
     second = deploy("deploy-2", "second", "second", 0.20)
     assert second["action"] == "promoted", second
+    # Verified first at a candidate InferenceService's own address, then rolled over the
+    # main one and verified there.
+    assert second["canary_url"].endswith(".svc.cluster.local"), second
+    assert second["canary_url"] != second["url"] == first["url"], second
+    assert "rolled over" in second["reason"] and "passed verification" in second["reason"]
     main = cluster.read_or_none(f"{group}/fashion-mnist")
     assert main["spec"]["predictor"]["model"]["storageUri"] == f"pvc://{claim}/models/second"
+    annotations = main["metadata"]["annotations"]
+    assert (annotations[ANNOTATION_TEST_ACCURACY], annotations[ANNOTATION_MODEL_URI]) == (
+        "0.200000", f"pvc://{claim}/models/second")
     assert [i["metadata"]["name"] for i in cluster.read_or_none(group)["items"]] == \
         ["fashion-mnist"], "the candidate was not deleted"
 

@@ -1,11 +1,14 @@
-"""Standard (raw Deployment) mode's rollout (serving/deploy/rollout_standard.py) against the
-KServe stand-in (``tests.standins.kserve``): created with a safe rollout strategy; a new model
-verified on a candidate InferenceService of its own before the main one is touched, then the
-main service updated and the candidate deleted; a failed, unready or interrupted candidate
-deleted with the main service left as it was; a main rollout that does not finish written back
-to the previous model. The verifier and the deploy helper are tests/serving/deploy/
-test_kserve_rollout.py's (what both modes share is tested there); every body the stand-in
-receives is checked against the real CRDs when each test ends."""
+"""Standard (raw Deployment) mode's rollout (serving/deploy/rollout_standard.py): its fault
+cases, against the KServe stand-in (``tests.standins.kserve``), which injects them on cue: a
+failed, unready or interrupted candidate deleted with the main service left as it was; a main
+rollout that does not finish written back to the previous model; an HPA that moved the
+observed generation; answers that lose a write. The rollout itself (created with a safe
+rollout strategy, a new model verified on a candidate InferenceService of its own before the
+main one is rolled over, the candidate deleted through KServe's finalizer) runs on the real
+KServe v0.15.2 and v0.16.0: tests/serving/deploy/test_kserve_on_the_cluster.py. The verifier and
+the deploy helper are tests/serving/deploy/test_kserve_rollout.py's (what both modes share is
+tested there); every body the stand-in receives is checked against the real CRDs when each
+test ends."""
 
 from __future__ import annotations
 
@@ -17,7 +20,6 @@ import pytest
 from fmnist_kfp.kubernetes.inference_service import (
     ANNOTATION_MODEL_URI,
     ANNOTATION_TEST_ACCURACY,
-    TAG_ROUTING_ANNOTATION,
 )
 from fmnist_kfp.serving.deploy import kserve_api
 from fmnist_kfp.serving.deploy.kserve_deployer import KServeRolloutError
@@ -47,51 +49,6 @@ def raw():
     with KServeStandIn(default_mode="RawDeployment") as server:
         yield server
         check_writes(server)
-
-
-def test_standard_mode_creates_with_a_safe_rollout_strategy(raw):
-    verifier = Verifier(raw, {OLD: 0.91})
-    result = deploy(raw, OLD, 0.91, verifier)
-    assert result.action is Action.CREATED and result.mode == "Standard"
-    assert result.url == RAW_ADDRESS and verifier.urls == [RAW_ADDRESS]
-    (_, body), = raw.isvc_writes()
-    annotations = body["metadata"]["annotations"]
-    assert annotations["serving.kserve.io/deploymentMode"] == "RawDeployment"  # KServe <= 0.15
-    assert annotations["serving.kserve.io/autoscalerClass"] == "hpa"
-    assert TAG_ROUTING_ANNOTATION not in annotations
-    predictor = body["spec"]["predictor"]
-    assert predictor["deploymentStrategy"] == {
-        "type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
-    assert predictor["model"]["readinessProbe"]["httpGet"] == {
-        "path": f"/v2/models/{NAME}/ready", "port": 8080}
-    assert (predictor["scaleMetric"], predictor["scaleTarget"]) == ("cpu", 80)
-    assert "canaryTrafficPercent" not in predictor
-
-
-
-def test_standard_mode_verifies_a_candidate_before_touching_the_main_service(raw):
-    serve_old_model(raw, 0.90)
-    verifier = Verifier(raw, {NEW: 0.95, OLD: 0.90})
-    result = deploy(raw, NEW, 0.95, verifier)
-    assert result.action is Action.PROMOTED
-    assert result.canary_url == CANDIDATE_ADDRESS
-    assert verifier.calls == [(CANDIDATE_ADDRESS, CANDIDATE, NEW),
-                              (RAW_ADDRESS, NAME, NEW)]
-    (candidate,) = [body for method, body in raw.isvc_writes() if method == "POST"]
-    assert candidate["metadata"]["name"] == CANDIDATE
-    assert candidate["spec"]["predictor"]["model"]["storageUri"] == NEW
-    assert candidate["spec"]["predictor"]["model"]["readinessProbe"]["httpGet"]["path"] == \
-        f"/v2/models/{CANDIDATE}/ready"
-    (main,) = puts(raw)
-    assert main["spec"]["predictor"]["model"]["storageUri"] == NEW
-    assert ("InferenceService", NS, CANDIDATE) not in raw.objects  # cleaned up
-    assert raw.answering(RAW_ADDRESS)[0] == NEW
-    assert model_annotations(raw.isvc()) == {ANNOTATION_TEST_ACCURACY: "0.950000",
-                                             ANNOTATION_MODEL_URI: NEW}
-    assert result.verification.passed and result.url == RAW_ADDRESS
-    assert "rolled over" in result.reason and "passed verification" in result.reason
-    assert result.blessing.serving_accuracy == 0.90
-
 
 
 def test_standard_mode_waits_for_the_deployment_not_the_inference_services_generation(raw):
