@@ -17,7 +17,7 @@ from typing import Any
 from fmnist_kfp.settings.training import TrainingConfig
 from fmnist_kfp.training.models import parameter_count
 from fmnist_kfp.tuning.experiment_settings import ExperimentSettings
-from fmnist_kfp.tuning.search_space import FILTER_WIDTHS, SearchSpace
+from fmnist_kfp.tuning.search_space import SearchSpace
 
 # The TrainingConfig fields a model's size depends on (model_type: batch norm adds statistics).
 SIZE_FIELDS = ("filters", "stem_filters", "dense_units", "model_type")
@@ -32,24 +32,6 @@ def trial_parameter_count(settings: ExperimentSettings, parameters: dict[str, An
 
 def over_budget(settings: ExperimentSettings, count: int) -> bool:
     return bool(settings.max_parameters) and count > settings.max_parameters
-
-
-def widths_within_budget(settings: ExperimentSettings,
-                         widths: tuple[int, ...] = FILTER_WIDTHS) -> tuple[int, ...]:
-    """The ``filters`` widths whose model (the experiment's base configuration at that width)
-    fits the budget; every width without a budget. None fits: the smallest alone, which
-    :func:`budget_problems` then refuses, naming its size."""
-    fitting = tuple(width for width in widths if not over_budget(
-        settings, trial_parameter_count(settings, {"filters": width})))
-    return fitting or (min(widths),)
-
-
-def default_search_space(settings: ExperimentSettings) -> SearchSpace:
-    """The search the tune step runs (and preflight's dry run builds): the default ranges for
-    the algorithm and model type, its ``filters`` only the widths the budget lets train, so
-    that no trial is spent on a configuration refused before it starts."""
-    return SearchSpace.default(settings.algorithm, settings.model_type,
-                               filters=widths_within_budget(settings))
 
 
 def budget_problems(settings: ExperimentSettings, search_space: SearchSpace) -> list[str]:

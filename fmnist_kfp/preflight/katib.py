@@ -155,15 +155,15 @@ def check_experiment(api_client, cluster: Cluster, operator: str, shape: str = "
 
     what = "Katib Experiment the tune step creates"
     try:
-        from fmnist_kfp.katib.parameter_budget import default_search_space
         from fmnist_kfp.kubernetes.experiment import build_experiment
         from fmnist_kfp.kubernetes.manifest import to_manifest
         from fmnist_kfp.settings.platform import MOUNT_PATH
         from fmnist_kfp.tuning.experiment_settings import ExperimentSettings
+        from fmnist_kfp.tuning.search_space import SearchSpace
 
         settings = ExperimentSettings(name=probe_name(), kubernetes=run_settings(
             cluster, gang=operator != "trainjob"))
-        space = default_search_space(settings)
+        space = SearchSpace.default(settings.algorithm, settings.model_type)
         manifest = to_manifest(build_experiment(settings, space, f"{MOUNT_PATH}/dataset",
                                                 operator, shape or OVERRIDES))
     except ModuleNotFoundError as error:  # a base install: the builders' SDKs are extras

@@ -287,12 +287,6 @@ def algorithm_problems(algorithm: str, settings: dict[str, Any]) -> list[str]:
     return problems
 
 
-# The widths the default search offers for ``filters`` (the first convolution's; the next two
-# have twice as many), in steps fine enough that a parameter budget cuts inside the range
-# rather than between 32 and 64: fmnist_kfp.katib.parameter_budget keeps those that fit.
-FILTER_WIDTHS = (16, 20, 24, 28, 32, 40, 48, 64)
-
-
 @dataclass
 class SearchSpace:
     """The searched hyperparameters; every other TrainingConfig field stays fixed."""
@@ -300,11 +294,8 @@ class SearchSpace:
     parameters: list[Parameter] = field(default_factory=list)
 
     @classmethod
-    def default(cls, algorithm: str = "tpe", model_type: str = "batchnorm",
-                filters: tuple[int, ...] = FILTER_WIDTHS) -> SearchSpace:
-        """Ranges that suit Fashion-MNIST's CNNs, shaped for what ``algorithm`` can search;
-        ``filters``: the widths offered (the search's are those its parameter budget lets
-        train: :func:`fmnist_kfp.katib.parameter_budget.default_search_space`).
+    def default(cls, algorithm: str = "tpe", model_type: str = "batchnorm") -> SearchSpace:
+        """Ranges that suit Fashion-MNIST's CNNs, shaped for what ``algorithm`` can search.
 
         Epochs stay fixed (the base configuration's): with ``latest`` as the metric strategy a
         longer run wins by default, which would spend the trials learning that.
@@ -324,7 +315,7 @@ class SearchSpace:
             # and Katib's Goptuna service ignores distributions: say uniform, as it samples.
             batch = Parameter.integer("batch_size", 32, 256, step=32)
             learning_rate = Parameter.double("learning_rate", 3e-4, 1e-2)
-        parameters = [learning_rate, batch, Parameter.categorical("filters", list(filters))]
+        parameters = [learning_rate, batch, Parameter.categorical("filters", [16, 32, 64])]
         if model_type in MODEL_TYPES_WITH_DROPOUT:
             parameters.append(dropout)
         return cls(parameters)

@@ -14,13 +14,13 @@ import pytest
 
 from fmnist_kfp.errors import TuningError
 from fmnist_kfp.katib.optuna_search import LocalTuner
-from fmnist_kfp.katib.parameter_budget import budget_problems, default_search_space
+from fmnist_kfp.katib.parameter_budget import budget_problems
 from fmnist_kfp.katib.report import render_html
 from fmnist_kfp.katib.results import OVER_PARAMETER_BUDGET, SUCCEEDED, TuningResult
-from fmnist_kfp.kfp_components.tune.step import experiment_settings, tuning_problems
+from fmnist_kfp.kfp_components.tune.step import tuning_problems
 from fmnist_kfp.settings.training import TrainingConfig
 from fmnist_kfp.tuning.experiment_settings import METRICS_FILTER, ExperimentSettings
-from fmnist_kfp.tuning.search_space import FILTER_WIDTHS, Parameter, SearchSpace
+from fmnist_kfp.tuning.search_space import Parameter, SearchSpace
 from tests import ROOT
 from tests.katib.test_katib_launcher import BEST, DATA_DIR, _launcher, _settings, _space
 from tests.standins.katib import KatibStandIn, state, trial
@@ -51,35 +51,6 @@ def test_a_search_whose_every_model_is_too_big_is_refused_before_any_trial():
         assert tuning_problems({}, "batchnorm", TrainingConfig(), backend) == []
     assert "max_parameters must be 0 (no budget) or more, got -1" in " ".join(
         tuning_problems({"max_parameters": -1}, "basic", TrainingConfig(), "local"))
-
-
-@pytest.mark.parametrize("model_type", ["basic", "dropout", "batchnorm"])
-def test_the_default_search_offers_only_the_widths_the_budget_lets_train(model_type):
-    """On bec452c 2 of the 12 trials of a TPE search were spent on filters=64, which never
-    fits the 100k budget: the tune step's search offers only the widths whose model fits,
-    from a ladder fine enough that the budget cuts inside it."""
-    from dataclasses import replace
-
-    from fmnist_kfp.training.models import parameter_count
-
-    def widths(budget: int) -> tuple[int, ...]:
-        settings, space = experiment_settings("fmnist-tune", model_type, TrainingConfig(),
-                                              {"max_parameters": budget})
-        return space.get("filters").values
-
-    def size(width: int) -> int:
-        return parameter_count(replace(TrainingConfig(model_type=model_type), filters=width))
-
-    offered = widths(100_000)
-    assert offered == tuple(w for w in FILTER_WIDTHS if size(w) <= 100_000)
-    assert 32 in offered and 64 not in offered  # the default width trains; 64 never would
-    assert len(offered) >= 4  # the budget cuts inside the ladder, not at one width
-    assert widths(200_000) == tuple(w for w in FILTER_WIDTHS if size(w) <= 200_000)
-    assert 64 not in widths(200_000) and 48 in widths(200_000)
-    assert widths(0) == FILTER_WIDTHS  # no budget: every width
-    # What preflight's dry run builds is the same search.
-    assert default_search_space(ExperimentSettings(
-        name="fmnist-tune", model_type=model_type)).get("filters").values == offered
 
 
 def test_the_trainer_refuses_a_model_over_the_budget_before_tensorflow_starts(tmp_path):
