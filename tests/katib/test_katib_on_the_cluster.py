@@ -26,8 +26,8 @@ from tests.kfp_components.test_cluster_steps import (  # noqa: F401 (the fixture
 
 OPERATOR = "tfjob"  # the trials' jobs: TFJobs
 # The search's seed: with it the third, last trial is the one median stopping stops. A trial
-# stopped before the last hangs Katib v0.19.0's Experiment (seen here with another search
-# space, filters of 16-32, and seed 2: no third trial until the step's deadline): the trial
+# stopped before the last hangs Katib v0.19.0's Experiment (seed 2 stops the second of three,
+# and with filters of 16-32 searched no third trial came until the step's deadline): the trial
 # controller deletes an EarlyStopped trial's job before it reads the trial's observation
 # (pkg/controller.v1beta1/trial/trial_controller.go L239 and L311-318, reconcileJob), and the
 # experiment controller requests no new suggestion while an EarlyStopped trial has none
