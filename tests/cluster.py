@@ -287,17 +287,19 @@ class RealCluster:
             self.apply(obj)
         self.wait_until_granted(namespace, "pipeline-runner")
 
-    def wait_until_granted(self, namespace: str, account: str) -> None:
+    def wait_until_granted(self, namespace: str, account: str, verb: str = "list",
+                           group: str = "", resource: str = "pods") -> None:
         """Until the authorizer has seen the account's binding (it reads Roles and bindings
-        from informers): its pods list, granted by every role here, is allowed."""
+        from informers): ``verb`` on ``resource`` of ``group`` is allowed (by default its pods
+        list, granted by every role here)."""
         from kubernetes import client
 
         review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
                   "spec": {"user": f"system:serviceaccount:{namespace}:{account}",
                            "groups": ["system:serviceaccounts",
                                       f"system:serviceaccounts:{namespace}"],
-                           "resourceAttributes": {"namespace": namespace, "verb": "list",
-                                                  "resource": "pods"}}}
+                           "resourceAttributes": {"namespace": namespace, "verb": verb,
+                                                  "group": group, "resource": resource}}}
         api = client.AuthorizationV1Api(self.api_client)
         deadline = time.monotonic() + GRANT_SECONDS
         while not api.create_subject_access_review(review).status.allowed:

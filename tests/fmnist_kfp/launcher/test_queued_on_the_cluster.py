@@ -83,8 +83,7 @@ def _namespace(cluster, role_edit=None) -> str:
     name = f"queued-{uuid.uuid4().hex[:6]}"
     cluster.grant_pipeline_runner(name, role_edit)
     cluster.add_claim(name)
-    [local_queue] = [o for o in build("scheduling") if o["kind"] == "LocalQueue"]
-    cluster.apply(local_queue, namespace=name)
+    cluster.apply(_local_queue(), namespace=name)
     _until_local_queue_active(cluster, name, "True")
     return name
 
@@ -301,23 +300,32 @@ def test_a_namespace_set_up_for_kueue_passes_preflight_by_a_dry_run_that_stores_
     assert _tfjobs(kueue_with_tfjobs, namespace) == []
 
 
-def _local_queue_of(cluster_queue: str) -> dict:
+def _local_queue(cluster_queue: str = "") -> dict:
+    """manifests/scheduling's LocalQueue (naming ``cluster_queue`` where given)."""
     [local_queue] = [o for o in build("scheduling") if o["kind"] == "LocalQueue"]
-    local_queue["spec"]["clusterQueue"] = cluster_queue
+    if cluster_queue:
+        local_queue["spec"]["clusterQueue"] = cluster_queue
     return local_queue
 
 
-def _take_away_local_queue(cluster, namespace: str) -> None:
-    path = f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{namespace}/localqueues/{QUEUE}"
+def _local_queue_path(namespace: str) -> str:
+    return f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{namespace}/localqueues/{QUEUE}"
+
+
+def _delete(cluster, path: str) -> None:
     cluster.api_client.call_api(path, "DELETE", auth_settings=["BearerToken"])
     assert cluster.gone(path), path
+
+
+def _take_away_local_queue(cluster, namespace: str) -> None:
+    _delete(cluster, _local_queue_path(namespace))
 
 
 def _point_local_queue_at_a_missing_cluster_queue(cluster, namespace: str) -> None:
     """The LocalQueue made again naming ClusterQueue ``fmnist-gone`` (its clusterQueue cannot
     change in place: Kueue's webhook keeps it immutable), once Kueue marks it inactive."""
     _take_away_local_queue(cluster, namespace)
-    cluster.apply(_local_queue_of("fmnist-gone"), namespace=namespace)
+    cluster.apply(_local_queue("fmnist-gone"), namespace=namespace)
     _until_local_queue_active(cluster, namespace, "False")
 
 
@@ -325,7 +333,7 @@ def _until_local_queue_active(cluster, namespace: str, status: str) -> None:
     """Until Kueue has written the LocalQueue's Active condition ``status`` (it does so
     moments after the LocalQueue is made: what preflight reads until then is "no status
     yet")."""
-    path = f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{namespace}/localqueues/{QUEUE}"
+    path = _local_queue_path(namespace)
     until(lambda: [c for c in ((cluster.read_or_none(path) or {}).get("status") or {}).get(
         "conditions", []) if c["type"] == "Active" and c["status"] == status],
           f"Kueue writing the LocalQueue's Active condition {status}", 60,
@@ -333,9 +341,7 @@ def _until_local_queue_active(cluster, namespace: str, status: str) -> None:
 
 
 def _take_away_workload_priority_class(cluster, namespace: str) -> None:
-    path = "/apis/kueue.x-k8s.io/v1beta2/workloadpriorityclasses/fmnist-high"
-    cluster.api_client.call_api(path, "DELETE", auth_settings=["BearerToken"])
-    assert cluster.gone(path), path
+    _delete(cluster, "/apis/kueue.x-k8s.io/v1beta2/workloadpriorityclasses/fmnist-high")
 
 
 KUEUE_PIECES = {
@@ -384,34 +390,30 @@ def _scale(cluster, replicas: int) -> None:
 
 def test_what_preflight_cannot_check_of_kueue_is_a_note_not_a_miss(kueue_with_tfjobs,
                                                                    namespace):
-    """The dry run refused: by the real authorizer (a user who may read the LocalQueue but
-    not create TFJobs: HTTP 403), and by the API server while Kueue's webhook is down (its
-    mutating webhook's failurePolicy is Fail: kueue v0.19.2 config/components/webhook/
-    manifests.yaml; HTTP 500). Either is a note with what to check, never a miss."""
+    """The dry run refused: by the real authorizer (the steps' ServiceAccount, its Role let
+    read the LocalQueue and not create TFJobs: HTTP 403), and by the API server while Kueue's
+    webhook is down (its mutating webhook's failurePolicy is Fail: kueue v0.19.2
+    config/components/webhook/manifests.yaml; HTTP 500). Either is a note with what to check,
+    never a miss."""
     from kubernetes import client
 
     from localcluster import operators
+    from tests.fmnist_kfp.preflight.cluster import rules_without
 
     cluster = kueue_with_tfjobs
-    rbac = "rbac.authorization.k8s.io/v1"
-    reader = "kueue-reader"
-    cluster.apply({"apiVersion": "v1", "kind": "ServiceAccount",
-                   "metadata": {"name": reader, "namespace": namespace}})
-    cluster.apply({"apiVersion": rbac, "kind": "Role",
-                   "metadata": {"name": reader, "namespace": namespace},
-                   "rules": [{"apiGroups": ["kueue.x-k8s.io"], "resources": ["localqueues"],
-                              "verbs": ["get"]}]})
-    cluster.apply({"apiVersion": rbac, "kind": "RoleBinding",
-                   "metadata": {"name": reader, "namespace": namespace},
-                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                               "name": reader},
-                   "subjects": [{"kind": "ServiceAccount", "name": reader,
-                                 "namespace": namespace}]})
-    as_reader = client.ApiClient(cluster.configuration_as(namespace, reader))
-    until(lambda: _preflight(cluster, namespace, "tfjob", api_client=as_reader)[
-        f"Kueue LocalQueue {namespace}/{QUEUE}"].ok, "the reader's Role granted", 60)
-    refused = _preflight(cluster, namespace, "tfjob", api_client=as_reader)[
-        "Kueue manages TFJobs"]
+
+    def reads_local_queues_creates_no_tfjobs(role: dict) -> dict:
+        role["rules"] = rules_without(role["rules"], "create", "kubeflow.org", "tfjobs") + [
+            {"apiGroups": ["kueue.x-k8s.io"], "resources": ["localqueues"], "verbs": ["get"]}]
+        return role
+
+    cluster.grant_pipeline_runner(namespace, reads_local_queues_creates_no_tfjobs)
+    cluster.wait_until_granted(namespace, "pipeline-runner", "get", "kueue.x-k8s.io",
+                               "localqueues")
+    as_runner = client.ApiClient(cluster.configuration_as(namespace, "pipeline-runner"))
+    rows = _preflight(cluster, namespace, "tfjob", api_client=as_runner)
+    assert rows[f"Kueue LocalQueue {namespace}/{QUEUE}"].ok, rows
+    refused = rows["Kueue manages TFJobs"]
     assert refused.ok is None, refused
     assert refused.found.startswith(
         f"could not check: the server-side dry run of the run's TFJob (labelled "

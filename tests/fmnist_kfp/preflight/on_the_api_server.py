@@ -41,6 +41,7 @@ ISTIO_CRD = "authorizationpolicies.security.istio.io"
 # (:meth:`KubeflowOnTheApiServer.install_trainer`).
 TRAINER_CRDS = tuple(name for name in SHARED_CRDS if name.startswith("trainer-v2/"))
 KUBEFLOW_1_11 = "Kubeflow 1.11"
+TESTS_CRDS = Path(__file__).parents[2] / "crds"  # upstream CRDs kept beside the tests
 # The gang schedulers' CRDs (tests/crds), installed by a test (Kubeflow ships neither).
 GANG_CRDS = ("scheduling.volcano.sh_podgroups.yaml", "scheduling.volcano.sh_queues.yaml",
              "scheduling.x-k8s.io_podgroups.yaml")
@@ -104,10 +105,8 @@ class KubeflowOnTheApiServer:
         self.api_client = cluster.api_client
         self.crds = _crd_documents()  # installed by ready_cluster
         self.trainer_crds = _crd_documents(TRAINER_CRDS, istio=False)
-        self.gang_crds = _crd_documents(GANG_CRDS, istio=False,
-                                        folder=Path(__file__).parents[2] / "crds")
-        self.kueue_crds = _crd_documents(KUEUE_CRDS, istio=False,
-                                         folder=Path(__file__).parents[2] / "crds")
+        self.gang_crds = _crd_documents(GANG_CRDS, istio=False, folder=TESTS_CRDS)
+        self.kueue_crds = _crd_documents(KUEUE_CRDS, istio=False, folder=TESTS_CRDS)
         self._older: dict[str, dict] = {}  # CRDs as an older release had them (install_older)
         self._undo: list[Callable[[], None]] = []
         self._deleting: list[str] = []  # namespaces deleted, not yet gone

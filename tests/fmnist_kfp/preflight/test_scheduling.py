@@ -53,8 +53,7 @@ def _preflight_through(proxy: FaultProxy, cluster, kfp, *extra) -> int:
     records every request the API server is sent)."""
     from fmnist_kfp.cli import main as cli_main
 
-    kubeconfig = proxy.kubeconfig(cluster.plane.state_dir / "kubeconfig-recorded",
-                                  token=proxy.token)
+    kubeconfig = proxy.kubeconfig(cluster.plane.state_dir / "kubeconfig-recorded")
     return cli_main(["preflight", "--host", kfp.url, "--kubeconfig", str(kubeconfig), *extra])
 
 
