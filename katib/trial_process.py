@@ -31,7 +31,8 @@ is the container's own command (pods that Katib does not wrap); it is forwarded,
 code 143 is retryable.
 
 An early-stopped trial is then held: once the trainer has ended, this process waits for the
-pod's deletion (a second SIGTERM), at most ``EARLY_STOP_HOLD_SECONDS``, before it exits. Katib's
+pod's deletion (a second SIGTERM), at most ``EARLY_STOP_HOLD_SECONDS``, before it exits (our
+Experiments retain their trials' jobs with early stopping, so the wait is the whole hold). Katib's
 collector reports the stop to the median-stopping service only after the wrapper has ended or 60
 s have passed (file-metricscollector main.go v0.19.0 lines 301-331), in a goroutine; its main
 goroutine exits the collector as soon as it sees the wrapper gone with ``completed`` in the
@@ -39,7 +40,8 @@ marker (common/pns.go lines 147-172), which the wrapper's ``... fi && echo compl
 even after an early stop (pod/utils.go lines 200-221). A wrapper that ends at once therefore
 races the report, and a lost report leaves the trial Running for good (its job succeeded, no
 observation: trial_controller.go lines 258-266), as it did on the real Katib. Held, the wrapper
-outlives the collector's 60 s wait; the trial is marked EarlyStopped and Katib deletes its job.
+outlives the collector's 60 s wait; the trial is marked EarlyStopped and Katib reads its
+observation from the retained job (fmnist_kfp.kubernetes.experiment.retains_trial_jobs).
 The trainer learns of early stopping through ``KATIB_EARLY_STOPPING_ENV``, so that a trial it
 does not train (over the parameter budget) waits for the collector's verdict on the objective
 it printed instead of ending before the collector has read it.

@@ -111,7 +111,9 @@ class ExperimentSettings:
     # the local search's trials get.
     max_restarts: int = 1
     output_dir: str = ""  # trials write under <output_dir>/<name>/<trial>; default: the PVC's
-    retain_trials: bool = False  # keep finished trials' TFJobs (and pods) for debugging
+    # Keep finished trials' jobs (and pods) for debugging; kept anyway with early stopping
+    # (fmnist_kfp.kubernetes.experiment.retains_trial_jobs).
+    retain_trials: bool = False
     trial_minutes: int = _TUNING.trial_minutes  # a trial's share of the step's deadline
     # A configuration with more parameters is never trained (katib/parameter_budget.py); 0: none.
     max_parameters: int = _TUNING.max_parameters

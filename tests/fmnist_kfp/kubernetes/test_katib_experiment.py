@@ -388,6 +388,19 @@ def test_the_whole_experiment_but_its_trial_tfjob():
     }
 
 
+@pytest.mark.parametrize(("early_stopping", "retain_trials", "retained"), [
+    (None, False, False), (None, True, True), (EarlyStopping(), False, True),
+    (EarlyStopping(), True, True)])
+def test_early_stopping_keeps_the_trials_jobs_so_that_katib_reads_a_stopped_trial(
+        early_stopping, retain_trials, retained):
+    """Without ``retain`` Katib v0.19.0 deletes an early-stopped trial's job before it reads
+    the trial's observation, then requests no new trial while that observation is missing
+    (kubeflow/katib#1377): a trial stopped before the last would hang the search. Run on the
+    real Katib in tests/katib/test_katib_on_the_cluster.py."""
+    manifest = _manifest(_settings(early_stopping=early_stopping, retain_trials=retain_trials))
+    assert manifest["spec"]["trialTemplate"].get("retain", False) is retained
+
+
 @pytest.mark.parametrize(("budget", "most", "expected"), [(0, 4, 1), (2, 4, 3), (4, 4, 4),
                                                           (3, 4, 4)])
 def test_the_failed_trial_budget_maps_to_katibs_count(budget, most, expected):
