@@ -36,7 +36,9 @@ different keys interleave (a client's threads, its polls' timing):
     and ``hold``: the request held ``hold`` seconds, then forwarded and answered (a slow
     create: what a step's SIGTERM can arrive during).
 
-  Never two faults in a row on one key, so a client that retries gets through.
+  Never two faults in a row on one key, so a client that retries gets through, unless
+  ``in_a_row``: then a server that keeps failing (with ``rate`` 1, every request ``only``
+  chooses), which a client's retries do not get through.
 
 Each fault given is recorded in :attr:`FaultProxy.injected` (method, path, kind), each request
 in :attr:`FaultProxy.requests` (method, path with query, the status relayed or the fault), so
@@ -129,11 +131,11 @@ class FaultProxy:
     CA, and a token :meth:`configuration` uses when given none). ``seed`` None: no faults, no
     latency (a faithful proxy). ``kinds``: the only kinds given (default: all that fit).
     ``only``: a predicate of (method, path with query) choosing the requests that may be
-    faulted (default: all)."""
+    faulted (default: all). ``in_a_row``: faults may follow faults on one key."""
 
     def __init__(self, kubeconfig: Path | str, seed: int | None = None, *, rate: float = 0.1,
                  latency: float = 0.01, hold: float = 0.5, kinds: tuple | None = None,
-                 only=None, state_dir: Path | str | None = None):
+                 only=None, in_a_row: bool = False, state_dir: Path | str | None = None):
         config = yaml.safe_load(Path(kubeconfig).read_text())
         context = next(c["context"] for c in config["contexts"]
                        if c["name"] == config["current-context"])
@@ -148,6 +150,7 @@ class FaultProxy:
         self.seed, self.rate, self.latency, self.hold = seed, rate, latency, hold
         self.kinds = tuple(kinds) if kinds is not None else None
         self.only = only
+        self.in_a_row = in_a_row
         self.injected: list[Injected] = []
         self.requests: list[tuple[str, str, int | str]] = []
         self._state_dir = Path(state_dir) if state_dir else None
@@ -266,7 +269,8 @@ class FaultProxy:
                     if self.kinds is None or k in self.kinds]
             pick = draw.choice(fits) if fits else None
             pieces = draw.randint(1, 3)
-            if key in self._last_faulted or roll >= self.rate or pick is None or (
+            again = key in self._last_faulted and not self.in_a_row
+            if again or roll >= self.rate or pick is None or (
                     self.only is not None and not self.only(method, target)):
                 self._last_faulted.discard(key)
                 pick = None

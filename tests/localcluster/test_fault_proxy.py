@@ -370,3 +370,21 @@ def test_the_faults_are_the_seeds_and_fit_their_requests(tmp_path):
         if method != "GET":
             assert "stall" not in kinds
     assert given == set(KINDS)
+
+
+def test_in_a_row_faults_every_chosen_request_and_no_other(tmp_path):
+    """``in_a_row`` at rate 1: a server that keeps failing the requests ``only`` chooses (a
+    client's retries never get through) and answers the rest."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "current-context": "c", "contexts": [{"name": "c", "context": {"cluster": "k",
+                                                                       "user": "u"}}],
+        "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:1",
+                                               "certificate-authority": "ca.crt"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}]}))
+    failing = FaultProxy(kubeconfig, 3, rate=1.0, kinds=(500,), in_a_row=True,
+                         only=lambda method, target: target.startswith("/apis/g/"))
+    assert [failing.decide("GET", "/apis/g/v1")[1] for _ in range(5)] == [500] * 5
+    assert failing.decide("GET", "/apis/h/v1")[1] is None
+    retried = FaultProxy(kubeconfig, 3, rate=1.0, kinds=(500,))  # the default: never in a row
+    assert [retried.decide("GET", "/apis/g/v1")[1] for _ in range(4)] == [500, None] * 2

@@ -1,8 +1,10 @@
-"""The stand-in cluster the preflight tests check, and reading what preflight prints: the
-API server and KServe stand-in with RBAC evaluated from the stored Roles, plus the KFP API
-stand-in, set up with the repository's own manifests as standalone KFP in ``kubeflow``
-(:func:`ready_cluster`); Kubeflow Trainer v2 added on it (:func:`install_trainer_v2`). Also used
-by tests/fmnist_kfp/test_first_run.py and tests/test_install.py."""
+"""The stand-in cluster of the first-run pages' flows (tests/fmnist_kfp/test_first_run.py,
+tests/test_install.py: the pages cannot run whole here, docs/cluster.md), and reading what
+preflight prints: the API server and KServe stand-in with RBAC evaluated from the stored Roles,
+plus the KFP API stand-in, set up with the repository's own manifests as standalone KFP in
+``kubeflow`` (:func:`ready_cluster`); Kubeflow Trainer v2 added on it
+(:func:`install_trainer_v2`). Preflight's own tests run on the real API server
+(on_the_api_server.py)."""
 
 from __future__ import annotations
 
