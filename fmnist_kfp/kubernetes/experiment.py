@@ -166,17 +166,17 @@ def max_failed_trial_count(settings: ExperimentSettings) -> int:
     return min(settings.max_failed_trial_count + 1, settings.max_trial_count)
 
 
-
 def retains_trial_jobs(settings: ExperimentSettings) -> bool:
     """Whether Katib keeps each finished trial's job (the trial template's ``retain``): when
-    asked (``retain_trials``), and always with early stopping. Katib v0.19.0 deletes a completed
-    trial's job unless retained, an early-stopped one too, before it reads its observation
-    (pkg/controller.v1beta1/trial/trial_controller.go L239-256, reconcileJob L311-318), and asks
-    for no new suggestion while an early-stopped trial has none (experiment/
-    experiment_controller.go L466-473): a trial stopped before the last would hang the search
-    (kubeflow/katib#1377, open). Retained, its job is read and the search goes on; the jobs go
-    with the Experiment (their owner is the Trial)."""
+    asked (``retain_trials``), and always with early stopping. Katib v0.19.0 counts an
+    early-stopped trial as completed and deletes a completed trial's job unless retained, so it
+    never reads that trial's observation (pkg/controller.v1beta1/trial/trial_controller.go
+    L239-256, reconcileJob L311-318), and it asks for no new suggestion while an early-stopped
+    trial has none (experiment/experiment_controller.go L466-473): a trial stopped before the
+    last would hang the search (kubeflow/katib#1377, open). Retained, its observation is read
+    and the search goes on; the jobs go with the Experiment (each Trial owns its job)."""
     return settings.retain_trials or settings.early_stopping is not None
+
 
 def build_experiment(settings: ExperimentSettings, search_space: SearchSpace, data_dir: str,
                      operator: str = "tfjob", shape: str = OVERRIDES):
