@@ -14,6 +14,7 @@ import textwrap
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -329,10 +330,9 @@ def test_a_watch_is_cut_mid_stream(real_cluster, namespace):
     assert [(i.method, i.kind) for i in proxy.injected] == [("GET", "cut")]
 
 
-def test_the_faults_are_the_seeds_and_fit_their_requests(tmp_path):
-    """The same seed gives the same faults to the same requests of a key, however keys
-    interleave; another seed others. Never two in a row on a key; 409 to updates only; a
-    lost answer or a stall never to a stream, a cut only to one."""
+def unreachable_kubeconfig(tmp_path: Path) -> Path:
+    """A kubeconfig naming no server that answers: enough for a proxy's fault decisions,
+    which need no connection."""
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(json.dumps({
         "current-context": "c", "contexts": [{"name": "c", "context": {"cluster": "k",
@@ -340,6 +340,14 @@ def test_the_faults_are_the_seeds_and_fit_their_requests(tmp_path):
         "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:1",
                                                "certificate-authority": "ca.crt"}}],
         "users": [{"name": "u", "user": {"token": "t"}}]}))
+    return kubeconfig
+
+
+def test_the_faults_are_the_seeds_and_fit_their_requests(tmp_path):
+    """The same seed gives the same faults to the same requests of a key, however keys
+    interleave; another seed others. Never two in a row on a key; 409 to updates only; a
+    lost answer or a stall never to a stream, a cut only to one."""
+    kubeconfig = unreachable_kubeconfig(tmp_path)
     requests = [(method, f"/apis/g/v1/namespaces/n/things/{i % 3}{query}")
                 for i in range(200) for method, query in (
                     ("GET", ""), ("POST", ""), ("PUT", ""), ("PATCH", ""), ("DELETE", ""),
@@ -375,13 +383,7 @@ def test_the_faults_are_the_seeds_and_fit_their_requests(tmp_path):
 def test_in_a_row_faults_every_chosen_request_and_no_other(tmp_path):
     """``in_a_row`` at rate 1: a server that keeps failing the requests ``only`` chooses (a
     client's retries never get through) and answers the rest."""
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(json.dumps({
-        "current-context": "c", "contexts": [{"name": "c", "context": {"cluster": "k",
-                                                                       "user": "u"}}],
-        "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:1",
-                                               "certificate-authority": "ca.crt"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}]}))
+    kubeconfig = unreachable_kubeconfig(tmp_path)
     failing = FaultProxy(kubeconfig, 3, rate=1.0, kinds=(500,), in_a_row=True,
                          only=lambda method, target: target.startswith("/apis/g/"))
     assert [failing.decide("GET", "/apis/g/v1")[1] for _ in range(5)] == [500] * 5

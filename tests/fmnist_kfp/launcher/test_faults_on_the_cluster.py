@@ -22,10 +22,10 @@ from __future__ import annotations
 import io
 
 import pytest
-import yaml
 
 from localcluster.fault_proxy import FaultProxy
 from tests.cluster import until
+from tests.localcluster.test_fault_proxy import unreachable_kubeconfig
 
 IMAGE = "ghcr.io/fmnist-kfp/fmnist-kfp:0.2.0"
 STEP_SECONDS = 300
@@ -199,13 +199,7 @@ def test_a_cleanup_whose_answer_was_lost_is_not_reported_as_failed(real_cluster)
 def test_the_seeds_fault_the_creates(tmp_path):
     """What :data:`SEEDS` says of each seed's creates and delete: decided by the seed alone
     (a faulted create is retried once, never faulted twice in a row)."""
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "current-context": "c", "contexts": [{"name": "c", "context": {"cluster": "k",
-                                                                       "user": "u"}}],
-        "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:1",
-                                               "certificate-authority": "ca.crt"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}]}))
+    kubeconfig = unreachable_kubeconfig(tmp_path)
     for seed, (operator, *expected) in SEEDS.items():
         proxy = FaultProxy(kubeconfig, seed, rate=RATE)
         path = PATHS[operator].format(namespace=_namespace(seed))
