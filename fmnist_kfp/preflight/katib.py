@@ -163,7 +163,10 @@ def check_experiment(api_client, cluster: Cluster, operator: str, shape: str = "
 
         settings = ExperimentSettings(name=probe_name(), kubernetes=run_settings(
             cluster, gang=operator != "trainjob"))
-        space = SearchSpace.default(settings.algorithm, settings.model_type)
+        from fmnist_kfp.katib.parameter_budget import within_budget
+
+        space = within_budget(settings, SearchSpace.default(settings.algorithm,
+                                                            settings.model_type))
         manifest = to_manifest(build_experiment(settings, space, f"{MOUNT_PATH}/dataset",
                                                 operator, shape or OVERRIDES))
     except ModuleNotFoundError as error:  # a base install: the builders' SDKs are extras

@@ -315,6 +315,9 @@ class SearchSpace:
             # and Katib's Goptuna service ignores distributions: say uniform, as it samples.
             batch = Parameter.integer("batch_size", 32, 256, step=32)
             learning_rate = Parameter.double("learning_rate", 3e-4, 1e-2)
+        # Multiples of 16: oneDNN's bfloat16 kernels fall off a cliff between them (the batch
+        # norm CNN at filters=24 trains 3.5x slower than at 32, bench/README.md). The tune step
+        # drops those over the parameter budget (katib/parameter_budget.py, within_budget).
         parameters = [learning_rate, batch, Parameter.categorical("filters", [16, 32, 64])]
         if model_type in MODEL_TYPES_WITH_DROPOUT:
             parameters.append(dropout)

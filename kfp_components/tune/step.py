@@ -33,7 +33,8 @@ def experiment_settings(name: str, model_type: str, base: TrainingConfig,
                         tuning: dict[str, Any] | TuningSettings, *, num_workers: int = 1,
                         gpus_per_worker: int = 0, strategy: str = "multi_worker_mirrored",
                         num_ps: int = 1) -> tuple[ExperimentSettings, SearchSpace]:
-    """The experiment and search space the ``tuning`` settings describe (not yet validated)."""
+    """The experiment and search space the ``tuning`` settings describe (not yet validated):
+    the default space less the sizes over the parameter budget."""
     if isinstance(tuning, dict):
         tuning = TuningSettings.from_dict(tuning)
     settings = ExperimentSettings.from_tuning(name, model_type, base, tuning,
@@ -42,7 +43,9 @@ def experiment_settings(name: str, model_type: str, base: TrainingConfig,
                                               strategy=strategy,
                                               num_ps=num_ps if strategy == "parameter_server"
                                               else 0)
-    return settings, SearchSpace.default(settings.algorithm, model_type)
+    from fmnist_kfp.katib.parameter_budget import within_budget
+
+    return settings, within_budget(settings, SearchSpace.default(settings.algorithm, model_type))
 
 
 def tuning_problems(tuning: dict[str, Any], model_type: str, base: TrainingConfig,

@@ -14,10 +14,10 @@ import pytest
 
 from fmnist_kfp.errors import TuningError
 from fmnist_kfp.katib.optuna_search import LocalTuner
-from fmnist_kfp.katib.parameter_budget import budget_problems
+from fmnist_kfp.katib.parameter_budget import budget_problems, within_budget
 from fmnist_kfp.katib.report import render_html
 from fmnist_kfp.katib.results import OVER_PARAMETER_BUDGET, SUCCEEDED, TuningResult
-from fmnist_kfp.kfp_components.tune.step import tuning_problems
+from fmnist_kfp.kfp_components.tune.step import experiment_settings, tuning_problems
 from fmnist_kfp.settings.training import TrainingConfig
 from fmnist_kfp.tuning.experiment_settings import METRICS_FILTER, ExperimentSettings
 from fmnist_kfp.tuning.search_space import Parameter, SearchSpace
@@ -42,8 +42,9 @@ def test_a_search_whose_every_model_is_too_big_is_refused_before_any_trial():
     assert budget_problems(settings, SearchSpace([Parameter.integer("filters", 64, 96)]))
     unlimited = ExperimentSettings(name="fmnist-tune", model_type="batchnorm", max_parameters=0)
     assert budget_problems(unlimited, big) == []
-    # The step's check before any work, for either backend: the default search (filters 16,
-    # 32 or 64) fits the default budget, not one under its smallest model's 35,994.
+    # The step's check before any work, for either backend: the default search (filters 16
+    # or 32 under the budget) fits the default budget, not one under its smallest model's
+    # 35,994.
     for backend in ("local", "kubernetes"):
         [problem] = tuning_problems({"max_parameters": 20_000}, "batchnorm", TrainingConfig(),
                                     backend)
@@ -51,6 +52,31 @@ def test_a_search_whose_every_model_is_too_big_is_refused_before_any_trial():
         assert tuning_problems({}, "batchnorm", TrainingConfig(), backend) == []
     assert "max_parameters must be 0 (no budget) or more, got -1" in " ".join(
         tuning_problems({"max_parameters": -1}, "basic", TrainingConfig(), "local"))
+
+
+def test_the_search_holds_only_the_sizes_the_budget_lets_train():
+    """No trial is spent on a width that never fits: issue 42's measured search on bec452c
+    spent 2 of its 12 trials on filters=64 (306,522 parameters under a 100k budget)."""
+    def filters(tuning: dict, model_type: str = "batchnorm") -> tuple:
+        _, space = experiment_settings("fmnist-tune", model_type, TrainingConfig(), tuning)
+        return space.get("filters").values
+
+    assert filters({}) == (16, 32)  # 35,994 and 98,522 parameters; 64 is over 100k
+    assert filters({"max_parameters": 0}) == (16, 32, 64)  # no budget, nothing dropped
+    assert filters({"max_parameters": 50_000}, "dropout") == (16,)
+    # None fits: the space stays whole, and the step's check names the problem.
+    assert filters({"max_parameters": 20_000}) == (16, 32, 64)
+    # Another size field searched: a width stays if it fits beside that field's smallest.
+    settings = ExperimentSettings(name="fmnist-tune", model_type="basic")
+    space = SearchSpace([Parameter.categorical("filters", [16, 32, 64]),
+                         Parameter.categorical("dense_units", [64, 32])])
+    assert within_budget(settings, space).get("filters").values == (16, 32)
+    assert within_budget(settings, space).get("dense_units").values == (64, 32)
+    narrow = ExperimentSettings(name="fmnist-tune", model_type="basic", max_parameters=90_000)
+    # filters=32 fits only with 32 dense units (79,018), so both stay, and 64 dense units
+    # stays for filters=16 (35,514).
+    assert within_budget(narrow, space).get("filters").values == (16, 32)
+    assert within_budget(narrow, space).get("dense_units").values == (64, 32)
 
 
 def test_the_trainer_refuses_a_model_over_the_budget_before_tensorflow_starts(tmp_path):
