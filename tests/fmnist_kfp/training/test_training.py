@@ -104,3 +104,12 @@ def test_bad_hyperparameters_fail_before_any_work(changes, message, tmp_path):
 def test_unknown_backend_is_rejected():
     with pytest.raises(UserInputError, match="unknown training backend 'slurm'"):
         training_backend("slurm", {})
+
+
+def test_the_trainer_runs_several_steps_per_call_unless_profiling():
+    """Several steps per call amortize Keras' Python work between steps; a profile counts
+    steps by the batch hooks, which then run once per call, so profiling runs one."""
+    from fmnist_kfp.training.trainer import STEPS_PER_EXECUTION, steps_per_execution
+
+    assert steps_per_execution(TrainingConfig()) == STEPS_PER_EXECUTION > 1
+    assert steps_per_execution(TrainingConfig(profile_steps=3)) == 1
