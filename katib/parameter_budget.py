@@ -59,8 +59,6 @@ def within_budget(settings: ExperimentSettings, search_space: SearchSpace) -> Se
     field (``filters`` 64 under 100k parameters) whose model is over the budget even with every
     other size field at its smallest is dropped, so no trial is spent learning that it never
     fits. A field none of whose choices fit is left whole: :func:`budget_problems` names it."""
-    if not settings.max_parameters:
-        return search_space
     narrowed = search_space
     for name in SIZE_FIELDS:
         parameter = search_space.get(name)
@@ -73,6 +71,12 @@ def within_budget(settings: ExperimentSettings, search_space: SearchSpace) -> Se
         if fitting and len(fitting) < len(parameter.values):
             narrowed = narrowed.with_parameter(Parameter.categorical(name, fitting))
     return narrowed
+
+
+def default_search_space(settings: ExperimentSettings) -> SearchSpace:
+    """What the tune step searches: the default space for the settings' algorithm and model,
+    less the sizes over their budget."""
+    return within_budget(settings, SearchSpace.default(settings.algorithm, settings.model_type))
 
 
 def budget_problems(settings: ExperimentSettings, search_space: SearchSpace) -> list[str]:

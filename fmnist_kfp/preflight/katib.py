@@ -159,14 +159,12 @@ def check_experiment(api_client, cluster: Cluster, operator: str, shape: str = "
         from fmnist_kfp.kubernetes.manifest import to_manifest
         from fmnist_kfp.settings.platform import MOUNT_PATH
         from fmnist_kfp.tuning.experiment_settings import ExperimentSettings
-        from fmnist_kfp.tuning.search_space import SearchSpace
 
         settings = ExperimentSettings(name=probe_name(), kubernetes=run_settings(
             cluster, gang=operator != "trainjob"))
-        from fmnist_kfp.katib.parameter_budget import within_budget
+        from fmnist_kfp.katib.parameter_budget import default_search_space
 
-        space = within_budget(settings, SearchSpace.default(settings.algorithm,
-                                                            settings.model_type))
+        space = default_search_space(settings)
         manifest = to_manifest(build_experiment(settings, space, f"{MOUNT_PATH}/dataset",
                                                 operator, shape or OVERRIDES))
     except ModuleNotFoundError as error:  # a base install: the builders' SDKs are extras

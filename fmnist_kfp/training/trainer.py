@@ -292,8 +292,7 @@ def train(
         callbacks.append(checkpoint_callback(model, work_dir, is_chief=role.is_chief,
                                              task_id=role.task_index))
     model.fit(train_data, epochs=config.epochs, steps_per_epoch=steps_per_epoch,
-              validation_data=validation_data,
-              validation_steps=validation_steps if validation_data is not None else None,
+              validation_data=validation_data, validation_steps=validation_steps,
               verbose=0, callbacks=callbacks)
     train_seconds = time.time() - started
     # Every worker reads the weights: batch-norm statistics are sync-on-read variables whose

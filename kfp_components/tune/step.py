@@ -43,9 +43,9 @@ def experiment_settings(name: str, model_type: str, base: TrainingConfig,
                                               strategy=strategy,
                                               num_ps=num_ps if strategy == "parameter_server"
                                               else 0)
-    from fmnist_kfp.katib.parameter_budget import within_budget
+    from fmnist_kfp.katib.parameter_budget import default_search_space
 
-    return settings, within_budget(settings, SearchSpace.default(settings.algorithm, model_type))
+    return settings, default_search_space(settings)
 
 
 def tuning_problems(tuning: dict[str, Any], model_type: str, base: TrainingConfig,
