@@ -90,9 +90,43 @@ def _namespace(cluster, role_edit=None) -> str:
 
 @pytest.fixture
 def namespace(kueue_with_tfjobs):
+    """A test's own namespace (:func:`_namespace`), made once the ClusterQueue's whole quota
+    is free. The tests here share one ClusterQueue sized for one job, and the test before
+    ends as its step sees its job done, a moment before Kueue marks the Workload Finished: a
+    first job created in that moment is found inadmissible, and Kueue may leave it so after
+    the quota frees (in CI of 69af1d7 it stayed queued 60 s; kubernetes-sigs/kueue#8653:
+    a finishing Workload does not always requeue the inadmissible ones)."""
+    _until_the_quota_is_free(kueue_with_tfjobs)
     name = _namespace(kueue_with_tfjobs)
     yield name
     kueue_with_tfjobs.delete_namespace(name)
+
+
+CLUSTER_QUEUE_PATH = "/apis/kueue.x-k8s.io/v1beta2/clusterqueues/fmnist"
+
+
+def _quota_holders(cluster) -> list[str]:
+    """The Workloads that reserve quota in any namespace (QuotaReserved and not Finished),
+    each with its conditions and whether it is being deleted: what a job waits behind."""
+    workloads = cluster.read_or_none("/apis/kueue.x-k8s.io/v1beta2/workloads")["items"]
+    held = []
+    for workload in workloads:
+        conditions = _conditions(workload)
+        if conditions.get("QuotaReserved", ("",))[0] == "True" and \
+                conditions.get("Finished", ("",))[0] != "True":
+            metadata = workload["metadata"]
+            deleting = " (being deleted)" if metadata.get("deletionTimestamp") else ""
+            held.append(f"{metadata['namespace']}/{metadata['name']}{deleting}: {conditions}")
+    return held
+
+
+def _until_the_quota_is_free(cluster) -> None:
+    """Until ClusterQueue fmnist reserves quota for no Workload (Kueue's
+    status.reservingWorkloads, written a second or so after the Workloads it counts finish),
+    showing what holds it."""
+    until(lambda: ((cluster.read_or_none(CLUSTER_QUEUE_PATH) or {}).get("status") or {}).get(
+        "reservingWorkloads", 0) == 0, "the ClusterQueue's whole quota free", 120,
+          shown=lambda: _quota_holders(cluster))
 
 
 def _frameworks(cluster) -> list[str]:
@@ -451,7 +485,7 @@ def _hold_the_quota(cluster, kind: str, namespace: str, tmp_path) -> Step:
                   _spec("holder", tmp_path), kind)
     holder.start()
     until(lambda: _running(cluster, namespace, "holder"), "the holder's pods running", 60,
-          shown=lambda: holder.printed())
+          shown=lambda: f"{holder.printed()}\nquota held by: {_quota_holders(cluster)}")
     return holder
 
 
@@ -520,7 +554,7 @@ def test_a_job_preempted_by_a_higher_priority_resumes_with_no_restart_counted(
                  _spec("low", tmp_path, max_restarts=1), low)
     lower.start()
     until(lambda: _running(cluster, namespace, "low"), "the low job's pods running", 60,
-          shown=lambda: lower.printed())
+          shown=lambda: f"{lower.printed()}\nquota held by: {_quota_holders(cluster)}")
     first_pods = {p.metadata.uid for p in _pods(cluster, namespace)}
     higher = Step(_launcher(cluster, high, namespace,
                             {"queue": QUEUE, "priority_class": "fmnist-high"}),
