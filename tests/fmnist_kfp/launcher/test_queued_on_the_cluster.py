@@ -40,6 +40,7 @@ SHARE = "500m"
 KUEUE = "kueue-system"
 KUEUE_CONFIG = "kueue-manager-config"
 KUEUE_DEPLOYMENT = "kueue-controller-manager"
+KUEUE_API = "/apis/kueue.x-k8s.io/v1beta2"
 STEP_SECONDS = 180
 PATHS = {"tfjob": "/apis/kubeflow.org/v1/namespaces/{namespace}/tfjobs/{name}",
          "trainjob": "/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}"}
@@ -102,13 +103,10 @@ def namespace(kueue_with_tfjobs):
     kueue_with_tfjobs.delete_namespace(name)
 
 
-CLUSTER_QUEUE_PATH = "/apis/kueue.x-k8s.io/v1beta2/clusterqueues/fmnist"
-
-
 def _quota_holders(cluster) -> list[str]:
     """The Workloads that reserve quota in any namespace (QuotaReserved and not Finished),
     each with its conditions and whether it is being deleted: what a job waits behind."""
-    workloads = cluster.read_or_none("/apis/kueue.x-k8s.io/v1beta2/workloads")["items"]
+    workloads = cluster.read_or_none(f"{KUEUE_API}/workloads")["items"]
     held = []
     for workload in workloads:
         conditions = _conditions(workload)
@@ -120,11 +118,18 @@ def _quota_holders(cluster) -> list[str]:
     return held
 
 
+def _with_quota_holders(cluster, step: Step) -> str:
+    """What ``step`` printed, then the Workloads holding quota: why its job may still wait."""
+    return f"{step.printed()}\nquota held by: {_quota_holders(cluster)}"
+
+
 def _until_the_quota_is_free(cluster) -> None:
-    """Until ClusterQueue fmnist reserves quota for no Workload (Kueue's
-    status.reservingWorkloads, written a second or so after the Workloads it counts finish),
-    showing what holds it."""
-    until(lambda: ((cluster.read_or_none(CLUSTER_QUEUE_PATH) or {}).get("status") or {}).get(
+    """Until the LocalQueue's ClusterQueue reserves quota for no Workload, showing what holds
+    it. Kueue counts them in status.reservingWorkloads (kubernetes-sigs/kueue v0.19.2
+    apis/kueue/v1beta2/clusterqueue_types.go lines 384-387), written a second or so after
+    the Workloads it counts finish."""
+    path = f"{KUEUE_API}/clusterqueues/{_local_queue()['spec']['clusterQueue']}"
+    until(lambda: ((cluster.read_or_none(path) or {}).get("status") or {}).get(
         "reservingWorkloads", 0) == 0, "the ClusterQueue's whole quota free", 120,
           shown=lambda: _quota_holders(cluster))
 
@@ -343,7 +348,7 @@ def _local_queue(cluster_queue: str = "") -> dict:
 
 
 def _local_queue_path(namespace: str) -> str:
-    return f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{namespace}/localqueues/{QUEUE}"
+    return f"{KUEUE_API}/namespaces/{namespace}/localqueues/{QUEUE}"
 
 
 def _delete(cluster, path: str) -> None:
@@ -375,7 +380,7 @@ def _until_local_queue_active(cluster, namespace: str, status: str) -> None:
 
 
 def _take_away_workload_priority_class(cluster, namespace: str) -> None:
-    _delete(cluster, "/apis/kueue.x-k8s.io/v1beta2/workloadpriorityclasses/fmnist-high")
+    _delete(cluster, f"{KUEUE_API}/workloadpriorityclasses/fmnist-high")
 
 
 KUEUE_PIECES = {
@@ -485,7 +490,7 @@ def _hold_the_quota(cluster, kind: str, namespace: str, tmp_path) -> Step:
                   _spec("holder", tmp_path), kind)
     holder.start()
     until(lambda: _running(cluster, namespace, "holder"), "the holder's pods running", 60,
-          shown=lambda: f"{holder.printed()}\nquota held by: {_quota_holders(cluster)}")
+          shown=lambda: _with_quota_holders(cluster, holder))
     return holder
 
 
@@ -554,7 +559,7 @@ def test_a_job_preempted_by_a_higher_priority_resumes_with_no_restart_counted(
                  _spec("low", tmp_path, max_restarts=1), low)
     lower.start()
     until(lambda: _running(cluster, namespace, "low"), "the low job's pods running", 60,
-          shown=lambda: f"{lower.printed()}\nquota held by: {_quota_holders(cluster)}")
+          shown=lambda: _with_quota_holders(cluster, lower))
     first_pods = {p.metadata.uid for p in _pods(cluster, namespace)}
     higher = Step(_launcher(cluster, high, namespace,
                             {"queue": QUEUE, "priority_class": "fmnist-high"}),
