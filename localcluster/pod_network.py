@@ -59,6 +59,12 @@ class PodNetwork:
         return f"10.244.{self.subnet}.1"
 
     @property
+    def bridge_mac(self) -> str:
+        """The bridge's MAC address: locally administered, one per subnet (02:00 and the
+        gateway's four octets)."""
+        return "02:00:" + ":".join(f"{int(octet):02x}" for octet in self.gateway.split("."))
+
+    @property
     def cidr(self) -> str:
         return f"10.244.{self.subnet}.0/24"
 
@@ -81,7 +87,14 @@ class PodNetwork:
         _ip("-n", node, "link", "set", "lo", "up")
         _ip("-n", node, "addr", "add", f"{node_end}/30", "dev", "uplink")
         _ip("-n", node, "link", "set", "uplink", "up")
-        _ip("-n", node, "link", "add", self.bridge, "type", "bridge")
+        # A bridge's MAC address is set here, once: left to the kernel, it is the lowest of its
+        # ports' and changes as pods' veths come and go (linux net/bridge/br_stp_if.c,
+        # br_stp_recalculate_bridge_id, unless the address was set), and each pod's ARP entry
+        # for its gateway then names an address nothing answers to: the pods lose the API
+        # server until the entry expires, up to a minute (a step's SIGTERM cleanup was lost so
+        # in CI). The CNI bridge plugin does the same (containernetworking/plugins v1.9.1
+        # plugins/main/bridge/bridge.go lines 301-305).
+        _ip("-n", node, "link", "add", self.bridge, "address", self.bridge_mac, "type", "bridge")
         _ip("-n", node, "addr", "add", f"{self.gateway}/24", "dev", self.bridge)
         _ip("-n", node, "link", "set", self.bridge, "up")
         _ip("-n", node, "route", "add", "default", "via", host_end)
