@@ -239,7 +239,8 @@ class RealCluster:
         finished), once the controller manager has settled it:
         its `default` ServiceAccount and its `kube-root-ca.crt` ConfigMap (rootcacertpublisher,
         kubernetes v1.34.1 pkg/controller/certificates/rootcacertpublisher/publisher.go) exist.
-        A test that lists or watches the namespace's ConfigMaps then sees its own only."""
+        A test that lists or watches the namespace's ConfigMaps then sees its own only; and
+        once admission lets a pod in (:func:`_wait_until_admission_sees`: Kueue's webhook)."""
         from kubernetes import client
         from kubernetes.client.exceptions import ApiException
 
@@ -267,6 +268,7 @@ class RealCluster:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no kube-root-ca.crt ConfigMap in {name} after 60 s")
             time.sleep(0.1)
+        _wait_until_admission_sees(core, name)
 
     def grant_pipeline_runner(self, namespace: str, role_edit=None) -> None:
         """Namespace ``namespace`` as the README's setup leaves it for standalone KFP: the
@@ -456,6 +458,31 @@ def start_real_cluster(state_dir: Path, operators_run: tuple[str, ...] = OPERATO
         plane.stop()
         raise
     return plane, cluster
+
+
+def _wait_until_admission_sees(core, namespace: str) -> None:
+    """Until a pod in ``namespace`` passes admission (a dry run, which calls the webhooks but
+    persists nothing). Kueue's pod webhook reads the pod's namespace from its manager's
+    informer cache and refuses the pod with 404 `Namespace "<name>" not found` until that
+    cache has caught up (kubernetes-sigs/kueue v0.19.2
+    pkg/controller/jobs/pod/pod_webhook.go lines 113-118): a namespace made a moment ago can
+    refuse its first pod while Kueue is installed. Any other refusal is left to the test."""
+    from kubernetes.client.exceptions import ApiException
+
+    probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "admission-probe"},
+             "spec": {"containers": [{"name": "probe", "image": "admission-probe"}]}}
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            core.create_namespaced_pod(namespace, probe, dry_run="All")
+            return
+        except ApiException as error:
+            if error.status != 404:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"pods in {namespace} still refused after 60 s: "
+                                   f"{error.body}") from error
+        time.sleep(0.2)
 
 
 def _wait_for_default_service_account(core, namespace: str = "default") -> None:

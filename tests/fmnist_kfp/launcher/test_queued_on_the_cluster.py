@@ -318,6 +318,31 @@ def test_preflight_finds_tfjobs_unqueued_until_the_admin_enables_them(cluster, t
         cluster.delete_namespace(namespace)
 
 
+def test_a_pod_dry_run_passes_through_kueues_pod_webhook(cluster):
+    """What tests/cluster.py's new namespaces wait on (_wait_until_admission_sees): a dry-run
+    pod create calls Kueue's pod webhook, which reads the namespace from its cache before
+    anything else (kubernetes-sigs/kueue v0.19.2 pkg/controller/jobs/pod/pod_webhook.go lines
+    113-118): a pod with a queue comes back marked managed by Kueue (lines 162-168), and the
+    dry run stores no pod."""
+    import uuid
+
+    from kubernetes import client
+
+    name = f"dry-run-{uuid.uuid4().hex[:6]}"
+    cluster.ensure_namespace(name)
+    try:
+        core = client.CoreV1Api(cluster.api_client)
+        pod = core.create_namespaced_pod(name, {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "queued", "labels": {"kueue.x-k8s.io/queue-name": QUEUE}},
+            "spec": {"containers": [{"name": "main", "image": SCRIPTED_IMAGE}]}},
+            dry_run="All")
+        assert pod.metadata.labels.get("kueue.x-k8s.io/managed") == "true", pod.metadata
+        assert not core.list_namespaced_pod(name).items
+    finally:
+        cluster.delete_namespace(name)
+
+
 def _tfjobs(cluster, namespace: str) -> list[dict]:
     return cluster.read_or_none(PATHS["tfjob"].format(namespace=namespace, name=""))["items"]
 
