@@ -87,12 +87,12 @@ class PodNetwork:
         _ip("-n", node, "link", "set", "lo", "up")
         _ip("-n", node, "addr", "add", f"{node_end}/30", "dev", "uplink")
         _ip("-n", node, "link", "set", "uplink", "up")
-        # A bridge's MAC address is set here, once: left to the kernel, it is the lowest of its
-        # ports' and changes as pods' veths come and go (linux net/bridge/br_stp_if.c,
-        # br_stp_recalculate_bridge_id, unless the address was set), and each pod's ARP entry
-        # for its gateway then names an address nothing answers to: the pods lose the API
-        # server until the entry expires, up to a minute (a step's SIGTERM cleanup was lost so
-        # in CI). The CNI bridge plugin does the same (containernetworking/plugins v1.9.1
+        # A bridge's MAC address is set here, once: left to the kernel, it is the lowest of
+        # its ports' and changes as pods' veths come and go (linux net/bridge/br_stp_if.c,
+        # br_stp_recalculate_bridge_id, which keeps an address that was set), and each pod's
+        # ARP entry for its gateway then names an address nothing answers to: the pods lose the
+        # API server until the entry expires, up to a minute (a step's SIGTERM cleanup was lost
+        # so in CI). The CNI bridge plugin does the same (containernetworking/plugins v1.9.1
         # plugins/main/bridge/bridge.go lines 301-305).
         _ip("-n", node, "link", "add", self.bridge, "address", self.bridge_mac, "type", "bridge")
         _ip("-n", node, "addr", "add", f"{self.gateway}/24", "dev", self.bridge)
@@ -118,9 +118,7 @@ class PodNetwork:
             raise RuntimeError("the pod network's /24 is full")
         address = f"10.244.{self.subnet}.{host}"
         self.remove_pod(name)
-        # Named after the pod's namespace (its UID), not after the address: a veth that a killed
-        # run left behind (its namespace never deleted) would collide with a reused address.
-        veth = "fv" + name.removeprefix("fk-").replace("-", "")[:12]
+        veth = self.veth(name)
         _ip("netns", "add", name)
         _ip("-n", self.netns, "link", "add", veth, "type", "veth", "peer", "name", "eth0",
             "netns", name)
@@ -131,7 +129,18 @@ class PodNetwork:
         _ip("-n", name, "route", "add", "default", "via", self.gateway)
         return address
 
+    @staticmethod
+    def veth(name: str) -> str:
+        """The node's end of pod namespace ``name``'s veth, on the bridge. Named after the
+        pod's namespace (its UID), not after the address: a veth that a killed run left behind
+        (its namespace never deleted) would collide with a reused address."""
+        return "fv" + name.removeprefix("fk-").replace("-", "")[:12]
+
     def remove_pod(self, name: str) -> None:
+        # The veth first, which takes its peer with it at once: the kernel destroys a deleted
+        # namespace, and the veth in it, later, from a work queue.
+        subprocess.run(["ip", "-n", self.netns, "link", "del", self.veth(name)],
+                       capture_output=True)
         subprocess.run(["ip", "netns", "del", name], capture_output=True)
         shutil.rmtree(f"/etc/netns/{name}", ignore_errors=True)
 

@@ -471,18 +471,15 @@ def _wait_until_admission_sees(core, namespace: str) -> None:
 
     probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "admission-probe"},
              "spec": {"containers": [{"name": "probe", "image": "admission-probe"}]}}
-    deadline = time.monotonic() + 60
-    while True:
+
+    def admitted() -> bool:
         try:
             core.create_namespaced_pod(namespace, probe, dry_run="All")
-            return
         except ApiException as error:
-            if error.status != 404:
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"pods in {namespace} still refused after 60 s: "
-                                   f"{error.body}") from error
-        time.sleep(0.2)
+            return error.status != 404
+        return True
+
+    until(admitted, f"a pod in {namespace} past admission (404 from a webhook)", 60)
 
 
 def _wait_for_default_service_account(core, namespace: str = "default") -> None:

@@ -23,10 +23,11 @@ def _ports(network: PodNetwork) -> list[str]:
 
 def test_the_bridge_keeps_its_mac_address_as_pods_come_and_go():
     """Left to the kernel, a bridge takes the lowest MAC address of its ports (linux
-    net/bridge/br_stp_if.c, br_stp_recalculate_bridge_id), so a pod whose veth has a lower one
-    would move it, and every other pod's ARP entry for its gateway would name an address that
-    no longer answers: they would lose the API server for up to a minute. Here a port takes
-    the lowest address there is, then leaves: the bridge's stays as it was set."""
+    net/bridge/br_stp_if.c, br_stp_recalculate_bridge_id, on the kernel this test runs on), so
+    a pod whose veth has a lower one would move it, and every other pod's ARP entry for its
+    gateway would name an address that no longer answers: they would lose the API server for
+    up to a minute. Here a port takes the lowest address there is, then leaves: the bridge's
+    stays as it was set."""
     network = PodNetwork(reserve_subnet())
     pods = [f"fk-test-{uuid.uuid4().hex[:6]}" for _ in range(2)]
     network.up()
@@ -34,11 +35,10 @@ def test_the_bridge_keeps_its_mac_address_as_pods_come_and_go():
         before = _bridge_mac(network)
         for pod in pods:
             network.add_pod(pod)
-        [lowest, _] = _ports(network)
-        subprocess.run(["ip", "-n", network.netns, "link", "set", lowest, "address",
-                        "00:00:00:00:00:01"], check=True)
+        subprocess.run(["ip", "-n", network.netns, "link", "set", network.veth(pods[0]),
+                        "address", "00:00:00:00:00:01"], check=True)
         assert _bridge_mac(network) == before
-        network.remove_pod(pods[0])  # its veth goes with its namespace
+        network.remove_pod(pods[0])  # the lowest port leaves
         assert len(_ports(network)) == 1
         assert _bridge_mac(network) == before
     finally:
